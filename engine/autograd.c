@@ -1,0 +1,288 @@
+/* autograd.c — the tape. Ops call vn__record() to attach a node (backward
+ * rule + inputs) to their output; vn_backward() orders the nodes reachable
+ * from the root topologically and runs their rules in reverse, summing
+ * gradients with vn__accum(). Nodes drop their inputs and saved tensors once
+ * they have run, so memory is freed as soon as backward is done. */
+#include "internal.h"
+
+#include <stdlib.h>
+
+static bool grad_enabled = true;
+
+bool vn_set_grad_enabled(bool enabled)
+{
+    bool was = grad_enabled;
+    grad_enabled = enabled;
+    return was;
+}
+
+bool vn_is_grad_enabled(void) { return grad_enabled; }
+
+bool vn__needs_grad(const vn_tensor *t)
+{
+    return grad_enabled && t && (t->requires_grad || t->grad_fn);
+}
+
+static void node_drop_tensors(vn_node *n)
+{
+    for (int i = 0; i < VN_NODE_INPUTS; i++) {
+        vn_tensor_release(n->inputs[i]);
+        n->inputs[i] = NULL;
+    }
+    for (int i = 0; i < VN_NODE_SAVED; i++) {
+        vn_tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+    vn_tensor_release(n->gacc);
+    n->gacc = NULL;
+}
+
+void vn__node_release(vn_node *n)
+{
+    if (!n || --n->refcount > 0) return;
+    node_drop_tensors(n);
+    free(n);
+}
+
+vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward, int ninputs,
+                    const vn_tensor *const *inputs)
+{
+    bool any = false;
+    for (int i = 0; i < ninputs; i++) any |= vn__needs_grad(inputs[i]);
+    if (!any || !out) return NULL;
+    vn_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL; /* out of memory: the op still works, only without a gradient */
+    n->refcount = 1;
+    n->name = name;
+    n->backward = backward;
+    n->ninputs = ninputs;
+    for (int i = 0; i < ninputs; i++) n->inputs[i] = vn_tensor_retain((vn_tensor *)inputs[i]);
+    n->out_ndim = out->ndim;
+    memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+    out->grad_fn = n;
+    return n;
+}
+
+bool vn__input_needs_grad(const vn_node *n, int i)
+{
+    const vn_tensor *t = n->inputs[i];
+    return t && (t->requires_grad || t->grad_fn);
+}
+
+/* *slot += g, where *slot may be NULL (then it takes g). Takes g. */
+static vn_status add_into(vn_tensor **slot, vn_tensor *g)
+{
+    if (!*slot) {
+        /* Adopt g only when nothing else can see its storage. */
+        if (vn_tensor_is_contiguous(g) && g->refcount == 1 && g->storage->refcount == 1 &&
+            !g->grad_fn && g->offset == 0) {
+            *slot = g;
+            return VN_OK;
+        }
+        *slot = vn_clone(g);
+        vn_tensor_release(g);
+        return *slot ? VN_OK : VN_ERR_MEMORY;
+    }
+    float *dst = vn_tensor_data(*slot);
+    int64_t n = vn_tensor_numel(*slot);
+    if (vn_tensor_is_contiguous(g)) {
+        const float *src = vn_tensor_data(g);
+        for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) dst[i] += (float)vn__load(g, vn__offset_of(g, i));
+    }
+    vn_tensor_release(g);
+    return VN_OK;
+}
+
+vn_status vn__accum(vn_node *n, int i, vn_tensor *g)
+{
+    if (!g) return vn__err(VN_ERR_MEMORY, "%s backward: %s", n->name, vn_last_error());
+    vn_tensor *x = n->inputs[i];
+    if (!x || !(x->requires_grad || x->grad_fn)) {
+        vn_tensor_release(g);
+        return VN_OK;
+    }
+    if (!vn__same_shape(g, x)) {
+        vn_tensor *r = vn__sum_to(g, x->ndim, x->shape);
+        vn_tensor_release(g);
+        if (!r) return vn__err(VN_ERR_SHAPE, "%s backward: %s", n->name, vn_last_error());
+        g = r;
+    }
+    if (x->grad_fn) return add_into(&x->grad_fn->gacc, g);
+    return add_into(&x->grad, g);
+}
+
+/* Depth-first post-order of the nodes reachable from root (iterative, so a
+ * deep graph cannot overflow the C stack). order[] ends with root. */
+static vn_status topo_order(vn_node *root, vn_node ***order_out, size_t *count_out)
+{
+    static uint64_t epoch;
+    uint64_t mark = ++epoch;
+    size_t cap = 64, count = 0, depth = 0, stack_cap = 64;
+    vn_node **order = malloc(cap * sizeof *order);
+    struct frame { vn_node *n; int next; } *stack = malloc(stack_cap * sizeof *stack);
+    if (!order || !stack) {
+        free(order);
+        free(stack);
+        return vn__err(VN_ERR_MEMORY, "backward: out of memory");
+    }
+    root->mark = mark;
+    stack[depth++] = (struct frame){root, 0};
+    while (depth) {
+        struct frame *f = &stack[depth - 1];
+        if (f->next < f->n->ninputs) {
+            vn_tensor *in = f->n->inputs[f->next++];
+            vn_node *child = in ? in->grad_fn : NULL;
+            if (!child || child->mark == mark) continue;
+            child->mark = mark;
+            if (depth == stack_cap) {
+                stack_cap *= 2;
+                void *p = realloc(stack, stack_cap * sizeof *stack);
+                if (!p) goto oom;
+                stack = p;
+            }
+            stack[depth++] = (struct frame){child, 0};
+            continue;
+        }
+        if (count == cap) {
+            cap *= 2;
+            void *p = realloc(order, cap * sizeof *order);
+            if (!p) goto oom;
+            order = p;
+        }
+        order[count++] = f->n;
+        depth--;
+    }
+    free(stack);
+    *order_out = order;
+    *count_out = count;
+    return VN_OK;
+oom:
+    free(order);
+    free(stack);
+    return vn__err(VN_ERR_MEMORY, "backward: out of memory");
+}
+
+vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
+{
+    vn_status s = vn__check(root, "backward");
+    if (s) return s;
+    if (!root->requires_grad && !root->grad_fn)
+        return vn__err(VN_ERR_ARG, "backward: the tensor does not require grad (no parameter "
+                                   "with requires_grad was used to compute it, or it was made "
+                                   "under no_grad)");
+    char a[128], b[128];
+    vn_tensor *seed;
+    if (grad) {
+        if ((s = vn__check_dtype(grad, VN_F32, "backward: gradient"))) return s;
+        if (!vn__same_shape(grad, root))
+            return vn__err(VN_ERR_SHAPE, "backward: gradient of shape %s for a tensor of shape %s",
+                           vn_shape_str(grad->ndim, grad->shape, a, sizeof a),
+                           vn_shape_str(root->ndim, root->shape, b, sizeof b));
+        seed = vn_clone(grad);
+    } else {
+        if (vn_tensor_numel(root) != 1)
+            return vn__err(VN_ERR_SHAPE, "backward: a gradient must be given for a non-scalar "
+                                         "tensor (shape %s); expected one element",
+                           vn_shape_str(root->ndim, root->shape, a, sizeof a));
+        seed = vn_ones(VN_F32, root->ndim, root->shape);
+    }
+    if (!seed) return VN_ERR_MEMORY;
+
+    vn_node *top = root->grad_fn;
+    if (!top) return add_into(&root->grad, seed); /* a leaf: dL/dL = 1 */
+    if (top->released) {
+        vn_tensor_release(seed);
+        return vn__err(VN_ERR_STATE, "backward: the graph of this tensor was already released "
+                                     "by an earlier backward (each graph can be walked once; "
+                                     "recompute the forward pass)");
+    }
+    vn_node **order = NULL;
+    size_t count = 0;
+    if ((s = topo_order(top, &order, &count))) {
+        vn_tensor_release(seed);
+        return s;
+    }
+    for (size_t k = 0; k < count; k++) {
+        if (order[k]->released) {
+            vn_tensor_release(seed);
+            free(order);
+            return vn__err(VN_ERR_STATE, "backward: part of this graph (op '%s') was already "
+                                         "released by an earlier backward; recompute the "
+                                         "forward pass", order[k]->name);
+        }
+    }
+    vn_tensor_release(top->gacc);
+    top->gacc = seed;
+
+    bool was = vn_set_grad_enabled(false);
+    for (size_t k = count; k-- > 0;) {
+        vn_node *n = order[k];
+        vn_tensor *g = n->gacc;
+        n->gacc = NULL;
+        if (g && !s) {
+            s = n->backward(n, g);
+            if (s) s = vn__err(s, "%s", vn_last_error());
+        }
+        vn_tensor_release(g);
+        node_drop_tensors(n);
+        n->released = true;
+    }
+    vn_set_grad_enabled(was);
+    free(order);
+    return s;
+}
+
+/* ---- per-tensor autograd state ------------------------------------------- */
+
+vn_status vn_tensor_set_requires_grad(vn_tensor *t, bool requires_grad)
+{
+    vn_status s = vn__check(t, "requires_grad");
+    if (s) return s;
+    if (requires_grad && t->dtype != VN_F32)
+        return vn__err(VN_ERR_DTYPE, "requires_grad: only f32 tensors can require grad, got %s",
+                       vn_dtype_name(t->dtype));
+    if (t->grad_fn)
+        return vn__err(VN_ERR_ARG, "requires_grad: can only be set on a leaf tensor (this one "
+                                   "was made by '%s'); use detach() first", t->grad_fn->name);
+    t->requires_grad = requires_grad;
+    return VN_OK;
+}
+
+bool vn_tensor_requires_grad(const vn_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
+bool vn_tensor_is_leaf(const vn_tensor *t) { return t && !t->grad_fn; }
+vn_tensor *vn_tensor_grad(const vn_tensor *t) { return t ? t->grad : NULL; }
+const char *vn_tensor_grad_fn_name(const vn_tensor *t) { return t && t->grad_fn ? t->grad_fn->name : NULL; }
+
+void vn_tensor_zero_grad(vn_tensor *t)
+{
+    if (!t) return;
+    vn_tensor_release(t->grad);
+    t->grad = NULL;
+}
+
+vn_status vn_tensor_set_grad(vn_tensor *t, vn_tensor *grad)
+{
+    vn_status s = vn__check(t, "set_grad");
+    if (s) return s;
+    if (grad) {
+        char a[128], b[128];
+        if ((s = vn__check_dtype(grad, VN_F32, "set_grad: gradient"))) return s;
+        if (!vn__same_shape(grad, t))
+            return vn__err(VN_ERR_SHAPE, "set_grad: gradient of shape %s for a tensor of shape %s",
+                           vn_shape_str(grad->ndim, grad->shape, a, sizeof a),
+                           vn_shape_str(t->ndim, t->shape, b, sizeof b));
+        grad = vn_contiguous(grad);
+        if (!grad) return VN_ERR_MEMORY;
+    }
+    vn_tensor_release(t->grad);
+    t->grad = grad;
+    return VN_OK;
+}
+
+vn_tensor *vn_detach(const vn_tensor *t)
+{
+    if (vn__check(t, "detach")) return NULL;
+    return vn__alias(t);
+}

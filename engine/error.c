@@ -1,0 +1,98 @@
+/* error.c — the per-thread error message behind vn_last_error(), and the
+ * checks every op makes on its tensor arguments. */
+#include "internal.h"
+
+#include <stdio.h>
+
+static _Thread_local char last_error[1024];
+
+const char *vn_last_error(void) { return last_error; }
+
+static void set_message(const char *fmt, va_list ap)
+{
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+}
+
+vn_status vn__err(vn_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void *vn__errp(vn_status s, const char *fmt, ...)
+{
+    (void)s;
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+const char *vn_status_name(vn_status s)
+{
+    switch (s) {
+    case VN_OK: return "ok";
+    case VN_ERR_ARG: return "argument error";
+    case VN_ERR_SHAPE: return "shape error";
+    case VN_ERR_DTYPE: return "dtype error";
+    case VN_ERR_MEMORY: return "out of memory";
+    case VN_ERR_IO: return "I/O error";
+    case VN_ERR_FORMAT: return "format error";
+    case VN_ERR_STATE: return "state error";
+    }
+    return "unknown status";
+}
+
+const char *vn_dtype_name(vn_dtype d)
+{
+    switch (d) {
+    case VN_F32: return "f32";
+    case VN_I32: return "i32";
+    case VN_I64: return "i64";
+    case VN_U8: return "u8";
+    }
+    return "unknown dtype";
+}
+
+size_t vn_dtype_size(vn_dtype d)
+{
+    switch (d) {
+    case VN_F32: case VN_I32: return 4;
+    case VN_I64: return 8;
+    case VN_U8: return 1;
+    }
+    return 0;
+}
+
+vn_status vn__check(const vn_tensor *t, const char *what)
+{
+    if (!t) return vn__err(VN_ERR_ARG, "%s: expected a tensor, got NULL", what);
+    if (!t->storage) return vn__err(VN_ERR_STATE, "%s: the tensor was freed", what);
+    return VN_OK;
+}
+
+vn_status vn__check_dtype(const vn_tensor *t, vn_dtype want, const char *what)
+{
+    vn_status s = vn__check(t, what);
+    if (s) return s;
+    if (t->dtype != want)
+        return vn__err(VN_ERR_DTYPE, "%s: expected dtype %s, got %s", what,
+                       vn_dtype_name(want), vn_dtype_name(t->dtype));
+    return VN_OK;
+}
+
+vn_status vn__wrap_dim(int ndim, int *dim, const char *what)
+{
+    int d = *dim;
+    int lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim - 1 : 0;
+    if (d < lo || d > hi)
+        return vn__err(VN_ERR_ARG, "%s: dim %d out of range for a %d-d tensor (expected %d..%d)",
+                       what, d, ndim, lo, hi);
+    if (d < 0) d += ndim > 0 ? ndim : 1;
+    *dim = d;
+    return VN_OK;
+}

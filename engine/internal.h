@@ -1,0 +1,146 @@
+/* internal.h — what the engine's own files share: the tensor and tape-node
+ * structs, error helpers, and the small toolkit every op uses (argument
+ * checks, broadcasting, recording a node, accumulating a gradient). */
+#ifndef VENOM_INTERNAL_H
+#define VENOM_INTERNAL_H
+
+#include "venom.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+typedef struct vn_storage {
+    void *data;
+    size_t nbytes;
+    int refcount;
+} vn_storage;
+
+typedef struct vn_node vn_node;
+
+struct vn_tensor {
+    int refcount;
+    vn_dtype dtype;
+    int ndim;
+    int64_t shape[VN_MAX_DIMS];
+    int64_t strides[VN_MAX_DIMS]; /* in elements; 0 on broadcast dims */
+    int64_t offset;               /* in elements */
+    vn_storage *storage;          /* NULL once vn_tensor_free'd */
+    bool requires_grad;           /* leaf parameter: accumulate into grad */
+    vn_tensor *grad;              /* owned; same shape, contiguous f32 */
+    vn_node *grad_fn;             /* owned; the op that made this tensor */
+};
+
+/* A tape node: one op's backward rule and what it needs.
+ * backward(n, gout) receives dL/d(output) and calls vn__accum(n, i, g) for
+ * each input i that needs a gradient (vn__input_needs_grad). It runs with
+ * grad mode off, so it may use the public ops freely. */
+#define VN_NODE_INPUTS 3
+#define VN_NODE_SAVED 4
+typedef vn_status (*vn_backward_fn)(vn_node *n, const vn_tensor *gout);
+
+struct vn_node {
+    int refcount;
+    const char *name;
+    vn_backward_fn backward;
+    int ninputs;
+    vn_tensor *inputs[VN_NODE_INPUTS]; /* retained; their values are saved */
+    vn_tensor *saved[VN_NODE_SAVED];   /* retained extras (outputs as aliases, masks, indices) */
+    double f[4];                       /* op parameters */
+    int64_t i[VN_MAX_DIMS];
+    int out_ndim;
+    int64_t out_shape[VN_MAX_DIMS];
+    vn_tensor *gacc;  /* dL/d(output), summed over the output's uses */
+    bool released;    /* backward done: inputs and saved dropped */
+    uint64_t mark;    /* graph walk bookkeeping */
+};
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Store a printf-style message for vn_last_error() and return s. */
+vn_status vn__err(vn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, for functions that return a pointer: always returns NULL. */
+void *vn__errp(vn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Checks that t is a usable tensor (non-NULL, not freed). `what` names the
+ * argument in the message, e.g. "matmul: argument 2". */
+vn_status vn__check(const vn_tensor *t, const char *what);
+/* vn__check plus a dtype requirement. */
+vn_status vn__check_dtype(const vn_tensor *t, vn_dtype want, const char *what);
+/* dim in [-ndim, ndim) → [0, ndim); VN_ERR_ARG otherwise. */
+vn_status vn__wrap_dim(int ndim, int *dim, const char *what);
+
+/* ---- memory -------------------------------------------------------------- */
+
+void *vn__mem_alloc(size_t nbytes); /* 64-byte aligned, from the cache */
+void vn__mem_free(void *p, size_t nbytes);
+
+/* A new contiguous tensor, uninitialized (vn_empty without checks). */
+vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape);
+/* A new tensor header over t's storage (shares it; no grad_fn, no grad). */
+vn_tensor *vn__alias(const vn_tensor *t);
+/* numel of a shape. */
+int64_t vn__numel(int ndim, const int64_t *shape);
+/* Contiguous row-major strides for a shape. */
+void vn__contig_strides(int ndim, const int64_t *shape, int64_t *strides);
+bool vn__same_shape(const vn_tensor *a, const vn_tensor *b);
+
+/* Element access as double through any dtype (slow path, for generic code). */
+double vn__load(const vn_tensor *t, int64_t elem_offset);
+void vn__store(vn_tensor *t, int64_t elem_offset, double v);
+/* Element offset of the flat row-major position `flat` in t. */
+int64_t vn__offset_of(const vn_tensor *t, int64_t flat);
+
+/* ---- broadcasting -------------------------------------------------------- */
+
+/* The broadcast shape of a and b (NumPy rules). VN_ERR_SHAPE with both
+ * shapes in the message when they do not broadcast; `op` names the op. */
+vn_status vn__broadcast_shape(const char *op, int na, const int64_t *sa, int nb,
+                              const int64_t *sb, int *nout, int64_t *sout);
+/* t's strides when viewed with the broadcast shape (ndim, shape): leading
+ * new dims and stretched dims get stride 0. */
+void vn__broadcast_strides(const vn_tensor *t, int ndim, const int64_t *shape,
+                           int64_t *strides);
+/* Sum g (broadcast shape) down to `shape` (the reverse of broadcasting).
+ * Returns a new f32 tensor; g itself (retained) if shapes already match. */
+vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape);
+
+/* ---- random numbers (engine/rng.c) -------------------------------------- */
+
+uint64_t vn__rng_next(void);   /* 64 random bits */
+double vn__rng_uniform(void);  /* uniform on [0, 1) */
+
+/* ---- the tape ------------------------------------------------------------ */
+
+/* True when grad mode is on and t needs a gradient (a leaf with
+ * requires_grad, or the output of a recorded op). */
+bool vn__needs_grad(const vn_tensor *t);
+/* If any of the inputs needs a gradient, create a node for `out`, retain the
+ * inputs in it and return it (for the caller to fill f/i/saved);
+ * otherwise return NULL and record nothing. */
+vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward,
+                    int ninputs, const vn_tensor *const *inputs);
+/* Whether input i of node n wants a gradient. */
+bool vn__input_needs_grad(const vn_node *n, int i);
+/* Add g (takes ownership) into the gradient of input i of n. g may have the
+ * broadcast shape; it is summed down to the input's shape here. */
+vn_status vn__accum(vn_node *n, int i, vn_tensor *g);
+
+/* ---- loops --------------------------------------------------------------- */
+
+/* Parallelise a loop over `work` scalar operations only when it pays. */
+#define VN_OMP_MIN_WORK 32768
+
+/* Apply a statement to every dtype: VN_DTYPE_SWITCH(d, T, stmt) runs stmt
+ * with T typedef'd to the C type of d. */
+#define VN_DTYPE_SWITCH(d, T, ...)                  \
+    switch (d) {                                    \
+    case VN_F32: { typedef float T; __VA_ARGS__; } break;   \
+    case VN_I32: { typedef int32_t T; __VA_ARGS__; } break; \
+    case VN_I64: { typedef int64_t T; __VA_ARGS__; } break; \
+    case VN_U8: { typedef uint8_t T; __VA_ARGS__; } break;  \
+    }
+
+#define VN_F32_PTR(t) ((float *)vn_tensor_data(t))
+
+#endif

@@ -1,0 +1,107 @@
+/* rng.c — the engine's one random stream: xoshiro256** (Blackman & Vigna
+ * 2018) seeded through splitmix64. Every random choice draws from here, so
+ * vn_manual_seed() makes runs repeatable. */
+#include "internal.h"
+
+#include <pthread.h>
+
+static uint64_t rng_state[4];
+static bool rng_seeded;
+static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void seed_locked(uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) rng_state[i] = splitmix64(&seed);
+    rng_seeded = true;
+}
+
+void vn_manual_seed(uint64_t seed)
+{
+    pthread_mutex_lock(&rng_lock);
+    seed_locked(seed);
+    pthread_mutex_unlock(&rng_lock);
+}
+
+void vn_rng_get_state(uint64_t state[4])
+{
+    pthread_mutex_lock(&rng_lock);
+    if (!rng_seeded) seed_locked(0);
+    memcpy(state, rng_state, sizeof rng_state);
+    pthread_mutex_unlock(&rng_lock);
+}
+
+void vn_rng_set_state(const uint64_t state[4])
+{
+    pthread_mutex_lock(&rng_lock);
+    memcpy(rng_state, state, sizeof rng_state);
+    rng_seeded = true;
+    pthread_mutex_unlock(&rng_lock);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t vn__rng_next(void)
+{
+    pthread_mutex_lock(&rng_lock);
+    if (!rng_seeded) seed_locked(0);
+    uint64_t *s = rng_state;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    pthread_mutex_unlock(&rng_lock);
+    return result;
+}
+
+/* Uniform on [0, 1) with 53 random bits. */
+double vn__rng_uniform(void) { return (double)(vn__rng_next() >> 11) * 0x1.0p-53; }
+
+static vn_tensor *fill_random(int ndim, const int64_t *shape, bool normal)
+{
+    vn_tensor *t = vn_empty(VN_F32, ndim, shape);
+    if (!t) return NULL;
+    float *p = t->storage->data;
+    int64_t n = vn_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (!normal) {
+            p[i] = (float)vn__rng_uniform();
+            continue;
+        }
+        /* Box–Muller: two uniforms give two independent normals. */
+        double u1 = 1.0 - vn__rng_uniform(), u2 = vn__rng_uniform();
+        double r = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
+        p[i] = (float)(r * cos(th));
+        if (i + 1 < n) p[++i] = (float)(r * sin(th));
+    }
+    return t;
+}
+
+vn_tensor *vn_rand(int ndim, const int64_t *shape) { return fill_random(ndim, shape, false); }
+vn_tensor *vn_randn(int ndim, const int64_t *shape) { return fill_random(ndim, shape, true); }
+
+vn_tensor *vn_randperm(int64_t n)
+{
+    if (n < 0) return vn__errp(VN_ERR_ARG, "randperm: n must be >= 0, got %lld", (long long)n);
+    vn_tensor *t = vn_empty(VN_I64, 1, &n);
+    if (!t) return NULL;
+    int64_t *p = t->storage->data;
+    for (int64_t i = 0; i < n; i++) p[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) { /* Fisher–Yates */
+        int64_t j = (int64_t)(vn__rng_next() % (uint64_t)(i + 1));
+        int64_t tmp = p[i];
+        p[i] = p[j];
+        p[j] = tmp;
+    }
+    return t;
+}

@@ -1,0 +1,404 @@
+/* tensor.c — tensor lifetime, creation, accessors and copies. Views live in
+ * views.c, the tape in autograd.c. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void vn__node_release(vn_node *n); /* autograd.c */
+
+/* ---- storage and headers ------------------------------------------------- */
+
+static vn_storage *storage_new(size_t nbytes)
+{
+    vn_storage *s = malloc(sizeof *s);
+    if (!s) return NULL;
+    s->data = vn__mem_alloc(nbytes);
+    if (!s->data) {
+        free(s);
+        return NULL;
+    }
+    s->nbytes = nbytes;
+    s->refcount = 1;
+    return s;
+}
+
+static void storage_release(vn_storage *s)
+{
+    if (s && --s->refcount == 0) {
+        vn__mem_free(s->data, s->nbytes);
+        free(s);
+    }
+}
+
+int64_t vn__numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+void vn__contig_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+bool vn__same_shape(const vn_tensor *a, const vn_tensor *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+const char *vn_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
+{
+    size_t used = 0;
+    used += (size_t)snprintf(buf, n, "(");
+    for (int d = 0; d < ndim && used < n; d++)
+        used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (used < n) snprintf(buf + used, n - used, ndim == 1 ? ",)" : ")");
+    return buf;
+}
+
+static vn_status check_shape(const char *op, int ndim, const int64_t *shape)
+{
+    if (ndim < 0 || ndim > VN_MAX_DIMS)
+        return vn__err(VN_ERR_ARG, "%s: ndim must be 0..%d, got %d", op, VN_MAX_DIMS, ndim);
+    if (ndim > 0 && !shape) return vn__err(VN_ERR_ARG, "%s: shape is NULL", op);
+    double total = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return vn__err(VN_ERR_ARG, "%s: size of dim %d must be >= 0, got %lld", op, d,
+                           (long long)shape[d]);
+        total *= (double)shape[d];
+    }
+    if (total > 1e15) return vn__err(VN_ERR_ARG, "%s: %g elements is too many", op, total);
+    return VN_OK;
+}
+
+vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    vn_tensor *t = calloc(1, sizeof *t);
+    if (!t) return vn__errp(VN_ERR_MEMORY, "out of memory allocating a tensor header");
+    int64_t n = vn__numel(ndim, shape);
+    size_t nbytes = (size_t)n * vn_dtype_size(dtype);
+    t->storage = storage_new(nbytes);
+    if (!t->storage) {
+        char buf[128];
+        free(t);
+        return vn__errp(VN_ERR_MEMORY, "out of memory allocating %zu bytes for a %s tensor of shape %s",
+                        nbytes, vn_dtype_name(dtype), vn_shape_str(ndim, shape, buf, sizeof buf));
+    }
+    t->refcount = 1;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    vn__contig_strides(ndim, shape, t->strides);
+    return t;
+}
+
+vn_tensor *vn__alias(const vn_tensor *t)
+{
+    vn_tensor *a = calloc(1, sizeof *a);
+    if (!a) return vn__errp(VN_ERR_MEMORY, "out of memory allocating a tensor header");
+    a->refcount = 1;
+    a->dtype = t->dtype;
+    a->ndim = t->ndim;
+    memcpy(a->shape, t->shape, sizeof a->shape);
+    memcpy(a->strides, t->strides, sizeof a->strides);
+    a->offset = t->offset;
+    a->storage = t->storage;
+    if (a->storage) a->storage->refcount++;
+    return a;
+}
+
+vn_tensor *vn_tensor_retain(vn_tensor *t)
+{
+    if (t) t->refcount++;
+    return t;
+}
+
+void vn_tensor_release(vn_tensor *t)
+{
+    if (!t || --t->refcount > 0) return;
+    storage_release(t->storage);
+    vn_tensor_release(t->grad);
+    vn__node_release(t->grad_fn);
+    free(t);
+}
+
+void vn_tensor_free(vn_tensor *t)
+{
+    if (!t) return;
+    storage_release(t->storage);
+    t->storage = NULL;
+    vn_tensor_release(t->grad);
+    t->grad = NULL;
+    vn__node_release(t->grad_fn);
+    t->grad_fn = NULL;
+}
+
+bool vn_tensor_is_freed(const vn_tensor *t) { return !t || !t->storage; }
+
+/* ---- creation ------------------------------------------------------------ */
+
+static bool valid_dtype(vn_dtype d) { return d == VN_F32 || d == VN_I32 || d == VN_I64 || d == VN_U8; }
+
+vn_tensor *vn_empty(vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    if (!valid_dtype(dtype)) return vn__errp(VN_ERR_DTYPE, "empty: unknown dtype %d", (int)dtype);
+    if (check_shape("empty", ndim, shape)) return NULL;
+    return vn__new(dtype, ndim, shape);
+}
+
+vn_tensor *vn_full(vn_dtype dtype, int ndim, const int64_t *shape, double value)
+{
+    vn_tensor *t = vn_empty(dtype, ndim, shape);
+    if (t) vn_tensor_fill_(t, value);
+    return t;
+}
+
+vn_tensor *vn_zeros(vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    vn_tensor *t = vn_empty(dtype, ndim, shape);
+    if (t) memset(t->storage->data, 0, (size_t)vn_tensor_numel(t) * vn_dtype_size(dtype));
+    return t;
+}
+
+vn_tensor *vn_ones(vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    return vn_full(dtype, ndim, shape, 1.0);
+}
+
+vn_tensor *vn_from_data(vn_dtype dtype, int ndim, const int64_t *shape, const void *data)
+{
+    vn_tensor *t = vn_empty(dtype, ndim, shape);
+    if (!t) return NULL;
+    size_t nbytes = (size_t)vn_tensor_numel(t) * vn_dtype_size(dtype);
+    if (nbytes && !data) {
+        vn_tensor_release(t);
+        return vn__errp(VN_ERR_ARG, "from_data: data is NULL");
+    }
+    if (nbytes) memcpy(t->storage->data, data, nbytes);
+    return t;
+}
+
+vn_tensor *vn_arange(double start, double end, double step, vn_dtype dtype)
+{
+    if (step == 0 || !isfinite(step) || !isfinite(start) || !isfinite(end))
+        return vn__errp(VN_ERR_ARG, "arange: start, end and a nonzero step must be finite (got %g, %g, %g)",
+                        start, end, step);
+    double count = ceil((end - start) / step);
+    int64_t n = count > 0 ? (int64_t)count : 0;
+    vn_tensor *t = vn_empty(dtype, 1, &n);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < n; i++) vn__store(t, i, start + (double)i * step);
+    return t;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+int vn_tensor_ndim(const vn_tensor *t) { return t->ndim; }
+const int64_t *vn_tensor_shape(const vn_tensor *t) { return t->shape; }
+const int64_t *vn_tensor_strides(const vn_tensor *t) { return t->strides; }
+int64_t vn_tensor_numel(const vn_tensor *t) { return vn__numel(t->ndim, t->shape); }
+vn_dtype vn_tensor_dtype(const vn_tensor *t) { return t->dtype; }
+
+bool vn_tensor_is_contiguous(const vn_tensor *t)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != s) return false;
+        s *= t->shape[d];
+    }
+    return true;
+}
+
+void *vn_tensor_data(const vn_tensor *t)
+{
+    if (!t || !t->storage) return NULL;
+    return (char *)t->storage->data + t->offset * (int64_t)vn_dtype_size(t->dtype);
+}
+
+double vn__load(const vn_tensor *t, int64_t off)
+{
+    const void *base = t->storage->data;
+    switch (t->dtype) {
+    case VN_F32: return ((const float *)base)[off];
+    case VN_I32: return ((const int32_t *)base)[off];
+    case VN_I64: return (double)((const int64_t *)base)[off];
+    case VN_U8: return ((const uint8_t *)base)[off];
+    }
+    return 0;
+}
+
+void vn__store(vn_tensor *t, int64_t off, double v)
+{
+    void *base = t->storage->data;
+    switch (t->dtype) {
+    case VN_F32: ((float *)base)[off] = (float)v; break;
+    case VN_I32: ((int32_t *)base)[off] = (int32_t)v; break;
+    case VN_I64: ((int64_t *)base)[off] = (int64_t)v; break;
+    case VN_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
+    }
+}
+
+int64_t vn__offset_of(const vn_tensor *t, int64_t flat)
+{
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t size = t->shape[d];
+        if (size == 0) return t->offset;
+        off += (flat % size) * t->strides[d];
+        flat /= size;
+    }
+    return off;
+}
+
+vn_status vn_tensor_item(const vn_tensor *t, double *out)
+{
+    vn_status s = vn__check(t, "item");
+    if (s) return s;
+    if (vn_tensor_numel(t) != 1) {
+        char buf[128];
+        return vn__err(VN_ERR_SHAPE, "item: expected a tensor with one element, got shape %s",
+                       vn_shape_str(t->ndim, t->shape, buf, sizeof buf));
+    }
+    *out = vn__load(t, t->offset);
+    return VN_OK;
+}
+
+static vn_status index_offset(const vn_tensor *t, const int64_t *index, int64_t *off, const char *op)
+{
+    vn_status s = vn__check(t, op);
+    if (s) return s;
+    *off = t->offset;
+    for (int d = 0; d < t->ndim; d++) {
+        if (index[d] < 0 || index[d] >= t->shape[d])
+            return vn__err(VN_ERR_ARG, "%s: index %lld out of range for dim %d of size %lld", op,
+                           (long long)index[d], d, (long long)t->shape[d]);
+        *off += index[d] * t->strides[d];
+    }
+    return VN_OK;
+}
+
+vn_status vn_tensor_get(const vn_tensor *t, const int64_t *index, double *out)
+{
+    int64_t off;
+    vn_status s = index_offset(t, index, &off, "get");
+    if (!s) *out = vn__load(t, off);
+    return s;
+}
+
+vn_status vn_tensor_set(vn_tensor *t, const int64_t *index, double value)
+{
+    int64_t off;
+    vn_status s = index_offset(t, index, &off, "set");
+    if (!s) vn__store(t, off, value);
+    return s;
+}
+
+/* ---- copies -------------------------------------------------------------- */
+
+/* dst[i] = src[i] over dst's shape, with src's strides already broadcast.
+ * Walks the index like an odometer so any layout works; the innermost dim
+ * is a plain loop for the common contiguous case. */
+static void strided_copy(vn_tensor *dst, const vn_tensor *src, const int64_t *sstrides)
+{
+    int nd = dst->ndim;
+    int64_t numel = vn_tensor_numel(dst);
+    if (numel == 0) return;
+    if (dst->dtype == src->dtype && vn_tensor_is_contiguous(dst) && vn_tensor_is_contiguous(src) &&
+        vn__same_shape(dst, src)) {
+        memcpy(vn_tensor_data(dst), vn_tensor_data(src), (size_t)numel * vn_dtype_size(dst->dtype));
+        return;
+    }
+    int64_t inner = nd ? dst->shape[nd - 1] : 1;
+    int64_t dstep = nd ? dst->strides[nd - 1] : 0, sstep = nd ? sstrides[nd - 1] : 0;
+    int64_t idx[VN_MAX_DIMS] = {0};
+    int64_t doff = dst->offset, soff = src->offset;
+    for (int64_t done = 0; done < numel; done += inner) {
+        if (dst->dtype == VN_F32 && src->dtype == VN_F32) {
+            float *d = (float *)dst->storage->data + doff;
+            const float *s = (const float *)src->storage->data + soff;
+            for (int64_t i = 0; i < inner; i++) d[i * dstep] = s[i * sstep];
+        } else if (dst->dtype == VN_F32 && src->dtype == VN_U8) {
+            float *d = (float *)dst->storage->data + doff;
+            const uint8_t *s = (const uint8_t *)src->storage->data + soff;
+            for (int64_t i = 0; i < inner; i++) d[i * dstep] = s[i * sstep];
+        } else {
+            for (int64_t i = 0; i < inner; i++)
+                vn__store(dst, doff + i * dstep, vn__load(src, soff + i * sstep));
+        }
+        /* advance the odometer over the outer dims */
+        for (int d = nd - 2; d >= 0; d--) {
+            idx[d]++;
+            doff += dst->strides[d];
+            soff += sstrides[d];
+            if (idx[d] < dst->shape[d]) break;
+            doff -= dst->strides[d] * dst->shape[d];
+            soff -= sstrides[d] * dst->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src)
+{
+    vn_status s = vn__check(dst, "copy_: destination");
+    if (!s) s = vn__check(src, "copy_: source");
+    if (s) return s;
+    int nd;
+    int64_t shape[VN_MAX_DIMS];
+    s = vn__broadcast_shape("copy_", src->ndim, src->shape, dst->ndim, dst->shape, &nd, shape);
+    if (s) return s;
+    if (nd != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)nd)) {
+        char a[128], b[128];
+        return vn__err(VN_ERR_SHAPE, "copy_: source of shape %s does not broadcast to destination %s",
+                       vn_shape_str(src->ndim, src->shape, a, sizeof a),
+                       vn_shape_str(dst->ndim, dst->shape, b, sizeof b));
+    }
+    int64_t sstrides[VN_MAX_DIMS];
+    vn__broadcast_strides(src, dst->ndim, dst->shape, sstrides);
+    strided_copy(dst, src, sstrides);
+    return VN_OK;
+}
+
+vn_status vn_tensor_fill_(vn_tensor *t, double value)
+{
+    vn_status s = vn__check(t, "fill_");
+    if (s) return s;
+    int64_t n = vn_tensor_numel(t);
+    if (vn_tensor_is_contiguous(t)) {
+        VN_DTYPE_SWITCH(t->dtype, T, {
+            T *p = vn_tensor_data(t);
+            T v = (T)value;
+            for (int64_t i = 0; i < n; i++) p[i] = v;
+        });
+        return VN_OK;
+    }
+    for (int64_t i = 0; i < n; i++) vn__store(t, vn__offset_of(t, i), value);
+    return VN_OK;
+}
+
+vn_status vn_tensor_copy_out(const vn_tensor *t, void *buf, size_t nbytes)
+{
+    vn_status s = vn__check(t, "copy_out");
+    if (s) return s;
+    size_t need = (size_t)vn_tensor_numel(t) * vn_dtype_size(t->dtype);
+    if (nbytes != need)
+        return vn__err(VN_ERR_ARG, "copy_out: buffer of %zu bytes, expected %zu", nbytes, need);
+    if (!need) return VN_OK;
+    vn_tensor dst = {.refcount = 1, .dtype = t->dtype, .ndim = t->ndim};
+    vn_storage st = {.data = buf, .nbytes = nbytes, .refcount = 1};
+    memcpy(dst.shape, t->shape, sizeof dst.shape);
+    vn__contig_strides(t->ndim, t->shape, dst.strides);
+    dst.storage = &st;
+    strided_copy(&dst, t, t->strides);
+    return VN_OK;
+}
