@@ -215,6 +215,9 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
     }
     vn_tensor_release(top->gacc);
     top->gacc = seed;
+    /* Hold every node for the walk: dropping a node's inputs can free the
+     * last reference to an intermediate tensor, and with it its node. */
+    for (size_t k = 0; k < count; k++) order[k]->refcount++;
 
     bool was = vn_set_grad_enabled(false);
     for (size_t k = count; k-- > 0;) {
@@ -230,6 +233,7 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
         n->released = true;
     }
     vn_set_grad_enabled(was);
+    for (size_t k = 0; k < count; k++) vn__node_release(order[k]);
     free(order);
     return s;
 }

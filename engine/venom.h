@@ -193,6 +193,10 @@ vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index);
 
 /* ---- elementwise (broadcasting, differentiable for f32) ----------------- */
 
+/* add, sub, mul take any dtype (both operands the same; the result has it);
+ * integers wrap around in two's complement. div and pow are f32 only
+ * (VN_ERR_DTYPE otherwise). VN_ERR_SHAPE names both shapes when they do not
+ * broadcast. */
 vn_tensor *vn_add(const vn_tensor *a, const vn_tensor *b);
 vn_tensor *vn_sub(const vn_tensor *a, const vn_tensor *b);
 vn_tensor *vn_mul(const vn_tensor *a, const vn_tensor *b);
@@ -207,7 +211,8 @@ vn_tensor *vn_le(const vn_tensor *a, const vn_tensor *b);
 vn_tensor *vn_gt(const vn_tensor *a, const vn_tensor *b);
 vn_tensor *vn_ge(const vn_tensor *a, const vn_tensor *b);
 
-/* Unary ops (f32 only except neg and abs, which take any dtype). */
+/* Unary ops (f32 only except neg and abs, which take any dtype; integer
+ * neg/abs wrap, so -INT32_MIN is INT32_MIN). */
 vn_tensor *vn_neg(const vn_tensor *t);
 vn_tensor *vn_abs(const vn_tensor *t);
 vn_tensor *vn_exp(const vn_tensor *t);
@@ -224,10 +229,13 @@ vn_tensor *vn_sigmoid(const vn_tensor *t);
 vn_tensor *vn_clamp(const vn_tensor *t, double lo, double hi);
 /* cond ? a : b, with cond a u8 tensor; all three broadcast. */
 vn_tensor *vn_where(const vn_tensor *cond, const vn_tensor *a, const vn_tensor *b);
-/* t with `value` where mask (u8, broadcast to t) is nonzero. */
+/* t with `value` where mask (u8, broadcast to t) is nonzero. The result has
+ * t's shape and dtype; VN_ERR_ARG if value does not fit the dtype. */
 vn_tensor *vn_masked_fill(const vn_tensor *t, const vn_tensor *mask, double value);
 /* Inverted dropout: zero each element with probability p and scale the rest
- * by 1/(1-p) (Srivastava et al. 2014). Identity when !training or p == 0.
+ * by 1/(1-p) (Srivastava et al. 2014). Identity when !training or p == 0 (a
+ * new tensor sharing t's storage). The mask hashes the element index with a
+ * key drawn from the engine RNG, so vn_manual_seed makes it repeatable.
  * VN_ERR_ARG unless 0 <= p < 1. */
 vn_tensor *vn_dropout(const vn_tensor *t, double p, bool training);
 
@@ -240,7 +248,10 @@ vn_tensor *vn_max_all(const vn_tensor *t);
 vn_tensor *vn_min_all(const vn_tensor *t);
 /* ... or over one dim, removed unless keepdim. sum/mean of integer tensors
  * give i64/f32. max/min backward sends the gradient to the first arg-extremum.
- * argmax/argmin return i64 indices (first of ties); not differentiable. */
+ * argmax/argmin return i64 indices (first of ties); not differentiable.
+ * nan counts as the largest and the smallest value (it propagates). Over zero
+ * elements sum is 0, mean nan, and max/min/argmax/argmin a VN_ERR_SHAPE
+ * error. A 0-d tensor reduces over dim 0 (or -1) to itself. */
 vn_tensor *vn_sum(const vn_tensor *t, int dim, bool keepdim);
 vn_tensor *vn_mean(const vn_tensor *t, int dim, bool keepdim);
 vn_tensor *vn_max(const vn_tensor *t, int dim, bool keepdim);

@@ -361,7 +361,11 @@ static vn_status cat_backward(vn_node *n, const vn_tensor *g)
     vn_status s = VN_OK;
     for (int k = 0; k < n->ninputs && !s; k++) {
         int64_t len = n->inputs[k]->shape[dim];
-        if (vn__input_needs_grad(n, k)) s = vn__accum(n, k, vn_contiguous(vn_narrow(g, dim, start, len)));
+        if (vn__input_needs_grad(n, k)) {
+            vn_tensor *part = vn_narrow(g, dim, start, len);
+            s = part ? vn__accum(n, k, vn_contiguous(part)) : VN_ERR_MEMORY;
+            vn_tensor_release(part);
+        }
         start += len;
     }
     return s;

@@ -1,0 +1,399 @@
+/* ops_linalg.c — matmul and linear on OpenBLAS sgemm, with their backward
+ * rules. Operands go to BLAS as they lie in memory whenever BLAS can read
+ * them (row-major, or a transposed view passed with CblasTrans); only a
+ * layout neither fits (broadcast stride 0, a strided slice of columns) is
+ * copied first. */
+#include "internal.h"
+
+#include <cblas.h>
+#include <limits.h>
+
+/* How BLAS reads one rows × cols matrix: whether it is stored column-major
+ * (pass CblasTrans) and its leading dimension. */
+typedef struct {
+    int64_t rows, cols;
+    bool trans;
+    int64_t ld;
+} blas_mat;
+
+/* Fills m for a rows × cols matrix with element strides (rs, cs), or returns
+ * false when BLAS cannot read it in place. A stride on a dim of size 1 never
+ * matters, so such a dim fits either layout. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, blas_mat *m)
+{
+    m->rows = rows;
+    m->cols = cols;
+    if ((cols == 1 || cs == 1) && (rows == 1 || rs >= cols)) {
+        m->trans = false;
+        m->ld = rows == 1 ? cols : rs;
+    } else if ((rows == 1 || rs == 1) && (cols == 1 || cs >= rows)) {
+        m->trans = true;
+        m->ld = cols == 1 ? rows : cs;
+    } else {
+        return false;
+    }
+    if (m->ld < 1) m->ld = 1; /* an empty matrix: BLAS still wants ld >= 1 */
+    return m->ld <= INT_MAX;
+}
+
+/* t (..., cols) as one rows × cols matrix, merging all leading dims into the
+ * rows; false when their strides do not allow that without a copy. */
+static bool as_matrix(const vn_tensor *t, blas_mat *m)
+{
+    int nd = t->ndim;
+    int64_t rows = 1, rs = 0;
+    for (int d = nd - 2; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (rows == 1) rs = t->strides[d];
+        else if (t->strides[d] != rows * rs) return false;
+        rows *= t->shape[d];
+    }
+    return blas_layout(rows, t->shape[nd - 1], rs, t->strides[nd - 1], m);
+}
+
+/* C (m × n, row-major, ldc) = op(A)·op(B) + beta·C with op(A) m × k and
+ * op(B) k × n. Empty products are handled here because BLAS implementations
+ * differ on them. */
+static void gemm(const blas_mat *A, const float *a, const blas_mat *B, const float *b,
+                 bool ta, bool tb, int64_t m, int64_t n, int64_t k, float beta, float *c,
+                 int64_t ldc)
+{
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, a, (int)A->ld, b, (int)B->ld, beta, c, (int)ldc);
+}
+
+/* t itself (retained) if contiguous, else a contiguous copy that is not
+ * recorded on the tape (it only feeds a kernel). */
+static vn_tensor *plain_contiguous(const vn_tensor *t)
+{
+    if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
+    vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
+    if (c && vn_tensor_copy_(c, t)) {
+        vn_tensor_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+static bool too_big_for_blas(int64_t n) { return n > INT_MAX; }
+
+/* ---- matmul --------------------------------------------------------------- */
+
+/* One matmul operand with 1-D promoted to a matrix: a vector on the left is
+ * a 1 × k row, on the right a k × 1 column. Batch dims are those before the
+ * matrix dims. */
+typedef struct {
+    int nbatch;
+    const int64_t *bshape, *bstrides;
+    int64_t rows, cols, rs, cs;
+} operand;
+
+static operand promote(const vn_tensor *t, bool right)
+{
+    operand o = {.nbatch = t->ndim >= 2 ? t->ndim - 2 : 0, .bshape = t->shape, .bstrides = t->strides};
+    int nd = t->ndim;
+    if (nd == 1 && !right) {
+        o.rows = 1, o.cols = t->shape[0], o.rs = 0, o.cs = t->strides[0];
+    } else if (nd == 1) {
+        o.rows = t->shape[0], o.cols = 1, o.rs = t->strides[0], o.cs = 0;
+    } else {
+        o.rows = t->shape[nd - 2], o.cols = t->shape[nd - 1];
+        o.rs = t->strides[nd - 2], o.cs = t->strides[nd - 1];
+    }
+    return o;
+}
+
+/* Reads a matmul operand's matrices as BLAS can: *t itself, or a contiguous
+ * copy that replaces it (*copy owns it then). False when the copy failed. */
+static bool blas_operand(const vn_tensor **t, bool right, operand *o, blas_mat *m, vn_tensor **copy)
+{
+    *o = promote(*t, right);
+    if (blas_layout(o->rows, o->cols, o->rs, o->cs, m)) return true;
+    if (!(*copy = plain_contiguous(*t))) return false;
+    *t = *copy;
+    *o = promote(*t, right);
+    return blas_layout(o->rows, o->cols, o->rs, o->cs, m);
+}
+
+/* out (contiguous, batch × n × m) = a · b, the batch dims of a and b
+ * broadcasting to (nb, bshape). */
+static bool matmul_into(const vn_tensor *a, const vn_tensor *b, int nb, const int64_t *bshape,
+                        float *out)
+{
+    operand oa, ob;
+    blas_mat A = {0}, B = {0}, AF = {0};
+    vn_tensor *ac = NULL, *bc = NULL;
+    if (!blas_operand(&a, false, &oa, &A, &ac) || !blas_operand(&b, true, &ob, &B, &bc)) {
+        vn_tensor_release(ac);
+        vn_tensor_release(bc);
+        return false;
+    }
+    int64_t n = oa.rows, k = oa.cols, m = ob.cols;
+    const float *pa = vn_tensor_data(a), *pb = vn_tensor_data(b);
+
+    /* When b is one matrix and a's batch dims merge into its rows, the whole
+     * product is a single gemm (the common x·W case). */
+    int64_t b_batch = 1;
+    for (int d = 0; d < ob.nbatch; d++) b_batch *= ob.bshape[d];
+    if (b_batch == 1 && a->ndim >= 2 && as_matrix(a, &AF) && !AF.trans && AF.rows <= INT_MAX) {
+        gemm(&AF, pa, &B, pb, false, B.trans, AF.rows, m, k, 0, out, m);
+    } else {
+        /* Batch strides under the broadcast batch shape (right-aligned; a
+         * stretched dim has stride 0), walked with an odometer. */
+        int64_t sa[VN_MAX_DIMS], sb[VN_MAX_DIMS], idx[VN_MAX_DIMS] = {0}, nbatch = 1;
+        for (int d = 0; d < nb; d++) {
+            int da = d - (nb - oa.nbatch), db = d - (nb - ob.nbatch);
+            sa[d] = da >= 0 && oa.bshape[da] != 1 ? oa.bstrides[da] : 0;
+            sb[d] = db >= 0 && ob.bshape[db] != 1 ? ob.bstrides[db] : 0;
+            nbatch *= bshape[d];
+        }
+        int64_t offa = 0, offb = 0;
+        for (int64_t i = 0; i < nbatch; i++) {
+            gemm(&A, pa + offa, &B, pb + offb, A.trans, B.trans, n, m, k, 0, out + i * n * m, m);
+            for (int d = nb - 1; d >= 0; d--) {
+                offa += sa[d], offb += sb[d];
+                if (++idx[d] < bshape[d]) break;
+                offa -= sa[d] * bshape[d], offb -= sb[d] * bshape[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    vn_tensor_release(ac);
+    vn_tensor_release(bc);
+    return true;
+}
+
+/* dA = dC·Bᵀ and dB = Aᵀ·dC on the promoted operands; vn__accum sums away
+ * broadcast batch dims. A 1-D operand's gradient loses its promoted dim. */
+static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
+{
+    const vn_tensor *a = nd->inputs[0], *b = nd->inputs[1];
+    int64_t k = a->shape[a->ndim - 1];
+    vn_tensor *a2 = a->ndim == 1 ? vn_unsqueeze(a, 0) : vn_tensor_retain((vn_tensor *)a);
+    vn_tensor *b2 = b->ndim == 1 ? vn_unsqueeze(b, 1) : vn_tensor_retain((vn_tensor *)b);
+    /* dC with the dropped dims put back: batch × n × m. */
+    int gn = 0;
+    int64_t gshape[VN_MAX_DIMS];
+    for (int d = 0; d < g->ndim - (a->ndim > 1) - (b->ndim > 1); d++) gshape[gn++] = g->shape[d];
+    gshape[gn++] = a->ndim == 1 ? 1 : a->shape[a->ndim - 2];
+    gshape[gn++] = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
+    vn_tensor *g2 = a2 && b2 ? vn_reshape(g, gn, gshape) : NULL;
+    vn_status s = g2 ? VN_OK : VN_ERR_MEMORY; /* the failed call set the message */
+
+    if (!s && vn__input_needs_grad(nd, 0)) {
+        vn_tensor *bt = vn_transpose(b2, -1, -2);
+        vn_tensor *da = bt ? vn_matmul(g2, bt) : NULL;
+        if (da && a->ndim == 1) {
+            vn_tensor *sq = vn_squeeze(da, -2);
+            vn_tensor_release(da);
+            da = sq;
+        }
+        vn_tensor_release(bt);
+        s = vn__accum(nd, 0, da);
+    }
+    if (!s && vn__input_needs_grad(nd, 1)) {
+        vn_tensor *db;
+        if (b2->ndim == 2 && a2->ndim > 2) {
+            /* b was one matrix for the whole batch: Σ_batch Aᵀ·dC is one gemm
+             * over the merged rows. */
+            int64_t ashape[2] = {-1, k}, cshape[2] = {-1, gshape[gn - 1]};
+            vn_tensor *af = vn_reshape(a2, 2, ashape), *gf = vn_reshape(g2, 2, cshape);
+            vn_tensor *at = af ? vn_transpose(af, 0, 1) : NULL;
+            db = at && gf ? vn_matmul(at, gf) : NULL;
+            vn_tensor_release(af);
+            vn_tensor_release(gf);
+            vn_tensor_release(at);
+        } else {
+            vn_tensor *at = vn_transpose(a2, -1, -2);
+            db = at ? vn_matmul(at, g2) : NULL;
+            vn_tensor_release(at);
+        }
+        if (db && b->ndim == 1) {
+            vn_tensor *sq = vn_squeeze(db, -1);
+            vn_tensor_release(db);
+            db = sq;
+        }
+        s = vn__accum(nd, 1, db);
+    }
+    vn_tensor_release(a2);
+    vn_tensor_release(b2);
+    vn_tensor_release(g2);
+    return s;
+}
+
+vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
+{
+    if (vn__check_dtype(a, VN_F32, "matmul: argument 1") ||
+        vn__check_dtype(b, VN_F32, "matmul: argument 2"))
+        return NULL;
+    char sa[128], sb[128];
+    vn_shape_str(a->ndim, a->shape, sa, sizeof sa);
+    vn_shape_str(b->ndim, b->shape, sb, sizeof sb);
+    if (a->ndim == 0 || b->ndim == 0)
+        return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: both operands need at least 1 dim", sa, sb);
+    operand oa = promote(a, false), ob = promote(b, true);
+    if (oa.cols != ob.rows)
+        return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: inner dims %lld and %lld differ", sa, sb,
+                        (long long)oa.cols, (long long)ob.rows);
+    if (too_big_for_blas(oa.rows) || too_big_for_blas(oa.cols) || too_big_for_blas(ob.cols))
+        return vn__errp(VN_ERR_ARG, "matmul: %s and %s: a matrix dim exceeds BLAS's limit of %d",
+                        sa, sb, INT_MAX);
+
+    /* Broadcast the batch dims (right-aligned). */
+    int nb = oa.nbatch > ob.nbatch ? oa.nbatch : ob.nbatch;
+    int64_t shape[VN_MAX_DIMS];
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - oa.nbatch), db = d - (nb - ob.nbatch);
+        int64_t x = da >= 0 ? oa.bshape[da] : 1, y = db >= 0 ? ob.bshape[db] : 1;
+        if (x != y && x != 1 && y != 1)
+            return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: batch dims %lld and %lld do not "
+                            "broadcast", sa, sb, (long long)x, (long long)y);
+        shape[d] = x == 1 ? y : x;
+    }
+    int ndim = nb;
+    if (a->ndim > 1) shape[ndim++] = oa.rows;
+    if (b->ndim > 1) shape[ndim++] = ob.cols;
+
+    vn_tensor *out = vn__new(VN_F32, ndim, shape);
+    if (out && !matmul_into(a, b, nb, shape, vn_tensor_data(out))) {
+        vn_tensor_release(out);
+        return NULL;
+    }
+    if (!out) return NULL;
+    const vn_tensor *ins[2] = {a, b};
+    vn__record(out, "matmul", matmul_backward, 2, ins);
+    return out;
+}
+
+/* ---- linear --------------------------------------------------------------- */
+
+/* t as a BLAS matrix in *m (leading dims merged into rows). Returns t itself
+ * or, when its strides do not allow that, a contiguous copy; a new reference
+ * either way, NULL on failure. */
+static vn_tensor *matrix_view(const vn_tensor *t, blas_mat *m)
+{
+    if (as_matrix(t, m)) return vn_tensor_retain((vn_tensor *)t);
+    vn_tensor *c = plain_contiguous(t);
+    if (c) as_matrix(c, m);
+    return c;
+}
+
+/* dx = dy·w, dw = dyᵀ·x (rows of every leading dim merged), db = column sums
+ * of dy: three straight sgemm calls and one pass over dy. */
+static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
+{
+    const vn_tensor *x = nd->inputs[0], *w = nd->inputs[1];
+    int64_t out_f = w->shape[0], in_f = w->shape[1];
+    blas_mat DY, W, X;
+    vn_tensor *dy = matrix_view(gout, &DY);
+    if (!dy) return VN_ERR_MEMORY;
+    const float *pdy = vn_tensor_data(dy);
+    int64_t rows = DY.rows;
+    vn_status s = VN_OK;
+
+    if (vn__input_needs_grad(nd, 0)) {
+        vn_tensor *wv = matrix_view(w, &W);
+        vn_tensor *dx = wv ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
+        if (dx)
+            gemm(&DY, pdy, &W, vn_tensor_data(wv), DY.trans, W.trans, rows, in_f, out_f, 0,
+                 vn_tensor_data(dx), in_f);
+        vn_tensor_release(wv);
+        s = vn__accum(nd, 0, dx);
+    }
+    if (!s && vn__input_needs_grad(nd, 1)) {
+        vn_tensor *xv = matrix_view(x, &X);
+        vn_tensor *dw = xv ? vn__new(VN_F32, 2, w->shape) : NULL;
+        if (dw)
+            gemm(&DY, pdy, &X, vn_tensor_data(xv), !DY.trans, X.trans, out_f, in_f, rows, 0,
+                 vn_tensor_data(dw), in_f);
+        vn_tensor_release(xv);
+        s = vn__accum(nd, 1, dw);
+    }
+    if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
+        vn_tensor *db = vn_zeros(VN_F32, 1, &out_f);
+        if (db) {
+            float *restrict acc = vn_tensor_data(db);
+            if (!DY.trans) {
+                for (int64_t i = 0; i < rows; i++) {
+                    const float *restrict row = pdy + i * DY.ld;
+                    for (int64_t j = 0; j < out_f; j++) acc[j] += row[j];
+                }
+            } else { /* column-major dy: each output column is contiguous */
+                for (int64_t j = 0; j < out_f; j++) {
+                    const float *restrict col = pdy + j * DY.ld;
+                    float sum = 0;
+                    for (int64_t i = 0; i < rows; i++) sum += col[i];
+                    acc[j] = sum;
+                }
+            }
+        }
+        s = vn__accum(nd, 2, db);
+    }
+    vn_tensor_release(dy);
+    return s;
+}
+
+vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bias)
+{
+    if (vn__check_dtype(x, VN_F32, "linear: input") || vn__check_dtype(w, VN_F32, "linear: weight") ||
+        (bias && vn__check_dtype(bias, VN_F32, "linear: bias")))
+        return NULL;
+    char sx[128], sw[128], sbias[128];
+    vn_shape_str(x->ndim, x->shape, sx, sizeof sx);
+    vn_shape_str(w->ndim, w->shape, sw, sizeof sw);
+    if (w->ndim != 2)
+        return vn__errp(VN_ERR_SHAPE, "linear: weight must be 2-D (out, in), found %s", sw);
+    int64_t out_f = w->shape[0], in_f = w->shape[1];
+    if (x->ndim == 0 || x->shape[x->ndim - 1] != in_f)
+        return vn__errp(VN_ERR_SHAPE, "linear: input %s and weight %s: in features %lld and %lld "
+                        "differ", sx, sw, x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL,
+                        (long long)in_f);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
+        char want[64];
+        return vn__errp(VN_ERR_SHAPE, "linear: bias %s does not match weight %s: expected %s",
+                        vn_shape_str(bias->ndim, bias->shape, sbias, sizeof sbias), sw,
+                        vn_shape_str(1, &out_f, want, sizeof want));
+    }
+    if (too_big_for_blas(out_f) || too_big_for_blas(in_f))
+        return vn__errp(VN_ERR_ARG, "linear: weight %s exceeds BLAS's limit of %d", sw, INT_MAX);
+
+    int64_t shape[VN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = out_f;
+    vn_tensor *y = vn__new(VN_F32, x->ndim, shape);
+    blas_mat X, W;
+    vn_tensor *xv = y ? matrix_view(x, &X) : NULL;
+    vn_tensor *wv = xv ? matrix_view(w, &W) : NULL;
+    vn_tensor *bv = wv && bias ? plain_contiguous(bias) : NULL;
+    if (!wv || (bias && !bv) || too_big_for_blas(X.rows)) {
+        if (wv && X.rows > INT_MAX)
+            vn__err(VN_ERR_ARG, "linear: input %s has more than %d rows", sx, INT_MAX);
+        vn_tensor_release(y);
+        vn_tensor_release(xv);
+        vn_tensor_release(wv);
+        vn_tensor_release(bv);
+        return NULL;
+    }
+    float *py = vn_tensor_data(y);
+    if (bv) {
+        /* Start every row at the bias; sgemm adds x·wᵀ onto it (beta = 1),
+         * so the bias costs no extra pass over the result. */
+        const float *pb = vn_tensor_data(bv);
+        for (int64_t i = 0; i < X.rows; i++) memcpy(py + i * out_f, pb, sizeof(float) * (size_t)out_f);
+    }
+    gemm(&X, vn_tensor_data(xv), &W, vn_tensor_data(wv), X.trans, !W.trans, X.rows, out_f, in_f,
+         bv ? 1.0f : 0.0f, py, out_f);
+    vn_tensor_release(xv);
+    vn_tensor_release(wv);
+    vn_tensor_release(bv);
+
+    const vn_tensor *ins[3] = {x, w, bias};
+    vn__record(y, "linear", linear_backward, bias ? 3 : 2, ins);
+    return y;
+}

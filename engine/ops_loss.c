@@ -1,0 +1,401 @@
+/* ops_loss.c — softmax, log_softmax and the losses (cross_entropy, nll_loss,
+ * mse_loss), each with its backward rule. Softmax kernels work on rows of a
+ * contiguous tensor; another dim is first swapped to the end. Every exp is
+ * taken of x − max(x), so large logits cannot overflow. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* t itself (retained) if contiguous, else a contiguous copy that is not
+ * recorded on the tape (it only feeds a kernel). */
+static vn_tensor *plain_contiguous(const vn_tensor *t)
+{
+    if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
+    vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
+    if (c && vn_tensor_copy_(c, t)) {
+        vn_tensor_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* A contiguous copy of t with dims `dim` and last swapped (not recorded);
+ * t itself, retained, when dim is already last and t contiguous. Swapping
+ * twice restores the original order. */
+static vn_tensor *swap_to_last(const vn_tensor *t, int dim)
+{
+    int last = t->ndim - 1;
+    if (dim == last) return plain_contiguous(t);
+    vn_tensor *v = vn__alias(t);
+    if (!v) return NULL;
+    int64_t sh = v->shape[dim], st = v->strides[dim];
+    v->shape[dim] = v->shape[last], v->strides[dim] = v->strides[last];
+    v->shape[last] = sh, v->strides[last] = st;
+    vn_tensor *c = plain_contiguous(v);
+    vn_tensor_release(v);
+    return c;
+}
+
+static bool valid_reduction(vn_reduction r)
+{
+    return r == VN_REDUCE_MEAN || r == VN_REDUCE_SUM || r == VN_REDUCE_NONE;
+}
+
+/* ---- softmax and log_softmax ----------------------------------------------- */
+
+/* y = softmax or log_softmax of each row of x (rows × D, contiguous). */
+static void softmax_rows(const float *x, float *y, int64_t rows, int64_t D, bool log)
+{
+#pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * D;
+        float *yr = y + r * D;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < D; j++) m = xr[j] > m ? xr[j] : m;
+        float s = 0;
+        for (int64_t j = 0; j < D; j++) {
+            float e = expf(xr[j] - m);
+            yr[j] = e;
+            s += e;
+        }
+        if (log) {
+            /* (x − m) − log s, not x − (m + log s): exact when x ≈ m is large */
+            float ls = logf(s);
+            for (int64_t j = 0; j < D; j++) yr[j] = (xr[j] - m) - ls;
+        } else {
+            float inv = 1.0f / s;
+            for (int64_t j = 0; j < D; j++) yr[j] *= inv;
+        }
+    }
+}
+
+/* dx from the saved output y and dL/dy per row:
+ *   softmax:      dx = y ⊙ (g − Σ g⊙y)
+ *   log_softmax:  dx = g − exp(y) · Σ g */
+static void softmax_rows_backward(const float *y, const float *g, float *dx, int64_t rows, int64_t D,
+                                  bool log)
+{
+#pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *yr = y + r * D, *gr = g + r * D;
+        float *dr = dx + r * D;
+        float s = 0;
+        if (log) {
+            for (int64_t j = 0; j < D; j++) s += gr[j];
+            for (int64_t j = 0; j < D; j++) dr[j] = gr[j] - expf(yr[j]) * s;
+        } else {
+            for (int64_t j = 0; j < D; j++) s += gr[j] * yr[j];
+            for (int64_t j = 0; j < D; j++) dr[j] = yr[j] * (gr[j] - s);
+        }
+    }
+}
+
+static vn_status softmax_backward(vn_node *nd, const vn_tensor *gout)
+{
+    int dim = (int)nd->i[0];
+    bool log = nd->i[1];
+    vn_tensor *y = swap_to_last(nd->saved[0], dim), *g = swap_to_last(gout, dim);
+    vn_tensor *dx = y && g ? vn__new(VN_F32, y->ndim, y->shape) : NULL, *res = NULL;
+    if (dx) {
+        int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1;
+        softmax_rows_backward(vn_tensor_data(y), vn_tensor_data(g), vn_tensor_data(dx),
+                              D ? vn_tensor_numel(y) / D : 0, D, log);
+        res = swap_to_last(dx, dim);
+    }
+    vn_tensor_release(y);
+    vn_tensor_release(g);
+    vn_tensor_release(dx);
+    return vn__accum(nd, 0, res);
+}
+
+static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
+{
+    const char *op = log ? "log_softmax" : "softmax";
+    char what[32];
+    snprintf(what, sizeof what, "%s: input", op);
+    if (vn__check_dtype(t, VN_F32, what)) return NULL;
+    snprintf(what, sizeof what, "%s: dim", op);
+    if (vn__wrap_dim(t->ndim, &dim, what)) return NULL;
+
+    vn_tensor *x = swap_to_last(t, dim);
+    vn_tensor *y = x ? vn__new(VN_F32, x->ndim, x->shape) : NULL, *out = NULL;
+    if (y) {
+        int64_t D = x->shape[x->ndim - 1];
+        softmax_rows(vn_tensor_data(x), vn_tensor_data(y), D ? vn_tensor_numel(x) / D : 0, D, log);
+        out = swap_to_last(y, dim);
+    }
+    vn_tensor_release(x);
+    vn_tensor_release(y);
+    if (!out) return NULL;
+    vn_node *nd = vn__record(out, op, softmax_backward, 1, &t);
+    if (nd) {
+        nd->i[0] = dim;
+        nd->i[1] = log;
+        /* an alias, not out itself: out owns the node, so a reference back
+         * would be a cycle */
+        nd->saved[0] = vn__alias(out);
+        if (!nd->saved[0]) {
+            vn_tensor_release(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+vn_tensor *vn_softmax(const vn_tensor *t, int dim) { return softmax_impl(t, dim, false); }
+vn_tensor *vn_log_softmax(const vn_tensor *t, int dim) { return softmax_impl(t, dim, true); }
+
+/* ---- class-target losses ------------------------------------------------- */
+
+static int64_t target_at(const vn_tensor *t, int64_t n)
+{
+    const char *base = vn_tensor_data(t);
+    int64_t off = n * t->strides[0];
+    return t->dtype == VN_I32 ? ((const int32_t *)base)[off] : ((const int64_t *)base)[off];
+}
+
+/* Checks scores (N, C) f32 and target (N) i32/i64 with every value in
+ * 0..C-1, naming `op` and the first bad position. */
+static vn_status check_class_args(const char *op, const vn_tensor *scores, const char *sname,
+                                  const vn_tensor *target, vn_reduction reduction)
+{
+    char what[64], a[128], b[128];
+    snprintf(what, sizeof what, "%s: %s", op, sname);
+    vn_status s = vn__check_dtype(scores, VN_F32, what);
+    if (s) return s;
+    snprintf(what, sizeof what, "%s: target", op);
+    if ((s = vn__check(target, what))) return s;
+    if (target->dtype != VN_I32 && target->dtype != VN_I64)
+        return vn__err(VN_ERR_DTYPE, "%s: target must be i32 or i64 class indices, found %s", op,
+                       vn_dtype_name(target->dtype));
+    vn_shape_str(scores->ndim, scores->shape, a, sizeof a);
+    vn_shape_str(target->ndim, target->shape, b, sizeof b);
+    if (scores->ndim != 2)
+        return vn__err(VN_ERR_SHAPE, "%s: %s must be 2-D (N, C), found %s", op, sname, a);
+    if (target->ndim != 1 || target->shape[0] != scores->shape[0])
+        return vn__err(VN_ERR_SHAPE, "%s: %s %s and target %s: expected target of shape (%lld)",
+                       op, sname, a, b, (long long)scores->shape[0]);
+    if (!valid_reduction(reduction))
+        return vn__err(VN_ERR_ARG, "%s: unknown reduction %d (expected mean, sum or none)", op,
+                       (int)reduction);
+    int64_t N = scores->shape[0], C = scores->shape[1];
+    for (int64_t n = 0; n < N; n++) {
+        int64_t t = target_at(target, n);
+        if (t < 0 || t >= C)
+            return vn__err(VN_ERR_ARG, "%s: target[%lld] = %lld is out of range for %lld classes "
+                           "(expected 0..%lld)", op, (long long)n, (long long)t, (long long)C,
+                           (long long)C - 1);
+    }
+    return VN_OK;
+}
+
+/* The loss tensor from per-sample losses: (N) for NONE, else a 0-d sum or
+ * mean (accumulated in double). */
+static vn_tensor *reduce_losses(const double *per, int64_t N, vn_reduction reduction)
+{
+    if (reduction == VN_REDUCE_NONE) {
+        vn_tensor *out = vn__new(VN_F32, 1, &N);
+        if (out) {
+            float *p = vn_tensor_data(out);
+            for (int64_t n = 0; n < N; n++) p[n] = (float)per[n];
+        }
+        return out;
+    }
+    double sum = 0;
+    for (int64_t n = 0; n < N; n++) sum += per[n];
+    vn_tensor *out = vn__new(VN_F32, 0, NULL);
+    if (out) *(float *)vn_tensor_data(out) = (float)(reduction == VN_REDUCE_MEAN ? sum / N : sum);
+    return out;
+}
+
+/* dL/d(loss_n) for each sample: the incoming gradient spread by the
+ * reduction. Returns a malloc'd array of N floats, or NULL. */
+static float *per_sample_scale(const vn_tensor *gout, int64_t N, vn_reduction reduction)
+{
+    float *scale = malloc(sizeof(float) * (size_t)(N ? N : 1));
+    if (!scale) {
+        vn__err(VN_ERR_MEMORY, "out of memory in a loss backward");
+        return NULL;
+    }
+    if (reduction == VN_REDUCE_NONE) {
+        for (int64_t n = 0; n < N; n++) scale[n] = (float)vn__load(gout, vn__offset_of(gout, n));
+    } else {
+        double g = vn__load(gout, gout->offset);
+        float v = (float)(reduction == VN_REDUCE_MEAN ? g / N : g);
+        for (int64_t n = 0; n < N; n++) scale[n] = v;
+    }
+    return scale;
+}
+
+/* d logits = (softmax(logits) − onehot(target)) · scale_n, with softmax
+ * rebuilt from the saved (max, log Σ exp(x − max)) of each row. */
+static vn_status cross_entropy_backward(vn_node *nd, const vn_tensor *gout)
+{
+    const vn_tensor *target = nd->saved[0], *lse = nd->saved[1];
+    vn_tensor *x = plain_contiguous(nd->inputs[0]);
+    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1];
+    float *scale = x ? per_sample_scale(gout, N, (vn_reduction)nd->i[0]) : NULL;
+    vn_tensor *dx = scale ? vn__new(VN_F32, 2, nd->inputs[0]->shape) : NULL;
+    if (dx) {
+        const float *px = vn_tensor_data(x), *pl = vn_tensor_data(lse);
+        float *pd = vn_tensor_data(dx);
+#pragma omp parallel for schedule(static) if (N * C > VN_OMP_MIN_WORK)
+        for (int64_t n = 0; n < N; n++) {
+            const float *xr = px + n * C;
+            float *dr = pd + n * C, s = scale[n], m = pl[2 * n], ls = pl[2 * n + 1];
+            for (int64_t c = 0; c < C; c++) dr[c] = expf((xr[c] - m) - ls) * s;
+            dr[target_at(target, n)] -= s;
+        }
+    }
+    free(scale);
+    vn_tensor_release(x);
+    return vn__accum(nd, 0, dx);
+}
+
+vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
+                            vn_reduction reduction)
+{
+    if (check_class_args("cross_entropy", logits, "logits", target, reduction)) return NULL;
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    vn_tensor *x = plain_contiguous(logits);
+    int64_t lse_shape[2] = {N, 2};
+    vn_tensor *lse = x ? vn__new(VN_F32, 2, lse_shape) : NULL; /* per row: max, log Σ exp(x − max) */
+    double *per = lse ? malloc(sizeof(double) * (size_t)(N ? N : 1)) : NULL;
+    vn_tensor *out = NULL;
+    if (per) {
+        const float *px = vn_tensor_data(x);
+        float *pl = vn_tensor_data(lse);
+#pragma omp parallel for schedule(static) if (N * C > VN_OMP_MIN_WORK)
+        for (int64_t n = 0; n < N; n++) {
+            const float *xr = px + n * C;
+            float m = -INFINITY, s = 0;
+            for (int64_t c = 0; c < C; c++) m = xr[c] > m ? xr[c] : m;
+            for (int64_t c = 0; c < C; c++) s += expf(xr[c] - m);
+            pl[2 * n] = m;
+            pl[2 * n + 1] = logf(s);
+            per[n] = (double)(m - xr[target_at(target, n)]) + log((double)s);
+        }
+        out = reduce_losses(per, N, reduction);
+    } else if (lse) {
+        vn__err(VN_ERR_MEMORY, "cross_entropy: out of memory");
+    }
+    free(per);
+    vn_tensor_release(x);
+    vn_node *nd = out ? vn__record(out, "cross_entropy", cross_entropy_backward, 1, &logits) : NULL;
+    if (nd) {
+        nd->i[0] = reduction;
+        nd->saved[0] = vn_tensor_retain((vn_tensor *)target);
+        nd->saved[1] = vn_tensor_retain(lse);
+    }
+    vn_tensor_release(lse);
+    return out;
+}
+
+/* d logp[n, target[n]] = −scale_n; zero elsewhere. */
+static vn_status nll_backward(vn_node *nd, const vn_tensor *gout)
+{
+    const vn_tensor *target = nd->saved[0];
+    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1];
+    float *scale = per_sample_scale(gout, N, (vn_reduction)nd->i[0]);
+    vn_tensor *dx = scale ? vn_zeros(VN_F32, 2, nd->inputs[0]->shape) : NULL;
+    if (dx) {
+        float *pd = vn_tensor_data(dx);
+        for (int64_t n = 0; n < N; n++) pd[n * C + target_at(target, n)] = -scale[n];
+    }
+    free(scale);
+    return vn__accum(nd, 0, dx);
+}
+
+vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduction reduction)
+{
+    if (check_class_args("nll_loss", logp, "log-probabilities", target, reduction)) return NULL;
+    int64_t N = logp->shape[0];
+    double *per = malloc(sizeof(double) * (size_t)(N ? N : 1));
+    if (!per) return vn__errp(VN_ERR_MEMORY, "nll_loss: out of memory");
+    const float *p = vn_tensor_data(logp);
+    for (int64_t n = 0; n < N; n++)
+        per[n] = -p[n * logp->strides[0] + target_at(target, n) * logp->strides[1]];
+    vn_tensor *out = reduce_losses(per, N, reduction);
+    free(per);
+    vn_node *nd = out ? vn__record(out, "nll_loss", nll_backward, 1, &logp) : NULL;
+    if (nd) {
+        nd->i[0] = reduction;
+        nd->saved[0] = vn_tensor_retain((vn_tensor *)target);
+    }
+    return out;
+}
+
+/* ---- mse_loss -------------------------------------------------------------- */
+
+/* da = 2(a − b) · scale, db = −da, with scale 1/numel (mean), 1 (sum) or
+ * the incoming gradient of each element (none). */
+static vn_status mse_backward(vn_node *nd, const vn_tensor *gout)
+{
+    vn_reduction r = (vn_reduction)nd->i[0];
+    vn_tensor *a = plain_contiguous(nd->inputs[0]), *b = plain_contiguous(nd->inputs[1]);
+    vn_tensor *g = a && b ? plain_contiguous(gout) : NULL;
+    vn_tensor *da = g ? vn__new(VN_F32, a->ndim, a->shape) : NULL;
+    vn_status s = VN_ERR_MEMORY; /* unless all went well; the failed call set the message */
+    if (da) {
+        int64_t n = vn_tensor_numel(a);
+        const float *pa = vn_tensor_data(a), *pb = vn_tensor_data(b), *pg = vn_tensor_data(g);
+        float *pd = vn_tensor_data(da);
+        if (r == VN_REDUCE_NONE) {
+            for (int64_t i = 0; i < n; i++) pd[i] = 2 * (pa[i] - pb[i]) * pg[i];
+        } else {
+            float k = (float)(2.0 * pg[0] / (r == VN_REDUCE_MEAN ? (double)n : 1.0));
+            for (int64_t i = 0; i < n; i++) pd[i] = k * (pa[i] - pb[i]);
+        }
+        s = vn__input_needs_grad(nd, 1) ? vn__accum(nd, 1, vn_neg(da)) : VN_OK;
+        if (!s) s = vn__accum(nd, 0, da); /* hands da over */
+        else vn_tensor_release(da);
+    }
+    vn_tensor_release(a);
+    vn_tensor_release(b);
+    vn_tensor_release(g);
+    return s;
+}
+
+vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction reduction)
+{
+    if (vn__check_dtype(a, VN_F32, "mse_loss: argument 1") ||
+        vn__check_dtype(b, VN_F32, "mse_loss: argument 2"))
+        return NULL;
+    if (!vn__same_shape(a, b)) {
+        char sa[128], sb[128];
+        return vn__errp(VN_ERR_SHAPE, "mse_loss: shapes %s and %s differ; expected equal shapes",
+                        vn_shape_str(a->ndim, a->shape, sa, sizeof sa),
+                        vn_shape_str(b->ndim, b->shape, sb, sizeof sb));
+    }
+    if (!valid_reduction(reduction))
+        return vn__errp(VN_ERR_ARG, "mse_loss: unknown reduction %d (expected mean, sum or none)",
+                        (int)reduction);
+    vn_tensor *ac = plain_contiguous(a), *bc = ac ? plain_contiguous(b) : NULL, *out = NULL;
+    if (bc) {
+        int64_t n = vn_tensor_numel(ac);
+        const float *pa = vn_tensor_data(ac), *pb = vn_tensor_data(bc);
+        if (reduction == VN_REDUCE_NONE) {
+            out = vn__new(VN_F32, a->ndim, a->shape);
+            float *po = out ? vn_tensor_data(out) : NULL;
+            for (int64_t i = 0; po && i < n; i++) po[i] = (pa[i] - pb[i]) * (pa[i] - pb[i]);
+        } else {
+            double sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (n > VN_OMP_MIN_WORK)
+            for (int64_t i = 0; i < n; i++) {
+                double d = (double)pa[i] - pb[i];
+                sum += d * d;
+            }
+            out = vn__new(VN_F32, 0, NULL);
+            if (out) *(float *)vn_tensor_data(out) = (float)(reduction == VN_REDUCE_MEAN ? sum / n : sum);
+        }
+    }
+    vn_tensor_release(ac);
+    vn_tensor_release(bc);
+    if (out) {
+        const vn_tensor *ins[2] = {a, b};
+        vn_node *nd = vn__record(out, "mse_loss", mse_backward, 2, ins);
+        if (nd) nd->i[0] = reduction;
+    }
+    return out;
+}

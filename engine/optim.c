@@ -1,0 +1,99 @@
+/* optim.c — in-place optimizer updates (SGD with momentum, Adam/AdamW) on
+ * contiguous f32 parameters. One pass over memory per step; the loops are
+ * plain so GCC vectorizes them, and split over threads when large. */
+#include "internal.h"
+
+#include <stdio.h>
+
+/* Checks that t is a usable contiguous f32 tensor shaped like param. */
+static vn_status check_state(const vn_tensor *t, const vn_tensor *param, const char *op,
+                             const char *name)
+{
+    char what[64], a[128], b[128];
+    snprintf(what, sizeof what, "%s: %s", op, name);
+    vn_status s = vn__check_dtype(t, VN_F32, what);
+    if (s) return s;
+    if (!vn_tensor_is_contiguous(t))
+        return vn__err(VN_ERR_ARG, "%s: %s must be contiguous", op, name);
+    if (param && !vn__same_shape(t, param))
+        return vn__err(VN_ERR_SHAPE, "%s: %s has shape %s, expected the parameter's shape %s", op,
+                       name, vn_shape_str(t->ndim, t->shape, a, sizeof a),
+                       vn_shape_str(param->ndim, param->shape, b, sizeof b));
+    return VN_OK;
+}
+
+vn_status vn_sgd_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *momentum_buf,
+                      double lr, double momentum, double dampening, double weight_decay,
+                      bool nesterov, bool first_step)
+{
+    vn_status s;
+    if ((s = check_state(param, NULL, "sgd_step", "parameter")) ||
+        (s = check_state(grad, param, "sgd_step", "gradient")))
+        return s;
+    if (momentum != 0) {
+        if (!momentum_buf)
+            return vn__err(VN_ERR_ARG, "sgd_step: momentum %g needs a momentum buffer, got NULL",
+                           momentum);
+        if ((s = check_state(momentum_buf, param, "sgd_step", "momentum buffer"))) return s;
+    }
+    int64_t n = vn_tensor_numel(param);
+    float *restrict p = vn_tensor_data(param);
+    const float *restrict g = vn_tensor_data(grad);
+    const float flr = (float)lr, wd = (float)weight_decay, mu = (float)momentum,
+                keep = (float)(1 - dampening);
+
+    if (momentum == 0) {
+#pragma omp parallel for simd schedule(static) if (n > VN_OMP_MIN_WORK)
+        for (int64_t i = 0; i < n; i++) p[i] -= flr * (g[i] + wd * p[i]);
+        return VN_OK;
+    }
+    float *restrict buf = vn_tensor_data(momentum_buf);
+    /* the first step takes buf = g: the same update with mu = 0, keep = 1 */
+    const float bmu = first_step ? 0.0f : mu, bkeep = first_step ? 1.0f : keep;
+#pragma omp parallel for simd schedule(static) if (n > VN_OMP_MIN_WORK)
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i] + wd * p[i];
+        float b = bmu * buf[i] + bkeep * d;
+        buf[i] = b;
+        p[i] -= flr * (nesterov ? d + mu * b : b);
+    }
+    return VN_OK;
+}
+
+vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_avg,
+                       vn_tensor *exp_avg_sq, int64_t step, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool decoupled)
+{
+    vn_status s;
+    if ((s = check_state(param, NULL, "adam_step", "parameter")) ||
+        (s = check_state(grad, param, "adam_step", "gradient")) ||
+        (s = check_state(exp_avg, param, "adam_step", "exp_avg")) ||
+        (s = check_state(exp_avg_sq, param, "adam_step", "exp_avg_sq")))
+        return s;
+    if (step < 1)
+        return vn__err(VN_ERR_ARG, "adam_step: step must be >= 1 (it counts from 1), got %lld",
+                       (long long)step);
+    int64_t n = vn_tensor_numel(param);
+    float *restrict p = vn_tensor_data(param);
+    const float *restrict g = vn_tensor_data(grad);
+    float *restrict m = vn_tensor_data(exp_avg);
+    float *restrict v = vn_tensor_data(exp_avg_sq);
+    /* p − lr·(m/bc1)/(sqrt(v/bc2) + eps) = p − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) */
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    const float step_size = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1 / sqrt(bc2));
+    const float b1 = (float)beta1, b2 = (float)beta2, c1 = (float)(1 - beta1),
+                c2 = (float)(1 - beta2), feps = (float)eps;
+    const float decay = decoupled ? (float)(1 - lr * weight_decay) : 1.0f,
+                wd = decoupled ? 0.0f : (float)weight_decay;
+#pragma omp parallel for simd schedule(static) if (n > VN_OMP_MIN_WORK)
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i] * decay;
+        float gi = g[i] + wd * p[i];
+        float mi = b1 * m[i] + c1 * gi;
+        float vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + feps);
+    }
+    return VN_OK;
+}

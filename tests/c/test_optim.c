@@ -1,0 +1,165 @@
+/* Optimizer steps against a scalar reference in double, run for several
+ * steps with changing gradients: SGD (plain, momentum with dampening,
+ * Nesterov, weight decay), Adam (L2 weight decay) and AdamW (decoupled). */
+#include "gradcheck.h"
+
+#include <math.h>
+#include <string.h>
+
+#define N 7
+#define STEPS 6
+
+/* A gradient that changes with the step and depends on the parameter. */
+static void make_grad(const float *p, int t, float *g)
+{
+    for (int i = 0; i < N; i++) g[i] = 0.3f * p[i] + (float)cos(1.3 * i + 0.7 * t);
+}
+
+static vn_tensor *vec(const float *data) { return tf32(1, (int64_t[]){N}, data); }
+
+static void expect_close(const float *got, const double *want, const char *what, int t)
+{
+    for (int i = 0; i < N; i++)
+        if (fabs(got[i] - want[i]) > 1e-5 * (1 + fabs(want[i])))
+            fail_msg("%s, step %d, element %d: got %.8g, want %.8g", what, t, i, got[i], want[i]);
+}
+
+typedef struct { double lr, mu, damp, wd; bool nesterov; } sgd_cfg;
+
+static void run_sgd(sgd_cfg c)
+{
+    float p0[N], g[N], pf[N], bf[N];
+    double p[N], buf[N] = {0};
+    for (int i = 0; i < N; i++) p[i] = p0[i] = (float)(0.5 * i - 1.2);
+    vn_tensor *param = vec(p0), *grad = vec(p0), *mbuf = vn_zeros(VN_F32, 1, (int64_t[]){N});
+    for (int t = 1; t <= STEPS; t++) {
+        memcpy(pf, vn_tensor_data(param), sizeof pf);
+        make_grad(pf, t, g);
+        memcpy(vn_tensor_data(grad), g, sizeof g);
+        CHECK_OK(vn_sgd_step(param, grad, c.mu ? mbuf : NULL, c.lr, c.mu, c.damp, c.wd,
+                             c.nesterov, t == 1));
+        for (int i = 0; i < N; i++) {
+            double d = g[i] + c.wd * p[i];
+            if (c.mu != 0) {
+                buf[i] = t == 1 ? d : c.mu * buf[i] + (1 - c.damp) * d;
+                d = c.nesterov ? d + c.mu * buf[i] : buf[i];
+            }
+            p[i] -= c.lr * d;
+        }
+        expect_close(vn_tensor_data(param), p, "sgd parameter", t);
+        if (c.mu != 0) {
+            memcpy(bf, vn_tensor_data(mbuf), sizeof bf);
+            expect_close(bf, buf, "sgd momentum buffer", t);
+        }
+    }
+    vn_tensor_release(param);
+    vn_tensor_release(grad);
+    vn_tensor_release(mbuf);
+}
+
+static void test_sgd(void **state)
+{
+    run_sgd((sgd_cfg){.lr = 0.1});
+    run_sgd((sgd_cfg){.lr = 0.05, .wd = 0.01});
+    run_sgd((sgd_cfg){.lr = 0.1, .mu = 0.9});
+    run_sgd((sgd_cfg){.lr = 0.1, .mu = 0.9, .damp = 0.1, .wd = 0.001});
+    run_sgd((sgd_cfg){.lr = 0.1, .mu = 0.9, .nesterov = true});
+    run_sgd((sgd_cfg){.lr = 0.02, .mu = 0.5, .wd = 0.1, .nesterov = true});
+}
+
+typedef struct { double lr, b1, b2, eps, wd; bool decoupled; } adam_cfg;
+
+static void run_adam(adam_cfg c)
+{
+    float p0[N], g[N], pf[N];
+    double p[N], m[N] = {0}, v[N] = {0};
+    for (int i = 0; i < N; i++) p[i] = p0[i] = (float)(0.5 * i - 1.2);
+    vn_tensor *param = vec(p0), *grad = vec(p0);
+    vn_tensor *ea = vn_zeros(VN_F32, 1, (int64_t[]){N}), *eas = vn_zeros(VN_F32, 1, (int64_t[]){N});
+    for (int t = 1; t <= STEPS; t++) {
+        memcpy(pf, vn_tensor_data(param), sizeof pf);
+        make_grad(pf, t, g);
+        memcpy(vn_tensor_data(grad), g, sizeof g);
+        CHECK_OK(vn_adam_step(param, grad, ea, eas, t, c.lr, c.b1, c.b2, c.eps, c.wd, c.decoupled));
+        for (int i = 0; i < N; i++) {
+            double gi = g[i];
+            if (c.decoupled) p[i] *= 1 - c.lr * c.wd;
+            else gi += c.wd * p[i];
+            m[i] = c.b1 * m[i] + (1 - c.b1) * gi;
+            v[i] = c.b2 * v[i] + (1 - c.b2) * gi * gi;
+            double mh = m[i] / (1 - pow(c.b1, t)), vh = v[i] / (1 - pow(c.b2, t));
+            p[i] -= c.lr * mh / (sqrt(vh) + c.eps);
+        }
+        expect_close(vn_tensor_data(param), p, c.decoupled ? "adamw parameter" : "adam parameter", t);
+        expect_close(vn_tensor_data(ea), m, "adam exp_avg", t);
+        expect_close(vn_tensor_data(eas), v, "adam exp_avg_sq", t);
+    }
+    vn_tensor_release(param);
+    vn_tensor_release(grad);
+    vn_tensor_release(ea);
+    vn_tensor_release(eas);
+}
+
+static void test_adam(void **state)
+{
+    run_adam((adam_cfg){.lr = 1e-2, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8});
+    run_adam((adam_cfg){.lr = 1e-2, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .wd = 0.1});
+    run_adam((adam_cfg){.lr = 1e-2, .b1 = 0.9, .b2 = 0.999, .eps = 1e-8, .wd = 0.1, .decoupled = true});
+    run_adam((adam_cfg){.lr = 0.1, .b1 = 0.5, .b2 = 0.9, .eps = 1e-3, .wd = 0.5, .decoupled = true});
+}
+
+static void expect_error(vn_status s, vn_status want, const char *needle)
+{
+    assert_int_equal(s, want);
+    if (!strstr(vn_last_error(), needle))
+        fail_msg("error message \"%s\" lacks \"%s\"", vn_last_error(), needle);
+}
+
+static void test_errors(void **state)
+{
+    vn_tensor *p = vn_zeros(VN_F32, 2, (int64_t[]){2, 3}), *g = vn_zeros(VN_F32, 2, (int64_t[]){3, 2});
+    vn_tensor *ok = vn_zeros(VN_F32, 2, (int64_t[]){2, 3}), *gt = vn_transpose(g, 0, 1);
+    vn_tensor *gi = vn_zeros(VN_I32, 2, (int64_t[]){2, 3});
+    expect_error(vn_sgd_step(p, g, NULL, 0.1, 0, 0, 0, false, true), VN_ERR_SHAPE, "(3, 2)");
+    expect_error(vn_sgd_step(p, gt, NULL, 0.1, 0, 0, 0, false, true), VN_ERR_ARG, "contiguous");
+    expect_error(vn_sgd_step(p, gi, NULL, 0.1, 0, 0, 0, false, true), VN_ERR_DTYPE, "i32");
+    expect_error(vn_sgd_step(p, ok, NULL, 0.1, 0.9, 0, 0, false, true), VN_ERR_ARG, "momentum");
+    expect_error(vn_sgd_step(p, ok, g, 0.1, 0.9, 0, 0, false, true), VN_ERR_SHAPE, "momentum buffer");
+    expect_error(vn_adam_step(p, ok, ok, ok, 0, 0.1, 0.9, 0.999, 1e-8, 0, false), VN_ERR_ARG, "step");
+    expect_error(vn_adam_step(p, ok, g, ok, 1, 0.1, 0.9, 0.999, 1e-8, 0, false), VN_ERR_SHAPE, "exp_avg");
+    vn_tensor_release(p);
+    vn_tensor_release(g);
+    vn_tensor_release(ok);
+    vn_tensor_release(gt);
+    vn_tensor_release(gi);
+}
+
+/* A large parameter takes the threaded path: same result as the reference. */
+static void test_large(void **state)
+{
+    const int64_t n = 1 << 17;
+    vn_tensor *p = trand(1, &n, -1, 1, 3), *g = trand(1, &n, -1, 1, 4);
+    vn_tensor *m = vn_zeros(VN_F32, 1, &n), *v = vn_zeros(VN_F32, 1, &n), *p0 = vn_clone(p);
+    CHECK_OK(vn_adam_step(p, g, m, v, 1, 1e-3, 0.9, 0.999, 1e-8, 0.01, true));
+    const float *pp = vn_tensor_data(p), *pg = vn_tensor_data(g), *q = vn_tensor_data(p0);
+    for (int64_t i = 0; i < n; i++) {
+        /* step 1: m̂ = g, v̂ = g², so p ← p(1 − lr·wd) − lr·g/(|g| + eps) */
+        double want = q[i] * (1 - 1e-5) - 1e-3 * pg[i] / (fabs(pg[i]) + 1e-8);
+        if (fabs(pp[i] - want) > 1e-6) fail_msg("element %lld: %g vs %g", (long long)i, pp[i], want);
+    }
+    vn_tensor_release(p);
+    vn_tensor_release(g);
+    vn_tensor_release(m);
+    vn_tensor_release(v);
+    vn_tensor_release(p0);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd), cmocka_unit_test(test_adam), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_large),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
