@@ -1,0 +1,186 @@
+--- venom.data — datasets and batching.
+--
+--     local ds = data.fashion_mnist("train")        -- {images=(N,28,28) u8, labels=(N) i64, n=N}
+--     local loader = data.DataLoader({x, y}, {batch_size = 128, shuffle = true})
+--     for xb, yb in loader:iter() do ... end        -- #loader batches per epoch
+local venom = require "venom"
+local util = require "venom.util"
+local fail = util.fail
+
+local data = {}
+
+data.FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
+local FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+
+local FILES = {
+  train = { "train-images-idx3-ubyte", "train-labels-idx1-ubyte" },
+  test = { "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte" },
+}
+
+-- Path of an IDX file under root: the .gz file, or the uncompressed one if
+-- only that exists. Errors name the missing path (and the package to install).
+local function find_file(who, root, name, hint)
+  local path = root .. "/" .. name .. ".gz"
+  for _, p in ipairs({ path, root .. "/" .. name }) do
+    local f = io.open(p, "rb")
+    if f then
+      f:close()
+      return p
+    end
+  end
+  local msg = ("%s: cannot open %s (no such file)"):format(who, path)
+  if hint then msg = msg .. "; " .. hint end
+  fail(msg)
+end
+
+local function load_idx(who, root, split, hint)
+  if type(root) ~= "string" then
+    fail(("%s: root must be a directory path (a string), got %s"):format(who, type(root)))
+  end
+  local files = FILES[split]
+  if not files then
+    fail(("%s: split must be 'train' or 'test', got %s"):format(who, tostring(split)))
+  end
+  local images_path = find_file(who, root, files[1], hint)
+  local labels_path = find_file(who, root, files[2], hint)
+  local images = venom.idx_load(images_path)
+  local raw = venom.idx_load(labels_path)
+  if images:dim() ~= 3 then
+    fail(("%s: %s holds a tensor of %d dims, expected 3 (N, rows, cols)")
+      :format(who, images_path, images:dim()))
+  end
+  if raw:dim() ~= 1 then
+    fail(("%s: %s holds a tensor of %d dims, expected 1 (N)"):format(who, labels_path, raw:dim()))
+  end
+  local n = images:size(1)
+  if raw:size(1) ~= n then
+    fail(("%s: %s has %d images but %s has %d labels"):format(who, images_path, n,
+      labels_path, raw:size(1)))
+  end
+  -- The files count classes from 0; Lua counts from 1.
+  local labels = raw:long()
+  raw:free()
+  labels:add_(1)
+  return { images = images, labels = labels, n = n }
+end
+
+--- Reads MNIST-format IDX files from directory `root` for `split` ("train":
+-- train-images-idx3-ubyte.gz, ...; "test": t10k-...). Returns {images = u8
+-- tensor (N, 28, 28), labels = i64 tensor (N) of classes 1..10, n = N}.
+function data.mnist(root, split)
+  return load_idx("data.mnist", root, split, nil)
+end
+
+--- Fashion-MNIST (Xiao et al. 2017) from the Debian package
+-- dataset-fashion-mnist. opts.root overrides the directory.
+function data.fashion_mnist(split, opts)
+  opts = opts or {}
+  local root = opts.root or data.FASHION_MNIST_ROOT
+  return load_idx("data.fashion_mnist", root, split or "train",
+    ("install the Debian package %s (apt-get install %s)")
+      :format(FASHION_MNIST_PACKAGE, FASHION_MNIST_PACKAGE))
+end
+
+--- The ten Fashion-MNIST class names, indexed by label 1..10.
+data.FASHION_MNIST_CLASSES = {
+  "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+  "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+}
+
+-- DataLoader -------------------------------------------------------------------
+
+local Loader = {}
+
+--- Batches the tensors in `tensors` (a list such as {x, y}, all with the same
+-- first dimension N) along that dimension.
+-- opts: batch_size = 64, shuffle = false (a fresh permutation from the
+--   engine RNG, venom.randperm, at every loader:iter()), drop_last = false
+--   (drop a last batch smaller than batch_size), transform = fn (called as
+--   fn(b1, b2, ...) on each batch; its results are what the iterator yields).
+-- `#loader` is the number of batches per epoch. A batch is one index_select
+-- per tensor when shuffling and a view (narrow, no copy) otherwise.
+function data.DataLoader(tensors, opts)
+  local who = "data.DataLoader"
+  if type(tensors) ~= "table" or #tensors == 0 then
+    fail(who .. ": expected a list of tensors such as {x, y}, got " .. type(tensors))
+  end
+  opts = opts or {}
+  local n
+  for i, t in ipairs(tensors) do
+    if not venom.is_tensor(t) then
+      fail(("%s: element %d is a %s, expected a tensor"):format(who, i, type(t)))
+    end
+    if t:dim() < 1 then
+      fail(("%s: tensor %d is a scalar; tensors need a first (sample) dimension"):format(who, i))
+    end
+    local ni = t:size(1)
+    n = n or ni
+    if ni ~= n then
+      fail(("%s: tensor 1 has %d samples (first dimension) but tensor %d has %d")
+        :format(who, n, i, ni))
+    end
+  end
+  local bs = opts.batch_size or 64
+  if type(bs) ~= "number" or bs < 1 or bs ~= math.floor(bs) then
+    fail(who .. ": batch_size must be a positive integer, got " .. tostring(bs))
+  end
+  if opts.transform ~= nil and type(opts.transform) ~= "function" then
+    fail(who .. ": transform must be a function, got " .. type(opts.transform))
+  end
+  local state = {
+    tensors = tensors, n = n, batch_size = bs,
+    shuffle = opts.shuffle and true or false,
+    drop_last = opts.drop_last and true or false,
+    transform = opts.transform,
+  }
+  -- LuaJIT honours __len only on userdata, so the loader is a proxy.
+  local proxy = newproxy(true)
+  local mt = getmetatable(proxy)
+  mt.__index = function(_, k) return Loader[k] or state[k] end
+  mt.__newindex = state
+  mt.__len = function() return Loader.num_batches(state) end
+  mt.__tostring = function()
+    return ("DataLoader(%d samples, batch_size=%d, shuffle=%s, drop_last=%s)")
+      :format(state.n, state.batch_size, tostring(state.shuffle), tostring(state.drop_last))
+  end
+  return proxy
+end
+
+--- Number of batches per epoch (also #loader).
+function Loader.num_batches(self)
+  if self.drop_last then
+    return math.floor(self.n / self.batch_size)
+  end
+  return math.ceil(self.n / self.batch_size)
+end
+
+--- Iterator over one epoch: `for b1, b2, ... in loader:iter() do`. The
+-- batches are new tensors (or views); call :free() on them when done to
+-- return their memory at once.
+function Loader.iter(self)
+  local tensors, n, bs = self.tensors, self.n, self.batch_size
+  local nb, transform = Loader.num_batches(self), self.transform
+  local perm = self.shuffle and venom.randperm(n) or nil
+  local k = 0
+  local batch = {}
+  return function()
+    k = k + 1
+    if k > nb then
+      if perm then perm:free() end
+      return nil
+    end
+    local start = (k - 1) * bs + 1
+    local len = math.min(bs, n - start + 1)
+    local idx = perm and perm:narrow(1, start, len)
+    for i, t in ipairs(tensors) do
+      batch[i] = idx and t:index_select(1, idx) or t:narrow(1, start, len)
+    end
+    if idx then idx:free() end
+    if transform then
+      return transform(unpack(batch, 1, #tensors))
+    end
+    return unpack(batch, 1, #tensors)
+  end
+end
+
+return data

@@ -1,0 +1,367 @@
+--- venom.nn — neural-network modules in the style of torch.nn.
+--
+-- A module is a Lua table whose metatable is its class. It owns parameters
+-- (tensors that require a gradient) and child modules, both kept in
+-- registration order so that `parameters()` and `named_parameters()` are
+-- deterministic. Calling a module runs its `forward`:
+--
+--     local nn = require "venom.nn"
+--     local model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+--     local logits = model(x)                 -- x: (batch, 784) f32
+--
+-- New modules subclass nn.Module with `extend`:
+--
+--     local MLP = nn.Module:extend("MLP")
+--     function MLP:__init(d)
+--       nn.Module.__init(self)
+--       self:add_module("fc", nn.Linear(d, d))
+--     end
+--     function MLP:forward(x) return self.fc(x):relu() end
+local venom = require "venom"
+local fail = require("venom.util").fail
+
+local nn = {}
+
+local is_tensor = venom.is_tensor
+
+local function fmt_shape(t)
+  return "(" .. table.concat(t:shape(), ", ") .. ")"
+end
+
+local function check_positive_int(who, what, v)
+  if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+    fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
+  end
+end
+
+local function check_opts(who, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(("%s: options must be a table, got %s"):format(who, type(opts)))
+  end
+  return opts or {}
+end
+
+-- Module --------------------------------------------------------------------
+
+--- Base class of every module.
+local Module = { __name = "Module" }
+Module.__index = Module
+nn.Module = Module
+
+-- Metamethods are looked up with rawget, so every class carries its own copy.
+local function module_call(self, ...) return self:forward(...) end
+
+local function class_new(cls, ...)
+  local obj = setmetatable({}, cls)
+  obj:__init(...)
+  return obj
+end
+
+--- A subclass of this class named `name`; `Sub(...)` builds an instance and
+-- runs `Sub.__init(self, ...)`.
+function Module:extend(name)
+  local cls = { __name = name }
+  cls.__index = cls
+  cls.__call = module_call
+  cls.__tostring = Module.__tostring
+  return setmetatable(cls, { __index = self, __call = class_new })
+end
+
+function Module:__init()
+  self.training = true
+  self._params = {}       -- ordered names
+  self._modules = {}      -- ordered names
+end
+
+function Module:forward()
+  fail(getmetatable(self).__name .. ": forward is not implemented")
+end
+
+-- Appends name to the ordered list unless it is there already.
+local function add_name(list, name)
+  for _, n in ipairs(list) do
+    if n == name then return end
+  end
+  list[#list + 1] = name
+end
+
+--- Adds parameter `t` (an f32 tensor, marked as requiring a gradient) under
+-- `name`, reachable as `self[name]`. A nil `t` records an absent parameter
+-- (e.g. no bias) without adding it.
+function Module:register_parameter(name, t)
+  if type(name) ~= "string" then
+    fail("register_parameter: name must be a string, got " .. type(name))
+  end
+  if t ~= nil and not is_tensor(t) then
+    fail(("register_parameter(%q): expected a tensor, got %s"):format(name, type(t)))
+  end
+  add_name(self._params, name)
+  if t ~= nil and not t:requires_grad() then
+    t:requires_grad_(true)
+  end
+  self[name] = t
+  return t
+end
+
+--- Adds child module `m` under `name` (a string or an integer position),
+-- reachable as `self[name]`.
+function Module:add_module(name, m)
+  if type(name) ~= "string" and type(name) ~= "number" then
+    fail("add_module: name must be a string or a number, got " .. type(name))
+  end
+  local mt = type(m) == "table" and getmetatable(m)
+  if not (mt and mt.forward) then
+    fail(("add_module(%s): expected a module, got %s"):format(tostring(name), type(m)))
+  end
+  add_name(self._modules, name)
+  self[name] = m
+  return m
+end
+
+--- Direct child modules, in order.
+function Module:children()
+  local out = {}
+  for _, name in ipairs(self._modules) do
+    out[#out + 1] = self[name]
+  end
+  return out
+end
+
+--- Ordered list of {name, tensor} pairs with dotted names such as
+-- "layers.1.weight". A tensor shared by several modules appears once, under
+-- the first name it was reached by.
+function Module:named_parameters()
+  local out, seen = {}, {}
+  local function walk(m, prefix)
+    for _, name in ipairs(m._params) do
+      local t = m[name]
+      if t ~= nil and not seen[t] then
+        seen[t] = true
+        out[#out + 1] = { prefix .. name, t }
+      end
+    end
+    for _, name in ipairs(m._modules) do
+      walk(m[name], prefix .. tostring(name) .. ".")
+    end
+  end
+  walk(self, "")
+  return out
+end
+
+--- List of parameter tensors (each once), in the order of named_parameters().
+function Module:parameters()
+  local out = {}
+  for i, np in ipairs(self:named_parameters()) do
+    out[i] = np[2]
+  end
+  return out
+end
+
+--- Total number of scalar parameters.
+function Module:num_parameters()
+  local n = 0
+  for _, p in ipairs(self:parameters()) do
+    n = n + p:numel()
+  end
+  return n
+end
+
+--- Sets training mode (default true) on this module and all descendants.
+function Module:train(mode)
+  if mode == nil then mode = true end
+  self.training = mode and true or false
+  for _, name in ipairs(self._modules) do
+    self[name]:train(mode)
+  end
+  return self
+end
+
+function Module:eval()
+  return self:train(false)
+end
+
+--- Drops the gradient of every parameter.
+function Module:zero_grad()
+  for _, p in ipairs(self:parameters()) do
+    p:zero_grad()
+  end
+end
+
+--- One-line description of this module's settings (subclasses override).
+function Module:extra_repr()
+  return ""
+end
+
+function Module:__tostring()
+  local head = getmetatable(self).__name .. "(" .. self:extra_repr()
+  if #self._modules == 0 then
+    return head .. ")"
+  end
+  local lines = { head }
+  for _, name in ipairs(self._modules) do
+    local sub = tostring(self[name]):gsub("\n", "\n  ")
+    lines[#lines + 1] = ("  (%s): %s"):format(tostring(name), sub)
+  end
+  lines[#lines + 1] = ")"
+  return table.concat(lines, "\n")
+end
+
+Module.__call = module_call
+setmetatable(Module, { __call = class_new })
+
+-- Linear ----------------------------------------------------------------------
+
+--- y = x·Wᵀ + b with W (out_features, in_features) and b (out_features).
+-- Both are drawn from U(−1/√in, 1/√in) on the engine RNG, as PyTorch does.
+local Linear = Module:extend("Linear")
+nn.Linear = Linear
+
+function Linear:__init(in_features, out_features, opts)
+  Module.__init(self)
+  check_positive_int("nn.Linear", "in_features", in_features)
+  check_positive_int("nn.Linear", "out_features", out_features)
+  opts = check_opts("nn.Linear", opts)
+  local bias = opts.bias
+  if bias == nil then bias = true end
+  self.in_features, self.out_features = in_features, out_features
+  local bound = 1 / math.sqrt(in_features)
+  local function uniform(...)
+    local u = venom.rand(...)
+    local t = u * (2 * bound) - bound
+    u:free()
+    return t
+  end
+  self:register_parameter("weight", uniform(out_features, in_features))
+  self:register_parameter("bias", bias and uniform(out_features) or nil)
+end
+
+function Linear:forward(x)
+  if not is_tensor(x) then
+    fail("nn.Linear: expected a tensor input, got " .. type(x))
+  end
+  local nd = x:dim()
+  local width = nd > 0 and x:size(nd) or nil
+  if width ~= self.in_features then
+    fail(("nn.Linear: input last dimension is %s but in_features is %d (input shape %s)")
+      :format(tostring(width), self.in_features, fmt_shape(x)))
+  end
+  return venom.linear(x, self.weight, self.bias)
+end
+
+function Linear:extra_repr()
+  return ("in_features=%d, out_features=%d, bias=%s")
+    :format(self.in_features, self.out_features, tostring(self.bias ~= nil))
+end
+
+-- Activations -------------------------------------------------------------------
+
+local function activation(name, method)
+  local cls = Module:extend(name)
+  cls.forward = function(_, x)
+    if not is_tensor(x) then
+      fail(("nn.%s: expected a tensor input, got %s"):format(name, type(x)))
+    end
+    return x[method](x)
+  end
+  nn[name] = cls
+end
+activation("ReLU", "relu")
+activation("GELU", "gelu") -- tanh approximation (Hendrycks & Gimpel 2016)
+activation("Tanh", "tanh")
+activation("Sigmoid", "sigmoid")
+
+--- Inverted dropout (Srivastava et al. 2014): in training mode zeroes each
+-- element with probability p and scales the rest by 1/(1−p); the identity in
+-- eval mode.
+local Dropout = Module:extend("Dropout")
+nn.Dropout = Dropout
+
+function Dropout:__init(p)
+  Module.__init(self)
+  if p == nil then p = 0.5 end
+  if type(p) ~= "number" or p < 0 or p >= 1 then
+    fail("nn.Dropout: p must be a number in [0, 1), got " .. tostring(p))
+  end
+  self.p = p
+end
+
+function Dropout:forward(x)
+  return venom.dropout(x, self.p, self.training)
+end
+
+function Dropout:extra_repr()
+  return "p=" .. self.p
+end
+
+-- Sequential ----------------------------------------------------------------------
+
+--- Runs its children in order; they are named 1, 2, ... (model[1] is the first).
+local Sequential = Module:extend("Sequential")
+nn.Sequential = Sequential
+
+function Sequential:__init(...)
+  Module.__init(self)
+  for i = 1, select("#", ...) do
+    local m = select(i, ...)
+    local mt = type(m) == "table" and getmetatable(m)
+    if not (mt and mt.forward) then
+      fail(("nn.Sequential: argument %d is not a module (got %s)"):format(i, type(m)))
+    end
+    self:add_module(i, m)
+  end
+end
+
+--- Appends a module; returns self.
+function Sequential:add(m)
+  self:add_module(#self._modules + 1, m)
+  return self
+end
+
+function Sequential:forward(x)
+  for _, name in ipairs(self._modules) do
+    x = self[name](x)
+  end
+  return x
+end
+
+-- Losses --------------------------------------------------------------------------
+
+local REDUCTIONS = { mean = true, sum = true, none = true }
+
+local function loss_init(who)
+  return function(self, opts)
+    Module.__init(self)
+    opts = check_opts(who, opts)
+    local r = opts.reduction or "mean"
+    if not REDUCTIONS[r] then
+      fail(("%s: reduction must be 'mean', 'sum' or 'none', got %s"):format(who, tostring(r)))
+    end
+    self.reduction = r
+  end
+end
+
+local function loss_repr(self)
+  return "reduction=" .. self.reduction
+end
+
+--- Cross-entropy of logits (N, C) against 1-based class targets (N), i64.
+local CrossEntropyLoss = Module:extend("CrossEntropyLoss")
+nn.CrossEntropyLoss = CrossEntropyLoss
+CrossEntropyLoss.__init = loss_init("nn.CrossEntropyLoss")
+CrossEntropyLoss.extra_repr = loss_repr
+
+function CrossEntropyLoss:forward(logits, target)
+  return venom.cross_entropy(logits, target, self.reduction)
+end
+
+--- Mean squared error (a − b)² of two tensors of the same shape.
+local MSELoss = Module:extend("MSELoss")
+nn.MSELoss = MSELoss
+MSELoss.__init = loss_init("nn.MSELoss")
+MSELoss.extra_repr = loss_repr
+
+function MSELoss:forward(a, b)
+  return venom.mse_loss(a, b, self.reduction)
+end
+
+return nn

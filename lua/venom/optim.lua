@@ -1,0 +1,273 @@
+--- venom.optim — optimizers and learning-rate schedules.
+--
+--     local opt = optim.AdamW(model:parameters(), {lr = 1e-3})
+--     local sched = optim.CosineWarmup(opt, {warmup_steps = 100, total_steps = 2000})
+--     for each batch:  opt:zero_grad(); loss:backward(); opt:step(); sched:step()
+--
+-- The update arithmetic runs in C (venom.sgd_step / venom.adam_step), in place
+-- on each parameter. Per-parameter state lives in `opt.state[p]`, with tensors
+-- of the parameter's shape. The learning rate is the plain field `opt.lr`;
+-- schedules write it before each step.
+local venom = require "venom"
+local fail = require("venom.util").fail
+
+local optim = {}
+
+local function check_number(who, name, v, lo, hi, lo_open, hi_open)
+  local bad = type(v) ~= "number" or v ~= v
+    or (lo and (v < lo or (lo_open and v == lo)))
+    or (hi and (v > hi or (hi_open and v == hi)))
+  if bad then
+    local range = ("%s%s, %s%s"):format(lo_open and "(" or "[", tostring(lo or "-inf"),
+      tostring(hi or "inf"), hi_open and ")" or "]")
+    fail(("%s: %s must be a number in %s, got %s"):format(who, name, range, tostring(v)))
+  end
+  return v
+end
+
+local function check_params(who, params)
+  if type(params) ~= "table" then
+    fail(("%s: params must be a list of tensors (e.g. model:parameters()), got %s")
+      :format(who, type(params)))
+  end
+  if #params == 0 then
+    fail(who .. ": params is an empty list")
+  end
+  local seen, list = {}, {}
+  for i, p in ipairs(params) do
+    if not venom.is_tensor(p) then
+      fail(("%s: params[%d] is a %s, expected a tensor"):format(who, i, type(p)))
+    end
+    if seen[p] then
+      fail(("%s: params[%d] appears twice in the list"):format(who, i))
+    end
+    if not p:requires_grad() then
+      fail(("%s: params[%d] does not require a gradient (call p:requires_grad_(true))")
+        :format(who, i))
+    end
+    seen[p] = true
+    list[i] = p
+  end
+  return list
+end
+
+-- Optimizer base ----------------------------------------------------------------
+
+local Optimizer = {}
+Optimizer.__index = Optimizer
+
+local function new_optimizer(cls, who, params, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    fail(("%s: options must be a table, got %s"):format(who, type(opts)))
+  end
+  local self = setmetatable({}, cls)
+  self.params = check_params(who, params)
+  self.state = {}
+  return self, opts or {}
+end
+
+--- Drops the gradient of every parameter.
+function Optimizer:zero_grad()
+  for _, p in ipairs(self.params) do
+    p:zero_grad()
+  end
+end
+
+-- SGD -----------------------------------------------------------------------------
+
+--- Stochastic gradient descent with momentum, PyTorch's convention:
+--   g ← ∇p + wd·p
+--   buf ← μ·buf + (1 − dampening)·g      (buf ← g on the first step)
+--   g ← g + μ·buf if nesterov else buf    (when μ > 0)
+--   p ← p − lr·g
+-- Nesterov momentum follows Sutskever et al. 2013.
+-- opts: lr (required), momentum = 0, dampening = 0, weight_decay = 0,
+-- nesterov = false. State: state[p] = {momentum_buffer = tensor}.
+local SGD = setmetatable({}, { __index = Optimizer })
+SGD.__index = SGD
+
+function optim.SGD(params, opts)
+  local who = "optim.SGD"
+  local self
+  self, opts = new_optimizer(SGD, who, params, opts)
+  if opts.lr == nil then
+    fail(who .. ": lr is required (e.g. {lr = 0.1})")
+  end
+  self.lr = check_number(who, "lr", opts.lr, 0)
+  self.momentum = check_number(who, "momentum", opts.momentum or 0, 0)
+  self.dampening = check_number(who, "dampening", opts.dampening or 0, 0, 1)
+  self.weight_decay = check_number(who, "weight_decay", opts.weight_decay or 0, 0)
+  self.nesterov = opts.nesterov and true or false
+  if self.nesterov and (self.momentum <= 0 or self.dampening ~= 0) then
+    fail(who .. ": nesterov requires momentum > 0 and dampening = 0, got momentum "
+      .. self.momentum .. ", dampening " .. self.dampening)
+  end
+  return self
+end
+
+function SGD:step()
+  local lr, mu = self.lr, self.momentum
+  for _, p in ipairs(self.params) do
+    local g = p.grad
+    if g then
+      local buf, first = nil, false
+      if mu ~= 0 then
+        local st = self.state[p]
+        if not st then
+          st = { momentum_buffer = venom.zeros(p:shape()) }
+          self.state[p] = st
+          first = true
+        end
+        buf = st.momentum_buffer
+      end
+      venom.sgd_step(p, g, buf, lr, mu, self.dampening, self.weight_decay,
+                     self.nesterov, first)
+    end
+  end
+end
+
+-- Adam / AdamW ----------------------------------------------------------------------
+
+--- Adam (Kingma & Ba 2015, "Adam: A Method for Stochastic Optimization") and
+-- AdamW (Loshchilov & Hutter 2019, "Decoupled Weight Decay Regularization").
+-- At step t ≥ 1, with g = ∇p:
+--   Adam:  g ← g + wd·p              AdamW: p ← p·(1 − lr·wd)
+--   m ← β1·m + (1 − β1)·g
+--   v ← β2·v + (1 − β2)·g²
+--   p ← p − lr · (m / (1 − β1^t)) / (√(v / (1 − β2^t)) + eps)
+-- State: state[p] = {step = t, exp_avg = m, exp_avg_sq = v}.
+local Adam = setmetatable({}, { __index = Optimizer })
+Adam.__index = Adam
+
+local function new_adam(who, params, opts, default_wd, decoupled)
+  local self
+  self, opts = new_optimizer(Adam, who, params, opts)
+  self.lr = check_number(who, "lr", opts.lr or 1e-3, 0)
+  local betas = opts.betas or { 0.9, 0.999 }
+  if type(betas) ~= "table" then
+    fail(who .. ": betas must be a table {beta1, beta2}, got " .. type(betas))
+  end
+  self.betas = {
+    check_number(who, "betas[1]", betas[1], 0, 1, false, true),
+    check_number(who, "betas[2]", betas[2], 0, 1, false, true),
+  }
+  self.eps = check_number(who, "eps", opts.eps or 1e-8, 0)
+  self.weight_decay = check_number(who, "weight_decay", opts.weight_decay or default_wd, 0)
+  self.decoupled = decoupled
+  return self
+end
+
+--- opts: lr = 1e-3, betas = {0.9, 0.999}, eps = 1e-8, weight_decay = 0 (L2,
+-- added to the gradient).
+function optim.Adam(params, opts)
+  return new_adam("optim.Adam", params, opts, 0, false)
+end
+
+--- opts as Adam, but weight_decay = 0.01 and decoupled from the gradient.
+function optim.AdamW(params, opts)
+  return new_adam("optim.AdamW", params, opts, 0.01, true)
+end
+
+function Adam:step()
+  local lr, b1, b2 = self.lr, self.betas[1], self.betas[2]
+  for _, p in ipairs(self.params) do
+    local g = p.grad
+    if g then
+      local st = self.state[p]
+      if not st then
+        local shape = p:shape()
+        st = { step = 0, exp_avg = venom.zeros(shape), exp_avg_sq = venom.zeros(shape) }
+        self.state[p] = st
+      end
+      st.step = st.step + 1
+      venom.adam_step(p, g, st.exp_avg, st.exp_avg_sq, st.step, lr, b1, b2, self.eps,
+                      self.weight_decay, self.decoupled)
+    end
+  end
+end
+
+-- Learning-rate schedules -----------------------------------------------------------
+
+local function check_optimizer(who, opt)
+  if type(opt) ~= "table" or type(opt.lr) ~= "number" then
+    fail(who .. ": first argument must be an optimizer (a table with a numeric lr)")
+  end
+end
+
+--- Step decay: lr(t) = base_lr · gamma^⌊t / step_size⌋, where t counts calls
+-- of sched:step() (usually once per epoch).
+-- opts: step_size (required, positive integer), gamma = 0.1.
+local StepLR = {}
+StepLR.__index = StepLR
+
+function optim.StepLR(opt, opts)
+  local who = "optim.StepLR"
+  check_optimizer(who, opt)
+  opts = opts or {}
+  local s = opts.step_size
+  if type(s) ~= "number" or s < 1 or s ~= math.floor(s) then
+    fail(who .. ": step_size must be a positive integer, got " .. tostring(s))
+  end
+  local self = setmetatable({ opt = opt, base_lr = opt.lr, step_size = s, t = 0 }, StepLR)
+  self.gamma = check_number(who, "gamma", opts.gamma or 0.1, 0)
+  return self
+end
+
+function StepLR:get_lr()
+  return self.base_lr * self.gamma ^ math.floor(self.t / self.step_size)
+end
+
+function StepLR:step()
+  self.t = self.t + 1
+  self.opt.lr = self:get_lr()
+  return self.opt.lr
+end
+
+--- Linear warm-up then cosine decay (the cosine half-period of SGDR,
+-- Loshchilov & Hutter 2017, without restarts). With W = warmup_steps,
+-- T = total_steps and t the number of sched:step() calls so far:
+--   lr(t) = base_lr · t / W                                        t < W
+--   lr(t) = min_lr + (base_lr − min_lr) · ½ · (1 + cos(π · (t − W) / (T − W)))   W ≤ t ≤ T
+--   lr(t) = min_lr                                                  t > T
+-- Construction sets opt.lr = lr(0); call sched:step() after each opt:step().
+-- opts: warmup_steps (≥ 0), total_steps (> warmup_steps), min_lr = 0.
+local CosineWarmup = {}
+CosineWarmup.__index = CosineWarmup
+
+function optim.CosineWarmup(opt, opts)
+  local who = "optim.CosineWarmup"
+  check_optimizer(who, opt)
+  opts = opts or {}
+  local w, T = opts.warmup_steps, opts.total_steps
+  if type(w) ~= "number" or w < 0 or w ~= math.floor(w) then
+    fail(who .. ": warmup_steps must be a non-negative integer, got " .. tostring(w))
+  end
+  if type(T) ~= "number" or T <= w or T ~= math.floor(T) then
+    fail(("%s: total_steps must be an integer greater than warmup_steps (%d), got %s")
+      :format(who, w, tostring(T)))
+  end
+  local self = setmetatable({ opt = opt, base_lr = opt.lr, warmup_steps = w,
+                              total_steps = T, t = 0 }, CosineWarmup)
+  self.min_lr = check_number(who, "min_lr", opts.min_lr or 0, 0, opt.lr)
+  opt.lr = self:get_lr()
+  return self
+end
+
+function CosineWarmup:get_lr()
+  local t, w, T = self.t, self.warmup_steps, self.total_steps
+  if t < w then
+    return self.base_lr * t / w
+  elseif t > T then
+    return self.min_lr
+  end
+  local c = 0.5 * (1 + math.cos(math.pi * (t - w) / (T - w)))
+  return self.min_lr + (self.base_lr - self.min_lr) * c
+end
+
+function CosineWarmup:step()
+  self.t = self.t + 1
+  self.opt.lr = self:get_lr()
+  return self.opt.lr
+end
+
+return optim

@@ -1,0 +1,274 @@
+--- venom.util — small helpers for training scripts: a progress bar,
+-- command-line parsing, human-readable sizes and durations, and the error
+-- helper the pure-Lua modules use to blame the user's line.
+local venom = require "venom"
+
+local util = {}
+
+-- The pure-Lua modules of venom (lua/venom/<name>.lua).
+local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true }
+
+--- Raises `msg` as a Lua error positioned at the first caller outside
+-- venom's own Lua files, so that "nn.Linear: in_features must be ..." points
+-- at the user's script line rather than at library internals.
+function util.fail(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then
+      level = 0 -- no user frame: no position prefix
+      break
+    end
+    local mod = info.source:match("[/\\]venom[/\\]([%w_]+)%.lua$")
+    local internal = info.what == "C" or INTERNAL[mod]
+    if not internal then break end
+    level = level + 1
+  end
+  error(msg, level)
+end
+local fail = util.fail
+
+-- Formatting --------------------------------------------------------------------
+
+--- "512 B", "1.5 KiB", "3.2 MiB", "1.1 GiB".
+function util.format_bytes(n)
+  local units = { "B", "KiB", "MiB", "GiB", "TiB" }
+  local i = 1
+  while n >= 1024 and i < #units do
+    n = n / 1024
+    i = i + 1
+  end
+  if i == 1 then
+    return ("%d B"):format(n)
+  end
+  return ("%.1f %s"):format(n, units[i])
+end
+
+--- Seconds as "MM:SS", or "H:MM:SS" from one hour on; "?" for unknown.
+function util.format_time(s)
+  if s == nil or s ~= s or s == math.huge or s < 0 then
+    return "?"
+  end
+  s = math.floor(s + 0.5)
+  local h, m = math.floor(s / 3600), math.floor(s % 3600 / 60)
+  if h > 0 then
+    return ("%d:%02d:%02d"):format(h, m, s % 60)
+  end
+  return ("%02d:%02d"):format(m, s % 60)
+end
+
+local function format_value(v)
+  if type(v) == "number" then
+    return ("%.4g"):format(v)
+  end
+  return tostring(v)
+end
+
+-- ProgressBar ----------------------------------------------------------------------
+
+--- A progress bar for `total` steps.
+--   On a terminal it redraws one line with "\r" (at most ~10 times a second):
+--     desc  42%|████████          | 197/469 [00:02<00:03, 98.5it/s, loss=0.4213]
+--   Otherwise (a log file, a pipe) it prints a plain line at every ~10% and at
+--   close, never a carriage return.
+-- opts: desc = "", width = 30 (bar cells), file = io.stdout,
+--   tty = venom.isatty(1) (override the detection), clock = venom.clock.
+local ProgressBar = {}
+ProgressBar.__index = ProgressBar
+
+function util.ProgressBar(total, opts)
+  if type(total) ~= "number" or total < 0 then
+    fail("util.ProgressBar: total must be a non-negative number, got " .. tostring(total))
+  end
+  opts = opts or {}
+  local self = setmetatable({}, ProgressBar)
+  self.total = total
+  self.desc = opts.desc or ""
+  self.width = opts.width or 30
+  self.file = opts.file or io.stdout
+  if opts.tty ~= nil then
+    self.tty = opts.tty
+  else
+    self.tty = venom.isatty(1)
+  end
+  self.clock = opts.clock or venom.clock
+  self.n = 0
+  self.start = self.clock()
+  self.last_draw = -math.huge
+  self.last_decile = 0
+  self.postfix = nil
+  self.closed = false
+  return self
+end
+
+-- The status text after the bar: "197/469 [00:02<00:03, 98.5it/s, loss=0.42]".
+function ProgressBar:status()
+  local elapsed = self.clock() - self.start
+  local rate = elapsed > 0 and self.n / elapsed or 0
+  local eta = rate > 0 and (self.total - self.n) / rate or nil
+  local parts = { ("%d/%d [%s<%s, %.1fit/s"):format(self.n, self.total,
+    util.format_time(elapsed), util.format_time(eta), rate) }
+  if self.postfix then
+    local keys = {}
+    for k in pairs(self.postfix) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      parts[#parts + 1] = (", %s=%s"):format(k, format_value(self.postfix[k]))
+    end
+  end
+  parts[#parts + 1] = "]"
+  return table.concat(parts)
+end
+
+function ProgressBar:fraction()
+  if self.total == 0 then return 1 end
+  return math.min(self.n / self.total, 1)
+end
+
+function ProgressBar:draw()
+  local f = self:fraction()
+  local filled = math.floor(f * self.width + 1e-9)
+  local bar = string.rep("█", filled) .. string.rep(" ", self.width - filled)
+  local prefix = self.desc ~= "" and self.desc .. " " or ""
+  self.file:write(("\r%s%3d%%|%s| %s\27[K"):format(prefix, math.floor(f * 100), bar,
+    self:status()))
+  self.file:flush()
+end
+
+function ProgressBar:print_line()
+  local prefix = self.desc ~= "" and self.desc .. ": " or ""
+  self.file:write(("%s%3d%% %s\n"):format(prefix, math.floor(self:fraction() * 100),
+    self:status()))
+  self.file:flush()
+end
+
+--- Advances by n steps (default 1); `postfix` (a table such as {loss = 0.42})
+-- replaces the values shown after the rate.
+function ProgressBar:update(n, postfix)
+  self.n = self.n + (n or 1)
+  if postfix then self.postfix = postfix end
+  if self.tty then
+    local now = self.clock()
+    if now - self.last_draw >= 0.1 or self.n >= self.total then
+      self.last_draw = now
+      self:draw()
+    end
+  else
+    local decile = self.total > 0 and math.floor(math.min(self.n, self.total) * 10 / self.total) or 10
+    if decile > self.last_decile then
+      self.last_decile = decile
+      self:print_line()
+    end
+  end
+end
+
+--- Draws the final state and ends the line; idempotent.
+function ProgressBar:close()
+  if self.closed then return end
+  self.closed = true
+  if self.tty then
+    self:draw()
+    self.file:write("\n")
+    self.file:flush()
+  elseif self.last_decile < 10 then
+    self:print_line()
+  end
+end
+
+-- Command-line arguments ----------------------------------------------------------------
+
+local function option_name(key)
+  return "--" .. key:gsub("_", "-")
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do
+    if type(k) == "string" then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  return keys
+end
+
+--- Usage text listing every option with its type and default.
+function util.usage(defaults, help)
+  help = help or {}
+  local lines = { "options:" }
+  for _, k in ipairs(sorted_keys(defaults)) do
+    local v = defaults[k]
+    local arg = type(v) == "boolean" and "" or (type(v) == "number" and " N" or " STR")
+    local text = help[k] and help[k] .. " " or ""
+    lines[#lines + 1] = ("  %-24s %s(default %s)"):format(option_name(k) .. arg, text, tostring(v))
+  end
+  lines[#lines + 1] = "  --help                   print this message"
+  return table.concat(lines, "\n")
+end
+
+--- Parses `--name value`, `--name=value`, `--flag` and `--no-flag` arguments
+-- against `defaults` (a table of option values: their types are the expected
+-- types; dashes in names map to underscores, so --batch-size sets
+-- batch_size). Returns a new table with every option set; arguments not
+-- starting with "--" are kept, in order, in its array part. `--help` prints
+-- util.usage(defaults, help) and exits. Errors name the option and list the
+-- known ones.
+function util.parse_args(args, defaults, help)
+  args = args or {}
+  local opts = {}
+  for k, v in pairs(defaults) do opts[k] = v end
+  local known = {}
+  for _, k in ipairs(sorted_keys(defaults)) do known[#known + 1] = option_name(k) end
+  local function unknown(name)
+    fail(("unknown option %s; known options: %s"):format(name, table.concat(known, ", ")))
+  end
+
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name, value = a:match("^%-%-([^=]+)=(.*)$")
+    if not name then name = a:match("^%-%-(.+)$") end
+    if not name then
+      opts[#opts + 1] = a
+    elseif name == "help" then
+      print(util.usage(defaults, help))
+      os.exit(0)
+    else
+      local key = name:gsub("-", "_")
+      local negated = false
+      if defaults[key] == nil and key:match("^no_") and type(defaults[key:sub(4)]) == "boolean" then
+        key, negated = key:sub(4), true
+      end
+      local default = defaults[key]
+      if default == nil then unknown("--" .. name) end
+      if type(default) == "boolean" then
+        if value == nil then
+          opts[key] = not negated
+        elseif value == "true" or value == "false" then
+          opts[key] = (value == "true") ~= negated
+        else
+          fail(("--%s is a flag (true or false), got '%s'"):format(name, value))
+        end
+      else
+        if value == nil then
+          i = i + 1
+          value = args[i]
+          if value == nil then
+            fail(("--%s expects a %s value, but none was given"):format(name, type(default)))
+          end
+        end
+        if type(default) == "number" then
+          local x = tonumber(value)
+          if not x then
+            fail(("--%s expects a number, got '%s'"):format(name, value))
+          end
+          opts[key] = x
+        else
+          opts[key] = value
+        end
+      end
+    end
+    i = i + 1
+  end
+  return opts
+end
+
+return util

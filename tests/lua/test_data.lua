@@ -1,0 +1,175 @@
+-- venom.data: DataLoader batching and shuffling; IDX dataset loading (small
+-- files written here, and the real Fashion-MNIST when it is installed).
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local venom = require "venom"
+local data = require "venom.data"
+
+-- x = 1..n (f32), y = 2·x (i64): a batch keeps its pairs aligned iff y = 2x.
+local function dataset(n)
+  local xs, ys = {}, {}
+  for i = 1, n do xs[i], ys[i] = i, 2 * i end
+  return venom.tensor(xs), venom.tensor(ys, "i64")
+end
+
+-- All x values of one epoch, in order, plus the batch sizes; checks y = 2x.
+local function epoch(loader)
+  local seen, sizes, aligned = {}, {}, true
+  for xb, yb in loader:iter() do
+    local xt, yt = xb:totable(), yb:totable()
+    sizes[#sizes + 1] = #xt
+    for i, v in ipairs(xt) do
+      seen[#seen + 1] = v
+      if yt[i] ~= 2 * v then aligned = false end
+    end
+  end
+  return seen, table.concat(sizes, ","), aligned
+end
+
+local function is_permutation(list, n)
+  if #list ~= n then return false end
+  local count = {}
+  for _, v in ipairs(list) do count[v] = (count[v] or 0) + 1 end
+  for i = 1, n do
+    if count[i] ~= 1 then return false end
+  end
+  return true
+end
+
+-- Batch counts ---------------------------------------------------------------------------
+do
+  local x, y = dataset(10)
+  local l = data.DataLoader({ x, y }, { batch_size = 3 })
+  tap.is(#l, 4, "#loader: 10 samples in batches of 3 is 4 batches")
+  local seen, sizes, aligned = epoch(l)
+  tap.is(sizes, "3,3,3,1", "no shuffle: batch sizes, last one short")
+  tap.is(table.concat(seen, ","), "1,2,3,4,5,6,7,8,9,10", "no shuffle: samples in order")
+  tap.ok(aligned, "no shuffle: x and y stay aligned")
+
+  local d = data.DataLoader({ x, y }, { batch_size = 3, drop_last = true })
+  tap.is(#d, 3, "#loader with drop_last: 3 batches")
+  tap.is(select(2, epoch(d)), "3,3,3", "drop_last drops the short batch")
+  tap.is(#data.DataLoader({ x, y }, { batch_size = 5, drop_last = true }), 2,
+    "drop_last with an exact fit keeps every batch")
+  tap.is(#data.DataLoader({ x }), 1, "default batch_size 64")
+  tap.is(#data.DataLoader({ x }, { batch_size = 20 }), 1, "batch larger than the data")
+
+  local m = venom.randn(10, 3)
+  local ml = data.DataLoader({ m }, { batch_size = 4, shuffle = true })
+  local shapes = {}
+  for xb in ml:iter() do shapes[#shapes + 1] = table.concat(xb:shape(), "x") end
+  tap.is(table.concat(shapes, " "), "4x3 4x3 2x3", "2-D tensor: batches keep trailing dims")
+
+  local calls = 0
+  local tl = data.DataLoader({ x, y }, { batch_size = 5, transform = function(xb, yb)
+    calls = calls + 1
+    return xb * 10, yb
+  end })
+  local firsts = {}
+  for xb in tl:iter() do firsts[#firsts + 1] = xb:totable()[1] end
+  tap.is(calls, 2, "transform runs once per batch")
+  tap.is(table.concat(firsts, ","), "10,60", "transform's results are what the loop sees")
+  tap.ok(tostring(l):find("DataLoader(10 samples, batch_size=3", 1, true), "tostring(loader)")
+end
+
+-- Shuffling ------------------------------------------------------------------------------
+do
+  local n = 100
+  local x, y = dataset(n)
+  local l = data.DataLoader({ x, y }, { batch_size = 16, shuffle = true })
+  venom.manual_seed(7)
+  local e1, sizes, aligned = epoch(l)
+  local e2 = epoch(l)
+  tap.ok(is_permutation(e1, n), "shuffle: each sample exactly once per epoch")
+  tap.ok(is_permutation(e2, n), "shuffle: second epoch too")
+  tap.ok(aligned, "shuffle: x and y stay aligned")
+  tap.is(sizes, "16,16,16,16,16,16,4", "shuffle: batch sizes")
+  tap.ok(table.concat(e1, ",") ~= table.concat(e2, ","), "shuffle: a new order each epoch")
+  local sorted = true
+  for i = 2, n do if e1[i] < e1[i - 1] then sorted = false end end
+  tap.ok(not sorted, "shuffle: the order is not the identity")
+  venom.manual_seed(7)
+  tap.is(table.concat(epoch(l), ","), table.concat(e1, ","), "shuffle: reproducible under manual_seed")
+end
+
+-- Bad arguments --------------------------------------------------------------------------
+do
+  local x = dataset(10)
+  tap.error_like(function() data.DataLoader({ x, venom.zeros(9) }) end,
+    "tensor 1 has 10 samples %(first dimension%) but tensor 2 has 9", "mismatched first dims")
+  tap.error_like(function() data.DataLoader({ x }, { batch_size = 0 }) end,
+    "batch_size must be a positive integer, got 0", "batch_size 0")
+  tap.error_like(function() data.DataLoader(x) end, "expected a list of tensors", "a tensor, not a list")
+  tap.error_like(function() data.DataLoader({ x, "y" }) end, "element 2 is a string, expected a tensor",
+    "a string in the list")
+end
+
+-- IDX files written here -------------------------------------------------------------------
+local function be32(v)
+  return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
+    math.floor(v / 256) % 256, v % 256)
+end
+local function write(path, bytes)
+  local f = assert(io.open(path, "wb"))
+  f:write(bytes)
+  f:close()
+end
+local function idx_images(n)
+  local px = {}
+  for i = 1, n * 28 * 28 do px[i] = string.char((i * 7) % 256) end
+  return "\0\0\8\3" .. be32(n) .. be32(28) .. be32(28) .. table.concat(px)
+end
+local function idx_labels(list)
+  local b = {}
+  for i, v in ipairs(list) do b[i] = string.char(v) end
+  return "\0\0\8\1" .. be32(#list) .. table.concat(b)
+end
+
+do
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "'")
+  write(dir .. "/t10k-images-idx3-ubyte", idx_images(3))
+  write(dir .. "/t10k-labels-idx1-ubyte", idx_labels({ 0, 9, 4 }))
+  local ds = data.mnist(dir, "test")
+  tap.is(ds.n, 3, "mnist: n from the files")
+  tap.is(table.concat(ds.images:shape(), "x"), "3x28x28", "mnist: images (N, 28, 28)")
+  tap.is(ds.images:dtype(), "u8", "mnist: images are u8")
+  tap.is(ds.labels:dtype(), "i64", "mnist: labels are i64")
+  tap.is(table.concat(ds.labels:totable(), ","), "1,10,5", "mnist: labels shifted to 1-based")
+  tap.is(ds.images:get(1, 1, 2), 14, "mnist: pixel values read as stored")
+
+  write(dir .. "/train-images-idx3-ubyte", idx_images(2))
+  write(dir .. "/train-labels-idx1-ubyte", idx_labels({ 1, 2, 3 }))
+  tap.error_like(function() data.mnist(dir, "train") end,
+    "train%-images%-idx3%-ubyte has 2 images but .*train%-labels%-idx1%-ubyte has 3 labels",
+    "mnist: image and label counts differ")
+  tap.error_like(function() data.mnist(dir, "validation") end,
+    "split must be 'train' or 'test', got validation", "mnist: bad split")
+  os.execute("rm -rf '" .. dir .. "'")
+end
+
+tap.error_like(function() data.fashion_mnist("train", { root = "/nonexistent/fm" }) end,
+  "cannot open /nonexistent/fm/train%-images%-idx3%-ubyte%.gz.*install the Debian package dataset%-fashion%-mnist",
+  "fashion_mnist: a missing root names the path and the package")
+
+-- The real Fashion-MNIST, when installed --------------------------------------------------------
+local probe = io.open(data.FASHION_MNIST_ROOT .. "/t10k-labels-idx1-ubyte.gz", "rb")
+if probe then
+  probe:close()
+  local test = data.fashion_mnist("test")
+  tap.is(test.n, 10000, "Fashion-MNIST test: 10,000 images")
+  tap.is(table.concat(test.images:shape(), "x"), "10000x28x28", "Fashion-MNIST test: image shape")
+  tap.is(test.labels:min():item(), 1, "Fashion-MNIST test: smallest label is 1")
+  tap.is(test.labels:max():item(), 10, "Fashion-MNIST test: largest label is 10")
+  local train = data.fashion_mnist("train")
+  tap.is(train.n, 60000, "Fashion-MNIST train: 60,000 images")
+  tap.is(table.concat(train.labels:shape(), "x"), "60000", "Fashion-MNIST train: label shape")
+  -- The tutorial normalizes with this mean; check it on the real pixels.
+  local mean = train.images:float():mean():item() / 255
+  tap.near(mean, 0.2860, 5e-4, "Fashion-MNIST train: pixel mean 0.2860")
+else
+  tap.skip("Fashion-MNIST not installed (dataset-fashion-mnist)", 7)
+end
+
+tap.done()

@@ -1,0 +1,117 @@
+-- venom.util: argument parsing, progress bar output, formatting helpers.
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local util = require "venom.util"
+
+local defaults = { epochs = 5, lr = 1e-3, batch_size = 128, cosine = false, name = "run" }
+
+-- parse_args: types follow the defaults -----------------------------------------
+do
+  local o = util.parse_args({ "--epochs", "3", "--lr=0.01", "--batch-size", "64",
+                              "--cosine", "data.bin", "--name", "x1" }, defaults)
+  tap.is(o.epochs, 3, "parse_args: --epochs 3 is the number 3")
+  tap.is(type(o.epochs), "number", "parse_args: numbers are converted")
+  tap.near(o.lr, 0.01, 1e-15, "parse_args: --lr=0.01 form")
+  tap.is(o.batch_size, 64, "parse_args: --batch-size sets batch_size")
+  tap.is(o.cosine, true, "parse_args: a bare flag sets true")
+  tap.is(o.name, "x1", "parse_args: string option")
+  tap.is(o[1], "data.bin", "parse_args: positional argument kept in order")
+  tap.is(defaults.epochs, 5, "parse_args: defaults table is not modified")
+
+  local d = util.parse_args({}, defaults)
+  tap.is(d.epochs, 5, "parse_args: default kept when absent")
+  tap.is(d.cosine, false, "parse_args: flag default kept")
+
+  local n = util.parse_args({ "--no-cosine" }, { cosine = true })
+  tap.is(n.cosine, false, "parse_args: --no-flag sets false")
+  local f = util.parse_args({ "--cosine=false" }, { cosine = true })
+  tap.is(f.cosine, false, "parse_args: --flag=false")
+  local neg = util.parse_args({ "--lr", "-0.5" }, defaults)
+  tap.is(neg.lr, -0.5, "parse_args: a negative number is a value, not an option")
+end
+
+tap.error_like(function() util.parse_args({ "--epoch", "3" }, defaults) end,
+  "unknown option %-%-epoch; known options: %-%-batch%-size, %-%-cosine, %-%-epochs, %-%-lr, %-%-name",
+  "parse_args: unknown option lists the known ones")
+tap.error_like(function() util.parse_args({ "--epochs", "five" }, defaults) end,
+  "%-%-epochs expects a number, got 'five'", "parse_args: a non-number for a number option")
+tap.error_like(function() util.parse_args({ "--lr" }, defaults) end,
+  "%-%-lr expects a number value, but none was given", "parse_args: missing value")
+tap.error_like(function() util.parse_args({ "--cosine=maybe" }, defaults) end,
+  "%-%-cosine is a flag", "parse_args: bad flag value")
+tap.ok(util.usage(defaults, { lr = "learning rate" }):find("--batch-size N", 1, true),
+  "usage lists options with dashes")
+
+-- ProgressBar -------------------------------------------------------------------------
+
+-- A fake file and clock make the output deterministic.
+local function sink()
+  local s = { parts = {} }
+  function s:write(...)
+    for _, p in ipairs({ ... }) do self.parts[#self.parts + 1] = p end
+  end
+  function s:flush() end
+  function s:text() return table.concat(self.parts) end
+  return s
+end
+local function fake_clock()
+  local c = { t = 0 }
+  return c, function() return c.t end
+end
+
+do
+  local out, c = sink(), nil
+  local clock
+  c, clock = fake_clock()
+  local bar = util.ProgressBar(100, { desc = "epoch 1", file = out, tty = false, clock = clock })
+  for i = 1, 100 do
+    c.t = i * 0.5
+    bar:update(1, { loss = 1 / i })
+  end
+  bar:close()
+  local text = out:text()
+  tap.ok(not text:find("\r", 1, true), "progress bar (not a tty): no carriage return")
+  local _, lines = text:gsub("\n", "")
+  tap.is(lines, 10, "progress bar (not a tty): one line per 10%")
+  tap.ok(text:find("epoch 1:  10%% 10/100 %[00:05<00:45, 2%.0it/s, loss=0%.1%]\n"),
+    "progress bar (not a tty): first line has count, elapsed, ETA, rate, loss")
+  tap.ok(text:find("epoch 1: 100%% 100/100 %[00:50<00:00, 2%.0it/s, loss=0%.01%]\n$"),
+    "progress bar (not a tty): last line at 100%")
+end
+
+do
+  local out = sink()
+  local c, clock = fake_clock()
+  local bar = util.ProgressBar(7, { file = out, tty = false, clock = clock })
+  for _ = 1, 3 do c.t = c.t + 1; bar:update() end
+  bar:close()
+  local _, lines = out:text():gsub("\n", "")
+  tap.is(lines, 4, "progress bar (not a tty): 3 of 7 steps cross 3 deciles; close adds a line")
+  tap.ok(out:text():find(" 42%% 3/7 %[00:03<00:04, 1%.0it/s%]\n$"),
+    "progress bar (not a tty): close prints the final state")
+end
+
+do
+  local out = sink()
+  local c, clock = fake_clock()
+  local bar = util.ProgressBar(4, { desc = "train", width = 8, file = out, tty = true, clock = clock })
+  for _ = 1, 4 do c.t = c.t + 1; bar:update(1, { loss = 0.25 }) end
+  bar:close()
+  local text = out:text()
+  tap.ok(text:find("\r", 1, true), "progress bar (tty): redraws with carriage returns")
+  tap.ok(text:find("\rtrain 100%%|" .. ("█"):rep(8) .. "| 4/4 %[00:04<00:00, 1%.0it/s, loss=0%.25%]"),
+    "progress bar (tty): full bar, count, times, rate, postfix")
+  tap.ok(text:find("\rtrain  50%%|" .. ("█"):rep(4) .. "    | 2/4"), "progress bar (tty): half bar")
+  tap.is(text:sub(-1), "\n", "progress bar (tty): close ends the line")
+end
+
+-- Formatting ------------------------------------------------------------------------------
+
+tap.is(util.format_time(65), "01:05", "format_time: minutes and seconds")
+tap.is(util.format_time(3661), "1:01:01", "format_time: hours")
+tap.is(util.format_time(nil), "?", "format_time: unknown")
+tap.is(util.format_bytes(512), "512 B", "format_bytes: bytes")
+tap.is(util.format_bytes(1536), "1.5 KiB", "format_bytes: KiB")
+tap.is(util.format_bytes(3 * 1024 ^ 3), "3.0 GiB", "format_bytes: GiB")
+
+tap.done()

@@ -1,0 +1,188 @@
+-- Tutorial 1: training a multilayer perceptron on Fashion-MNIST.
+--
+-- Fashion-MNIST (Xiao, Rasul & Vollgraf 2017) has 60,000 training and 10,000
+-- test images of clothing, 28×28 grey levels, in ten classes (T-shirt, trouser,
+-- pullover, ...). It is a drop-in replacement for MNIST that is harder to
+-- fit: a good multilayer perceptron reaches about 89% test accuracy.
+--
+-- Run it with
+--
+--     venom tutorials/01-fashion-mnist.lua                 # 5 epochs, defaults below
+--     venom tutorials/01-fashion-mnist.lua --epochs 1 --hidden 256 --no-cosine
+--     venom tutorials/01-fashion-mnist.lua --help
+--
+-- The data comes from the Debian package dataset-fashion-mnist, which puts the
+-- four IDX files under /usr/share/datasets/fashion-mnist.
+local venom = require "venom"
+local nn = require "venom.nn"
+local optim = require "venom.optim"
+local data = require "venom.data"
+local util = require "venom.util"
+
+-- 1. Options ------------------------------------------------------------------
+--
+-- util.parse_args reads `--name value` pairs. The defaults also fix each
+-- option's type, so `--epochs five` is an error rather than a surprise.
+local opts = util.parse_args(arg, {
+  epochs = 5,
+  batch_size = 128,
+  lr = 1e-3,
+  hidden = 1024,
+  seed = 0,
+  weight_decay = 0.01,
+  cosine = true,
+  limit = 0,
+  root = data.FASHION_MNIST_ROOT,
+}, {
+  epochs = "passes over the training set",
+  batch_size = "images per optimizer step",
+  lr = "AdamW learning rate (the peak of the schedule)",
+  hidden = "width of the two hidden layers",
+  seed = "seed of the engine RNG (weights, shuffling)",
+  weight_decay = "AdamW decoupled weight decay",
+  cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
+  limit = "train on the first N images only (0 = all)",
+  root = "directory holding the IDX files",
+})
+
+-- Every random choice below (initial weights, the order of the batches) is
+-- drawn from the engine's RNG, so a seed makes the whole run repeatable.
+venom.manual_seed(opts.seed)
+
+-- 2. Data ------------------------------------------------------------------------
+--
+-- data.fashion_mnist returns u8 images (N, 28, 28) and i64 labels (N). Labels
+-- count from 1 like everything else in Lua: class 1 is "T-shirt/top". If the
+-- files are missing we say where we looked and which package provides them,
+-- and exit with a non-zero status so scripts and CI notice.
+local ok, train, test = pcall(function()
+  return data.fashion_mnist("train", { root = opts.root }),
+         data.fashion_mnist("test", { root = opts.root })
+end)
+if not ok then
+  local msg = tostring(train):gsub("^[^:]*:%d+: ", "") -- drop the "file:line: " prefix
+  io.stderr:write("error: ", msg, "\n")
+  os.exit(1)
+end
+
+-- The network wants f32 inputs of mean ≈ 0 and variance ≈ 1. The training
+-- images have mean 0.2860 and standard deviation 0.3530 once scaled to
+-- [0, 1], so x ↦ (x/255 − 0.2860) / 0.3530, written as one multiply and one
+-- subtract: x · 1/(255·0.3530) − 0.2860/0.3530. Each image then becomes a
+-- row of 784 values. We convert the whole set once, up front: 60,000 × 784
+-- floats are 188 MB, and every batch afterwards is a plain row gather.
+local MEAN, STD = 0.2860, 0.3530
+local function to_input(images, limit)
+  local n = images:size(1)
+  if limit > 0 and limit < n then
+    n = limit
+  end
+  local u8 = images:narrow(1, 1, n)
+  local x = u8:float()
+  local scaled = x * (1 / (255 * STD))
+  local normalized = scaled - MEAN / STD
+  local flat = normalized:reshape(n, 28 * 28)
+  u8:free(); x:free(); scaled:free()
+  return flat, n
+end
+
+local x_train, n_train = to_input(train.images, opts.limit)
+local y_train = train.labels:narrow(1, 1, n_train)
+local x_test = to_input(test.images, 0)
+local y_test = test.labels
+train.images:free()
+test.images:free()
+
+-- A DataLoader cuts the tensors into batches along their first dimension.
+-- With shuffle = true it draws a new permutation every epoch (from the seeded
+-- RNG), and each batch is gathered with one index_select per tensor.
+local train_loader = data.DataLoader({ x_train, y_train },
+  { batch_size = opts.batch_size, shuffle = true })
+local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+
+-- 3. Model -------------------------------------------------------------------------
+--
+-- Two hidden layers with ReLU between them. nn.Linear(in, out) holds W (out,
+-- in) and b (out), initialized from U(−1/√in, 1/√in) as in PyTorch, and
+-- computes x·Wᵀ + b. The last layer outputs 10 logits, one per class; the
+-- softmax is folded into the loss.
+local H = opts.hidden
+local model = nn.Sequential(
+  nn.Linear(28 * 28, H), nn.ReLU(),
+  nn.Linear(H, H), nn.ReLU(),
+  nn.Linear(H, 10))
+local criterion = nn.CrossEntropyLoss()
+
+print(model)
+print(("%d parameters; %d training images, %d test images")
+  :format(model:num_parameters(), n_train, x_test:size(1)))
+
+-- 4. Optimizer --------------------------------------------------------------------
+--
+-- AdamW (Loshchilov & Hutter 2019) is Adam with the weight decay applied to
+-- the weights directly instead of being added to the gradient. The learning
+-- rate rises linearly from 0 over the first 5% of the steps (Adam's early
+-- steps are noisy while its moment estimates settle), then follows half a
+-- cosine down to 0 at the last step. Ending at a small learning rate is worth
+-- about two points of test accuracy here over a constant one (--no-cosine),
+-- whose test accuracy keeps jumping around 87-88% from epoch to epoch.
+local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
+local sched
+if opts.cosine then
+  local total = opts.epochs * #train_loader
+  sched = optim.CosineWarmup(opt, { warmup_steps = math.floor(total / 20), total_steps = total })
+end
+
+-- 5. Evaluation ---------------------------------------------------------------------
+--
+-- In eval mode (no dropout here, but it is a good habit) and without the tape
+-- (venom.no_grad), predict the arg-max class and count matches.
+local function accuracy()
+  model:eval()
+  local correct = 0
+  venom.no_grad(function()
+    for xb, yb in test_loader:iter() do
+      local logits = model(xb)
+      local pred = logits:argmax(2)
+      local hits = pred:eq(yb)
+      local count = hits:sum()
+      correct = correct + count:item()
+      logits:free(); pred:free(); hits:free(); count:free(); xb:free(); yb:free()
+    end
+  end)
+  model:train()
+  return correct / x_test:size(1)
+end
+
+-- 6. Training ------------------------------------------------------------------------
+--
+-- One step: forward, loss, clear the old gradients, backward (which
+-- accumulates into each parameter's .grad), update. The tape frees what it
+-- saved once backward is done; we also free the batch, the logits and the
+-- loss right away so the memory goes back to the allocator's cache without
+-- waiting for Lua's garbage collector.
+for epoch = 1, opts.epochs do
+  model:train()
+  local bar = util.ProgressBar(#train_loader, { desc = ("epoch %d/%d"):format(epoch, opts.epochs) })
+  local start = venom.clock()
+  local loss_sum, seen, smooth = 0, 0, nil
+  for xb, yb in train_loader:iter() do
+    local logits = model(xb)
+    local loss = criterion(logits, yb)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+    if sched then sched:step() end
+
+    local l, b = loss:item(), xb:size(1)
+    loss_sum, seen = loss_sum + l * b, seen + b
+    smooth = smooth and 0.95 * smooth + 0.05 * l or l
+    bar:update(1, { loss = smooth })
+    xb:free(); yb:free(); logits:free(); loss:free()
+  end
+  bar:close()
+  local train_time = venom.clock() - start
+  local acc = accuracy()
+  print(("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch (%.0f images/s)")
+    :format(epoch, opts.epochs, loss_sum / seen, 100 * acc, train_time, seen / train_time))
+end
