@@ -5,9 +5,12 @@
  * they have run, so memory is freed as soon as backward is done. */
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
-static bool grad_enabled = true;
+/* Per thread: a thread computing under no_grad must not switch recording
+ * off for another thread training at the same time. */
+static _Thread_local bool grad_enabled = true;
 
 bool vn_set_grad_enabled(bool enabled)
 {
@@ -37,11 +40,27 @@ static void node_drop_tensors(vn_node *n)
     n->gacc = NULL;
 }
 
+/* Freeing a node releases its inputs, which may free their nodes in turn:
+ * on a chain of 10^6 ops plain recursion would overflow the C stack. So a
+ * node whose count drops to zero joins a per-thread list, and only the
+ * outermost call frees, one node at a time. */
+static _Thread_local vn_node *dying;
+static _Thread_local bool draining;
+
 void vn__node_release(vn_node *n)
 {
     if (!n || --n->refcount > 0) return;
-    node_drop_tensors(n);
-    free(n);
+    n->next_dying = dying;
+    dying = n;
+    if (draining) return;
+    draining = true;
+    while (dying) {
+        vn_node *d = dying;
+        dying = d->next_dying;
+        node_drop_tensors(d);
+        free(d);
+    }
+    draining = false;
 }
 
 vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward, int ninputs,
@@ -59,6 +78,10 @@ vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward, i
     for (int i = 0; i < ninputs; i++) n->inputs[i] = vn_tensor_retain((vn_tensor *)inputs[i]);
     n->out_ndim = out->ndim;
     memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+    for (int i = 0; i < ninputs; i++)
+        n->input_version[i] = inputs[i] && inputs[i]->storage ? inputs[i]->storage->version : 0;
+    n->out_storage = out->storage;
+    n->out_version = out->storage ? out->storage->version : 0;
     out->grad_fn = n;
     return n;
 }
@@ -72,6 +95,10 @@ bool vn__input_needs_grad(const vn_node *n, int i)
 /* *slot += g, where *slot may be NULL (then it takes g). Takes g. */
 static vn_status add_into(vn_tensor **slot, vn_tensor *g)
 {
+    if (*slot && !(*slot)->storage) { /* the user freed the old gradient: start afresh */
+        vn_tensor_release(*slot);
+        *slot = NULL;
+    }
     if (!*slot) {
         /* Adopt g only when nothing else can see its storage. */
         if (vn_tensor_is_contiguous(g) && g->refcount == 1 && g->storage->refcount == 1 &&
@@ -117,8 +144,10 @@ vn_status vn__accum(vn_node *n, int i, vn_tensor *g)
  * deep graph cannot overflow the C stack). order[] ends with root. */
 static vn_status topo_order(vn_node *root, vn_node ***order_out, size_t *count_out)
 {
-    static uint64_t epoch;
-    uint64_t mark = ++epoch;
+    /* Shared by all threads (a graph built on one thread may be walked on
+     * another), so every walk takes a fresh number. */
+    static _Atomic uint64_t epoch;
+    uint64_t mark = atomic_fetch_add(&epoch, 1) + 1;
     size_t cap = 64, count = 0, depth = 0, stack_cap = 64;
     vn_node **order = malloc(cap * sizeof *order);
     struct frame { vn_node *n; int next; } *stack = malloc(stack_cap * sizeof *stack);
@@ -164,6 +193,36 @@ oom:
     return vn__err(VN_ERR_MEMORY, "backward: out of memory");
 }
 
+/* The rules read their saved values without checks; an input the caller
+ * freed (vn_tensor_free) since the forward pass is caught here, before any
+ * gradient is touched. */
+static vn_status check_inputs_alive(const vn_node *n)
+{
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i] && !n->inputs[i]->storage)
+            return vn__err(VN_ERR_STATE, "backward: input %d of op '%s' was freed after the "
+                                         "forward pass; free tensors only once backward is done",
+                           i + 1, n->name);
+    for (int i = 0; i < VN_NODE_SAVED; i++)
+        if (n->saved[i] && !n->saved[i]->storage)
+            return vn__err(VN_ERR_STATE, "backward: a tensor saved by op '%s' was freed after "
+                                         "the forward pass", n->name);
+    /* Values overwritten in place since the forward pass would give wrong
+     * gradients: inputs, and outputs that the rule saved (exp, sigmoid...). */
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i] && n->inputs[i]->storage->version != n->input_version[i])
+            return vn__err(VN_ERR_STATE, "backward: input %d of op '%s' was modified in place "
+                                         "after the forward pass; its gradient would be wrong",
+                           i + 1, n->name);
+    for (int i = 0; i < VN_NODE_SAVED; i++)
+        if (n->saved[i] && n->saved[i]->storage == n->out_storage &&
+            n->saved[i]->storage->version != n->out_version)
+            return vn__err(VN_ERR_STATE, "backward: the output of op '%s' was modified in place "
+                                         "after the forward pass; its gradient would be wrong",
+                           n->name);
+    return VN_OK;
+}
+
 vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
 {
     vn_status s = vn__check(root, "backward");
@@ -204,14 +263,18 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
         vn_tensor_release(seed);
         return s;
     }
-    for (size_t k = 0; k < count; k++) {
-        if (order[k]->released) {
-            vn_tensor_release(seed);
-            free(order);
-            return vn__err(VN_ERR_STATE, "backward: part of this graph (op '%s') was already "
-                                         "released by an earlier backward; recompute the "
-                                         "forward pass", order[k]->name);
-        }
+    for (size_t k = 0; k < count && !s; k++) {
+        if (order[k]->released)
+            s = vn__err(VN_ERR_STATE, "backward: part of this graph (op '%s') was already "
+                                      "released by an earlier backward; recompute the forward "
+                                      "pass", order[k]->name);
+        else
+            s = check_inputs_alive(order[k]);
+    }
+    if (s) {
+        vn_tensor_release(seed);
+        free(order);
+        return s;
     }
     vn_tensor_release(top->gacc);
     top->gacc = seed;

@@ -1,35 +1,60 @@
-/* error.c — the per-thread error message behind vn_last_error(), and the
- * checks every op makes on its tensor arguments. */
+/* error.c — the per-thread error state behind vn_last_error() and
+ * vn_last_status(), and the checks every op makes on its tensor arguments. */
 #include "internal.h"
 
 #include <stdio.h>
 
 static _Thread_local char last_error[1024];
+static _Thread_local vn_status last_status;
 
 const char *vn_last_error(void) { return last_error; }
+vn_status vn_last_status(void) { return last_status; }
 
-static void set_message(const char *fmt, va_list ap)
+void vn_clear_error(void)
 {
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    last_error[0] = '\0';
+    last_status = VN_OK;
+}
+
+/* A message with VN_OK would read as "no error": report it as an argument
+ * error instead, so the pair stays consistent. */
+static vn_status set_error(vn_status s, const char *fmt, va_list ap)
+{
+    if (s == VN_OK) s = VN_ERR_ARG;
+    /* The message may quote the previous one (vn__err(s, "%s", vn_last_error()));
+     * format into a copy so the source is not overwritten while read. */
+    char msg[sizeof last_error];
+    vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
+    memcpy(last_error, msg, sizeof msg);
+    last_status = s;
+    return s;
 }
 
 vn_status vn__err(vn_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    set_message(fmt, ap);
+    s = set_error(s, fmt, ap);
     va_end(ap);
     return s;
 }
 
 void *vn__errp(vn_status s, const char *fmt, ...)
 {
-    (void)s;
     va_list ap;
     va_start(ap, fmt);
-    set_message(fmt, ap);
+    set_error(s, fmt, ap);
     va_end(ap);
     return NULL;
+}
+
+vn_status vn_set_error(vn_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s = set_error(s, fmt, ap);
+    va_end(ap);
+    return s;
 }
 
 const char *vn_status_name(vn_status s)
@@ -43,6 +68,7 @@ const char *vn_status_name(vn_status s)
     case VN_ERR_IO: return "I/O error";
     case VN_ERR_FORMAT: return "format error";
     case VN_ERR_STATE: return "state error";
+    case VN_ERR_SCRIPT: return "script error";
     }
     return "unknown status";
 }

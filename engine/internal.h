@@ -10,16 +10,20 @@
 #include <stdarg.h>
 #include <string.h>
 
+/* Refcounts of tensors and storages are atomic: threads that share a
+ * read-only tensor (weights used for inference on several threads) retain
+ * and release it, and views of it share its storage. */
 typedef struct vn_storage {
     void *data;
     size_t nbytes;
-    int refcount;
+    _Atomic int refcount;
+    uint32_t version; /* bumped by every in-place write; see vn__written */
 } vn_storage;
 
 typedef struct vn_node vn_node;
 
 struct vn_tensor {
-    int refcount;
+    _Atomic int refcount;
     vn_dtype dtype;
     int ndim;
     int64_t shape[VN_MAX_DIMS];
@@ -53,6 +57,12 @@ struct vn_node {
     vn_tensor *gacc;  /* dL/d(output), summed over the output's uses */
     bool released;    /* backward done: inputs and saved dropped */
     uint64_t mark;    /* graph walk bookkeeping */
+    vn_node *next_dying; /* see vn__node_release */
+    /* Storage versions at record time: backward refuses to run on values
+     * that were overwritten in place since (they would give wrong grads). */
+    uint32_t input_version[VN_NODE_INPUTS];
+    const vn_storage *out_storage; /* compared only, never dereferenced */
+    uint32_t out_version;
 };
 
 /* ---- errors -------------------------------------------------------------- */
@@ -69,6 +79,10 @@ vn_status vn__check(const vn_tensor *t, const char *what);
 vn_status vn__check_dtype(const vn_tensor *t, vn_dtype want, const char *what);
 /* dim in [-ndim, ndim) → [0, ndim); VN_ERR_ARG otherwise. */
 vn_status vn__wrap_dim(int ndim, int *dim, const char *what);
+
+/* Largest element count a tensor may have (any more and byte sizes and
+ * flat indices could overflow int64). */
+#define VN_MAX_NUMEL 1e15
 
 /* ---- memory -------------------------------------------------------------- */
 
@@ -109,6 +123,12 @@ vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape);
 
 uint64_t vn__rng_next(void);   /* 64 random bits */
 double vn__rng_uniform(void);  /* uniform on [0, 1) */
+
+/* In-place writes. vn__begin_write refuses a leaf that requires grad while
+ * grad mode is on (its old value may be needed by backward; write under
+ * no_grad), then marks the storage written. vn__written only marks it. */
+vn_status vn__begin_write(vn_tensor *t, const char *op);
+void vn__written(vn_tensor *t);
 
 /* ---- the tape ------------------------------------------------------------ */
 

@@ -37,6 +37,7 @@ vn_status vn_sgd_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *moment
         if ((s = check_state(momentum_buf, param, "sgd_step", "momentum buffer"))) return s;
     }
     int64_t n = vn_tensor_numel(param);
+    vn__written(param); /* a graph still holding the old values must not run */
     float *restrict p = vn_tensor_data(param);
     const float *restrict g = vn_tensor_data(grad);
     const float flr = (float)lr, wd = (float)weight_decay, mu = (float)momentum,
@@ -74,6 +75,7 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
         return vn__err(VN_ERR_ARG, "adam_step: step must be >= 1 (it counts from 1), got %lld",
                        (long long)step);
     int64_t n = vn_tensor_numel(param);
+    vn__written(param); /* a graph still holding the old values must not run */
     float *restrict p = vn_tensor_data(param);
     const float *restrict g = vn_tensor_data(grad);
     float *restrict m = vn_tensor_data(exp_avg);

@@ -30,20 +30,28 @@ void vn_manual_seed(uint64_t seed)
     pthread_mutex_unlock(&rng_lock);
 }
 
-void vn_rng_get_state(uint64_t state[4])
+vn_status vn_rng_get_state(uint64_t state[4])
 {
+    if (!state) return vn__err(VN_ERR_ARG, "rng_get_state: state is NULL");
     pthread_mutex_lock(&rng_lock);
     if (!rng_seeded) seed_locked(0);
     memcpy(state, rng_state, sizeof rng_state);
     pthread_mutex_unlock(&rng_lock);
+    return VN_OK;
 }
 
-void vn_rng_set_state(const uint64_t state[4])
+vn_status vn_rng_set_state(const uint64_t state[4])
 {
+    if (!state) return vn__err(VN_ERR_ARG, "rng_set_state: state is NULL");
+    /* xoshiro's all-zero state is a fixed point: every draw would be 0. */
+    if (!(state[0] | state[1] | state[2] | state[3]))
+        return vn__err(VN_ERR_ARG, "rng_set_state: the state is all zeros (not a state "
+                                   "xoshiro256** can reach; use one from rng_get_state)");
     pthread_mutex_lock(&rng_lock);
     memcpy(rng_state, state, sizeof rng_state);
     rng_seeded = true;
     pthread_mutex_unlock(&rng_lock);
+    return VN_OK;
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

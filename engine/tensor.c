@@ -57,6 +57,11 @@ bool vn__same_shape(const vn_tensor *a, const vn_tensor *b)
 
 const char *vn_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
 {
+    if (!buf || n == 0) return "";
+    if (ndim < 0 || ndim > VN_MAX_DIMS || (ndim > 0 && !shape)) {
+        snprintf(buf, n, "(invalid shape)");
+        return buf;
+    }
     size_t used = 0;
     used += (size_t)snprintf(buf, n, "(");
     for (int d = 0; d < ndim && used < n; d++)
@@ -77,7 +82,9 @@ static vn_status check_shape(const char *op, int ndim, const int64_t *shape)
                            (long long)shape[d]);
         total *= (double)shape[d];
     }
-    if (total > 1e15) return vn__err(VN_ERR_ARG, "%s: %g elements is too many", op, total);
+    if (total > VN_MAX_NUMEL)
+        return vn__err(VN_ERR_ARG, "%s: %g elements is more than the limit of %g", op, total,
+                       VN_MAX_NUMEL);
     return VN_OK;
 }
 
@@ -194,6 +201,9 @@ vn_tensor *vn_arange(double start, double end, double step, vn_dtype dtype)
         return vn__errp(VN_ERR_ARG, "arange: start, end and a nonzero step must be finite (got %g, %g, %g)",
                         start, end, step);
     double count = ceil((end - start) / step);
+    if (count > VN_MAX_NUMEL)
+        return vn__errp(VN_ERR_ARG, "arange: %g elements from %g to %g by %g is more than the "
+                        "limit of %g", count, start, end, step, VN_MAX_NUMEL);
     int64_t n = count > 0 ? (int64_t)count : 0;
     vn_tensor *t = vn_empty(dtype, 1, &n);
     if (!t) return NULL;
@@ -203,14 +213,37 @@ vn_tensor *vn_arange(double start, double end, double step, vn_dtype dtype)
 
 /* ---- accessors ----------------------------------------------------------- */
 
-int vn_tensor_ndim(const vn_tensor *t) { return t->ndim; }
-const int64_t *vn_tensor_shape(const vn_tensor *t) { return t->shape; }
-const int64_t *vn_tensor_strides(const vn_tensor *t) { return t->strides; }
-int64_t vn_tensor_numel(const vn_tensor *t) { return vn__numel(t->ndim, t->shape); }
-vn_dtype vn_tensor_dtype(const vn_tensor *t) { return t->dtype; }
+/* Metadata stays readable after vn_tensor_free (only the storage goes), so
+ * these check for NULL alone; NULL gives a neutral value and an error. */
+int vn_tensor_ndim(const vn_tensor *t)
+{
+    return t ? t->ndim : (vn__err(VN_ERR_ARG, "ndim: expected a tensor, got NULL"), 0);
+}
+
+const int64_t *vn_tensor_shape(const vn_tensor *t)
+{
+    return t ? t->shape : vn__errp(VN_ERR_ARG, "shape: expected a tensor, got NULL");
+}
+
+const int64_t *vn_tensor_strides(const vn_tensor *t)
+{
+    return t ? t->strides : vn__errp(VN_ERR_ARG, "strides: expected a tensor, got NULL");
+}
+
+int64_t vn_tensor_numel(const vn_tensor *t)
+{
+    return t ? vn__numel(t->ndim, t->shape)
+             : (vn__err(VN_ERR_ARG, "numel: expected a tensor, got NULL"), 0);
+}
+
+vn_dtype vn_tensor_dtype(const vn_tensor *t)
+{
+    return t ? t->dtype : (vn__err(VN_ERR_ARG, "dtype: expected a tensor, got NULL"), VN_F32);
+}
 
 bool vn_tensor_is_contiguous(const vn_tensor *t)
 {
+    if (!t) return vn__err(VN_ERR_ARG, "is_contiguous: expected a tensor, got NULL"), false;
     int64_t s = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->strides[d] != s) return false;
@@ -221,7 +254,7 @@ bool vn_tensor_is_contiguous(const vn_tensor *t)
 
 void *vn_tensor_data(const vn_tensor *t)
 {
-    if (!t || !t->storage) return NULL;
+    if (vn__check(t, "data")) return NULL;
     return (char *)t->storage->data + t->offset * (int64_t)vn_dtype_size(t->dtype);
 }
 
@@ -237,9 +270,29 @@ double vn__load(const vn_tensor *t, int64_t off)
     return 0;
 }
 
+/* v limited to [lo, hi], NaN to 0: converting an out-of-range double to an
+ * integer type is undefined in C, so conversions saturate instead. */
+static double saturate(double v, double lo, double hi)
+{
+    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
+}
+
+/* v made safe to cast to dtype's C type. */
+static double in_range(vn_dtype dtype, double v)
+{
+    switch (dtype) {
+    case VN_F32: return v;
+    case VN_I32: return saturate(v, INT32_MIN, INT32_MAX);
+    case VN_I64: return saturate(v, -0x1p63, 0x1p63 - 1024); /* the largest double below 2^63 */
+    case VN_U8: return saturate(v, 0, 255);
+    }
+    return 0;
+}
+
 void vn__store(vn_tensor *t, int64_t off, double v)
 {
     void *base = t->storage->data;
+    v = in_range(t->dtype, v);
     switch (t->dtype) {
     case VN_F32: ((float *)base)[off] = (float)v; break;
     case VN_I32: ((int32_t *)base)[off] = (int32_t)v; break;
@@ -264,6 +317,7 @@ vn_status vn_tensor_item(const vn_tensor *t, double *out)
 {
     vn_status s = vn__check(t, "item");
     if (s) return s;
+    if (!out) return vn__err(VN_ERR_ARG, "item: out is NULL");
     if (vn_tensor_numel(t) != 1) {
         char buf[128];
         return vn__err(VN_ERR_SHAPE, "item: expected a tensor with one element, got shape %s",
@@ -277,6 +331,7 @@ static vn_status index_offset(const vn_tensor *t, const int64_t *index, int64_t 
 {
     vn_status s = vn__check(t, op);
     if (s) return s;
+    if (!index && t->ndim > 0) return vn__err(VN_ERR_ARG, "%s: index is NULL", op);
     *off = t->offset;
     for (int d = 0; d < t->ndim; d++) {
         if (index[d] < 0 || index[d] >= t->shape[d])
@@ -290,6 +345,7 @@ static vn_status index_offset(const vn_tensor *t, const int64_t *index, int64_t 
 vn_status vn_tensor_get(const vn_tensor *t, const int64_t *index, double *out)
 {
     int64_t off;
+    if (!out) return vn__err(VN_ERR_ARG, "get: out is NULL");
     vn_status s = index_offset(t, index, &off, "get");
     if (!s) *out = vn__load(t, off);
     return s;
@@ -299,8 +355,25 @@ vn_status vn_tensor_set(vn_tensor *t, const int64_t *index, double value)
 {
     int64_t off;
     vn_status s = index_offset(t, index, &off, "set");
+    if (!s) s = vn__begin_write(t, "set");
     if (!s) vn__store(t, off, value);
     return s;
+}
+
+/* ---- in-place writes ------------------------------------------------------ */
+
+void vn__written(vn_tensor *t)
+{
+    if (t && t->storage) t->storage->version++;
+}
+
+vn_status vn__begin_write(vn_tensor *t, const char *op)
+{
+    if (t->requires_grad && vn_is_grad_enabled())
+        return vn__err(VN_ERR_STATE, "%s: in-place write into a leaf tensor that requires grad; "
+                       "do it with grad mode off (no_grad)", op);
+    vn__written(t);
+    return VN_OK;
 }
 
 /* ---- copies -------------------------------------------------------------- */
@@ -352,6 +425,7 @@ vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src)
 {
     vn_status s = vn__check(dst, "copy_: destination");
     if (!s) s = vn__check(src, "copy_: source");
+    if (!s) s = vn__begin_write(dst, "copy_");
     if (s) return s;
     int nd;
     int64_t shape[VN_MAX_DIMS];
@@ -372,12 +446,13 @@ vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src)
 vn_status vn_tensor_fill_(vn_tensor *t, double value)
 {
     vn_status s = vn__check(t, "fill_");
+    if (!s) s = vn__begin_write(t, "fill_");
     if (s) return s;
     int64_t n = vn_tensor_numel(t);
     if (vn_tensor_is_contiguous(t)) {
         VN_DTYPE_SWITCH(t->dtype, T, {
             T *p = vn_tensor_data(t);
-            T v = (T)value;
+            T v = (T)in_range(t->dtype, value);
             for (int64_t i = 0; i < n; i++) p[i] = v;
         });
         return VN_OK;
@@ -394,6 +469,7 @@ vn_status vn_tensor_copy_out(const vn_tensor *t, void *buf, size_t nbytes)
     if (nbytes != need)
         return vn__err(VN_ERR_ARG, "copy_out: buffer of %zu bytes, expected %zu", nbytes, need);
     if (!need) return VN_OK;
+    if (!buf) return vn__err(VN_ERR_ARG, "copy_out: buf is NULL");
     vn_tensor dst = {.refcount = 1, .dtype = t->dtype, .ndim = t->ndim};
     vn_storage st = {.data = buf, .nbytes = nbytes, .refcount = 1};
     memcpy(dst.shape, t->shape, sizeof dst.shape);

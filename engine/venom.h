@@ -1,15 +1,40 @@
 /* venom.h — public C API of libvenom, a small tensor and autograd engine.
  *
+ * Usable on its own from C (no Lua involved): link with
+ * `pkg-config --cflags --libs venom` (add --static for libvenom.a) or the
+ * CMake target venom::venom from find_package(venom). To run Lua scripts
+ * from C on the same tensors, see venom_lua.h (libvenom_lua).
+ * tutorials/04-embedding-in-c shows both.
+ *
  * Conventions (they hold for every function below unless it says otherwise):
  *
  *  - Errors. Functions returning vn_status return VN_OK on success; functions
  *    returning a pointer return NULL on failure. Either way a message naming
  *    what was expected and what was found is stored per thread and read with
- *    vn_last_error(). The library never aborts, exits or longjmps.
+ *    vn_last_error(), and the status with vn_last_status() (what a
+ *    NULL-returning function would have returned). The library never aborts,
+ *    exits or longjmps, whatever the input.
  *  - Ownership. Every function that returns a vn_tensor* hands the caller one
- *    reference; drop it with vn_tensor_release(). Tensor arguments are
- *    borrowed. Views (reshape, transpose, narrow...) share storage with their
- *    source; the storage lives until its last tensor is released.
+ *    reference; drop it with vn_tensor_release(), which frees the tensor when
+ *    its last reference goes. vn_tensor_retain() adds one. Tensor arguments
+ *    are borrowed: the callee retains what it keeps (the autograd tape keeps
+ *    the inputs an op needs for backward), so the caller may release its
+ *    reference right after a call. Views (reshape, transpose, narrow...)
+ *    share storage with their source; the storage lives until its last
+ *    tensor is released. Pointers into a tensor (vn_tensor_data, _shape,
+ *    _strides) stay valid while the tensor lives; vn_tensor_grad is borrowed
+ *    until the gradient is replaced or dropped.
+ *  - Bad handles. A NULL tensor argument is a VN_ERR_ARG error (the message
+ *    says "NULL"), except where a parameter says NULL is allowed (a bias, a
+ *    gradient seed); accessors that cannot return a status give a neutral
+ *    value for NULL (0, NULL, false) and set the error too.
+ *    vn_tensor_free() drops a tensor's storage now while the handle stays:
+ *    any later use of it in an op is a VN_ERR_STATE error ("freed"), and so
+ *    is a backward through a graph whose saved input was freed; shape and
+ *    dtype stay readable. Using a tensor after its last vn_tensor_release()
+ *    is a use-after-free the library cannot detect: undefined behaviour.
+ *  - Devices. Every tensor lives in host memory (the CPU); there is no device
+ *    argument yet, so no device mismatch can occur.
  *  - Indices are 0-based. Negative dims count from the end (-1 = last).
  *  - dtypes: VN_F32 (default, all arithmetic), VN_I32, VN_I64 (indices,
  *    class targets), VN_U8 (masks, raw image bytes). Arithmetic ops need both
@@ -21,9 +46,29 @@
  *    topological order and accumulates (+=) into the .grad of leaf tensors;
  *    saved tensors are freed afterwards, so a second backward through the same
  *    graph is an error.
- *  - Threads. Distinct tensors may be used from distinct threads. Grad mode,
- *    the error message and the RNG are per process except the error message
- *    (per thread). A tensor must not be used by two threads at once.
+ *  - Threads. The library may be called from several threads at once under
+ *    these rules:
+ *      - A tensor that some thread writes (in-place ops, fill_/copy_/set,
+ *        optimizer steps, vn_tensor_free, set_requires_grad/set_grad/
+ *        zero_grad, a backward that accumulates into its .grad) must not be
+ *        used by any other thread at the same time.
+ *      - A tensor that no thread writes may be read by many threads at once,
+ *        as an op input (shared weights for inference, say): reference counts
+ *        are atomic, so retaining, viewing and releasing it concurrently is
+ *        safe. If it requires grad, each thread's backward would write its
+ *        .grad: compute under grad mode off, or serialize the backwards.
+ *      - A graph (the tensors an op chain recorded) is walked by one thread:
+ *        vn_backward on graphs that share recorded nodes must not overlap. A
+ *        graph built on one thread may be walked on another later.
+ *      - Grad mode (vn_set_grad_enabled) and the error state (vn_last_error,
+ *        vn_last_status) are per thread; a new thread starts with grad mode on.
+ *      - The RNG is one stream per process behind a lock: concurrent draws are
+ *        safe and each number of the stream goes to one thread only, but
+ *        which thread gets which depends on timing. Seed and draw from one
+ *        thread for repeatable runs.
+ *      - The caching allocator is shared behind a lock; vn_memory_stats and
+ *        vn_empty_cache count and free the blocks of all threads.
+ *    Large ops also use OpenMP threads and OpenBLAS threads internally.
  */
 #ifndef VENOM_H
 #define VENOM_H
@@ -38,6 +83,14 @@ extern "C" {
 
 #define VN_MAX_DIMS 8
 
+/* printf format checking where the compiler has it (the header is plain C11
+ * and C++ otherwise). */
+#if defined(__GNUC__) || defined(__clang__)
+#define VN_PRINTF_LIKE(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define VN_PRINTF_LIKE(fmt, args)
+#endif
+
 typedef enum {
     VN_OK = 0,
     VN_ERR_ARG,    /* an argument is out of range, NULL, or of the wrong kind */
@@ -46,7 +99,8 @@ typedef enum {
     VN_ERR_MEMORY, /* out of memory */
     VN_ERR_IO,     /* a file could not be opened, read or written */
     VN_ERR_FORMAT, /* a file is malformed (bad magic, truncated, ...) */
-    VN_ERR_STATE   /* the call is not valid now (freed tensor, released graph) */
+    VN_ERR_STATE,  /* the call is not valid now (freed tensor, released graph) */
+    VN_ERR_SCRIPT  /* a Lua script failed (libvenom_lua, venom_lua.h): syntax or runtime error */
 } vn_status;
 
 typedef enum { VN_F32 = 0, VN_I32, VN_I64, VN_U8 } vn_dtype;
@@ -57,8 +111,21 @@ typedef struct vn_tensor vn_tensor;
 
 /* ---- errors and library state ------------------------------------------ */
 
-/* The message of the last failed call on this thread ("" if none). */
+/* The message of the last failed call on this thread ("" if none). The
+ * string is owned by the library and valid until the next call on this
+ * thread that fails (copy it to keep it). */
 const char *vn_last_error(void);
+/* The status of the last failed call on this thread (VN_OK if none): what a
+ * function that returned NULL would have returned as a vn_status. Like
+ * errno, successful calls leave it alone: read it right after a failure. */
+vn_status vn_last_status(void);
+/* Reset this thread's error state: vn_last_error() gives "" and
+ * vn_last_status() VN_OK. */
+void vn_clear_error(void);
+/* Store a printf-style message and status for vn_last_error() /
+ * vn_last_status() and return s (VN_OK is stored as VN_ERR_ARG). For
+ * libraries built on venom (the Lua bridge) that report through it. */
+vn_status vn_set_error(vn_status s, const char *fmt, ...) VN_PRINTF_LIKE(2, 3);
 /* Name of a status code, e.g. "shape error". */
 const char *vn_status_name(vn_status s);
 /* Name of a dtype: "f32", "i32", "i64", "u8". */
@@ -68,12 +135,17 @@ size_t vn_dtype_size(vn_dtype d);
 
 /* Seed the engine RNG (xoshiro256**; normals by Box–Muller). Every random
  * choice (rand, randn, randperm, dropout) draws from it, so a fixed seed gives
- * the same run. The state can be saved and restored (4 × uint64). */
+ * the same run. One stream per process, behind a lock: threads drawing at
+ * the same time each get distinct numbers, but which thread gets which
+ * depends on timing. The state can be saved and restored (4 × uint64).
+ * Errors: VN_ERR_ARG for a NULL state, or an all-zero one (a fixed point of
+ * xoshiro that no seed produces). */
 void vn_manual_seed(uint64_t seed);
-void vn_rng_get_state(uint64_t state[4]);
-void vn_rng_set_state(const uint64_t state[4]);
+vn_status vn_rng_get_state(uint64_t state[4]);
+vn_status vn_rng_set_state(const uint64_t state[4]);
 
-/* Grad mode. Returns the previous setting. While off, no op is recorded. */
+/* Grad mode of the calling thread (each thread starts with it on). Returns
+ * the previous setting. While off, no op is recorded. */
 bool vn_set_grad_enabled(bool enabled);
 bool vn_is_grad_enabled(void);
 
@@ -103,32 +175,50 @@ vn_tensor *vn_randperm(int64_t n);
 
 /* ---- tensor lifetime and properties ------------------------------------- */
 
-vn_tensor *vn_tensor_retain(vn_tensor *t);  /* returns t; NULL-safe */
-void vn_tensor_release(vn_tensor *t);       /* NULL-safe */
-/* Drops this tensor's storage and gradient now (idempotent). Later use of t
- * is a VN_ERR_STATE error; views of it keep their storage alive. */
+/* Add a reference to t and return t (NULL gives NULL, no error). Safe from
+ * several threads on the same tensor. */
+vn_tensor *vn_tensor_retain(vn_tensor *t);
+/* Drop one reference; the last one frees the tensor (and its storage, once
+ * no view shares it). NULL is a no-op. Using t after its last reference is
+ * gone is undefined behaviour (the library cannot tell). */
+void vn_tensor_release(vn_tensor *t);
+/* Drop this tensor's storage, gradient and graph node now, without waiting
+ * for its references to go (idempotent; NULL is a no-op). The handle stays
+ * valid until released: ops on it fail with VN_ERR_STATE, vn_tensor_data
+ * gives NULL, shape/dtype/ndim/numel still answer. Views made from t before
+ * keep the storage alive. For holders of a tensor that is also referenced
+ * elsewhere (Lua's garbage collector) to give memory back at once. */
 void vn_tensor_free(vn_tensor *t);
+/* Whether t was freed with vn_tensor_free (true for NULL). */
 bool vn_tensor_is_freed(const vn_tensor *t);
 
+/* Metadata; readable after vn_tensor_free. For NULL: ndim 0, shape and
+ * strides NULL, numel 0, dtype VN_F32, is_contiguous false, each with a
+ * VN_ERR_ARG error set. shape/strides point to ndim entries owned by t. */
 int vn_tensor_ndim(const vn_tensor *t);
-const int64_t *vn_tensor_shape(const vn_tensor *t);   /* ndim entries */
+const int64_t *vn_tensor_shape(const vn_tensor *t);
 const int64_t *vn_tensor_strides(const vn_tensor *t); /* in elements */
 int64_t vn_tensor_numel(const vn_tensor *t);
 vn_dtype vn_tensor_dtype(const vn_tensor *t);
 bool vn_tensor_is_contiguous(const vn_tensor *t);
-/* Pointer to element [0,...,0] (host memory); NULL if freed. */
+/* Pointer to element [0,...,0] in host memory, laid out by the strides; the
+ * caller may read and write through it (no copy). NULL with VN_ERR_ARG for
+ * NULL, VN_ERR_STATE for a freed tensor. */
 void *vn_tensor_data(const vn_tensor *t);
-/* Writes "(2, 3)"-style text of the shape into buf. */
+/* Writes "(2, 3)"-style text of the shape into buf (n bytes, truncated to
+ * fit) and returns buf; "" if buf is NULL or n is 0, "(invalid shape)" for
+ * a NULL shape or ndim out of range. */
 const char *vn_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 
-/* Value of a one-element tensor as double. VN_ERR_SHAPE if numel != 1. */
+/* Value of a one-element tensor as double. VN_ERR_SHAPE if numel != 1;
+ * VN_ERR_ARG for a NULL out (as for every out pointer below). */
 vn_status vn_tensor_item(const vn_tensor *t, double *out);
 /* Element at a multi-index (ndim entries, 0-based) as double / set from
  * double. VN_ERR_ARG for an index out of range. */
 vn_status vn_tensor_get(const vn_tensor *t, const int64_t *index, double *out);
 vn_status vn_tensor_set(vn_tensor *t, const int64_t *index, double value);
 /* Copies all elements, in row-major order, into buf of `nbytes` bytes
- * (numel × dtype size). */
+ * (numel × dtype size; VN_ERR_ARG if it differs). */
 vn_status vn_tensor_copy_out(const vn_tensor *t, void *buf, size_t nbytes);
 /* In place: dst[...] = src (broadcast to dst's shape, converted to dst's
  * dtype). Not recorded by autograd. */
@@ -141,26 +231,36 @@ vn_status vn_tensor_fill_(vn_tensor *t, double value);
 /* Mark a leaf tensor as a parameter whose gradient backward accumulates.
  * VN_ERR_DTYPE for a non-f32 tensor; VN_ERR_ARG for a non-leaf. */
 vn_status vn_tensor_set_requires_grad(vn_tensor *t, bool requires_grad);
+/* Whether t needs a gradient (a parameter, or computed from one while grad
+ * mode was on); false for NULL. */
 bool vn_tensor_requires_grad(const vn_tensor *t);
+/* Whether t was not produced by a recorded op; false for NULL. */
 bool vn_tensor_is_leaf(const vn_tensor *t);
-/* Borrowed pointer to the accumulated gradient, or NULL if none yet. */
+/* Borrowed pointer to the accumulated gradient (contiguous f32, t's shape),
+ * or NULL if none yet (and for NULL t). Valid until the gradient is
+ * replaced, dropped or t freed; retain it to keep it longer. */
 vn_tensor *vn_tensor_grad(const vn_tensor *t);
-/* Replace the gradient (NULL clears it). Shape must match. */
+/* Replace the gradient (NULL clears it). Shape must match; the tensor is
+ * retained (or copied if not contiguous). */
 vn_status vn_tensor_set_grad(vn_tensor *t, vn_tensor *grad);
-/* Drop the gradient (the next backward starts from zero). */
+/* Drop the gradient (the next backward starts from zero). NULL is a no-op. */
 void vn_tensor_zero_grad(vn_tensor *t);
-/* Name of the op that produced t ("matmul", ...) or NULL for a leaf. */
+/* Name of the op that produced t ("matmul", ...); NULL for a leaf or NULL. */
 const char *vn_tensor_grad_fn_name(const vn_tensor *t);
 
 /* Back-propagate from `root`. `grad` is dL/droot (same shape); NULL means 1
  * and requires root to have one element (VN_ERR_SHAPE otherwise).
  * Errors: VN_ERR_ARG if root does not require grad, VN_ERR_STATE if the
- * graph was already released by an earlier backward. */
+ * graph was already released by an earlier backward or an input it saved
+ * was freed since (checked before any gradient is touched). */
 vn_status vn_backward(vn_tensor *root, const vn_tensor *grad);
 /* A new tensor sharing t's storage, cut from the graph. */
 vn_tensor *vn_detach(const vn_tensor *t);
 
 /* ---- views and copies (differentiable) ---------------------------------- */
+
+/* Errors common to this section: VN_ERR_ARG for a dim or position out of
+ * range (the message gives the valid range) or a NULL shape/dims array. */
 
 /* Same data, new shape; one entry may be -1 (inferred). A view when t's
  * layout allows it, a copy otherwise. VN_ERR_SHAPE if numel differs. */
@@ -183,12 +283,15 @@ vn_tensor *vn_expand(const vn_tensor *t, int ndim, const int64_t *shape);
 vn_tensor *vn_contiguous(const vn_tensor *t);
 /* A contiguous copy. */
 vn_tensor *vn_clone(const vn_tensor *t);
-/* A copy converted to dtype (f32→int truncates toward zero). Differentiable
+/* A copy converted to dtype (f32→int truncates toward zero and saturates at
+ * the integer type's range; NaN becomes 0). Differentiable
  * only f32→f32. */
 vn_tensor *vn_to_dtype(const vn_tensor *t, vn_dtype dtype);
 /* Concatenate n tensors along dim (other dims equal). */
 vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim);
-/* out[i] = t[index[i]] along dim 0 for a 1-D i32/i64 index: rows of t. */
+/* The entries index[0], index[1], ... of t along dim (a 1-D i32/i64 index,
+ * 0-based, repeats allowed): for dim 0, rows of t. VN_ERR_ARG for an index
+ * out of range, VN_ERR_DTYPE for another index dtype. */
 vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index);
 
 /* ---- elementwise (broadcasting, differentiable for f32) ----------------- */
@@ -270,6 +373,103 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b);
 /* y = x·wᵀ + b: x (..., in), w (out, in), bias (out) or NULL → (..., out). */
 vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bias);
 
+/* ---- V:N:M sparse matrices (VENOM) --------------------------------------- */
+
+/* A V:N:M sparse matrix, the format of VENOM (Castro et al., "VENOM: A
+ * Vectorized N:M Format for Unleashing the Power of Sparse Tensor Cores",
+ * SC 2023). W (R rows × K columns) is cut into blocks of V rows × M columns;
+ * a block keeps the same 4 of its M columns in all its V rows, and each row
+ * keeps N = 2 of those 4 (the 2:4 pattern of Sparse Tensor Cores), so the
+ * sparsity is 1 − 2/M. R and K need not divide by V and M: the last block
+ * and group are padded, and padding never holds a kept weight of a real
+ * column. Compressed storage:
+ *   values            f32 R × 2·⌈K/M⌉: each row's kept weights, group after
+ *                     group, in column order;
+ *   indices           2 bits per value: which of the 4 kept columns it is in;
+ *   column locations  ⌈R/V⌉ × ⌈K/M⌉ × 4 offsets 0..M−1 (uint16).
+ * The values are an ordinary f32 tensor (the trainable parameter of a sparse
+ * layer, updated in place by the optimizer steps); the pattern is fixed once
+ * built. A vn_vnm is read-only after vn_vnm_from_dense and may be shared by
+ * threads. */
+typedef struct vn_vnm vn_vnm;
+
+typedef struct {
+    int64_t rows, cols, V, N, M;
+    int64_t nnz;          /* kept weights in real (unpadded) columns */
+    double sparsity;      /* 1 − nnz / (rows·cols) */
+    int64_t value_bytes;  /* 4 per value, padding included */
+    int64_t index_bytes;  /* 2 bits per value */
+    int64_t column_bytes; /* 2 per column location */
+    int64_t bytes;        /* value_bytes + index_bytes + column_bytes */
+    int64_t dense_bytes;  /* rows·cols·4, for comparison */
+} vn_vnm_summary;
+
+/* Compresses w (R × K f32, any layout) by magnitude. For each block of V rows
+ * and group of M columns it keeps the 4 columns that maximise
+ * Σ_rows (the two largest |w| among them): exhaustively over all C(M,4)
+ * subsets when M ≤ 16; for M > 16 over the subsets of the 16 columns with
+ * the largest Σ_rows |w| in the block (a greedy pre-selection that bounds
+ * the search at C(16,4) = 1820 subsets). Ties go to the first subset in
+ * lexicographic order. Each row then keeps its two largest |w| of the 4
+ * (the lower column on ties). The new matrix owns its values tensor.
+ * Errors: VN_ERR_ARG for V < 1, N ≠ 2, M < 4 or M > 65535, or a NaN/Inf
+ * weight (the message gives its position and value); VN_ERR_SHAPE for a w
+ * that is not 2-D, has no rows, or fewer than M columns; VN_ERR_DTYPE. */
+vn_vnm *vn_vnm_from_dense(const vn_tensor *w, int64_t V, int64_t N, int64_t M);
+/* Releases s (NULL-safe). Tensors obtained from it, and graphs recorded
+ * through it, stay valid. */
+void vn_vnm_free(vn_vnm *s);
+/* New reference to s's values tensor, f32 (R, 2·⌈K/M⌉). */
+vn_tensor *vn_vnm_values(const vn_vnm *s);
+/* Dense R × K f32 copy of s with its current values (zeros elsewhere). */
+vn_tensor *vn_vnm_to_dense(const vn_vnm *s);
+/* u8 R × K: 1 at the kept positions, 0 elsewhere (R·K/M·2 ones when M
+ * divides K). */
+vn_tensor *vn_vnm_mask(const vn_vnm *s);
+/* Sizes and counts of s (see vn_vnm_summary). */
+vn_status vn_vnm_stats(const vn_vnm *s, vn_vnm_summary *out);
+/* The pattern as plain tensors, for saving s: the column locations, i32
+ * (⌈R/V⌉, ⌈K/M⌉, 4), ascending offsets 0..M−1 within each group; and the
+ * 2-bit indices, u8 (R, ⌈⌈K/M⌉/2⌉), where byte g/2 of row r holds group g
+ * in its low (g even) or high (g odd) nibble: bits 0–1 the position (0..3)
+ * among the group's kept columns of the row's first value, bits 2–3 that of
+ * its second, first < second. */
+vn_tensor *vn_vnm_columns(const vn_vnm *s);
+vn_tensor *vn_vnm_indices(const vn_vnm *s);
+/* Rebuilds a R × K matrix from a saved pattern (columns and indices as
+ * above). The matrix keeps a reference to `values` (f32 (R, 2·⌈K/M⌉),
+ * contiguous) as its values tensor, not a copy, so a parameter an
+ * optimizer already holds stays the same tensor; NULL gives zeros.
+ * Errors: those of vn_vnm_from_dense for R, K, V, N, M; VN_ERR_SHAPE or
+ * VN_ERR_DTYPE for arrays of the wrong shape or dtype; VN_ERR_ARG for a
+ * column location out of range or out of order, or an index pair that is
+ * not two ascending positions 0..3 (the message names the block, row and
+ * group). */
+vn_vnm *vn_vnm_from_pattern(int64_t R, int64_t K, int64_t V, int64_t N, int64_t M,
+                            const vn_tensor *columns, const vn_tensor *indices, vn_tensor *values);
+/* The inner loops the V:N:M CPU kernels use on this machine: "avx512" or
+ * "portable" (GCC vector code for the build's target). Setting the
+ * environment variable VENOM_NO_AVX512 to a non-empty value forces
+ * "portable". */
+const char *vn_vnm_isa(void);
+
+/* y = x·Wᵀ + bias for the sparse W given by the pattern of s and the
+ * compressed `values` (f32 (R, 2·⌈K/M⌉), e.g. vn_vnm_values(s)): x (..., K)
+ * → y (..., R); bias (R) or NULL. Differentiable in x, values and bias; the
+ * gradient of values is dY ᵀ·X sampled at the kept positions only (SDDMM),
+ * that of x is dY·W. Errors: VN_ERR_SHAPE naming the shapes when x's last
+ * dim is not K, values are not (R, 2·⌈K/M⌉) or bias is not (R);
+ * VN_ERR_DTYPE; VN_ERR_ARG for a NULL s. */
+vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
+                         const vn_tensor *bias);
+/* The three kernels of vn_vnm_linear as plain calls (not recorded), same
+ * shape rules: forward SpMM y = x·Wᵀ (..., R); input gradient dx = dy·W
+ * (..., K) for dy (..., R); SDDMM dvalues = dyᵀ·x at the kept positions,
+ * (R, 2·⌈K/M⌉), for dy and x with the same number of rows. */
+vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x);
+vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
+vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);
+
 /* ---- softmax and losses ------------------------------------------------- */
 
 /* softmax(x)_i = exp(x_i − max x) / Σ_j exp(x_j − max x) along dim. */
@@ -316,6 +516,56 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
  * VN_ERR_FORMAT (bad magic, unsupported type code, truncated data; the
  * message gives expected and found byte counts). */
 vn_tensor *vn_idx_load(const char *path);
+
+/* ---- checkpoints: safetensors files ------------------------------------- */
+
+/* Named tensors plus string metadata: what a safetensors file holds
+ * (https://github.com/huggingface/safetensors). For vn_save the caller fills
+ * it with borrowed arrays; vn_load returns one that owns everything. */
+typedef struct {
+    int n;                          /* number of tensors */
+    const char *const *names;       /* n unique names ("layers.1.weight") */
+    vn_tensor *const *tensors;      /* n tensors */
+    int n_meta;                     /* number of metadata pairs */
+    const char *const *meta_keys;   /* n_meta unique keys */
+    const char *const *meta_values; /* n_meta values */
+} vn_tensor_map;
+
+/* Writes the tensors of `m` (f32 as F32, i32 I32, i64 I64, u8 U8; any
+ * layout, written row-major) and its metadata ("__metadata__") to `path` in
+ * the safetensors format: an 8-byte little-endian header length, the JSON
+ * header (padded with spaces to a multiple of 8 bytes), then the raw
+ * little-endian data of each tensor in the order given. The same map always
+ * gives the same bytes.
+ * Atomic: the file is written under a temporary name in the same directory,
+ * fsync'ed, renamed over `path`, and the directory fsync'ed; a crash at any
+ * point leaves either the old file or the new one, never a mix (a killed
+ * process can leave its temporary file, ".<name>.tmp-<pid>-<k>", behind).
+ * Errors: VN_ERR_ARG (NULL or duplicate names, the reserved name
+ * "__metadata__", names or metadata that are not UTF-8, a freed tensor),
+ * VN_ERR_DTYPE, VN_ERR_IO (the message names the path and the system error;
+ * `path` is left untouched). */
+vn_status vn_save(const char *path, const vn_tensor_map *m);
+
+/* Reads a safetensors file. Tensors come in the order of their data in the
+ * file, as new contiguous tensors (each read once, with pread, straight into
+ * its storage: no second copy of the file in memory). Only dtypes venom has
+ * load (F32, I32, I64, U8). Free the result with vn_tensor_map_free; retain
+ * a tensor to keep it longer.
+ * Errors: VN_ERR_IO (missing or unreadable file), VN_ERR_FORMAT for every
+ * malformed file, with the tensor and the numbers in the message: a file
+ * shorter than 8 bytes, a header length beyond the file or above 100 MB,
+ * malformed JSON, duplicate names, an unknown or unsupported dtype, a shape
+ * of more than VN_MAX_DIMS dims or whose byte size differs from its
+ * data_offsets, offsets past the data, overlapping, leaving gaps or leaving
+ * trailing bytes, metadata values that are not strings. VN_ERR_MEMORY. */
+vn_tensor_map *vn_load(const char *path);
+/* Releases the map's tensors and strings. NULL-safe. */
+void vn_tensor_map_free(vn_tensor_map *m);
+/* The tensor called `name` (borrowed), or NULL (VN_ERR_ARG) if absent. */
+vn_tensor *vn_tensor_map_get(const vn_tensor_map *m, const char *name);
+/* The metadata value under `key`, or NULL (VN_ERR_ARG) if absent. */
+const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
 #ifdef __cplusplus
 }

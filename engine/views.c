@@ -23,6 +23,14 @@ vn_status vn__broadcast_shape(const char *op, int na, const int64_t *sa, int nb,
         }
         sout[n - 1 - k] = a == 1 ? b : a;
     }
+    double total = 1; /* in double: the int64 product itself may overflow */
+    for (int d = 0; d < n; d++) total *= (double)sout[d];
+    if (total > VN_MAX_NUMEL) {
+        char x[128], y[128];
+        return vn__err(VN_ERR_SHAPE, "%s: broadcasting %s and %s gives %g elements, more than "
+                       "the limit of %g", op, vn_shape_str(na, sa, x, sizeof x),
+                       vn_shape_str(nb, sb, y, sizeof y), total, VN_MAX_NUMEL);
+    }
     *nout = n;
     return VN_OK;
 }
@@ -96,6 +104,7 @@ static vn_status infer_shape(const char *op, const vn_tensor *t, int ndim, const
 {
     if (ndim < 0 || ndim > VN_MAX_DIMS)
         return vn__err(VN_ERR_ARG, "%s: ndim must be 0..%d, got %d", op, VN_MAX_DIMS, ndim);
+    if (ndim > 0 && !in) return vn__err(VN_ERR_ARG, "%s: shape is NULL", op);
     int infer = -1;
     int64_t known = 1;
     for (int d = 0; d < ndim; d++) {
@@ -171,6 +180,7 @@ static vn_status permute_backward(vn_node *n, const vn_tensor *g)
 vn_tensor *vn_permute(const vn_tensor *t, const int *dims)
 {
     if (vn__check(t, "permute")) return NULL;
+    if (!dims && t->ndim > 0) return vn__errp(VN_ERR_ARG, "permute: dims is NULL");
     int64_t shape[VN_MAX_DIMS], strides[VN_MAX_DIMS];
     bool seen[VN_MAX_DIMS] = {false};
     for (int d = 0; d < t->ndim; d++) {
@@ -307,6 +317,7 @@ vn_tensor *vn_expand(const vn_tensor *t, int ndim, const int64_t *shape)
     int64_t out_shape[VN_MAX_DIMS], strides[VN_MAX_DIMS];
     if (ndim < t->ndim || ndim > VN_MAX_DIMS)
         return vn__errp(VN_ERR_SHAPE, "expand: cannot expand %d dims to %d", t->ndim, ndim);
+    if (ndim > 0 && !shape) return vn__errp(VN_ERR_ARG, "expand: shape is NULL");
     if (vn__broadcast_shape("expand", t->ndim, t->shape, ndim, shape, &nd, out_shape)) return NULL;
     if (memcmp(out_shape, shape, sizeof(int64_t) * (size_t)ndim)) {
         char a[128], b[128];

@@ -92,17 +92,29 @@ void lv_check_operand(lua_State *L, int i)
 
 /* The one place numbers meet tensors: a checked operand at i as a new
  * reference — the tensor itself, or the number as a 0-d tensor of `dtype`
- * that the broadcasting ops stretch. NULL (engine error set) only when the
- * engine cannot allocate. */
+ * that the broadcasting ops stretch. The caller first checks the number
+ * with lv_check_scalar. NULL (engine error set) only when the engine cannot
+ * allocate. */
 vn_tensor *lv_operand(lua_State *L, int i, vn_dtype dtype)
 {
     if (lua_type(L, i) == LUA_TNUMBER) return vn_full(dtype, 0, NULL, lua_tonumber(L, i));
     return vn_tensor_retain(lv_totensor(L, i));
 }
 
+/* If the operand at i is a number, raise unless `dtype` holds it exactly:
+ * 0.5, NaN or 300 meeting an integer tensor is an error naming `op` rather
+ * than a silently truncated or wrapped value. Called for every operand
+ * before any lv_operand, so that an error leaks nothing. */
+static void lv_check_scalar(lua_State *L, int i, vn_dtype dtype, const char *op)
+{
+    if (lua_type(L, i) == LUA_TNUMBER)
+        lv_check_representable(L, op, lua_tonumber(L, i), dtype,
+                               "convert the tensor with :float() first");
+}
+
 /* Engine bytes in use after our last full collection, or the lowest count
  * seen since (see lv_gc_nudge). */
-static size_t lv_gc_base;
+static _Thread_local size_t lv_gc_base; /* per thread: states may run on several */
 
 /* Lua's collector sees a few bytes per tensor userdata while the storage may
  * be megabytes, so left alone it lets garbage tensors pile up. Run a full
@@ -192,16 +204,24 @@ int64_t lv_pos(lua_State *L, int i, int dim0, int64_t size)
                       (long long)k, dim0 + 1, (long long)size, (long long)size);
 }
 
+/* The largest size along one dim the binding accepts: far beyond any
+ * memory, and small enough that a product of a few sizes stays exact. */
+#define LV_MAX_SIZE 1e15
+
 /* One size of a shape, at stack index `at` (argument `argi` for messages). */
 static int64_t lv_size(lua_State *L, int at, int argi, int k, bool allow_infer)
 {
+    char found[64];
     if (lua_type(L, at) == LUA_TNUMBER) {
         double x = lua_tonumber(L, at);
-        if (lv_whole(x) && (x >= 0 || (allow_infer && x == -1)) && x < 1e15) return (int64_t)x;
+        if (x >= LV_MAX_SIZE)
+            return lv_argfail(L, argi, "size %d of the shape is too large: %.14g (the limit is %g "
+                              "elements along a dim)", k, x, LV_MAX_SIZE);
+        if (lv_whole(x) && (x >= 0 || (allow_infer && x == -1))) return (int64_t)x;
+        snprintf(found, sizeof found, "%.14g", x);
+    } else {
+        snprintf(found, sizeof found, "%s", luaL_typename(L, at));
     }
-    const char *found = lua_type(L, at) == LUA_TNUMBER
-                            ? lua_pushfstring(L, "%f", lua_tonumber(L, at))
-                            : luaL_typename(L, at);
     return lv_argfail(L, argi, "size %d of the shape must be a non-negative integer%s, found %s",
                       k, allow_infer ? " (or -1)" : "", found);
 }
@@ -273,12 +293,18 @@ void lv_parse_opts(lua_State *L, int i, lv_opts *o)
     }
 }
 
-/* If the last argument (*top) is an options table, read it and drop it from
- * the count. A lone table is a shape unless it has string keys. */
+/* If the last argument (*top) is an options table or a dtype name (as in
+ * venom.tensor(data, "i64")), read it and drop it from the count. A lone
+ * table is a shape unless it has string keys. */
 lv_opts lv_take_opts(lua_State *L, int *top)
 {
     lv_opts o = {VN_F32, false};
     int i = *top;
+    if (i >= 1 && lua_type(L, i) == LUA_TSTRING) {
+        o.dtype = lv_dtype(L, i);
+        (*top)--;
+        return o;
+    }
     if (i < 1 || !lua_istable(L, i)) return o;
     if (i == 1) {
         if (lua_objlen(L, 1) > 0) return o;
@@ -390,6 +416,7 @@ static int l_full(lua_State *L)
     int64_t shape[VN_MAX_DIMS];
     int nd = lv_shape(L, 1, 1, shape, false);
     double v = luaL_checknumber(L, 2);
+    lv_check_representable(L, "full", v, o.dtype, NULL);
     return lv_push_new(L, vn_full(o.dtype, nd, shape, v), &o);
 }
 
@@ -404,7 +431,7 @@ static int l_arange(lua_State *L)
     } else {
         start = luaL_checknumber(L, 1);
         stop = luaL_checknumber(L, 2);
-        step = luaL_optnumber(L, 3, 1);
+        step = top >= 3 ? luaL_checknumber(L, 3) : 1; /* not past the options */
     }
     return lv_push_new(L, vn_arange(start, stop, step, o.dtype), &o);
 }
@@ -516,6 +543,7 @@ static int l_set(lua_State *L)
     vn_tensor *t = lv_check(L, 1);
     int top = lua_gettop(L);
     double v = luaL_checknumber(L, top);
+    lv_check_representable(L, "set", v, vn_tensor_dtype(t), NULL);
     int64_t idx[VN_MAX_DIMS];
     lv_index_args(L, t, 2, top - 2, idx, "set");
     lv_status(L, vn_tensor_set(t, idx, v));
@@ -707,10 +735,12 @@ static int l_index_select(lua_State *L)
     return lv_push(L, r);
 }
 
-/* cat({t1, t2, ...}, [dim = 1]) */
+/* cat({t1, t2, ...}, [dim = 1]). The shapes are checked here so that the
+ * messages count table elements and dims from 1, as the caller does. */
 static int l_cat(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 2); /* the scratch array below must not land on the dim */
     int n = (int)lua_objlen(L, 1);
     if (n == 0) return luaL_error(L, "cat: expected a non-empty table of tensors");
     vn_tensor **ts = lua_newuserdata(L, sizeof *ts * (size_t)n);
@@ -722,7 +752,21 @@ static int l_cat(lua_State *L)
         if (vn_tensor_is_freed(ts[k])) return luaL_error(L, "cat: element %d of the table was freed", k + 1);
         lua_pop(L, 1);
     }
-    int d = lv_optdim(L, 2, vn_tensor_ndim(ts[0]), 0);
+    int nd = vn_tensor_ndim(ts[0]);
+    if (nd == 0) return luaL_error(L, "cat: element 1 of the table is 0-d; cannot concatenate 0-d tensors");
+    int d = lv_optdim(L, 2, nd, 0);
+    for (int k = 1; k < n; k++) {
+        const int64_t *a = vn_tensor_shape(ts[0]), *b = vn_tensor_shape(ts[k]);
+        bool ok = vn_tensor_ndim(ts[k]) == nd && vn_tensor_dtype(ts[k]) == vn_tensor_dtype(ts[0]);
+        for (int j = 0; ok && j < nd; j++) ok = j == d || a[j] == b[j];
+        if (!ok) {
+            char x[128], y[128];
+            return lv_raise(L, "cat: element %d of the table (%s %s) does not match element 1 "
+                            "(%s %s) outside dim %d", k + 1, vn_dtype_name(vn_tensor_dtype(ts[k])),
+                            vn_shape_str(vn_tensor_ndim(ts[k]), b, x, sizeof x),
+                            vn_dtype_name(vn_tensor_dtype(ts[0])), vn_shape_str(nd, a, y, sizeof y), d + 1);
+        }
+    }
     vn_tensor *r = vn_cat(ts, n, d);
     lua_remove(L, scratch);
     return lv_push(L, r);
@@ -733,13 +777,15 @@ static int l_cat(lua_State *L)
 typedef vn_tensor *(*lv_binfn)(const vn_tensor *, const vn_tensor *);
 
 /* f(a, b) where either may be a number (see lv_operand). */
-static int lv_binop(lua_State *L, lv_binfn f)
+static int lv_binop(lua_State *L, lv_binfn f, const char *op)
 {
     lv_check_operand(L, 1);
     lv_check_operand(L, 2);
     vn_tensor *like = lv_totensor(L, 1) ? lv_totensor(L, 1) : lv_totensor(L, 2);
     if (!like) return luaL_error(L, "expected a tensor among the two operands, found two numbers");
     vn_dtype dt = vn_tensor_dtype(like);
+    lv_check_scalar(L, 1, dt, op);
+    lv_check_scalar(L, 2, dt, op);
     vn_tensor *a = lv_operand(L, 1, dt);
     vn_tensor *b = a ? lv_operand(L, 2, dt) : NULL;
     vn_tensor *r = b ? f(a, b) : NULL;
@@ -749,7 +795,7 @@ static int lv_binop(lua_State *L, lv_binfn f)
 }
 
 #define LV_BINOP(name)                                                          \
-    static int l_##name(lua_State *L) { return lv_binop(L, vn_##name); }
+    static int l_##name(lua_State *L) { return lv_binop(L, vn_##name, #name); }
 LV_BINOP(add)
 LV_BINOP(sub)
 LV_BINOP(mul)
@@ -766,19 +812,20 @@ static int l_pow(lua_State *L)
 {
     if (lv_totensor(L, 1) && lua_type(L, 2) == LUA_TNUMBER)
         return lv_push(L, vn_pow_scalar(lv_check(L, 1), lua_tonumber(L, 2)));
-    return lv_binop(L, vn_pow);
+    return lv_binop(L, vn_pow, "pow");
 }
 
 /* In place: self = f(self, other), not recorded by autograd. */
-static int lv_inplace(lua_State *L, lv_binfn f)
+static int lv_inplace(lua_State *L, lv_binfn f, const char *op)
 {
     vn_tensor *t = lv_check(L, 1);
     lv_check_operand(L, 2);
+    lv_check_scalar(L, 2, vn_tensor_dtype(t), op);
     bool prev = vn_set_grad_enabled(false);
     vn_tensor *b = lv_operand(L, 2, vn_tensor_dtype(t));
     vn_tensor *r = b ? f(t, b) : NULL;
+    vn_set_grad_enabled(prev); /* so copy_ refuses a leaf that requires grad */
     vn_status s = r ? vn_tensor_copy_(t, r) : VN_ERR_ARG;
-    vn_set_grad_enabled(prev);
     vn_tensor_release(b);
     vn_tensor_release(r);
     lv_status(L, s);
@@ -786,10 +833,10 @@ static int lv_inplace(lua_State *L, lv_binfn f)
     return 1;
 }
 
-static int l_add_(lua_State *L) { return lv_inplace(L, vn_add); }
-static int l_sub_(lua_State *L) { return lv_inplace(L, vn_sub); }
-static int l_mul_(lua_State *L) { return lv_inplace(L, vn_mul); }
-static int l_div_(lua_State *L) { return lv_inplace(L, vn_div); }
+static int l_add_(lua_State *L) { return lv_inplace(L, vn_add, "add_"); }
+static int l_sub_(lua_State *L) { return lv_inplace(L, vn_sub, "sub_"); }
+static int l_mul_(lua_State *L) { return lv_inplace(L, vn_mul, "mul_"); }
+static int l_div_(lua_State *L) { return lv_inplace(L, vn_div, "div_"); }
 
 #define LV_UNARY(name)                                                          \
     static int l_##name(lua_State *L) { return lv_push(L, vn_##name(lv_check(L, 1))); }
@@ -818,7 +865,10 @@ static int l_clamp(lua_State *L)
 static int l_masked_fill(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1), *mask = lv_check(L, 2);
-    return lv_push(L, vn_masked_fill(t, mask, luaL_checknumber(L, 3)));
+    double v = luaL_checknumber(L, 3);
+    lv_check_representable(L, "masked_fill", v, vn_tensor_dtype(t),
+                           "convert the tensor with :float() first");
+    return lv_push(L, vn_masked_fill(t, mask, v));
 }
 
 /* where(cond, a, b): a and b may be numbers. */
@@ -829,6 +879,8 @@ static int l_where(lua_State *L)
     lv_check_operand(L, 3);
     vn_tensor *like = lv_totensor(L, 2) ? lv_totensor(L, 2) : lv_totensor(L, 3);
     vn_dtype dt = like ? vn_tensor_dtype(like) : VN_F32;
+    lv_check_scalar(L, 2, dt, "where");
+    lv_check_scalar(L, 3, dt, "where");
     vn_tensor *a = lv_operand(L, 2, dt);
     vn_tensor *b = a ? lv_operand(L, 3, dt) : NULL;
     vn_tensor *r = b ? vn_where(c, a, b) : NULL;
@@ -866,12 +918,17 @@ static int l_min(lua_State *L) { return lv_reduce(L, vn_min_all, vn_min); }
 
 /* t:argmax([dim], [keepdim]): 1-based i64 positions (over the flattened
  * tensor when dim is nil). */
-static int lv_arg(lua_State *L, lv_dimfn f)
+static int lv_arg(lua_State *L, lv_dimfn f, const char *op)
 {
     vn_tensor *t = lv_check(L, 1);
     if (!lua_isnoneornil(L, 2)) {
         int d = lv_dim(L, 2, vn_tensor_ndim(t));
         return lv_push(L, lv_shifted(f(t, d, lua_toboolean(L, 3)), 1));
+    }
+    if (vn_tensor_numel(t) == 0) { /* said here: the engine would see the flattened shape */
+        char s[128];
+        return lv_raise(L, "%s: the tensor of shape %s has no elements; expected at least one", op,
+                        vn_shape_str(vn_tensor_ndim(t), vn_tensor_shape(t), s, sizeof s));
     }
     int64_t all = -1;
     vn_tensor *flat = vn_reshape(t, 1, &all);
@@ -880,8 +937,8 @@ static int lv_arg(lua_State *L, lv_dimfn f)
     return lv_push(L, lv_shifted(r, 1));
 }
 
-static int l_argmax(lua_State *L) { return lv_arg(L, vn_argmax); }
-static int l_argmin(lua_State *L) { return lv_arg(L, vn_argmin); }
+static int l_argmax(lua_State *L) { return lv_arg(L, vn_argmax, "argmax"); }
+static int l_argmin(lua_State *L) { return lv_arg(L, vn_argmin, "argmin"); }
 
 /* ---- linear algebra, softmax, losses ---------------------------------------- */
 
@@ -1052,8 +1109,13 @@ static int lv_push_grad(lua_State *L, vn_tensor *t)
 static int l_copy_(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
-    if (lua_type(L, 2) == LUA_TNUMBER) lv_status(L, vn_tensor_fill_(t, lua_tonumber(L, 2)));
-    else lv_status(L, vn_tensor_copy_(t, lv_check(L, 2)));
+    if (lua_type(L, 2) == LUA_TNUMBER) {
+        double v = lua_tonumber(L, 2);
+        lv_check_representable(L, "copy_", v, vn_tensor_dtype(t), NULL);
+        lv_status(L, vn_tensor_fill_(t, v));
+    } else {
+        lv_status(L, vn_tensor_copy_(t, lv_check(L, 2)));
+    }
     lua_settop(L, 1);
     return 1;
 }
@@ -1061,7 +1123,9 @@ static int l_copy_(lua_State *L)
 static int l_fill_(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
-    lv_status(L, vn_tensor_fill_(t, luaL_checknumber(L, 2)));
+    double v = luaL_checknumber(L, 2);
+    lv_check_representable(L, "fill_", v, vn_tensor_dtype(t), NULL);
+    lv_status(L, vn_tensor_fill_(t, v));
     lua_settop(L, 1);
     return 1;
 }
@@ -1173,17 +1237,29 @@ static int l_newindex(lua_State *L)
                         lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2));
     if (vn_tensor_ndim(t) == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:fill_(v))");
     int64_t i = lv_pos(L, 2, 0, vn_tensor_shape(t)[0]);
-    if (lua_type(L, 3) == LUA_TNUMBER && vn_tensor_ndim(t) == 1) {
+    bool number = lua_type(L, 3) == LUA_TNUMBER;
+    if (!number && !lv_totensor(L, 3))
+        return lv_raise(L, "t[i] = v: v must be a number or a tensor, found %s", luaL_typename(L, 3));
+    if (number) lv_check_representable(L, "t[i] = v", lua_tonumber(L, 3), vn_tensor_dtype(t), NULL);
+    if (number && vn_tensor_ndim(t) == 1) {
         lv_status(L, vn_tensor_set(t, &i, lua_tonumber(L, 3)));
         return 0;
     }
-    vn_tensor *src = lua_type(L, 3) == LUA_TNUMBER ? NULL : lv_check(L, 3);
+    vn_tensor *src = number ? NULL : lv_check(L, 3);
     vn_tensor *row = vn_select(t, 0, i);
     if (!row) return lv_fail(L);
     vn_status s = src ? vn_tensor_copy_(row, src) : vn_tensor_fill_(row, lua_tonumber(L, 3));
     vn_tensor_release(row);
     lv_status(L, s);
     return 0;
+}
+
+/* a < b, a <= b (and so a > b, a >= b): Lua 5.1 turns the result of these
+ * metamethods into one boolean, so an elementwise answer cannot come back. */
+static int l_compare_meta(lua_State *L)
+{
+    return luaL_error(L, "cannot compare tensors with <, <=, > or >= (Lua wants one boolean); "
+                         "use a:lt(b), a:le(b), a:gt(b) or a:ge(b) for an elementwise u8 mask");
 }
 
 /* ---- registration -------------------------------------------------------------- */
@@ -1310,6 +1386,8 @@ static const luaL_Reg lv_meta[] = {
     {"__newindex", l_newindex},
     {"__tostring", l_tostring},
     {"__concat", l_concat},
+    {"__lt", l_compare_meta},
+    {"__le", l_compare_meta},
     {"__gc", l_gc},
     {NULL, NULL},
 };
@@ -1331,6 +1409,8 @@ int luaopen_venom_core(lua_State *L)
 
     lua_newtable(L); /* the module */
     luaL_setfuncs(L, lv_functions, 0);
+    luaL_setfuncs(L, lv_sparse_functions, 0);
+    luaL_setfuncs(L, lv_checkpoint_functions, 0);
     for (const luaL_Reg *r = lv_methods; r->name; r++) {
         lua_getfield(L, -1, r->name);
         bool taken = !lua_isnil(L, -1);

@@ -46,7 +46,16 @@ int lv_push_new(lua_State *L, vn_tensor *t, const lv_opts *o);
 vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what);
 bool lv_is_integer_dtype(vn_dtype d);
 
-/* lv_convert.c: Lua tables <-> tensors, and printing. */
+/* lv_checkpoint.c: venom.save/load and the RNG state. */
+extern const luaL_Reg lv_checkpoint_functions[];
+
+/* lv_sparse.c: V:N:M sparse matrices (venom.VNM userdata) and their ops. */
+extern const luaL_Reg lv_sparse_functions[];
+
+/* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
+ * number becoming an element of a dtype (lv_representable) and its error. */
+bool lv_representable(vn_dtype d, double v);
+void lv_check_representable(lua_State *L, const char *op, double v, vn_dtype d, const char *hint);
 int l_tensor(lua_State *L);
 int l_totable(lua_State *L);
 int l_tostring(lua_State *L);

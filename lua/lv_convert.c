@@ -29,16 +29,52 @@ static double lv_load(const void *buf, vn_dtype d, int64_t k)
     return 0;
 }
 
-/* Whether v converts to dtype d without overflow (integers truncate). */
-static bool lv_fits(vn_dtype d, double v)
+/* The one rule for a Lua number becoming an element of dtype d: f32 takes
+ * any number (rounding it, NaN and ±inf included); an integer dtype takes a
+ * whole number within its range and nothing else, so 0.5, 300 (for u8), NaN
+ * and inf are refused rather than truncated, wrapped or made INT64_MIN. */
+bool lv_representable(vn_dtype d, double v)
 {
+    double lo, hi; /* v must lie in [lo, hi) */
     switch (d) {
     case VN_F32: return true;
-    case VN_I32: return v > -2147483649.0 && v < 2147483648.0;
-    case VN_I64: return v >= -9223372036854775808.0 && v < 9223372036854775808.0;
-    case VN_U8: return v > -1.0 && v < 256.0;
+    case VN_I32: lo = -2147483648.0, hi = 2147483648.0; break;
+    case VN_I64: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;
+    case VN_U8: lo = 0, hi = 256; break;
+    default: return false;
     }
-    return false;
+    return v >= lo && v < hi && (double)(int64_t)v == v; /* NaN fails v >= lo */
+}
+
+/* v for a message: %.14g, but "nan" where printf may say "-nan". */
+static const char *lv_numtext(double v, char *buf, size_t n)
+{
+    if (v != v) snprintf(buf, n, "nan");
+    else snprintf(buf, n, "%.14g", v);
+    return buf;
+}
+
+/* "whole numbers in 0..255" for the messages. */
+static const char *lv_range_text(vn_dtype d)
+{
+    switch (d) {
+    case VN_I32: return "whole numbers in -2147483648..2147483647";
+    case VN_I64: return "whole numbers in -2^63..2^63-1";
+    case VN_U8: return "whole numbers in 0..255";
+    default: return "any number";
+    }
+}
+
+/* Raise "<op>: the number 0.5 is not representable as i64 (i64 holds whole
+ * numbers in ...; <hint>)" unless v is representable in d. `hint` may be
+ * NULL. */
+void lv_check_representable(lua_State *L, const char *op, double v, vn_dtype d, const char *hint)
+{
+    if (lv_representable(d, v)) return;
+    char num[32];
+    lv_raise(L, "%s: the number %s is not representable as %s (%s holds %s%s%s)", op,
+             lv_numtext(v, num, sizeof num), vn_dtype_name(d), vn_dtype_name(d), lv_range_text(d), hint ? "; " : "",
+             hint ? hint : "");
 }
 
 typedef struct {
@@ -60,6 +96,30 @@ static const char *lv_path(const lv_filler *f, int depth, char *buf, size_t n)
     return buf;
 }
 
+/* The table on top of the stack (at depth d, #t = n) must be a plain list:
+ * a nil inside a Lua list ends it for #, so {1, nil, 3}, {[1] = 1, [3] = 3}
+ * or t[5] = 5 after {1, 2, 3} would otherwise lose elements silently, and
+ * {x = 1} would become an empty tensor. */
+static void lv_check_keys(lua_State *L, const lv_filler *f, int d, int64_t n)
+{
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        double k = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+        if (lv_whole(k) && k >= 1 && k <= (double)n) continue;
+        char path[128], key[160];
+        if (lua_type(L, -1) == LUA_TNUMBER) snprintf(key, sizeof key, "%.14g", k);
+        else if (lua_type(L, -1) == LUA_TSTRING) snprintf(key, sizeof key, "'%.120s'", lua_tostring(L, -1));
+        else snprintf(key, sizeof key, "of type %s", luaL_typename(L, -1));
+        lv_path(f, d, path, sizeof path);
+        if (n == 0)
+            lv_raise(L, "tensor: the table%s%s has a non-sequence key %s (expected a list of "
+                     "numbers or of tables)", d ? " at " : "", path, key);
+        lv_raise(L, "tensor: the table%s%s has a non-sequence key %s (expected keys 1..%lld only; "
+                 "a nil inside a list ends it)", d ? " at " : "", path, key, (long long)n);
+    }
+}
+
 /* Copy the nested table on top of the stack (at depth d) into f->buf. */
 static void lv_fill(lua_State *L, lv_filler *f, int d)
 {
@@ -68,6 +128,7 @@ static void lv_fill(lua_State *L, lv_filler *f, int d)
     if (n != f->shape[d])
         lv_raise(L, "tensor: ragged table: %s has %lld elements, expected %lld like the first one",
                  lv_path(f, d, path, sizeof path), (long long)n, (long long)f->shape[d]);
+    lv_check_keys(L, f, d, n);
     for (int64_t k = 1; k <= n; k++) {
         f->pos[d] = k;
         lua_rawgeti(L, -1, (int)k);
@@ -76,9 +137,11 @@ static void lv_fill(lua_State *L, lv_filler *f, int d)
                 lv_raise(L, "tensor: expected a number at %s, found %s",
                          lv_path(f, d + 1, path, sizeof path), luaL_typename(L, -1));
             double v = lua_tonumber(L, -1);
-            if (!lv_fits(f->dtype, v))
-                lv_raise(L, "tensor: value %g at %s does not fit in dtype %s", v,
-                         lv_path(f, d + 1, path, sizeof path), vn_dtype_name(f->dtype));
+            char num[32];
+            if (!lv_representable(f->dtype, v))
+                lv_raise(L, "tensor: value %s at %s does not fit in dtype %s (%s)",
+                         lv_numtext(v, num, sizeof num), lv_path(f, d + 1, path, sizeof path),
+                         vn_dtype_name(f->dtype), lv_range_text(f->dtype));
             lv_store(f->buf, f->dtype, f->n++, v);
         } else {
             if (!lua_istable(L, -1))
@@ -103,8 +166,10 @@ int l_tensor(lua_State *L)
 
     if (lua_type(L, 1) == LUA_TNUMBER) {
         double v = lua_tonumber(L, 1);
-        if (!lv_fits(o.dtype, v))
-            lv_argfail(L, 1, "value %g does not fit in dtype %s", v, vn_dtype_name(o.dtype));
+        char num[32];
+        if (!lv_representable(o.dtype, v))
+            lv_argfail(L, 1, "value %s does not fit in dtype %s (%s)", lv_numtext(v, num, sizeof num),
+                       vn_dtype_name(o.dtype), lv_range_text(o.dtype));
         return lv_push_new(L, vn_full(o.dtype, 0, NULL, v), &o);
     }
     if (lv_totensor(L, 1)) return lv_push_new(L, vn_to_dtype(lv_check(L, 1), o.dtype), &o);
@@ -131,6 +196,7 @@ int l_tensor(lua_State *L)
     for (int d = 0; d < nd; d++) numel *= shape[d];
     lv_filler f = {.dtype = o.dtype, .ndim = nd, .shape = shape};
     f.buf = lua_newuserdata(L, (size_t)(numel ? numel : 1) * vn_dtype_size(o.dtype));
+    luaL_checkstack(L, VN_MAX_DIMS + 8, "tensor");
     lua_pushvalue(L, 1);
     lv_fill(L, &f, 0);
     lua_pop(L, 1);

@@ -6,10 +6,12 @@
  *                                results printed, multi-line input, Tab
  *                                completion, errors shown without leaving.
  *
- * The venom.core C module is linked in and registered in package.preload;
- * the Lua half of venom is found through package.path (the source tree's
- * lua/ directory, then the install directory). */
+ * The state is prepared by the Lua bridge (vn_lua_setup, lua/host.c): the
+ * venom.core C module is registered in package.preload and the Lua half of
+ * venom is found through package.path (the installed modules next to the
+ * library, or the source tree's lua/ directory in a build tree). */
 #include "binding.h"
+#include "venom_lua.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -17,19 +19,18 @@
 
 #include <editline/readline.h>
 
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <locale.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#ifndef VENOM_LUA_DIR
-#define VENOM_LUA_DIR "lua"
-#endif
-#ifndef VENOM_INSTALL_LUA_DIR
-#define VENOM_INSTALL_LUA_DIR "/usr/local/share/lua/5.1"
-#endif
+#include <wchar.h>
 
 static lua_State *g_L; /* for the SIGINT hook and Tab completion */
 
@@ -45,7 +46,8 @@ static void usage(FILE *f)
           "  --          stop reading options\n"
           "With no script and no -e, venom opens a REPL: results are printed, Tab\n"
           "completes names (venom.ze<Tab>, x:res<Tab>), history is kept in\n"
-          "~/.venom_history (or $VENOM_HISTORY), Ctrl-D exits.\n",
+          "~/.venom_history (or $VENOM_HISTORY), Ctrl-C drops the input being typed\n"
+          "(or stops the code running), Ctrl-D exits.\n",
           f);
 }
 
@@ -85,9 +87,10 @@ static int docall(lua_State *L, int narg, int nres)
     int base = lua_gettop(L) - narg;
     lua_pushcfunction(L, traceback);
     lua_insert(L, base);
-    signal(SIGINT, on_sigint);
+    void (*outside)(int) = signal(SIGINT, on_sigint);
     int rc = lua_pcall(L, narg, nres, base);
-    signal(SIGINT, SIG_DFL);
+    signal(SIGINT, outside);
+    lua_sethook(L, NULL, 0, 0); /* a Ctrl-C that came as the call ended */
     lua_remove(L, base);
     return rc;
 }
@@ -137,22 +140,6 @@ static void set_arg(lua_State *L, char **argv, int argc, int script)
         lua_rawseti(L, -2, i - script);
     }
     lua_setglobal(L, "arg");
-}
-
-/* package.path gets venom's Lua directories first; venom.core is preloaded. */
-static void set_paths(lua_State *L)
-{
-    lua_getglobal(L, "package");
-    lua_getfield(L, -1, "path");
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?/init.lua;%s", VENOM_LUA_DIR,
-                    VENOM_LUA_DIR, VENOM_INSTALL_LUA_DIR, VENOM_INSTALL_LUA_DIR,
-                    lua_tostring(L, -1));
-    lua_setfield(L, -3, "path");
-    lua_pop(L, 1);
-    lua_getfield(L, -1, "preload");
-    lua_pushcfunction(L, luaopen_venom_core);
-    lua_setfield(L, -2, "venom.core");
-    lua_pop(L, 2);
 }
 
 /* Globals for interactive use: venom, nn, optim (each only if it loads). */
@@ -241,11 +228,97 @@ static char **complete(const char *text, int start, int end)
     return rl_completion_matches(text, complete_next);
 }
 
-/* One line without its newline (malloc'd), or NULL at end of input. On a
- * terminal through libedit with a prompt; from a pipe plainly, no prompt. */
+/* ---- Ctrl-C at the prompt ---------------------------------------------------------
+ *
+ * On a terminal, Ctrl-C while a line is being typed discards the input so
+ * far (a `>>` continuation included) and shows a fresh prompt, as Python's
+ * REPL does. The SIGINT handler sets a flag and writes a byte to a pipe;
+ * libedit reads keys through prompt_getc, which waits on the terminal and
+ * that pipe together and gives up when the byte comes, so readline() returns
+ * NULL and the REPL tells the interrupt from end of input by the flag. A
+ * pipe rather than an interrupted read(): the kernel hands the signal to any
+ * thread that does not block it, often an OpenBLAS worker, and then the main
+ * thread's read() is not interrupted at all. */
+static volatile sig_atomic_t g_prompt_interrupted;
+static int g_sigpipe[2] = {-1, -1}; /* read end, write end; both non-blocking */
+
+static void on_sigint_at_prompt(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    g_prompt_interrupted = 1;
+    ssize_t w = write(g_sigpipe[1], "", 1); /* if the pipe is full, a wake-up is pending anyway */
+    (void)w;
+    errno = saved;
+}
+
+/* Sets up the pipe and the handler (for the whole REPL session: docall
+ * swaps in on_sigint while Lua runs and puts this one back). */
+static bool catch_sigint_at_prompt(void)
+{
+    if (pipe(g_sigpipe) != 0) return false;
+    for (int k = 0; k < 2; k++) {
+        fcntl(g_sigpipe[k], F_SETFL, fcntl(g_sigpipe[k], F_GETFL) | O_NONBLOCK);
+        fcntl(g_sigpipe[k], F_SETFD, FD_CLOEXEC);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint_at_prompt;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGINT, &sa, NULL) == 0;
+}
+
+/* One key for libedit as a wide character (libedit's readline layer takes
+ * rl_getc_function's int as one wchar_t), decoded with mbrtowc in the
+ * locale set by repl(); an invalid byte sequence is dropped, as libedit's
+ * reader does. -1 at end of input or on Ctrl-C. */
+static int prompt_getc(FILE *f)
+{
+    (void)f;
+    char buf[MB_LEN_MAX];
+    size_t n = 0;
+    for (;;) {
+        if (g_prompt_interrupted) return -1;
+        struct pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {g_sigpipe[0], POLLIN, 0}};
+        if (poll(fds, 2, -1) < 0 && errno != EINTR) return -1;
+        if (!(fds[0].revents & (POLLIN | POLLHUP | POLLERR))) continue; /* a signal */
+        ssize_t r = read(STDIN_FILENO, buf + n, 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        n++;
+        wchar_t wc;
+        mbstate_t st;
+        memset(&st, 0, sizeof st);
+        size_t k = mbrtowc(&wc, buf, n, &st);
+        if (k == (size_t)-2 && n < sizeof buf) continue; /* a multibyte character goes on */
+        if (k == (size_t)-1 || k == (size_t)-2) {
+            n = 0;
+            continue;
+        }
+        return (int)wc;
+    }
+}
+
+/* libedit decodes and displays UTF-8 only in a UTF-8 locale, and drops
+ * other non-ASCII input. Take the user's LC_CTYPE, or C.UTF-8 when that is
+ * the plain C locale (often so in containers and under tmux). */
+static void set_input_locale(void)
+{
+    const char *loc = setlocale(LC_CTYPE, "");
+    if (!loc || strcmp(loc, "C") == 0 || strcmp(loc, "POSIX") == 0) setlocale(LC_CTYPE, "C.UTF-8");
+}
+
+/* One line without its newline (malloc'd), or NULL at end of input or on
+ * Ctrl-C (g_prompt_interrupted). On a terminal through libedit with a
+ * prompt; from a pipe plainly, no prompt. */
 static char *read_line(bool tty, const char *prompt)
 {
-    if (tty) return readline(prompt);
+    if (tty) {
+        char junk[64]; /* a Ctrl-C that came while the last line ran */
+        while (read(g_sigpipe[0], junk, sizeof junk) > 0) {}
+        g_prompt_interrupted = 0;
+        return readline(prompt);
+    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t n = getline(&line, &cap, stdin);
@@ -311,6 +384,9 @@ static void repl(lua_State *L)
         rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{}()[],+-*/%^~#";
         rl_attempted_completion_function = complete;
         rl_completion_append_character = '\0';
+        /* (set before using_history(), which sets libedit up) */
+        if (catch_sigint_at_prompt()) rl_getc_function = prompt_getc;
+        set_input_locale();
         using_history();
         stifle_history(1000);
         if (history[0]) read_history(history);
@@ -322,6 +398,11 @@ static void repl(lua_State *L)
     size_t len = 0, cap = 0;
     for (;;) {
         char *line = read_line(tty, len ? ">> " : "> ");
+        if (!line && g_prompt_interrupted) {
+            fputs("^C\n", stdout); /* the input so far is dropped */
+            len = 0;
+            continue;
+        }
         if (!line) break;
         if (tty && line[0]) {
             add_history(line);
@@ -389,7 +470,11 @@ int main(int argc, char **argv)
     }
     g_L = L;
     luaL_openlibs(L);
-    set_paths(L);
+    if (vn_lua_setup(L) != VN_OK) {
+        fprintf(stderr, "venom: %s\n", vn_last_error());
+        lua_close(L);
+        return 1;
+    }
 
     /* Options up to the script name; -e chunks run in order afterwards. */
     const char *codes[64];

@@ -9,6 +9,8 @@
 --
 --     venom tutorials/01-fashion-mnist.lua                 # 5 epochs, defaults below
 --     venom tutorials/01-fashion-mnist.lua --epochs 1 --hidden 256 --no-cosine
+--     venom tutorials/01-fashion-mnist.lua --save run.safetensors    # later: --resume run.safetensors
+--     venom tutorials/01-fashion-mnist.lua --sparse 64:2:8  # V:N:M sparse hidden layers
 --     venom tutorials/01-fashion-mnist.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist, which puts the
@@ -18,12 +20,16 @@ local nn = require "venom.nn"
 local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
+local checkpoint = require "venom.checkpoint"
 
 -- 1. Options ------------------------------------------------------------------
 --
--- util.parse_args reads `--name value` pairs. The defaults also fix each
--- option's type, so `--epochs five` is an error rather than a surprise.
-local opts = util.parse_args(arg, {
+-- util.parse_cli reads `--name value` pairs. The defaults also fix each
+-- option's type, so `--epochs five` is an error rather than a surprise, and
+-- the function at the end refuses values out of range before any data is
+-- loaded. A bad command line prints "error: ..." on stderr and exits with
+-- status 2.
+local opts = util.parse_cli(arg, {
   epochs = 5,
   batch_size = 128,
   lr = 1e-3,
@@ -33,6 +39,10 @@ local opts = util.parse_args(arg, {
   cosine = true,
   limit = 0,
   root = data.FASHION_MNIST_ROOT,
+  save = "",
+  resume = "",
+  export_dense = "",
+  sparse = "",
 }, {
   epochs = "passes over the training set",
   batch_size = "images per optimizer step",
@@ -43,7 +53,25 @@ local opts = util.parse_args(arg, {
   cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
   limit = "train on the first N images only (0 = all)",
   root = "directory holding the IDX files",
-})
+  save = "write a checkpoint (weights, optimizer, schedule, RNG) to FILE after every epoch",
+  resume = "continue from a checkpoint written by --save, with the epoch after it",
+  export_dense = "write the trained weights as plain dense tensors (safetensors) to FILE",
+  sparse = "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)",
+}, function(o)
+  util.check_arg_int(o, "epochs", 1)
+  util.check_arg_int(o, "batch_size", 1)
+  util.check_arg_int(o, "hidden", 1)
+  util.check_arg_int(o, "limit", 0)
+  util.check_arg_int(o, "seed", 0)
+  util.check_arg_number(o, "lr", 0)
+  util.check_arg_number(o, "weight_decay", 0, true)
+  if o.sparse ~= "" then
+    local V, N, M = o.sparse:match("^(%d+):(%d+):(%d+)$")
+    if not (V and tonumber(V) >= 1 and tonumber(N) == 2 and tonumber(M) >= 4) then
+      util.fail("--sparse must be V:2:M with V >= 1 and M >= 4, e.g. 64:2:8; got " .. o.sparse)
+    end
+  end
+end)
 
 -- Every random choice below (initial weights, the order of the batches) is
 -- drawn from the engine's RNG, so a seed makes the whole run repeatable.
@@ -113,6 +141,26 @@ local model = nn.Sequential(
   nn.Linear(H, 10))
 local criterion = nn.CrossEntropyLoss()
 
+-- --sparse V:N:M turns the two hidden layers into nn.SparseLinear (VENOM,
+-- Castro et al. 2023): in every block of V rows × M columns of a weight
+-- matrix, the rows keep the same 4 columns and each row keeps 2 of them, so
+-- 64:2:8 keeps 25% of the weights. sparse.sparsify picks that pattern once,
+-- by magnitude, from the freshly initialised weights; training then updates
+-- only the kept values (the layer's parameter is the compressed array), and
+-- the forward and backward products skip the pruned weights. The output
+-- layer ("5", 10 rows) stays dense. To compare with the dense model, run
+-- the same command without --sparse: the epoch lines have the same format
+-- (bench/RESULTS.md has both runs side by side).
+if opts.sparse ~= "" then
+  local V, N, M = opts.sparse:match("^(%d+):(%d+):(%d+)$")
+  local ok, err = pcall(require("venom.sparse").sparsify, model,
+    { V = tonumber(V), N = tonumber(N), M = tonumber(M), skip = { "5" } })
+  if not ok then -- e.g. M wider than the layers: --sparse 64:2:2048
+    io.stderr:write("error: ", tostring(err):gsub("^[^:]*:%d+: ", ""), "\n")
+    os.exit(1)
+  end
+end
+
 print(model)
 print(("%d parameters; %d training images, %d test images")
   :format(model:num_parameters(), n_train, x_test:size(1)))
@@ -131,6 +179,24 @@ local sched
 if opts.cosine then
   local total = opts.epochs * #train_loader
   sched = optim.CosineWarmup(opt, { warmup_steps = math.floor(total / 20), total_steps = total })
+end
+
+-- Checkpoints. --save FILE writes the whole training state after every
+-- epoch: the weights, AdamW's moments and step counts, the schedule's
+-- position and the RNG state, as one safetensors file written atomically (a
+-- crash mid-save leaves the previous checkpoint intact). --resume FILE
+-- restores all of it and carries on with the next epoch; on the CPU the
+-- resumed run computes the same losses, bit for bit, as one never stopped.
+local parts = { model = model, optim = opt, sched = sched }
+local first_epoch = 1
+if opts.resume ~= "" then
+  local ok, meta = pcall(checkpoint.load, opts.resume, parts)
+  if not ok then
+    io.stderr:write("error: ", tostring(meta):gsub("^[^:]*:%d+: ", ""), "\n")
+    os.exit(1)
+  end
+  first_epoch = tonumber(meta.epoch) + 1
+  print(("resumed from %s after epoch %d"):format(opts.resume, first_epoch - 1))
 end
 
 -- 5. Evaluation ---------------------------------------------------------------------
@@ -161,7 +227,8 @@ end
 -- saved once backward is done; we also free the batch, the logits and the
 -- loss right away so the memory goes back to the allocator's cache without
 -- waiting for Lua's garbage collector.
-for epoch = 1, opts.epochs do
+local epoch_times, final_acc = {}, nil
+for epoch = first_epoch, opts.epochs do
   model:train()
   local bar = util.ProgressBar(#train_loader, { desc = ("epoch %d/%d"):format(epoch, opts.epochs) })
   local start = venom.clock()
@@ -175,6 +242,14 @@ for epoch = 1, opts.epochs do
     if sched then sched:step() end
 
     local l, b = loss:item(), xb:size(1)
+    if l ~= l or l == math.huge or l == -math.huge then
+      -- Training has diverged: every later step would be NaN too.
+      bar:close()
+      io.stderr:write(("error: the training loss is %s at epoch %d, step %d; the run diverged "
+        .. "(try a lower --lr than %g)\n"):format(l ~= l and "nan" or tostring(l), epoch,
+        bar.n + 1, opts.lr))
+      os.exit(1, true) -- true: close the Lua state, freeing the tensors
+    end
     loss_sum, seen = loss_sum + l * b, seen + b
     smooth = smooth and 0.95 * smooth + 0.05 * l or l
     bar:update(1, { loss = smooth })
@@ -183,6 +258,31 @@ for epoch = 1, opts.epochs do
   bar:close()
   local train_time = venom.clock() - start
   local acc = accuracy()
+  epoch_times[#epoch_times + 1], final_acc = train_time, acc
   print(("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch (%.0f images/s)")
     :format(epoch, opts.epochs, loss_sum / seen, 100 * acc, train_time, seen / train_time))
+  if opts.save ~= "" then
+    checkpoint.save(opts.save, parts, { epoch = epoch })
+  end
+end
+
+-- With --sparse, what the sparse layers hold and the run's mean epoch time,
+-- to put next to the dense run's.
+if opts.sparse ~= "" and final_acc then
+  local total = 0
+  for _, t in ipairs(epoch_times) do total = total + t end
+  for _, i in ipairs({ 1, 3 }) do
+    local st = model[i]:stats()
+    print(("layer %d: %d × %d, %d of %d weights kept (%.1f%%), %s compressed vs %s dense")
+      :format(i, st.rows, st.cols, st.nnz, st.rows * st.cols, 100 * (1 - st.sparsity),
+              util.format_bytes(st.bytes), util.format_bytes(st.dense_bytes)))
+  end
+  print(("sparse %s: test accuracy %.2f%%, %.2f s/epoch on average (the dense baseline: the "
+    .. "same command without --sparse)"):format(opts.sparse, 100 * final_acc, total / #epoch_times))
+end
+
+-- --export-dense FILE writes only the weights, as plain dense tensors under
+-- their dotted names ("1.weight", "1.bias", ...), for any safetensors reader.
+if opts.export_dense ~= "" then
+  venom.save(opts.export_dense, model:dense_state_dict())
 end

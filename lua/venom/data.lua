@@ -33,6 +33,17 @@ local function find_file(who, root, name, hint)
   fail(msg)
 end
 
+-- venom.idx_load with its error (a missing or malformed file) raised at the
+-- caller's line rather than inside this file.
+local function idx_load(who, path)
+  local ok, t = pcall(venom.idx_load, path)
+  if not ok then fail(("%s: %s"):format(who, tostring(t))) end
+  return t
+end
+
+-- The labels of the MNIST-format files count classes 0..9.
+local NUM_CLASSES = 10
+
 local function load_idx(who, root, split, hint)
   if type(root) ~= "string" then
     fail(("%s: root must be a directory path (a string), got %s"):format(who, type(root)))
@@ -43,8 +54,8 @@ local function load_idx(who, root, split, hint)
   end
   local images_path = find_file(who, root, files[1], hint)
   local labels_path = find_file(who, root, files[2], hint)
-  local images = venom.idx_load(images_path)
-  local raw = venom.idx_load(labels_path)
+  local images = idx_load(who, images_path)
+  local raw = idx_load(who, labels_path)
   if images:dim() ~= 3 then
     fail(("%s: %s holds a tensor of %d dims, expected 3 (N, rows, cols)")
       :format(who, images_path, images:dim()))
@@ -56,6 +67,19 @@ local function load_idx(who, root, split, hint)
   if raw:size(1) ~= n then
     fail(("%s: %s has %d images but %s has %d labels"):format(who, images_path, n,
       labels_path, raw:size(1)))
+  end
+  -- A label outside 0..9 would become a class no model output has.
+  for _, ext in ipairs(n > 0 and { "max", "min" } or {}) do
+    local t = raw[ext](raw)
+    local v = t:item()
+    t:free()
+    if v < 0 or v >= NUM_CLASSES then
+      local at = raw["arg" .. ext](raw)
+      local pos = at:item()
+      at:free()
+      fail(("%s: %s holds label %d at position %d (of %d); expected 0..%d")
+        :format(who, labels_path, v, pos, n, NUM_CLASSES - 1))
+    end
   end
   -- The files count classes from 0; Lua counts from 1.
   local labels = raw:long()
@@ -74,7 +98,7 @@ end
 --- Fashion-MNIST (Xiao et al. 2017) from the Debian package
 -- dataset-fashion-mnist. opts.root overrides the directory.
 function data.fashion_mnist(split, opts)
-  opts = opts or {}
+  opts = util.check_options(opts, { "root" }, "data.fashion_mnist")
   local root = opts.root or data.FASHION_MNIST_ROOT
   return load_idx("data.fashion_mnist", root, split or "train",
     ("install the Debian package %s (apt-get install %s)")
@@ -104,7 +128,7 @@ function data.DataLoader(tensors, opts)
   if type(tensors) ~= "table" or #tensors == 0 then
     fail(who .. ": expected a list of tensors such as {x, y}, got " .. type(tensors))
   end
-  opts = opts or {}
+  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform" }, who)
   local n
   for i, t in ipairs(tensors) do
     if not venom.is_tensor(t) then

@@ -5,8 +5,8 @@
 --
 -- The module holds the tensor functions of the C binding (venom.core) and
 -- loads its Lua submodules on first use (venom.nn, venom.optim, venom.data,
--- venom.util, venom.prune), so a submodule that fails to load only breaks
--- code that uses it.
+-- venom.util, venom.prune, venom.checkpoint, venom.sparse), so a submodule
+-- that fails to load only breaks code that uses it.
 local core = require "venom.core"
 
 local venom = {}
@@ -15,7 +15,8 @@ for k, v in pairs(core) do
 end
 venom.core = core
 
-local submodules = { nn = true, optim = true, data = true, util = true, prune = true }
+local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
+                     checkpoint = true, sparse = true }
 
 return setmetatable(venom, {
   __index = function(t, k)

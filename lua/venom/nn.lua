@@ -18,7 +18,8 @@
 --     end
 --     function MLP:forward(x) return self.fc(x):relu() end
 local venom = require "venom"
-local fail = require("venom.util").fail
+local util = require "venom.util"
+local fail = util.fail
 
 local nn = {}
 
@@ -34,12 +35,7 @@ local function check_positive_int(who, what, v)
   end
 end
 
-local function check_opts(who, opts)
-  if opts ~= nil and type(opts) ~= "table" then
-    fail(("%s: options must be a table, got %s"):format(who, type(opts)))
-  end
-  return opts or {}
-end
+local check_opts = util.check_options -- (opts, known names, who)
 
 -- Module --------------------------------------------------------------------
 
@@ -51,9 +47,20 @@ nn.Module = Module
 -- Metamethods are looked up with rawget, so every class carries its own copy.
 local function module_call(self, ...) return self:forward(...) end
 
+-- A subclass's __init must run Module.__init(self) before anything else
+-- touches the module; say so rather than fail later inside ipairs.
+local function check_init(self, who)
+  if rawget(self, "_params") == nil then
+    local name = getmetatable(self).__name
+    fail(("%s: this %s is not initialised: %s:__init must call nn.Module.__init(self) first")
+      :format(who, name, name))
+  end
+end
+
 local function class_new(cls, ...)
   local obj = setmetatable({}, cls)
   obj:__init(...)
+  check_init(obj, cls.__name)
   return obj
 end
 
@@ -95,6 +102,7 @@ function Module:register_parameter(name, t)
   if t ~= nil and not is_tensor(t) then
     fail(("register_parameter(%q): expected a tensor, got %s"):format(name, type(t)))
   end
+  check_init(self, "register_parameter")
   add_name(self._params, name)
   if t ~= nil and not t:requires_grad() then
     t:requires_grad_(true)
@@ -113,6 +121,7 @@ function Module:add_module(name, m)
   if not (mt and mt.forward) then
     fail(("add_module(%s): expected a module, got %s"):format(tostring(name), type(m)))
   end
+  check_init(self, "add_module")
   add_name(self._modules, name)
   self[name] = m
   return m
@@ -187,6 +196,142 @@ function Module:zero_grad()
   end
 end
 
+-- State dicts ------------------------------------------------------------------
+--
+-- A state dict is a flat table from dotted names ("layers.1.weight") to
+-- tensors, plus, for modules with extra state, strings and numbers;
+-- venom.checkpoint and venom.save write it to a safetensors file. A module
+-- class may define three hooks to store more than its parameters (a sparse
+-- layer stores its compressed arrays and V, N, M this way):
+--   m:_extra_state()           → {name = tensor | string | number, ...}, saved
+--                                 under the module's prefix;
+--   m:_load_extra_state(state) ← the same names, read back (values from a
+--                                 file arrive as strings); called before the
+--                                 parameters are copied, so it may reshape them;
+--   m:_dense_state()           → {name = tensor}: plain dense weights that
+--                                 replace the module's own parameters in
+--                                 dense_state_dict().
+
+-- Calls fn(module, prefix) on m and every descendant, parents first.
+local function each_module(m, prefix, fn)
+  fn(m, prefix)
+  for _, name in ipairs(m._modules) do
+    each_module(m[name], prefix .. tostring(name) .. ".", fn)
+  end
+end
+
+--- Flat table of the model's state: every parameter under its dotted name
+-- (a detached tensor sharing the parameter's storage), plus the entries of
+-- modules that define _extra_state().
+function Module:state_dict()
+  local sd = {}
+  for _, np in ipairs(self:named_parameters()) do
+    sd[np[1]] = np[2]:detach()
+  end
+  each_module(self, "", function(m, prefix)
+    if m._extra_state then
+      for k, v in pairs(m:_extra_state()) do sd[prefix .. k] = v end
+    end
+  end)
+  return sd
+end
+
+--- Plain dense weights: like state_dict(), but a module that defines
+-- _dense_state() contributes those tensors instead of its parameters, and
+-- there is no extra state. For other tools (--export-dense).
+function Module:dense_state_dict()
+  local sd, covered = {}, {}
+  each_module(self, "", function(m, prefix)
+    if m._dense_state then
+      for _, name in ipairs(m._params) do
+        if m[name] ~= nil then covered[m[name]] = true end
+      end
+      for k, v in pairs(m:_dense_state()) do sd[prefix .. k] = v end
+    end
+  end)
+  for _, np in ipairs(self:named_parameters()) do
+    if not covered[np[2]] then sd[np[1]] = np[2]:detach() end
+  end
+  return sd
+end
+
+local function sorted_list(set)
+  local out = {}
+  for k in pairs(set) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+--- Copies a state dict (from state_dict() or venom.load) into this model's
+-- parameters, in place. opts.strict (default true): every name the model has
+-- must be present and no other; otherwise missing and unexpected names are
+-- skipped. Returns the lists of missing and unexpected names. Errors name the
+-- tensor: a value that is not a tensor, or a shape that differs from the
+-- parameter's (both shapes are given). A strict load that finds missing or
+-- unexpected names changes nothing.
+function Module:load_state_dict(sd, opts)
+  local who = "load_state_dict"
+  if type(sd) ~= "table" then
+    fail(("%s: expected a state dict (a table of name → tensor), got %s"):format(who, type(sd)))
+  end
+  opts = check_opts(opts, { "strict" }, who)
+  local strict = opts.strict ~= false
+
+  -- Every name the model wants: extra state first, then parameters.
+  local extra, params, wanted = {}, self:named_parameters(), {}
+  each_module(self, "", function(m, prefix)
+    if m._extra_state and m._load_extra_state then
+      local keys = {}
+      for k in pairs(m:_extra_state()) do
+        keys[#keys + 1] = k
+        wanted[prefix .. k] = true
+      end
+      extra[#extra + 1] = { m, prefix, keys }
+    end
+  end)
+  for _, np in ipairs(params) do wanted[np[1]] = true end
+  local missing, unexpected = {}, {}
+  for name in pairs(wanted) do
+    if sd[name] == nil then missing[name] = true end
+  end
+  for name in pairs(sd) do
+    if not wanted[name] then unexpected[name] = true end
+  end
+  missing, unexpected = sorted_list(missing), sorted_list(unexpected)
+  if strict and (#missing > 0 or #unexpected > 0) then
+    local parts = {}
+    if #missing > 0 then parts[#parts + 1] = "missing: " .. table.concat(missing, ", ") end
+    if #unexpected > 0 then parts[#parts + 1] = "unexpected: " .. table.concat(unexpected, ", ") end
+    fail(("%s: the state dict does not match the model (%s)"):format(who, table.concat(parts, "; ")))
+  end
+
+  for _, e in ipairs(extra) do
+    local m, prefix, state = e[1], e[2], {}
+    for _, k in ipairs(e[3]) do state[k] = sd[prefix .. k] end
+    m:_load_extra_state(state)
+  end
+  params = self:named_parameters() -- extra state may have replaced some
+  local copies = {}
+  for _, np in ipairs(params) do
+    local name, p = np[1], np[2]
+    local v = sd[name]
+    if v ~= nil then
+      if not is_tensor(v) then
+        fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
+      end
+      if fmt_shape(v) ~= fmt_shape(p) then
+        fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
+          :format(who, name, fmt_shape(v), fmt_shape(p)))
+      end
+      copies[#copies + 1] = { p, v }
+    end
+  end
+  venom.no_grad(function()
+    for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
+  end)
+  return missing, unexpected
+end
+
 --- One-line description of this module's settings (subclasses override).
 function Module:extra_repr()
   return ""
@@ -220,7 +365,7 @@ function Linear:__init(in_features, out_features, opts)
   Module.__init(self)
   check_positive_int("nn.Linear", "in_features", in_features)
   check_positive_int("nn.Linear", "out_features", out_features)
-  opts = check_opts("nn.Linear", opts)
+  opts = check_opts(opts, { "bias" }, "nn.Linear")
   local bias = opts.bias
   if bias == nil then bias = true end
   self.in_features, self.out_features = in_features, out_features
@@ -240,7 +385,11 @@ function Linear:forward(x)
     fail("nn.Linear: expected a tensor input, got " .. type(x))
   end
   local nd = x:dim()
-  local width = nd > 0 and x:size(nd) or nil
+  if nd == 0 then
+    fail(("nn.Linear: expected an input of shape (..., %d), got a 0-d tensor")
+      :format(self.in_features))
+  end
+  local width = x:size(nd)
   if width ~= self.in_features then
     fail(("nn.Linear: input last dimension is %s but in_features is %d (input shape %s)")
       :format(tostring(width), self.in_features, fmt_shape(x)))
@@ -331,7 +480,7 @@ local REDUCTIONS = { mean = true, sum = true, none = true }
 local function loss_init(who)
   return function(self, opts)
     Module.__init(self)
-    opts = check_opts(who, opts)
+    opts = check_opts(opts, { "reduction" }, who)
     local r = opts.reduction or "mean"
     if not REDUCTIONS[r] then
       fail(("%s: reduction must be 'mean', 'sum' or 'none', got %s"):format(who, tostring(r)))
@@ -363,5 +512,12 @@ MSELoss.extra_repr = loss_repr
 function MSELoss:forward(a, b)
   return venom.mse_loss(a, b, self.reduction)
 end
+
+-- nn.SparseLinear lives in venom.sparse, loaded on first use.
+setmetatable(nn, {
+  __index = function(_, k)
+    if k == "SparseLinear" then return require("venom.sparse").SparseLinear end
+  end,
+})
 
 return nn

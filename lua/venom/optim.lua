@@ -9,7 +9,8 @@
 -- of the parameter's shape. The learning rate is the plain field `opt.lr`;
 -- schedules write it before each step.
 local venom = require "venom"
-local fail = require("venom.util").fail
+local util = require "venom.util"
+local fail = util.fail
 
 local optim = {}
 
@@ -41,6 +42,13 @@ local function check_params(who, params)
     if seen[p] then
       fail(("%s: params[%d] appears twice in the list"):format(who, i))
     end
+    -- A computed tensor (a view such as p:narrow(...), or x*2) never gets a
+    -- .grad of its own: backward accumulates into the leaves it came from,
+    -- so the optimizer would silently do nothing with it.
+    if not p:is_leaf() then
+      fail(("%s: params[%d] is not a leaf tensor (it was computed by '%s'); pass the "
+        .. "parameter itself"):format(who, i, p:grad_fn() or "?"))
+    end
     if not p:requires_grad() then
       fail(("%s: params[%d] does not require a gradient (call p:requires_grad_(true))")
         :format(who, i))
@@ -56,21 +64,103 @@ end
 local Optimizer = {}
 Optimizer.__index = Optimizer
 
-local function new_optimizer(cls, who, params, opts)
-  if opts ~= nil and type(opts) ~= "table" then
-    fail(("%s: options must be a table, got %s"):format(who, type(opts)))
-  end
+local function new_optimizer(cls, who, params, opts, known)
+  opts = util.check_options(opts, known, who)
   local self = setmetatable({}, cls)
+  self.who = who
   self.params = check_params(who, params)
   self.state = {}
-  return self, opts or {}
+  return self, opts
+end
+
+-- Parameter i, checked to be usable: a parameter freed after the optimizer
+-- was built is an error at the caller's line, not inside this file.
+local function live_param(self, i, p, method)
+  if p:is_freed() then
+    fail(("%s:%s: params[%d] was freed (t:free()) and can no longer be updated")
+      :format(self.who, method, i))
+  end
+  return p
 end
 
 --- Drops the gradient of every parameter.
 function Optimizer:zero_grad()
-  for _, p in ipairs(self.params) do
-    p:zero_grad()
+  for i, p in ipairs(self.params) do
+    live_param(self, i, p, "zero_grad"):zero_grad()
   end
+end
+
+local function shape_str(t)
+  return "(" .. table.concat(t:shape(), ", ") .. ")"
+end
+
+--- What training changes, as a flat table for venom.checkpoint: "lr" (the
+-- current learning rate) and, for each parameter i (its position in the
+-- params list) that has state, "state.<i>.<field>" (tensors such as
+-- exp_avg, numbers such as step). Hyperparameters (betas, momentum, weight
+-- decay...) are not included: they come from the constructor.
+function Optimizer:state_dict()
+  local sd = { lr = self.lr }
+  for i, p in ipairs(self.params) do
+    local st = self.state[p]
+    if st then
+      for k, v in pairs(st) do sd[("state.%d.%s"):format(i, k)] = v end
+    end
+  end
+  return sd
+end
+
+--- Restores a table from state_dict() (or read back by venom.checkpoint,
+-- where numbers arrive as strings). Every entry is checked before anything
+-- changes: a parameter's state is all of its fields or none, tensors are f32
+-- of the parameter's shape, and any other name is an error. Tensors are
+-- copied, so the optimizer never shares memory with `sd`.
+function Optimizer:load_state_dict(sd)
+  local who = "optimizer load_state_dict"
+  if type(sd) ~= "table" then
+    fail(("%s: expected a table, got %s"):format(who, type(sd)))
+  end
+  local lr = tonumber(sd.lr)
+  if not lr then
+    fail(("%s: 'lr' must be a number, got %s"):format(who, tostring(sd.lr)))
+  end
+  local fields, found = self._state_fields, {}
+  for key, v in pairs(sd) do
+    if key ~= "lr" then
+      local i, field = tostring(key):match("^state%.(%d+)%.([%w_]+)$")
+      local p = i and self.params[tonumber(i)]
+      local kind = field and fields[field]
+      if not (p and kind) then
+        fail(("%s: unexpected entry '%s' (this optimizer has %d parameters with state %s)")
+          :format(who, tostring(key), #self.params, self._state_desc))
+      end
+      if kind == "number" then
+        v = tonumber(v)
+        if not v then
+          fail(("%s: '%s' must be a number, got %s"):format(who, key, tostring(sd[key])))
+        end
+      elseif not venom.is_tensor(v) or v:dtype() ~= "f32" or shape_str(v) ~= shape_str(p) then
+        fail(("%s: '%s' must be an f32 tensor of parameter %s's shape %s, got %s"):format(who, key,
+          i, shape_str(p), venom.is_tensor(v) and v:dtype() .. " " .. shape_str(v) or type(v)))
+      end
+      found[p] = found[p] or {}
+      found[p][field] = v
+    end
+  end
+  local state = {}
+  for i, p in ipairs(self.params) do
+    local st = found[p]
+    if st then
+      for field in pairs(fields) do
+        if st[field] == nil then
+          fail(("%s: parameter %d has state but no 'state.%d.%s'"):format(who, i, i, field))
+        end
+        if venom.is_tensor(st[field]) then st[field] = st[field]:clone() end
+      end
+      state[p] = st
+    end
+  end
+  self.lr, self.state = lr, state
 end
 
 -- SGD -----------------------------------------------------------------------------
@@ -85,11 +175,14 @@ end
 -- nesterov = false. State: state[p] = {momentum_buffer = tensor}.
 local SGD = setmetatable({}, { __index = Optimizer })
 SGD.__index = SGD
+SGD._state_fields = { momentum_buffer = "tensor" }
+SGD._state_desc = "momentum_buffer"
 
 function optim.SGD(params, opts)
   local who = "optim.SGD"
   local self
-  self, opts = new_optimizer(SGD, who, params, opts)
+  self, opts = new_optimizer(SGD, who, params, opts,
+    { "lr", "momentum", "dampening", "weight_decay", "nesterov" })
   if opts.lr == nil then
     fail(who .. ": lr is required (e.g. {lr = 0.1})")
   end
@@ -107,8 +200,8 @@ end
 
 function SGD:step()
   local lr, mu = self.lr, self.momentum
-  for _, p in ipairs(self.params) do
-    local g = p.grad
+  for i, p in ipairs(self.params) do
+    local g = live_param(self, i, p, "step").grad
     if g then
       local buf, first = nil, false
       if mu ~= 0 then
@@ -138,10 +231,12 @@ end
 -- State: state[p] = {step = t, exp_avg = m, exp_avg_sq = v}.
 local Adam = setmetatable({}, { __index = Optimizer })
 Adam.__index = Adam
+Adam._state_fields = { step = "number", exp_avg = "tensor", exp_avg_sq = "tensor" }
+Adam._state_desc = "step, exp_avg, exp_avg_sq"
 
 local function new_adam(who, params, opts, default_wd, decoupled)
   local self
-  self, opts = new_optimizer(Adam, who, params, opts)
+  self, opts = new_optimizer(Adam, who, params, opts, { "lr", "betas", "eps", "weight_decay" })
   self.lr = check_number(who, "lr", opts.lr or 1e-3, 0)
   local betas = opts.betas or { 0.9, 0.999 }
   if type(betas) ~= "table" then
@@ -170,8 +265,8 @@ end
 
 function Adam:step()
   local lr, b1, b2 = self.lr, self.betas[1], self.betas[2]
-  for _, p in ipairs(self.params) do
-    local g = p.grad
+  for i, p in ipairs(self.params) do
+    local g = live_param(self, i, p, "step").grad
     if g then
       local st = self.state[p]
       if not st then
@@ -188,6 +283,33 @@ end
 
 -- Learning-rate schedules -----------------------------------------------------------
 
+-- A schedule's state is its step count t and base_lr; loading it also sets
+-- the optimizer's lr to lr(t), as t steps would have.
+local function schedule_state_dict(self)
+  return { t = self.t, base_lr = self.base_lr }
+end
+
+local function schedule_load_state_dict(self, sd)
+  local who = "schedule load_state_dict"
+  if type(sd) ~= "table" then
+    fail(("%s: expected a table, got %s"):format(who, type(sd)))
+  end
+  local t, base = tonumber(sd.t), tonumber(sd.base_lr)
+  if not t or t < 0 or t ~= math.floor(t) then
+    fail(("%s: 't' must be a non-negative integer, got %s"):format(who, tostring(sd.t)))
+  end
+  if not base then
+    fail(("%s: 'base_lr' must be a number, got %s"):format(who, tostring(sd.base_lr)))
+  end
+  for k in pairs(sd) do
+    if k ~= "t" and k ~= "base_lr" then
+      fail(("%s: unexpected entry '%s' (expected t and base_lr)"):format(who, tostring(k)))
+    end
+  end
+  self.t, self.base_lr = t, base
+  self.opt.lr = self:get_lr()
+end
+
 local function check_optimizer(who, opt)
   if type(opt) ~= "table" or type(opt.lr) ~= "number" then
     fail(who .. ": first argument must be an optimizer (a table with a numeric lr)")
@@ -203,7 +325,7 @@ StepLR.__index = StepLR
 function optim.StepLR(opt, opts)
   local who = "optim.StepLR"
   check_optimizer(who, opt)
-  opts = opts or {}
+  opts = util.check_options(opts, { "step_size", "gamma" }, who)
   local s = opts.step_size
   if type(s) ~= "number" or s < 1 or s ~= math.floor(s) then
     fail(who .. ": step_size must be a positive integer, got " .. tostring(s))
@@ -216,6 +338,9 @@ end
 function StepLR:get_lr()
   return self.base_lr * self.gamma ^ math.floor(self.t / self.step_size)
 end
+
+StepLR.state_dict = schedule_state_dict
+StepLR.load_state_dict = schedule_load_state_dict
 
 function StepLR:step()
   self.t = self.t + 1
@@ -237,7 +362,7 @@ CosineWarmup.__index = CosineWarmup
 function optim.CosineWarmup(opt, opts)
   local who = "optim.CosineWarmup"
   check_optimizer(who, opt)
-  opts = opts or {}
+  opts = util.check_options(opts, { "warmup_steps", "total_steps", "min_lr" }, who)
   local w, T = opts.warmup_steps, opts.total_steps
   if type(w) ~= "number" or w < 0 or w ~= math.floor(w) then
     fail(who .. ": warmup_steps must be a non-negative integer, got " .. tostring(w))
@@ -263,6 +388,9 @@ function CosineWarmup:get_lr()
   local c = 0.5 * (1 + math.cos(math.pi * (t - w) / (T - w)))
   return self.min_lr + (self.base_lr - self.min_lr) * c
 end
+
+CosineWarmup.state_dict = schedule_state_dict
+CosineWarmup.load_state_dict = schedule_load_state_dict
 
 function CosineWarmup:step()
   self.t = self.t + 1

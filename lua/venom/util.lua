@@ -6,7 +6,8 @@ local venom = require "venom"
 local util = {}
 
 -- The pure-Lua modules of venom (lua/venom/<name>.lua).
-local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true }
+local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
+                   checkpoint = true, sparse = true }
 
 --- Raises `msg` as a Lua error positioned at the first caller outside
 -- venom's own Lua files, so that "nn.Linear: in_features must be ..." points
@@ -27,6 +28,30 @@ function util.fail(msg)
   error(msg, level)
 end
 local fail = util.fail
+
+--- Checks an options table against the names it may hold: nil gives {}, a
+-- non-table is an error, and so is a key not in the list `known` (a typo
+-- such as {weight_dacay = 0.1} would otherwise be ignored). `who` names the
+-- caller in messages ("optim.AdamW"). Returns the table.
+function util.check_options(opts, known, who)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    fail(("%s: options must be a table, got %s"):format(who, type(opts)))
+  end
+  local allowed = {}
+  for _, k in ipairs(known) do allowed[k] = true end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for i, name in ipairs(known) do names[i] = name end
+      table.sort(names)
+      local shown = type(k) == "string" and ("'%s'"):format(k) or ("[%s]"):format(tostring(k))
+      fail(("%s: unknown option %s (known options: %s)")
+        :format(who, shown, #names > 0 and table.concat(names, ", ") or "none"))
+    end
+  end
+  return opts
+end
 
 -- Formatting --------------------------------------------------------------------
 
@@ -70,17 +95,18 @@ end
 --   On a terminal it redraws one line with "\r" (at most ~10 times a second):
 --     desc  42%|████████          | 197/469 [00:02<00:03, 98.5it/s, loss=0.4213]
 --   Otherwise (a log file, a pipe) it prints a plain line at every ~10% and at
---   close, never a carriage return.
+--   close, never a carriage return. A total of 0 means the length is not
+--   known: the bar then shows the count and the rate, with no percentage.
 -- opts: desc = "", width = 30 (bar cells), file = io.stdout,
 --   tty = venom.isatty(1) (override the detection), clock = venom.clock.
 local ProgressBar = {}
 ProgressBar.__index = ProgressBar
 
 function util.ProgressBar(total, opts)
-  if type(total) ~= "number" or total < 0 then
+  if type(total) ~= "number" or not (total >= 0) or total == math.huge then
     fail("util.ProgressBar: total must be a non-negative number, got " .. tostring(total))
   end
-  opts = opts or {}
+  opts = util.check_options(opts, { "desc", "width", "file", "tty", "clock" }, "util.ProgressBar")
   local self = setmetatable({}, ProgressBar)
   self.total = total
   self.desc = opts.desc or ""
@@ -105,9 +131,14 @@ end
 function ProgressBar:status()
   local elapsed = self.clock() - self.start
   local rate = elapsed > 0 and self.n / elapsed or 0
-  local eta = rate > 0 and (self.total - self.n) / rate or nil
-  local parts = { ("%d/%d [%s<%s, %.1fit/s"):format(self.n, self.total,
-    util.format_time(elapsed), util.format_time(eta), rate) }
+  local parts
+  if self.total == 0 then
+    parts = { ("%d [%s, %.1fit/s"):format(self.n, util.format_time(elapsed), rate) }
+  else
+    local eta = rate > 0 and (self.total - self.n) / rate or nil
+    parts = { ("%d/%d [%s<%s, %.1fit/s"):format(self.n, self.total,
+      util.format_time(elapsed), util.format_time(eta), rate) }
+  end
   if self.postfix then
     local keys = {}
     for k in pairs(self.postfix) do keys[#keys + 1] = k end
@@ -130,15 +161,19 @@ function ProgressBar:draw()
   local filled = math.floor(f * self.width + 1e-9)
   local bar = string.rep("█", filled) .. string.rep(" ", self.width - filled)
   local prefix = self.desc ~= "" and self.desc .. " " or ""
-  self.file:write(("\r%s%3d%%|%s| %s\27[K"):format(prefix, math.floor(f * 100), bar,
-    self:status()))
+  if self.total == 0 then
+    self.file:write(("\r%s%s\27[K"):format(prefix, self:status()))
+  else
+    self.file:write(("\r%s%3d%%|%s| %s\27[K"):format(prefix, math.floor(f * 100), bar,
+      self:status()))
+  end
   self.file:flush()
 end
 
 function ProgressBar:print_line()
   local prefix = self.desc ~= "" and self.desc .. ": " or ""
-  self.file:write(("%s%3d%% %s\n"):format(prefix, math.floor(self:fraction() * 100),
-    self:status()))
+  local percent = self.total == 0 and "" or ("%3d%% "):format(math.floor(self:fraction() * 100))
+  self.file:write(("%s%s%s\n"):format(prefix, percent, self:status()))
   self.file:flush()
 end
 
@@ -154,7 +189,8 @@ function ProgressBar:update(n, postfix)
       self:draw()
     end
   else
-    local decile = self.total > 0 and math.floor(math.min(self.n, self.total) * 10 / self.total) or 10
+    -- (an unknown length prints only at close)
+    local decile = self.total > 0 and math.floor(math.min(self.n, self.total) * 10 / self.total) or 0
     if decile > self.last_decile then
       self.last_decile = decile
       self:print_line()
@@ -200,18 +236,13 @@ function util.usage(defaults, help)
     local text = help[k] and help[k] .. " " or ""
     lines[#lines + 1] = ("  %-24s %s(default %s)"):format(option_name(k) .. arg, text, tostring(v))
   end
-  lines[#lines + 1] = "  --help                   print this message"
+  lines[#lines + 1] = "  -h, --help               print this message"
   return table.concat(lines, "\n")
 end
 
---- Parses `--name value`, `--name=value`, `--flag` and `--no-flag` arguments
--- against `defaults` (a table of option values: their types are the expected
--- types; dashes in names map to underscores, so --batch-size sets
--- batch_size). Returns a new table with every option set; arguments not
--- starting with "--" are kept, in order, in its array part. `--help` prints
--- util.usage(defaults, help) and exits. Errors name the option and list the
--- known ones.
-function util.parse_args(args, defaults, help)
+-- parse_args, with `positional` = false making a stray argument an error
+-- (parse_cli).
+local function parse(args, defaults, help, positional)
   args = args or {}
   local opts = {}
   for k, v in pairs(defaults) do opts[k] = v end
@@ -221,14 +252,23 @@ function util.parse_args(args, defaults, help)
     fail(("unknown option %s; known options: %s"):format(name, table.concat(known, ", ")))
   end
 
-  local i = 1
+  local i, bare_flag = 1, nil -- bare_flag: the previous argument, if a bare --flag
   while i <= #args do
     local a = args[i]
     local name, value = a:match("^%-%-([^=]+)=(.*)$")
     if not name then name = a:match("^%-%-(.+)$") end
-    if not name then
-      opts[#opts + 1] = a
-    elseif name == "help" then
+    local flag = bare_flag
+    bare_flag = nil
+    if not name and a ~= "-h" then
+      if positional then
+        opts[#opts + 1] = a
+      elseif flag then
+        fail(("%s is a flag and takes no value, got '%s' after it (write %s=false or --no-%s "
+          .. "to turn it off)"):format(flag, a, flag, flag:sub(3)))
+      else
+        fail(("unexpected argument '%s' (options are written --name value)"):format(a))
+      end
+    elseif a == "-h" or name == "help" then
       print(util.usage(defaults, help))
       os.exit(0)
     else
@@ -242,6 +282,7 @@ function util.parse_args(args, defaults, help)
       if type(default) == "boolean" then
         if value == nil then
           opts[key] = not negated
+          if not negated then bare_flag = "--" .. name end
         elseif value == "true" or value == "false" then
           opts[key] = (value == "true") ~= negated
         else
@@ -269,6 +310,64 @@ function util.parse_args(args, defaults, help)
     i = i + 1
   end
   return opts
+end
+
+--- Parses `--name value`, `--name=value`, `--flag` and `--no-flag` arguments
+-- against `defaults` (a table of option values: their types are the expected
+-- types; dashes in names map to underscores, so --batch-size sets
+-- batch_size). Returns a new table with every option set; arguments not
+-- starting with "--" are kept, in order, in its array part. `--help` (or
+-- `-h`) prints util.usage(defaults, help) and exits. Errors name the option
+-- and list the known ones.
+function util.parse_args(args, defaults, help)
+  return parse(args, defaults, help, true)
+end
+
+--- A script's command line in one call: parse_args without positional
+-- arguments (a stray word is an error, such as the 5 of `--cosine 5`), then
+-- `check(opts)`, which refuses values out of range with util.check_arg_int,
+-- util.check_arg_number or util.fail. A usage error prints "error: <message>"
+-- and a hint to run with --help on stderr and exits with status 2, with no
+-- traceback (the way command-line tools report a bad invocation); `-h` and
+-- `--help` print the usage and exit 0. Returns the options.
+function util.parse_cli(args, defaults, help, check)
+  local ok, res = pcall(function()
+    local opts = parse(args, defaults, help, false)
+    if check then check(opts) end
+    return opts
+  end)
+  if ok then return res end
+  local msg = tostring(res):gsub("^[^\n]-:%d+: ", "") -- the "file:line: " prefix
+  local script = args and args[0]
+  io.stderr:write("error: ", msg, "\n", script and ("run '%s --help' to list the options\n")
+    :format(script) or "run with --help to list the options\n")
+  os.exit(2, true)
+end
+
+local function number_text(v)
+  return v ~= v and "nan" or tostring(v)
+end
+
+--- For parse_cli's check: opts[key] must be a whole number >= min; the
+-- error names the option as typed (--batch-size).
+function util.check_arg_int(opts, key, min)
+  local v = opts[key]
+  if type(v) ~= "number" or v ~= math.floor(v) or v < min or v == math.huge then
+    fail(("%s must be a whole number >= %d, got %s"):format(option_name(key), min, number_text(v)))
+  end
+  return v
+end
+
+--- For parse_cli's check: opts[key] must be a finite number > min, or >= min
+-- when `inclusive`.
+function util.check_arg_number(opts, key, min, inclusive)
+  local v = opts[key]
+  local finite = type(v) == "number" and v == v and v > -math.huge and v < math.huge
+  if not (finite and (v > min or (inclusive and v == min))) then
+    fail(("%s must be a finite number %s %s, got %s")
+      :format(option_name(key), inclusive and ">=" or ">", tostring(min), number_text(v)))
+  end
+  return v
 end
 
 return util

@@ -288,6 +288,99 @@ static void test_free_and_cache(void **state)
     vn_tensor_release(b);
 }
 
+
+/* ---- misuse the tape must catch ------------------------------------------ */
+
+static void test_misuse(void **state)
+{
+    int64_t s[] = {2};
+    vn_tensor *a = tf32(1, s, (float[]){1, 2}), *b = tf32(1, s, (float[]){3, 4});
+    CHECK_OK(vn_tensor_set_requires_grad(a, true));
+
+    /* a freed input: an error, not a read of freed memory */
+    vn_tensor *y = vn_mul(a, b), *l = vn_sum_all(y);
+    vn_tensor_free(b);
+    assert_int_equal(vn_backward(l, NULL), VN_ERR_STATE);
+    assert_non_null(strstr(vn_last_error(), "freed"));
+    vn_tensor_release(y); vn_tensor_release(l); vn_tensor_release(b);
+
+    /* a freed gradient is replaced, not written into */
+    vn_tensor *two = vn_full(VN_F32, 1, s, 2);
+    for (int rep = 0; rep < 2; rep++) {
+        vn_tensor *m = vn_mul(a, two), *ls = vn_sum_all(m);
+        CHECK_OK(vn_backward(ls, NULL));
+        vn_tensor_release(m); vn_tensor_release(ls);
+        if (rep == 0) vn_tensor_free(vn_tensor_grad(a));
+    }
+    float g[2];
+    CHECK_OK(vn_tensor_copy_out(vn_tensor_grad(a), g, sizeof g));
+    assert_true(g[0] == 2 && g[1] == 2);
+
+    /* in-place writes: refused on a leaf that requires grad (grad mode on),
+     * and caught by backward when a saved value changed since the forward */
+    assert_int_equal(vn_tensor_fill_(a, 0), VN_ERR_STATE);
+    assert_non_null(strstr(vn_last_error(), "no_grad"));
+    vn_tensor *sq = vn_mul(a, a), *lsq = vn_sum_all(sq);
+    bool was = vn_set_grad_enabled(false);
+    CHECK_OK(vn_tensor_fill_(a, 5));
+    vn_set_grad_enabled(was);
+    assert_int_equal(vn_backward(lsq, NULL), VN_ERR_STATE);
+    assert_non_null(strstr(vn_last_error(), "modified in place"));
+    vn_tensor *e = vn_exp(a), *le = vn_sum_all(e);
+    CHECK_OK(vn_tensor_fill_(e, 0)); /* exp's backward reads its output */
+    assert_int_equal(vn_backward(le, NULL), VN_ERR_STATE);
+    assert_non_null(strstr(vn_last_error(), "output of op 'exp'"));
+    vn_tensor *all[] = {sq, lsq, e, le, two, a};
+    for (int k = 0; k < 6; k++) vn_tensor_release(all[k]);
+}
+
+/* Releasing a graph of a million nodes that was never walked must not
+ * recurse once per node (it would overflow the stack). */
+static void test_long_chain_release(void **state)
+{
+    int64_t s[] = {1};
+    vn_tensor *x = vn_ones(VN_F32, 1, s), *one = vn_ones(VN_F32, 1, s);
+    CHECK_OK(vn_tensor_set_requires_grad(x, true));
+    vn_tensor *acc = vn_tensor_retain(x);
+    for (int i = 0; i < 1000000; i++) {
+        vn_tensor *next = vn_add(acc, one);
+        CHECK_PTR(next);
+        vn_tensor_release(acc);
+        acc = next;
+    }
+    double v;
+    CHECK_OK(vn_tensor_item(acc, &v));
+    assert_true(v == 1000001);
+    vn_tensor_release(acc);
+    vn_tensor_release(one);
+    vn_tensor_release(x);
+}
+
+static void test_limits(void **state)
+{
+    int64_t s11[] = {1, 1}, huge[] = {4294967296LL, 4294967297LL};
+    vn_tensor *o = vn_ones(VN_F32, 2, s11);
+    assert_null(vn_expand(o, 2, huge));
+    assert_non_null(strstr(vn_last_error(), "limit"));
+    assert_null(vn_arange(0, 1e300, 1, VN_F32));
+    assert_non_null(strstr(vn_last_error(), "limit"));
+    /* float → int conversions saturate; NaN becomes 0 */
+    int64_t s4[] = {4};
+    vn_tensor *f = tf32(1, s4, (float[]){1e10f, -1e10f, NAN, -2.7f});
+    vn_tensor *i32 = vn_to_dtype(f, VN_I32), *u8 = vn_to_dtype(f, VN_U8), *i64 = vn_to_dtype(f, VN_I64);
+    int32_t a[4];
+    uint8_t b[4];
+    int64_t c[4];
+    CHECK_OK(vn_tensor_copy_out(i32, a, sizeof a));
+    CHECK_OK(vn_tensor_copy_out(u8, b, sizeof b));
+    CHECK_OK(vn_tensor_copy_out(i64, c, sizeof c));
+    assert_true(a[0] == INT32_MAX && a[1] == INT32_MIN && a[2] == 0 && a[3] == -2);
+    assert_true(b[0] == 255 && b[1] == 0 && b[2] == 0 && b[3] == 0);
+    assert_true(c[0] == 10000000000LL && c[1] == -10000000000LL && c[2] == 0 && c[3] == -2);
+    vn_tensor *all[] = {o, f, i32, u8, i64};
+    for (int k = 0; k < 5; k++) vn_tensor_release(all[k]);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -295,7 +388,8 @@ int main(void)
         cmocka_unit_test(test_creation),  cmocka_unit_test(test_rng),
         cmocka_unit_test(test_views),     cmocka_unit_test(test_copies),
         cmocka_unit_test(test_view_gradients), cmocka_unit_test(test_tape),
-        cmocka_unit_test(test_free_and_cache),
+        cmocka_unit_test(test_free_and_cache), cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_long_chain_release), cmocka_unit_test(test_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,8 +42,8 @@ tap.error_like(function() local r = a:softmax(0) return r end,
   "dim 0 out of range", "dim 0 is out of range in 1-based Lua")
 tap.error_like(function() local r = venom.zeros(2, -1) return r end,
   "size 2 of the shape must be a non%-negative integer, found %-1", "a negative size")
-tap.error_like(function() local r = venom.zeros(2, "a") return r end,
-  "size 2 of the shape must be a non%-negative integer, found string", "a string size")
+tap.error_like(function() local r = venom.zeros("a", 2) return r end,
+  "size 1 of the shape must be a non%-negative integer, found string", "a string size")
 tap.error_like(function() local r = a:reshape(4, 2) return r end,
   "reshape: shape %(2, 3%) has 6 elements but the target %(4, 2%) has 8", "reshape to a wrong numel")
 

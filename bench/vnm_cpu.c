@@ -1,0 +1,210 @@
+/* vnm_cpu — the three V:N:M CPU kernels against dense OpenBLAS sgemm on the
+ * same shapes, in the same run. For each weight W (R × K) and X of B rows:
+ *
+ *   forward  Y = X·Wᵀ          dense: sgemm(X, Wᵀ)    sparse: vn_vnm_spmm
+ *   dX       dX = dY·W         dense: sgemm(dY, W)    sparse: vn_vnm_spmm_t
+ *   dW       dYᵀ·X             dense: sgemm(dYᵀ, X)   sparse: vn_vnm_sddmm
+ *                              (the full dW)          (only at kept positions)
+ *
+ * Each time is the best of --reps runs after one warm-up; the sparse calls
+ * include packing their operands, as a training step pays it. GFLOP/s are
+ * dense-equivalent (2·B·R·K / time, whatever the sparsity), so the sparse
+ * and dense columns compare directly, and ×dense is the dense time over
+ * the sparse time. A table, never a pass/fail.
+ *
+ *   OMP_WAIT_POLICY=passive build/bench/vnm_cpu [--reps 3] [--batch 2048]
+ *       [--shapes 1024x1024,4096x4096,4096x1024] [--M 4,8,16,32] [--V 32,64,128]
+ *
+ * (Without OMP_WAIT_POLICY set, the program sets it to passive and
+ * re-executes itself: spinning OpenMP threads starve OpenBLAS's.) */
+#include "venom.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LIST 16
+
+typedef struct {
+    int reps;
+    int64_t batch;
+    int nshapes, nM, nV;
+    int64_t shapes[MAX_LIST][2], M[MAX_LIST], V[MAX_LIST];
+} options;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "vnm_cpu: %s: %s\n", what, vn_last_error());
+    exit(1);
+}
+
+/* A comma-separated list of integers (or RxK pairs when pairs != NULL). */
+static int parse_list(const char *s, int64_t *out, int64_t (*pairs)[2], const char *name)
+{
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long a, b;
+        if (n == MAX_LIST) break;
+        if (pairs ? sscanf(tok, "%lldx%lld", &a, &b) != 2 || a < 1 || b < 1
+                  : sscanf(tok, "%lld", &a) != 1 || a < 1) {
+            fprintf(stderr, "vnm_cpu: bad %s entry '%s'\n", name, tok);
+            exit(2);
+        }
+        if (pairs) pairs[n][0] = a, pairs[n][1] = b;
+        else out[n] = a;
+        n++;
+    }
+    free(copy);
+    return n;
+}
+
+static options parse_args(int argc, char **argv)
+{
+    options o = {.reps = 3, .batch = 2048};
+    o.nshapes = parse_list("1024x1024,4096x4096,4096x1024", NULL, o.shapes, "--shapes");
+    o.nM = parse_list("4,8,16,32", o.M, NULL, "--M");
+    o.nV = parse_list("32,64,128", o.V, NULL, "--V");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "usage: vnm_cpu [--reps N] [--batch B] [--shapes RxK,...] "
+                            "[--M 4,8,...] [--V 32,...]\n");
+            exit(2);
+        }
+        if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--batch")) o.batch = atoll(v);
+        else if (!strcmp(a, "--shapes")) o.nshapes = parse_list(v, NULL, o.shapes, a);
+        else if (!strcmp(a, "--M")) o.nM = parse_list(v, o.M, NULL, a);
+        else if (!strcmp(a, "--V")) o.nV = parse_list(v, o.V, NULL, a);
+        else {
+            fprintf(stderr, "vnm_cpu: unknown option %s\n", a);
+            exit(2);
+        }
+        i++;
+    }
+    if (o.reps < 1 || o.batch < 1) {
+        fprintf(stderr, "vnm_cpu: --reps and --batch must be >= 1\n");
+        exit(2);
+    }
+    return o;
+}
+
+/* ---- what gets timed ------------------------------------------------------------ */
+
+typedef struct {
+    int kind; /* 0 forward, 1 dX, 2 dW */
+    int64_t B, R, K;
+    const float *x, *dy, *w;
+    float *out;
+    vn_vnm *s;
+    vn_tensor *values, *tx, *tdy;
+} job;
+
+static void run_dense(const job *j)
+{
+    int B = (int)j->B, R = (int)j->R, K = (int)j->K;
+    if (j->kind == 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, R, K, 1, j->x, K, j->w, K, 0, j->out, R);
+    else if (j->kind == 1)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, K, R, 1, j->dy, R, j->w, K, 0, j->out, K);
+    else
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, K, B, 1, j->dy, R, j->x, K, 0, j->out, K);
+}
+
+static void run_sparse(const job *j)
+{
+    vn_tensor *r = j->kind == 0   ? vn_vnm_spmm(j->s, j->values, j->tx)
+                   : j->kind == 1 ? vn_vnm_spmm_t(j->s, j->values, j->tdy)
+                                  : vn_vnm_sddmm(j->s, j->tdy, j->tx);
+    if (!r) die("sparse kernel");
+    vn_tensor_release(r);
+}
+
+/* Best of reps runs, after one warm-up, in seconds. */
+static double best_time(void (*fn)(const job *), const job *j, int reps)
+{
+    fn(j);
+    double best = 1e30;
+    for (int i = 0; i < reps; i++) {
+        double t0 = now();
+        fn(j);
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static void print_cells(const double t[3], const double dense[3], double flops)
+{
+    for (int k = 0; k < 3; k++)
+        printf(" | %8.2f | %6.1f | %5.2f", 1e3 * t[k], flops / t[k] * 1e-9, dense[k] / t[k]);
+    printf(" |\n");
+}
+
+static void bench_shape(const options *o, int64_t R, int64_t K)
+{
+    int64_t B = o->batch;
+    vn_tensor *w = vn_randn(2, (int64_t[]){R, K}), *x = vn_randn(2, (int64_t[]){B, K});
+    vn_tensor *dy = vn_randn(2, (int64_t[]){B, R});
+    int64_t big = R * K > B * K ? R * K : B * K;
+    if (B * R > big) big = B * R;
+    vn_tensor *out = vn_empty(VN_F32, 1, &big);
+    if (!w || !x || !dy || !out) die("allocating operands");
+    job j = {.B = B, .R = R, .K = K, .x = vn_tensor_data(x), .dy = vn_tensor_data(dy),
+             .w = vn_tensor_data(w), .out = vn_tensor_data(out), .tx = x, .tdy = dy};
+    double flops = 2.0 * (double)B * (double)R * (double)K, dense[3];
+    for (j.kind = 0; j.kind < 3; j.kind++) dense[j.kind] = best_time(run_dense, &j, o->reps);
+    printf("| %lld×%lld | dense | –", (long long)R, (long long)K);
+    print_cells(dense, dense, flops);
+    fflush(stdout);
+    for (int im = 0; im < o->nM; im++)
+        for (int iv = 0; iv < o->nV; iv++) {
+            int64_t M = o->M[im], V = o->V[iv];
+            double t0 = now();
+            j.s = vn_vnm_from_dense(w, V, 2, M);
+            double t_compress = now() - t0;
+            if (!j.s) die("vnm_from_dense");
+            j.values = vn_vnm_values(j.s);
+            double t[3];
+            for (j.kind = 0; j.kind < 3; j.kind++) t[j.kind] = best_time(run_sparse, &j, o->reps);
+            printf("| %lld×%lld | %lld:2:%lld | %.0f", (long long)R, (long long)K, (long long)V,
+                   (long long)M, 1e3 * t_compress);
+            print_cells(t, dense, flops);
+            fflush(stdout);
+            vn_tensor_release(j.values);
+            vn_vnm_free(j.s);
+        }
+    vn_tensor_release(w);
+    vn_tensor_release(x);
+    vn_tensor_release(dy);
+    vn_tensor_release(out);
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);
+    }
+    options o = parse_args(argc, argv);
+    vn_manual_seed(0);
+    printf("V:N:M CPU kernels vs OpenBLAS sgemm: X of %lld rows, f32, best of %d; kernels: %s; "
+           "OPENBLAS_CORETYPE=%s\n\n", (long long)o.batch, o.reps, vn_vnm_isa(),
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
+    printf("| W (R×K) | V:N:M | compress ms | fwd ms | GFLOP/s | ×dense | dX ms | GFLOP/s | ×dense "
+           "| dW ms | GFLOP/s | ×dense |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < o.nshapes; i++) bench_shape(&o, o.shapes[i][0], o.shapes[i][1]);
+    return 0;
+}

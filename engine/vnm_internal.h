@@ -1,0 +1,96 @@
+/* vnm_internal.h — what the V:N:M files share: the layout of a compressed
+ * matrix's pattern and the CPU kernels that read it (vnm_kernels.c).
+ *
+ * A V:N:M matrix W (R × K) is cut into blocks of V rows and groups of M
+ * columns; G = ⌈K/M⌉ groups, nblocks = ⌈R/V⌉ blocks, and K is padded with
+ * zero columns to Kp = G·M. Block b keeps 4 columns of each group, the same
+ * for its V rows; each row keeps 2 of those 4. The pattern arrays:
+ *
+ *   cols    uint16 nblocks × G × 4  the 4 kept columns of a group, as offsets
+ *                                   0..M−1 inside the group, ascending
+ *   idx     uint8  R × ⌈G/2⌉        2 bits per kept value: which of the 4
+ *                                   columns it sits in. Group g of a row uses
+ *                                   the nibble (g & 1) of byte g/2: bits 0–1
+ *                                   the first value, bits 2–3 the second.
+ *   t_start int32  nblocks·G·4 + 1  the transposed pattern, for dX = dY·W:
+ *   t_code  int32  2·R·G            entries t_start[e]..t_start[e+1]−1 of
+ *                                   e = (block·G + g)·4 + j list the values
+ *                                   in column j of that group, as
+ *                                   row·2 + slot (slot 0 or 1 of the row's
+ *                                   pair), rows ascending.
+ *
+ * The values array (R × 2G f32) holds each row's pair per group in column
+ * order; a value whose column is padding is 0 and gets a zero gradient.
+ *
+ * All four arrays live in one u8 tensor (the "pattern blob") so that an
+ * autograd node can keep them alive with an ordinary tensor reference, even
+ * after the vn_vnm that made them is freed. */
+#ifndef VENOM_VNM_INTERNAL_H
+#define VENOM_VNM_INTERNAL_H
+
+#include "internal.h"
+
+typedef struct {
+    int64_t R, K, V, M;
+    int64_t G, Kp, nblocks, idx_stride; /* derived: ⌈K/M⌉, G·M, ⌈R/V⌉, ⌈G/2⌉ */
+    const int32_t *t_start, *t_code;
+    const uint16_t *cols;
+    const uint8_t *idx;
+} vnm_pattern;
+
+struct vn_vnm {
+    int64_t R, K, V, M;
+    vn_tensor *blob;   /* u8: the pattern arrays, laid out by vnm__layout */
+    vn_tensor *values; /* f32 (R, 2G): the kept weights */
+};
+
+/* Fills the derived sizes of p from R, K, V, M and returns the blob's size
+ * in bytes; with `blob` non-NULL also points p's arrays into it. */
+size_t vnm__layout(vnm_pattern *p, int64_t R, int64_t K, int64_t V, int64_t M, uint8_t *blob);
+
+/* The pattern of s, pointing into its blob. */
+vnm_pattern vnm__pattern_of(const vn_vnm *s);
+/* The checks shared by every way of building a matrix (op names the caller):
+ * V ≥ 1, N = 2, 4 ≤ M ≤ 65535, R ≥ 1, K ≥ M, and sizes within int32. */
+vn_status vnm__check_params(const char *op, int64_t R, int64_t K, int64_t V, int64_t N, int64_t M);
+/* Fills the transposed pattern (t_start, t_code) from cols and idx: for each
+ * (block, group, column j) the values in that column, rows ascending. */
+void vnm__build_transposed(const vnm_pattern *p, int32_t *t_start, int32_t *t_code);
+
+/* Which of the 4 kept columns value `slot` (0/1) of group g of row r sits in. */
+static inline int vnm__index(const vnm_pattern *p, int64_t r, int64_t g, int slot)
+{
+    int byte = p->idx[r * p->idx_stride + g / 2];
+    return (byte >> ((g & 1) * 4 + slot * 2)) & 3;
+}
+
+/* ---- kernels (vnm_kernels.c) -----------------------------------------------
+ * The dense operands are read in a panel layout: a batch of B rows is cut
+ * into ⌈B/VNM_PANEL⌉ panels of VNM_PANEL rows, and each panel stores its
+ * columns as rows of VNM_PANEL floats. Element (batch b, column c) of a
+ * panelled matrix with `rows` rows per panel sits at
+ *   ((b / VNM_PANEL)·rows + c)·VNM_PANEL + b % VNM_PANEL.
+ * So Xt has Kp rows per panel (padding columns and batch rows are 0), dYt
+ * R rows and dXt Kp rows. A kept column's slice of a panel is then 256
+ * contiguous bytes, and all the columns one block reads from a panel sit
+ * close together in memory. */
+#define VNM_PANEL 64
+
+/* dst (panels of `rows` ≥ C rows) = src (B × C, row stride lds), zero-padded. */
+void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, int64_t rows);
+/* dst (B × C, row stride ldd) = the first C rows of each panel of src. */
+void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t C, int64_t ldd);
+
+/* Y (B × R, row-major) = X·Wᵀ + bias (bias may be NULL), from Xt. */
+vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
+                    const float *bias, float *y);
+/* dXt = (dY·W)ᵀ in panels of Kp rows, from dYt. */
+vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
+                      float *dxt);
+/* dvalues (R × 2G) = dYᵀ·X sampled at the kept positions, from dY (B × R,
+ * row-major), Xt and, if the caller has it, dYt (else NULL: packed here
+ * when needed). */
+vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, const float *xt,
+                     int64_t B, float *dvalues);
+
+#endif

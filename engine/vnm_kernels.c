@@ -1,0 +1,312 @@
+/* vnm_kernels.c — the three CPU kernels of a V:N:M linear layer (forward
+ * SpMM, dX = dY·W, SDDMM for the values' gradient), the packing of dense
+ * operands into the panel layout they read, and the choice between the
+ * AVX-512 and the portable instantiation of their inner loops
+ * (vnm_kernels_impl.h). Work is split over OpenMP threads by blocks of rows
+ * or by batch panels, so that no two threads write the same output. */
+#include "vnm_internal.h"
+
+#include <stdlib.h>
+
+/* ---- the two instantiations of the inner loops -------------------------------- */
+
+/* Groups per pass of the forward tile: 4 kept columns × 24 groups × 256 B
+ * of panel rows = 24 KiB, read by every row of the block from L1. Even, so
+ * that a pass starts on an index byte. */
+#define SPMM_GROUPS 24
+/* Batch panels per SDDMM reduction: the VNM_VL/2 groups' 32 kept rows of
+ * X × 4 panels × 256 B = 32 KiB stay in L1 across the block's rows. */
+#define SDDMM_PANELS 4
+
+#define VNM_VL 8
+#define VNM_ISA(x) x##_generic
+#include "vnm_kernels_impl.h"
+#undef VNM_VL
+#undef VNM_ISA
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VNM_HAVE_AVX512 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw")
+#define VNM_VL 16
+#define VNM_ISA(x) x##_avx512
+#include "vnm_kernels_impl.h"
+#undef VNM_VL
+#undef VNM_ISA
+#pragma GCC pop_options
+#endif
+
+typedef struct {
+    void (*spmm_tile)(const vnm_pattern *, const float *, const float *, int64_t, int64_t,
+                      int64_t, bool, float *);
+    void (*spmm_t_tile)(const vnm_pattern *, const float *, const float *, int64_t, int64_t,
+                        float *);
+    void (*sddmm_tile)(const vnm_pattern *, const float *, const float *, int64_t, int64_t,
+                       int64_t, int64_t, int32_t *, float *);
+    void (*sddmm_rows)(const vnm_pattern *, const float *, int64_t, const float *, int64_t, int64_t,
+                       int64_t, int64_t, float *, float *); /* NULL: not worth it here */
+    int dots; /* groups per sddmm tile × 2 */
+} vnm_kernels;
+
+static const vnm_kernels generic = {spmm_tile_generic, spmm_t_tile_generic, sddmm_tile_generic,
+                                    NULL, 8};
+#ifdef VNM_HAVE_AVX512
+static const vnm_kernels avx512 = {spmm_tile_avx512, spmm_t_tile_avx512, sddmm_tile_avx512,
+                                   sddmm_rows_avx512, 16};
+#endif
+
+/* AVX-512 when the CPU has it, unless VENOM_NO_AVX512 is set (non-empty):
+ * that forces the portable loops, e.g. to test them on an AVX-512 machine. */
+static const vnm_kernels *pick(void)
+{
+#ifdef VNM_HAVE_AVX512
+    const char *off = getenv("VENOM_NO_AVX512");
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") && !(off && *off))
+        return &avx512;
+#endif
+    return &generic;
+}
+
+const char *vn_vnm_isa(void) { return pick() == &generic ? "portable" : "avx512"; }
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- packing ---------------------------------------------------------------------- */
+
+typedef float vnm_v8 __attribute__((vector_size(32)));
+
+/* dst rows 0..7 (stride ldd) = the transpose of the 8 × 8 block at src
+ * (stride lds): three rounds of pairwise shuffles (the classic unpack,
+ * shuffle, lane-swap sequence), 24 shuffles for 64 floats instead of 64
+ * strided scalar stores. Pointers only in the signature: see LOADV. */
+static void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd)
+{
+    typedef int vnm_i8 __attribute__((vector_size(32)));
+    vnm_v8 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) memcpy(&r[i], src + i * lds, sizeof r[i]);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], (vnm_i8){0, 8, 1, 9, 4, 12, 5, 13});
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], (vnm_i8){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int j = 0; j < 2; j++) {
+            u[i + 2 * j] = __builtin_shuffle(t[i + j], t[i + j + 2], (vnm_i8){0, 1, 8, 9, 4, 5, 12, 13});
+            u[i + 2 * j + 1] = __builtin_shuffle(t[i + j], t[i + j + 2], (vnm_i8){2, 3, 10, 11, 6, 7, 14, 15});
+        }
+    for (int j = 0; j < 4; j++) {
+        vnm_v8 lo = __builtin_shuffle(u[j], u[j + 4], (vnm_i8){0, 1, 2, 3, 8, 9, 10, 11});
+        vnm_v8 hi = __builtin_shuffle(u[j], u[j + 4], (vnm_i8){4, 5, 6, 7, 12, 13, 14, 15});
+        memcpy(dst + j * ldd, &lo, sizeof lo);
+        memcpy(dst + (j + 4) * ldd, &hi, sizeof hi);
+    }
+}
+
+/* dst (nc × nb, stride ldd) = the transpose of the nb × nc block at src
+ * (stride lds), in 8 × 8 tiles, element by element at the ragged edges. */
+static void transpose_block(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb,
+                            int64_t nc)
+{
+    int64_t nb8 = nb / 8 * 8, nc8 = nc / 8 * 8;
+    for (int64_t l = 0; l < nb8; l += 8)
+        for (int64_t c = 0; c < nc8; c += 8) transpose8(src + l * lds + c, lds, dst + c * ldd + l, ldd);
+    for (int64_t l = 0; l < nb; l++)
+        for (int64_t c = l < nb8 ? nc8 : 0; c < nc; c++) dst[c * ldd + l] = src[l * lds + c];
+}
+
+void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, int64_t rows)
+{
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+#pragma omp parallel for schedule(static) if (B * C > VN_OMP_MIN_WORK)
+    for (int64_t pn = 0; pn < npanels; pn++) {
+        float *panel = dst + pn * rows * VNM_PANEL;
+        int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
+        for (int64_t c0 = 0; c0 < C; c0 += VNM_PANEL) {
+            int64_t nc = min64(VNM_PANEL, C - c0);
+            transpose_block(src + pn * VNM_PANEL * lds + c0, lds, panel + c0 * VNM_PANEL,
+                            VNM_PANEL, nb, nc);
+            for (int64_t c = 0; c < nc && nb < VNM_PANEL; c++)
+                memset(panel + (c0 + c) * VNM_PANEL + nb, 0, sizeof(float) * (size_t)(VNM_PANEL - nb));
+        }
+        memset(panel + C * VNM_PANEL, 0, sizeof(float) * (size_t)((rows - C) * VNM_PANEL));
+    }
+}
+
+void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t C, int64_t ldd)
+{
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+#pragma omp parallel for schedule(static) if (B * C > VN_OMP_MIN_WORK)
+    for (int64_t pn = 0; pn < npanels; pn++) {
+        const float *panel = src + pn * rows * VNM_PANEL;
+        int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
+        for (int64_t c0 = 0; c0 < C; c0 += VNM_PANEL)
+            transpose_block(panel + c0 * VNM_PANEL, VNM_PANEL, dst + pn * VNM_PANEL * ldd + c0,
+                            ldd, min64(VNM_PANEL, C - c0), nb);
+    }
+}
+
+/* ---- forward: Y = X·Wᵀ + b ------------------------------------------------------------ */
+
+vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
+                    const float *bias, float *y)
+{
+    const vnm_kernels *k = pick();
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, vrows = min64(p->V, p->R);
+    int64_t work = p->nblocks * npanels;
+    size_t tile_bytes = sizeof(float) * (size_t)(vrows * VNM_PANEL);
+    bool oom = false;
+#pragma omp parallel reduction(|| : oom) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+    {
+        float *tile = vn__mem_alloc(tile_bytes);
+        oom = !tile;
+#pragma omp for schedule(dynamic)
+        for (int64_t w = 0; w < work; w++) {
+            if (!tile) continue;
+            int64_t pn = w / p->nblocks, rb = w % p->nblocks; /* blocks inner: one panel of X stays in L2 */
+            int64_t r0 = rb * p->V, rows = min64(p->V, p->R - r0);
+            for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
+                k->spmm_tile(p, values, xt + pn * p->Kp * VNM_PANEL, rb, g0,
+                             min64(p->G, g0 + SPMM_GROUPS), g0 == 0, tile);
+            /* The tile holds Yᵀ for these rows: write it back transposed. */
+            int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
+            for (int64_t l = 0; l < nb; l++) {
+                float *out = y + (pn * VNM_PANEL + l) * p->R + r0;
+                for (int64_t v = 0; v < rows; v++)
+                    out[v] = tile[v * VNM_PANEL + l] + (bias ? bias[r0 + v] : 0.0f);
+            }
+        }
+        if (tile) vn__mem_free(tile, tile_bytes);
+    }
+    return oom ? vn__err(VN_ERR_MEMORY, "vnm_linear: out of memory for a %zu-byte tile", tile_bytes)
+               : VN_OK;
+}
+
+/* ---- dX = dY·W -------------------------------------------------------------------------- */
+
+vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
+                      float *dxt)
+{
+    const vnm_kernels *k = pick();
+    int64_t nvals = 2 * p->R * p->G;
+    float *vt = vn__mem_alloc(sizeof(float) * (size_t)nvals);
+    if (!vt) return vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %lld values", (long long)nvals);
+    /* The values in the order of the transposed pattern, read contiguously
+     * by the kernel. */
+#pragma omp parallel for schedule(static) if (nvals > VN_OMP_MIN_WORK)
+    for (int64_t rb = 0; rb < p->nblocks; rb++)
+        for (int64_t g = 0; g < p->G; g++) {
+            int64_t e = (rb * p->G + g) * 4;
+            for (int32_t i = p->t_start[e]; i < p->t_start[e + 4]; i++) {
+                int32_t code = p->t_code[i];
+                vt[i] = values[(int64_t)(code >> 1) * 2 * p->G + 2 * g + (code & 1)];
+            }
+        }
+    /* A work item owns the rows of dXt of some groups in one batch panel:
+     * about 64 rows (16 KiB), so they stay in L1 while every block of dY
+     * adds into them. */
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+    int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+#pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+    for (int64_t w = 0; w < npanels * nchunks; w++) {
+        int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
+        k->spmm_t_tile(p, vt, dyt + pn * p->R * VNM_PANEL, g0, min64(p->G, g0 + gchunk),
+                       dxt + pn * p->Kp * VNM_PANEL);
+    }
+    vn__mem_free(vt, sizeof(float) * (size_t)nvals);
+    return VN_OK;
+}
+
+/* ---- dValues = (dYᵀ·X) at the kept positions ------------------------------------------------ */
+
+/* Two ways to the same sums. By dot products (sddmm_tile): each row's kept
+ * positions as VNM_VL dot products over the batch at once, reduced across
+ * lanes at the end of every 4 panels; it reads each block's kept rows of Xt
+ * 4 panels at a time. By rows (sddmm_rows): all 4 kept columns of a group
+ * against a vector of rows of dY, twice the products but no reduction and
+ * no per-row setup, which wins for small batches with AVX-512 (1.6× at a
+ * batch of 128; see vnm_kernels_impl.h for AVX2); but it sweeps the block's kept columns of Xt over the whole batch,
+ * and once Xt outgrows the caches, re-reading it block after block costs
+ * more than the products (on a 32 MiB-L3 EPYC: even at 8 MiB of Xt, half
+ * the speed at 32 MiB). */
+#define SDDMM_ROWS_MAX_X_BYTES (8 << 20)
+
+static vn_status sddmm_by_dots(const vnm_pattern *p, const vnm_kernels *k, const float *dyt,
+                               const float *xt, int64_t B, float *dvalues)
+{
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+    int64_t gchunk = k->dots / 2, nchunks = (p->G + gchunk - 1) / gchunk;
+    size_t xoff_bytes = sizeof(int32_t) * (size_t)(min64(p->V, p->R) * k->dots);
+    bool oom = false;
+#pragma omp parallel reduction(|| : oom) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+    {
+        int32_t *xoff = vn__mem_alloc(xoff_bytes);
+        oom = !xoff;
+#pragma omp for schedule(dynamic)
+        for (int64_t w = 0; w < p->nblocks * nchunks; w++) {
+            int64_t rb = w / nchunks, g0 = (w % nchunks) * gchunk;
+            if (xoff) k->sddmm_tile(p, dyt, xt, npanels, rb, g0, min64(gchunk, p->G - g0), xoff, dvalues);
+        }
+        if (xoff) vn__mem_free(xoff, xoff_bytes);
+    }
+    return oom ? vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes of scratch", xoff_bytes)
+               : VN_OK;
+}
+
+static vn_status sddmm_by_rows(const vnm_pattern *p, const vnm_kernels *k, const float *dy,
+                               const float *xt, int64_t B, float *dvalues)
+{
+    int64_t Vp = (min64(p->V, p->R) + 15) / 16 * 16;
+    /* Groups per work item: their sums, 4·Vp floats each, stay in L2. */
+    int64_t gchunk = min64(p->G, (256 * 1024) / (16 * Vp) + 1), nchunks = (p->G + gchunk - 1) / gchunk;
+    size_t dyp_bytes = sizeof(float) * (size_t)(B * p->nblocks * Vp);
+    size_t d4_bytes = sizeof(float) * (size_t)(4 * Vp * gchunk);
+    float *dyp = vn__mem_alloc(dyp_bytes);
+    if (!dyp) return vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes", dyp_bytes);
+    /* dY block by block (B × Vp each, rows padded to Vp): a block's slice
+     * is contiguous, and every vector load is whole. */
+#pragma omp parallel for schedule(static) if (B * p->R > VN_OMP_MIN_WORK)
+    for (int64_t rb = 0; rb < p->nblocks; rb++)
+        for (int64_t b = 0; b < B; b++) {
+            int64_t rows = min64(p->V, p->R - rb * p->V);
+            float *d = dyp + (rb * B + b) * Vp;
+            memcpy(d, dy + b * p->R + rb * p->V, sizeof(float) * (size_t)rows);
+            memset(d + rows, 0, sizeof(float) * (size_t)(Vp - rows));
+        }
+    bool oom = false;
+#pragma omp parallel reduction(|| : oom) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+    {
+        float *d4 = vn__mem_alloc(d4_bytes);
+        oom = !d4;
+#pragma omp for schedule(dynamic)
+        for (int64_t w = 0; w < p->nblocks * nchunks; w++) {
+            int64_t rb = w / nchunks, g0 = w % nchunks * gchunk;
+            if (d4)
+                k->sddmm_rows(p, dyp + rb * B * Vp, Vp, xt, B, rb, g0, min64(p->G, g0 + gchunk), d4,
+                              dvalues);
+        }
+        if (d4) vn__mem_free(d4, d4_bytes);
+    }
+    vn__mem_free(dyp, dyp_bytes);
+    return oom ? vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes of scratch", d4_bytes)
+               : VN_OK;
+}
+
+vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, const float *xt,
+                     int64_t B, float *dvalues)
+{
+    const vnm_kernels *k = pick();
+    if (B == 0) {
+        memset(dvalues, 0, sizeof(float) * (size_t)(2 * p->R * p->G));
+        return VN_OK;
+    }
+    if (k->sddmm_rows && (double)B * (double)p->Kp * sizeof(float) <= SDDMM_ROWS_MAX_X_BYTES)
+        return sddmm_by_rows(p, k, dy, xt, B, dvalues);
+    if (dyt) return sddmm_by_dots(p, k, dyt, xt, B, dvalues);
+    size_t bytes = sizeof(float) * (size_t)((B + VNM_PANEL - 1) / VNM_PANEL * p->R * VNM_PANEL);
+    float *packed = vn__mem_alloc(bytes);
+    if (!packed) return vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes", bytes);
+    vnm__pack(dy, B, p->R, p->R, packed, p->R);
+    vn_status st = sddmm_by_dots(p, k, packed, xt, B, dvalues);
+    vn__mem_free(packed, bytes);
+    return st;
+}

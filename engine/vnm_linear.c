@@ -1,0 +1,245 @@
+/* vnm_linear.c — the V:N:M linear layer Y = X·Wᵀ + b as a differentiable op
+ * whose trainable weight is the compressed values array, and the three
+ * kernels behind it as plain calls (for benchmarks and tests). Each call
+ * packs its dense operands into the panel layout of vnm_internal.h; the op
+ * keeps the packed X from the forward for the values' gradient. */
+#include "vnm_internal.h"
+
+#include <stdio.h>
+
+/* ---- argument checks ------------------------------------------------------ */
+
+static vn_status check_matrix(const vn_vnm *s, const char *op)
+{
+    if (!s) return vn__err(VN_ERR_ARG, "%s: the V:N:M matrix is NULL", op);
+    return VN_OK;
+}
+
+/* values must be f32 (R, 2⌈K/M⌉). */
+static vn_status check_values(const vn_vnm *s, const vn_tensor *values, const char *op)
+{
+    char what[64], got[128];
+    snprintf(what, sizeof what, "%s: values", op);
+    vn_status st = vn__check_dtype(values, VN_F32, what);
+    if (st) return st;
+    int64_t cols = 2 * ((s->K + s->M - 1) / s->M);
+    if (values->ndim != 2 || values->shape[0] != s->R || values->shape[1] != cols)
+        return vn__err(VN_ERR_SHAPE, "%s: values of shape %s, expected (%lld, %lld) for a %lld × "
+                       "%lld matrix with M=%lld", op,
+                       vn_shape_str(values->ndim, values->shape, got, sizeof got),
+                       (long long)s->R, (long long)cols, (long long)s->R, (long long)s->K,
+                       (long long)s->M);
+    return VN_OK;
+}
+
+/* t (..., width) f32; *rows = the product of its leading dims. */
+static vn_status check_rows(const vn_tensor *t, int64_t width, const char *op, const char *what,
+                            const char *width_name, int64_t *rows)
+{
+    char name[96], got[128];
+    snprintf(name, sizeof name, "%s: %s", op, what);
+    vn_status st = vn__check_dtype(t, VN_F32, name);
+    if (st) return st;
+    if (t->ndim == 0 || t->shape[t->ndim - 1] != width)
+        return vn__err(VN_ERR_SHAPE, "%s: %s of shape %s has %lld features (last dim), expected "
+                       "%lld (%s)", op, what, vn_shape_str(t->ndim, t->shape, got, sizeof got),
+                       t->ndim ? (long long)t->shape[t->ndim - 1] : 0LL, (long long)width,
+                       width_name);
+    *rows = vn_tensor_numel(t) / width; /* width >= 1: a matrix has rows and M >= 4 columns */
+    return VN_OK;
+}
+
+/* A contiguous copy of t (or t itself, retained) that is never recorded. */
+static vn_tensor *plain(const vn_tensor *t)
+{
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *c = vn_contiguous(t);
+    vn_set_grad_enabled(was);
+    return c;
+}
+
+/* The rows × C matrix at src in the panel layout, `prows` rows per panel. */
+static vn_tensor *packed(const vn_tensor *src, int64_t B, int64_t C, int64_t prows)
+{
+    int64_t n = (B + VNM_PANEL - 1) / VNM_PANEL * prows * VNM_PANEL;
+    vn_tensor *t = vn__new(VN_F32, 1, &n);
+    if (t) vnm__pack(vn_tensor_data(src), B, C, C, vn_tensor_data(t), prows);
+    return t;
+}
+
+/* A new tensor shaped like t with its last dim replaced by `last`. */
+static vn_tensor *like_rows(const vn_tensor *t, int64_t last)
+{
+    int64_t shape[VN_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[t->ndim - 1] = last;
+    return vn__new(VN_F32, t->ndim, shape);
+}
+
+/* ---- the kernels as plain calls ------------------------------------------------ */
+
+vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x)
+{
+    int64_t B;
+    if (check_matrix(s, "vnm_spmm") || check_values(s, values, "vnm_spmm") ||
+        check_rows(x, s->K, "vnm_spmm", "input", "the matrix's columns", &B))
+        return NULL;
+    vnm_pattern p = vnm__pattern_of(s);
+    vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
+    vn_tensor *xt = vc ? packed(xc, B, p.K, p.Kp) : NULL;
+    vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
+    if (y && vnm__spmm(&p, vn_tensor_data(vc), vn_tensor_data(xt), B, NULL, vn_tensor_data(y))) {
+        vn_tensor_release(y);
+        y = NULL;
+    }
+    vn_tensor_release(xc);
+    vn_tensor_release(vc);
+    vn_tensor_release(xt);
+    return y;
+}
+
+/* dX = dY·W into a new tensor shaped like dy with K features. */
+static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const vn_tensor *dyt,
+                             const vn_tensor *dy, int64_t B)
+{
+    int64_t n = (B + VNM_PANEL - 1) / VNM_PANEL * p->Kp * VNM_PANEL;
+    vn_tensor *dxt = vn__new(VN_F32, 1, &n);
+    vn_tensor *dx = dxt ? like_rows(dy, p->K) : NULL;
+    if (dx && vnm__spmm_t(p, values, vn_tensor_data(dyt), B, vn_tensor_data(dxt))) {
+        vn_tensor_release(dx);
+        dx = NULL;
+    }
+    if (dx) vnm__unpack(vn_tensor_data(dxt), p->Kp, vn_tensor_data(dx), B, p->K, p->K);
+    vn_tensor_release(dxt);
+    return dx;
+}
+
+vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy)
+{
+    int64_t B;
+    if (check_matrix(s, "vnm_spmm_t") || check_values(s, values, "vnm_spmm_t") ||
+        check_rows(dy, s->R, "vnm_spmm_t", "gradient", "the matrix's rows", &B))
+        return NULL;
+    vnm_pattern p = vnm__pattern_of(s);
+    vn_tensor *dyc = plain(dy), *vc = dyc ? plain(values) : NULL;
+    vn_tensor *dyt = vc ? packed(dyc, B, p.R, p.R) : NULL;
+    vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(vc), dyt, dy, B) : NULL;
+    vn_tensor_release(dyc);
+    vn_tensor_release(vc);
+    vn_tensor_release(dyt);
+    return dx;
+}
+
+/* dvalues from dy (contiguous), Xt and dYt if already packed (or NULL). */
+static vn_tensor *values_grad(const vnm_pattern *p, const vn_tensor *dy, const vn_tensor *dyt,
+                              const vn_tensor *xt, int64_t B)
+{
+    int64_t shape[2] = {p->R, 2 * p->G};
+    vn_tensor *dv = vn__new(VN_F32, 2, shape);
+    if (dv && vnm__sddmm(p, vn_tensor_data(dy), dyt ? vn_tensor_data(dyt) : NULL,
+                         vn_tensor_data(xt), B, vn_tensor_data(dv))) {
+        vn_tensor_release(dv);
+        return NULL;
+    }
+    return dv;
+}
+
+vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x)
+{
+    int64_t B, Bx;
+    if (check_matrix(s, "vnm_sddmm") ||
+        check_rows(dy, s->R, "vnm_sddmm", "gradient", "the matrix's rows", &B) ||
+        check_rows(x, s->K, "vnm_sddmm", "input", "the matrix's columns", &Bx))
+        return NULL;
+    if (B != Bx)
+        return vn__errp(VN_ERR_SHAPE, "vnm_sddmm: the gradient has %lld rows and the input %lld; "
+                        "they must match", (long long)B, (long long)Bx);
+    vnm_pattern p = vnm__pattern_of(s);
+    vn_tensor *dyc = plain(dy), *xc = dyc ? plain(x) : NULL;
+    vn_tensor *xt = xc ? packed(xc, B, p.K, p.Kp) : NULL;
+    vn_tensor *dv = xt ? values_grad(&p, dyc, NULL, xt, B) : NULL;
+    vn_tensor_release(dyc);
+    vn_tensor_release(xc);
+    vn_tensor_release(xt);
+    return dv;
+}
+
+/* ---- the differentiable op --------------------------------------------------------- */
+
+/* Node: inputs x, values, bias; saved[0] the pattern blob, saved[1] the
+ * packed X (when the values need a gradient); i[] = R, K, V, M. */
+static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
+{
+    vnm_pattern p;
+    vnm__layout(&p, nd->i[0], nd->i[1], nd->i[2], nd->i[3], vn_tensor_data(nd->saved[0]));
+    int64_t B = p.R ? vn_tensor_numel(gout) / p.R : 0;
+    vn_tensor *dy = plain(gout);
+    /* dYt feeds dX = dY·W, so it is packed only when x wants a gradient. */
+    vn_tensor *dyt = dy && vn__input_needs_grad(nd, 0) ? packed(dy, B, p.R, p.R) : NULL;
+    if (!dy || (vn__input_needs_grad(nd, 0) && !dyt)) {
+        vn_tensor_release(dy);
+        return VN_ERR_MEMORY;
+    }
+    vn_status s = VN_OK;
+    if (vn__input_needs_grad(nd, 0)) {
+        vn_tensor *vc = plain(nd->inputs[1]);
+        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), dyt, nd->inputs[0], B) : NULL;
+        vn_tensor_release(vc);
+        s = vn__accum(nd, 0, dx);
+    }
+    if (!s && vn__input_needs_grad(nd, 1))
+        s = vn__accum(nd, 1, values_grad(&p, dy, dyt, nd->saved[1], B));
+    if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
+        vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);
+        if (db) {
+            float *restrict acc = vn_tensor_data(db);
+            const float *pdy = vn_tensor_data(dy);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t r = 0; r < p.R; r++) acc[r] += pdy[b * p.R + r];
+        }
+        s = vn__accum(nd, 2, db);
+    }
+    vn_tensor_release(dy);
+    vn_tensor_release(dyt);
+    return s;
+}
+
+vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
+                         const vn_tensor *bias)
+{
+    int64_t B;
+    if (check_matrix(s, "vnm_linear") || check_values(s, values, "vnm_linear") ||
+        check_rows(x, s->K, "vnm_linear", "input", "the layer's in features", &B) ||
+        (bias && vn__check_dtype(bias, VN_F32, "vnm_linear: bias")))
+        return NULL;
+    if (bias && (bias->ndim != 1 || bias->shape[0] != s->R)) {
+        char got[128], want[64];
+        return vn__errp(VN_ERR_SHAPE, "vnm_linear: bias of shape %s, expected %s",
+                        vn_shape_str(bias->ndim, bias->shape, got, sizeof got),
+                        vn_shape_str(1, &s->R, want, sizeof want));
+    }
+    vnm_pattern p = vnm__pattern_of(s);
+    vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
+    vn_tensor *bc = vc && bias ? plain(bias) : NULL;
+    vn_tensor *xt = vc && (bc || !bias) ? packed(xc, B, p.K, p.Kp) : NULL;
+    vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
+    if (y && vnm__spmm(&p, vn_tensor_data(vc), vn_tensor_data(xt), B,
+                       bc ? vn_tensor_data(bc) : NULL, vn_tensor_data(y))) {
+        vn_tensor_release(y);
+        y = NULL;
+    }
+    if (y) {
+        const vn_tensor *ins[3] = {x, values, bias};
+        vn_node *nd = vn__record(y, "vnm_linear", vnm_linear_backward, bias ? 3 : 2, ins);
+        if (nd) {
+            nd->i[0] = p.R, nd->i[1] = p.K, nd->i[2] = p.V, nd->i[3] = p.M;
+            nd->saved[0] = vn_tensor_retain(s->blob);
+            if (vn__input_needs_grad(nd, 1)) nd->saved[1] = vn_tensor_retain(xt);
+        }
+    }
+    vn_tensor_release(xc);
+    vn_tensor_release(vc);
+    vn_tensor_release(bc);
+    vn_tensor_release(xt);
+    return y;
+}

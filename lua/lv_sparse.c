@@ -1,0 +1,166 @@
+/* lv_sparse.c — V:N:M sparse matrices in the venom.core Lua module.
+ *
+ * A matrix is a userdata box holding one vn_vnm, with the metatable
+ * "venom.VNM" (created on first use) and the methods to_dense, mask, stats,
+ * values, columns and indices. The functions below go into the module table:
+ *
+ *   core.vnm_from_dense(W, V, N, M) → S
+ *   core.vnm_from_pattern(R, K, V, N, M, columns, indices [, values]) → S
+ *   core.vnm_linear(x, S, values [, bias]) → y      differentiable
+ *   core.vnm_spmm(S, values, x), core.vnm_spmm_t(S, values, dy),
+ *   core.vnm_sddmm(S, dy, x)                         the plain kernels
+ *   core.vnm_isa() → "avx512" | "portable"
+ *
+ * venom.sparse (lua/venom/sparse.lua) wraps them with option tables. */
+#include "lv.h"
+
+#define LV_VNM_MT "venom.VNM"
+
+typedef struct {
+    vn_vnm *s; /* NULL once collected */
+} lv_vnm_box;
+
+static vn_vnm *check_vnm(lua_State *L, int i)
+{
+    lv_vnm_box *b = luaL_testudata(L, i, LV_VNM_MT);
+    if (!b) lv_argfail(L, i, "expected a V:N:M sparse matrix, found %s", luaL_typename(L, i));
+    return b->s;
+}
+
+static int vnm_gc(lua_State *L)
+{
+    lv_vnm_box *b = luaL_checkudata(L, 1, LV_VNM_MT);
+    vn_vnm_free(b->s);
+    b->s = NULL;
+    return 0;
+}
+
+static int vnm_to_dense(lua_State *L) { return lv_push(L, vn_vnm_to_dense(check_vnm(L, 1))); }
+static int vnm_mask(lua_State *L) { return lv_push(L, vn_vnm_mask(check_vnm(L, 1))); }
+static int vnm_values(lua_State *L) { return lv_push(L, vn_vnm_values(check_vnm(L, 1))); }
+static int vnm_columns(lua_State *L) { return lv_push(L, vn_vnm_columns(check_vnm(L, 1))); }
+static int vnm_indices(lua_State *L) { return lv_push(L, vn_vnm_indices(check_vnm(L, 1))); }
+
+static void set_int(lua_State *L, const char *k, int64_t v)
+{
+    lua_pushnumber(L, (lua_Number)v);
+    lua_setfield(L, -2, k);
+}
+
+/* S:stats() → {rows, cols, V, N, M, nnz, sparsity, bytes, value_bytes,
+ * index_bytes, column_bytes, dense_bytes} */
+static int vnm_stats(lua_State *L)
+{
+    vn_vnm_summary st;
+    lv_status(L, vn_vnm_stats(check_vnm(L, 1), &st));
+    lua_createtable(L, 0, 12);
+    set_int(L, "rows", st.rows);
+    set_int(L, "cols", st.cols);
+    set_int(L, "V", st.V);
+    set_int(L, "N", st.N);
+    set_int(L, "M", st.M);
+    set_int(L, "nnz", st.nnz);
+    lua_pushnumber(L, st.sparsity);
+    lua_setfield(L, -2, "sparsity");
+    set_int(L, "bytes", st.bytes);
+    set_int(L, "value_bytes", st.value_bytes);
+    set_int(L, "index_bytes", st.index_bytes);
+    set_int(L, "column_bytes", st.column_bytes);
+    set_int(L, "dense_bytes", st.dense_bytes);
+    return 1;
+}
+
+static int vnm_tostring(lua_State *L)
+{
+    vn_vnm_summary st;
+    lv_status(L, vn_vnm_stats(check_vnm(L, 1), &st));
+    lua_pushfstring(L, "VNM(%d × %d, %d:%d:%d, sparsity %f)", (int)st.rows, (int)st.cols,
+                    (int)st.V, (int)st.N, (int)st.M, st.sparsity);
+    return 1;
+}
+
+static const luaL_Reg vnm_methods[] = {
+    {"to_dense", vnm_to_dense}, {"mask", vnm_mask},       {"stats", vnm_stats},
+    {"values", vnm_values},     {"columns", vnm_columns}, {"indices", vnm_indices},
+    {NULL, NULL},
+};
+
+/* A new, empty box with the metatable (made on first use) on the stack. */
+static lv_vnm_box *new_box(lua_State *L)
+{
+    lv_vnm_box *b = lua_newuserdata(L, sizeof *b);
+    b->s = NULL;
+    if (luaL_newmetatable(L, LV_VNM_MT)) {
+        lua_pushcfunction(L, vnm_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, vnm_tostring);
+        lua_setfield(L, -2, "__tostring");
+        lua_newtable(L);
+        luaL_setfuncs(L, vnm_methods, 0);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_setmetatable(L, -2);
+    return b;
+}
+
+/* core.vnm_from_dense(W, V, N, M) */
+static int l_vnm_from_dense(lua_State *L)
+{
+    vn_tensor *w = lv_check(L, 1);
+    int64_t V = lv_int(L, 2, "V"), N = lv_int(L, 3, "N"), M = lv_int(L, 4, "M");
+    lv_vnm_box *b = new_box(L);
+    if (!(b->s = vn_vnm_from_dense(w, V, N, M))) return lv_fail(L);
+    return 1;
+}
+
+/* core.vnm_from_pattern(R, K, V, N, M, columns, indices [, values]) */
+static int l_vnm_from_pattern(lua_State *L)
+{
+    int64_t R = lv_int(L, 1, "R"), K = lv_int(L, 2, "K"), V = lv_int(L, 3, "V");
+    int64_t N = lv_int(L, 4, "N"), M = lv_int(L, 5, "M");
+    vn_tensor *cols = lv_check(L, 6), *idx = lv_check(L, 7), *values = lv_optcheck(L, 8);
+    lv_vnm_box *b = new_box(L);
+    if (!(b->s = vn_vnm_from_pattern(R, K, V, N, M, cols, idx, values))) return lv_fail(L);
+    return 1;
+}
+
+/* core.vnm_linear(x, S, values [, bias]) */
+static int l_vnm_linear(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1);
+    vn_vnm *s = check_vnm(L, 2);
+    vn_tensor *values = lv_check(L, 3), *bias = lv_optcheck(L, 4);
+    return lv_push(L, vn_vnm_linear(x, s, values, bias));
+}
+
+static int l_vnm_spmm(lua_State *L)
+{
+    vn_vnm *s = check_vnm(L, 1);
+    return lv_push(L, vn_vnm_spmm(s, lv_check(L, 2), lv_check(L, 3)));
+}
+
+static int l_vnm_spmm_t(lua_State *L)
+{
+    vn_vnm *s = check_vnm(L, 1);
+    return lv_push(L, vn_vnm_spmm_t(s, lv_check(L, 2), lv_check(L, 3)));
+}
+
+static int l_vnm_sddmm(lua_State *L)
+{
+    vn_vnm *s = check_vnm(L, 1);
+    return lv_push(L, vn_vnm_sddmm(s, lv_check(L, 2), lv_check(L, 3)));
+}
+
+static int l_vnm_isa(lua_State *L)
+{
+    lua_pushstring(L, vn_vnm_isa());
+    return 1;
+}
+
+const luaL_Reg lv_sparse_functions[] = {
+    {"vnm_from_dense", l_vnm_from_dense}, {"vnm_from_pattern", l_vnm_from_pattern},
+    {"vnm_linear", l_vnm_linear},
+    {"vnm_spmm", l_vnm_spmm},             {"vnm_spmm_t", l_vnm_spmm_t},
+    {"vnm_sddmm", l_vnm_sddmm},           {"vnm_isa", l_vnm_isa},
+    {NULL, NULL},
+};

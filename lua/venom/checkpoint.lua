@@ -1,0 +1,130 @@
+--- venom.checkpoint — a whole training state in one safetensors file.
+--
+--     local checkpoint = require "venom.checkpoint"
+--     local parts = { model = model, optim = opt, sched = sched }
+--     checkpoint.save("run.safetensors", parts, { epoch = epoch })   -- after an epoch
+--     local meta = checkpoint.load("run.safetensors", parts)         -- meta.epoch == "3"
+--
+-- Each part is an object with state_dict() and load_state_dict(sd) (a
+-- module, an optimizer, a learning-rate schedule, a pruning scheduler...).
+-- Its entries are stored under "<part>.<name>": tensors as tensors, strings
+-- and numbers in the file's metadata (numbers written so they read back
+-- exactly). The engine RNG state is stored too ("rng_state"), so that a run
+-- resumed at an epoch boundary draws the same shuffles and dropout masks as
+-- the uninterrupted run, and (on the CPU) computes the same losses bit for
+-- bit. A checkpoint is written atomically (venom.save): an interrupted save
+-- leaves the previous file intact.
+local venom = require "venom"
+local nn = require "venom.nn"
+local fail = require("venom.util").fail
+
+local checkpoint = {}
+
+local RNG = "rng_state"
+
+-- Calls a venom.core function and re-raises its error at the user's line.
+local function call(fn, ...)
+  local ok, a, b = pcall(fn, ...)
+  if not ok then fail((tostring(a):gsub("^[^:]*:%d+: ", ""))) end
+  return a, b
+end
+
+local function is_module(x)
+  local cls = getmetatable(x)
+  while cls do
+    if cls == nn.Module then return true end
+    local mt = getmetatable(cls)
+    cls = mt and mt.__index
+  end
+  return false
+end
+
+local function check_parts(who, parts)
+  if type(parts) ~= "table" then
+    fail(("%s: parts must be a table such as {model = model, optim = opt}, got %s")
+      :format(who, type(parts)))
+  end
+  local names = {}
+  for name, obj in pairs(parts) do
+    if type(name) ~= "string" or name:find(".", 1, true) or name == "" or name == RNG then
+      fail(("%s: part names must be non-empty strings without dots (and not '%s'), got %s")
+        :format(who, RNG, tostring(name)))
+    end
+    if type(obj) ~= "table" or type(obj.state_dict) ~= "function"
+        or type(obj.load_state_dict) ~= "function" then
+      fail(("%s: part '%s' has no state_dict/load_state_dict methods"):format(who, name))
+    end
+    names[#names + 1] = name
+  end
+  -- Modules first: an optimizer checks its state against the shapes of
+  -- parameters that a module's extra state may have just changed.
+  table.sort(names, function(a, b)
+    local ma, mb = is_module(parts[a]), is_module(parts[b])
+    if ma ~= mb then return ma end
+    return a < b
+  end)
+  return names
+end
+
+--- Writes every part's state, the RNG state and `meta` (extra string or
+-- number entries such as {epoch = 3}; names without dots) to `path`.
+function checkpoint.save(path, parts, meta)
+  local who = "checkpoint.save"
+  local tensors, metadata = {}, {}
+  for _, name in ipairs(check_parts(who, parts)) do
+    for k, v in pairs(parts[name]:state_dict()) do
+      local key = name .. "." .. k
+      if venom.is_tensor(v) then tensors[key] = v else metadata[key] = v end
+    end
+  end
+  for k, v in pairs(meta or {}) do
+    if type(k) ~= "string" or k:find(".", 1, true) or k == RNG then
+      fail(("%s: meta keys must be strings without dots (and not '%s'), got %s")
+        :format(who, RNG, tostring(k)))
+    end
+    metadata[k] = v
+  end
+  tensors[RNG] = venom.get_rng_state()
+  call(venom.save, path, tensors, metadata)
+end
+
+--- Restores every part and the RNG state from `path`; returns the extra
+-- metadata saved with it (values as strings). Errors name the entry: a
+-- part with no entries in the file, an entry for a part not given, or
+-- whatever a part's load_state_dict refuses.
+function checkpoint.load(path, parts)
+  local who = "checkpoint.load"
+  local names = check_parts(who, parts)
+  local tensors, metadata = call(venom.load, path)
+  if not tensors[RNG] then
+    fail(("%s: '%s' has no '%s' (not a checkpoint written by checkpoint.save?)")
+      :format(who, path, RNG))
+  end
+  local sds = {}
+  for _, name in ipairs(names) do sds[name] = {} end
+  local meta = {}
+  local function route(key, v)
+    local part, rest = key:match("^([^.]+)%.(.+)$")
+    if part and sds[part] then
+      sds[part][rest] = v
+    elseif part then
+      fail(("%s: '%s' holds '%s', but no part named '%s' was given"):format(who, path, key, part))
+    else
+      meta[key] = v
+    end
+  end
+  for k, v in pairs(tensors) do
+    if k ~= RNG then route(k, v) end
+  end
+  for k, v in pairs(metadata) do route(k, v) end
+  for _, name in ipairs(names) do
+    if next(sds[name]) == nil then
+      fail(("%s: '%s' holds nothing for part '%s'"):format(who, path, name))
+    end
+  end
+  for _, name in ipairs(names) do parts[name]:load_state_dict(sds[name]) end
+  venom.set_rng_state(tensors[RNG])
+  return meta
+end
+
+return checkpoint

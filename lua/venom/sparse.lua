@@ -1,0 +1,264 @@
+--- venom.sparse — V:N:M sparse matrices and layers (VENOM: Castro et al.,
+-- "VENOM: A Vectorized N:M Format for Unleashing the Power of Sparse Tensor
+-- Cores", SC 2023).
+--
+-- A V:N:M matrix W (R × K) is cut into blocks of V rows × M columns; each
+-- block keeps the same 4 of its M columns in all its rows, and each row keeps
+-- N = 2 of those 4, so the sparsity is 1 − 2/M (M = 8: 75%). The kept weights
+-- form the compressed `values` tensor, R × 2·⌈K/M⌉; the pattern (which
+-- columns, which 2 of 4) is fixed when the matrix is built, by magnitude.
+--
+--     local sparse = require "venom.sparse"
+--     local S = sparse.from_dense(W, {V = 64, M = 8})   -- W: (R, K) f32
+--     S:to_dense()   -- (R, K): W with the pruned weights zeroed
+--     S:mask()       -- u8 (R, K): 1 where a weight is kept
+--     S:stats()      -- {rows, cols, V, N, M, nnz, sparsity, bytes, dense_bytes, ...}
+--     S:values()     -- the compressed values, f32 (R, 2·⌈K/M⌉)
+--
+--     local layer = nn.SparseLinear(1024, 1024, {V = 64, M = 8})
+--     sparse.sparsify(model, {V = 64, M = 8, skip = {"5"}})  -- Linear → SparseLinear
+--
+-- A SparseLinear's trainable parameter is `values` (plus `bias`): optimizers
+-- update the compressed array in place and keep state of its shape, and the
+-- gradient only ever exists at kept positions, so the pattern never changes.
+-- The CPU kernels (forward SpMM, dX = dY·W, SDDMM for dvalues) run with
+-- AVX-512 where the CPU has it; venom.vnm_isa() says which.
+local venom = require "venom"
+local nn = require "venom.nn"
+local util = require "venom.util"
+local fail = util.fail
+
+local core = venom.core
+local is_tensor = venom.is_tensor
+
+local sparse = {}
+
+local function fmt_shape(t)
+  return "(" .. table.concat(t:shape(), ", ") .. ")"
+end
+
+local function check_int(who, what, v)
+  if type(v) ~= "number" or v ~= math.floor(v) then
+    fail(("%s: %s must be an integer, got %s"):format(who, what, tostring(v)))
+  end
+  return v
+end
+
+-- V, N, M from an options table (defaults 64, 2, 8) that may also hold the
+-- names in `more`; the ranges are checked by the engine, whose messages name
+-- the bad value.
+local function layout(who, opts, more)
+  local known = { "V", "N", "M" }
+  for _, k in ipairs(more or {}) do known[#known + 1] = k end
+  opts = util.check_options(opts, known, who)
+  return check_int(who, "V", opts.V or 64), check_int(who, "N", opts.N or 2),
+         check_int(who, "M", opts.M or 8)
+end
+
+-- core.vnm_from_dense with the engine's error re-raised at the caller's line.
+-- A NaN or Inf weight is reported here, at its 1-based position.
+local function compress(who, w, V, N, M)
+  if w:dim() == 2 and w:dtype() == "f32" and w:numel() > 0 then
+    local wd = w:detach()
+    local diff = wd - wd -- 0 where finite, NaN at NaN and ±Inf
+    local bad = diff:ne(0)
+    local pos = bad:reshape(-1):argmax():item() -- 1-based, the first of the maxima
+    if bad:reshape(-1):get(pos) == 1 then
+      local K = w:size(2)
+      local r, c = math.floor((pos - 1) / K) + 1, (pos - 1) % K + 1
+      local v = w:get(r, c)
+      fail(("%s: weight (%d, %d) is %s; selection by magnitude needs finite weights")
+        :format(who, r, c, v ~= v and "nan" or v > 0 and "inf" or "-inf"))
+    end
+    wd:free(); diff:free(); bad:free()
+  end
+  local ok, s = pcall(core.vnm_from_dense, w, V, N, M)
+  if not ok then fail(who .. ": " .. tostring(s):gsub("^vnm_from_dense: ", "")) end
+  return s
+end
+
+--- The V:N:M compression of the dense f32 matrix W (R, K), chosen by
+-- magnitude: for each block of V rows and group of M columns, the 4 columns
+-- with the largest Σ over rows of the two largest |w| among them (all
+-- C(M, 4) subsets for M ≤ 16; for larger M, the subsets of the 16 columns
+-- with the largest Σ|w|), then each row's two largest |w| of those 4.
+-- opts: V = 64, M = 8, N = 2 (the only N). Errors name the bad value (M < 4,
+-- V < 1, N ≠ 2, fewer columns than M, a NaN or Inf weight with its position).
+function sparse.from_dense(w, opts)
+  local who = "sparse.from_dense"
+  if not is_tensor(w) then
+    fail(("%s: expected a tensor, got %s"):format(who, type(w)))
+  end
+  local V, N, M = layout(who, opts)
+  return compress(who, w, V, N, M)
+end
+
+-- SparseLinear --------------------------------------------------------------------
+
+--- y = x·Wᵀ + b with W (out_features, in_features) in V:N:M form.
+-- opts: V = 64, M = 8, N = 2, bias = true; weight = a dense (out, in) tensor
+-- to compress (default: U(−1/√in, 1/√in), as nn.Linear, then pruned by
+-- magnitude); bias may also be a tensor (out) to use as the bias.
+-- Parameters: `values` (out, 2·⌈in/M⌉) and `bias` (out).
+local SparseLinear = nn.Module:extend("SparseLinear")
+sparse.SparseLinear = SparseLinear
+
+local function uniform(bound, ...)
+  local u = venom.rand(...)
+  local t = u * (2 * bound) - bound
+  u:free()
+  return t
+end
+
+function SparseLinear:__init(in_features, out_features, opts)
+  nn.Module.__init(self)
+  local who = "nn.SparseLinear"
+  for what, v in pairs({ in_features = in_features, out_features = out_features }) do
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+      fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
+    end
+  end
+  local V, N, M = layout(who, opts, { "bias", "weight" })
+  opts = opts or {}
+  self.in_features, self.out_features = in_features, out_features
+  self.V, self.N, self.M = V, N, M
+  local bound = 1 / math.sqrt(in_features)
+
+  local w = opts.weight
+  if w == nil then
+    w = uniform(bound, out_features, in_features)
+  elseif not is_tensor(w) or fmt_shape(w) ~= ("(%d, %d)"):format(out_features, in_features) then
+    fail(("%s: weight must be a tensor of shape (%d, %d), got %s"):format(who, out_features,
+      in_features, is_tensor(w) and fmt_shape(w) or type(w)))
+  end
+  self.matrix = compress(who, w, V, N, M)
+  if w ~= opts.weight then w:free() end
+  self:register_parameter("values", self.matrix:values())
+
+  local bias = opts.bias
+  if bias == nil or bias == true then
+    bias = uniform(bound, out_features)
+  elseif bias == false then
+    bias = nil
+  elseif not is_tensor(bias) or fmt_shape(bias) ~= ("(%d)"):format(out_features) then
+    fail(("%s: bias must be true, false or a tensor of shape (%d), got %s"):format(who,
+      out_features, is_tensor(bias) and fmt_shape(bias) or tostring(bias)))
+  end
+  self:register_parameter("bias", bias)
+end
+
+function SparseLinear:forward(x)
+  if not is_tensor(x) then
+    fail("nn.SparseLinear: expected a tensor input, got " .. type(x))
+  end
+  local nd = x:dim()
+  local width = nd > 0 and x:size(nd) or nil
+  if width ~= self.in_features then
+    fail(("nn.SparseLinear: input last dimension is %s but in_features is %d (input shape %s)")
+      :format(tostring(width), self.in_features, fmt_shape(x)))
+  end
+  return core.vnm_linear(x, self.matrix, self.values, self.bias)
+end
+
+--- The current weight as a dense (out, in) tensor (zeros where pruned).
+function SparseLinear:to_dense() return self.matrix:to_dense() end
+--- u8 (out, in): 1 where a weight is kept.
+function SparseLinear:mask() return self.matrix:mask() end
+--- The matrix's stats (see S:stats()).
+function SparseLinear:stats() return self.matrix:stats() end
+
+-- For Module:state_dict(): the pattern and layout, saved next to values and
+-- bias, so that a checkpoint restores this exact matrix.
+function SparseLinear:_extra_state()
+  return { columns = self.matrix:columns(), indices = self.matrix:indices(),
+           V = self.V, N = self.N, M = self.M }
+end
+
+-- For Module:load_state_dict(): rebuild the matrix from a saved pattern
+-- (numbers may arrive as strings from a file). With the same layout the
+-- values tensor stays the same object, so an optimizer built on this
+-- layer's parameters keeps working; the values themselves are copied in by
+-- load_state_dict afterwards.
+function SparseLinear:_load_extra_state(st)
+  local who = "nn.SparseLinear: load_state_dict"
+  local V, N, M = tonumber(st.V), tonumber(st.N), tonumber(st.M)
+  if not (V and N and M) then
+    fail(("%s: V, N and M must be numbers, got %s, %s, %s"):format(who, tostring(st.V),
+      tostring(st.N), tostring(st.M)))
+  end
+  local values = self.values
+  if values:size(2) ~= 2 * math.ceil(self.in_features / M) then values = nil end
+  local ok, s = pcall(core.vnm_from_pattern, self.out_features, self.in_features, V, N, M,
+                      st.columns, st.indices, values)
+  if not ok then fail(who .. ": " .. tostring(s)) end
+  self.matrix, self.V, self.N, self.M = s, V, N, M
+  if not values then self:register_parameter("values", s:values()) end
+end
+
+-- For Module:dense_state_dict(): the layer as plain dense tensors.
+function SparseLinear:_dense_state()
+  local st = { weight = self:to_dense() }
+  if self.bias then st.bias = self.bias:detach() end
+  return st
+end
+
+function SparseLinear:extra_repr()
+  return ("in_features=%d, out_features=%d, V=%d, N=%d, M=%d, bias=%s")
+    :format(self.in_features, self.out_features, self.V, self.N, self.M,
+            tostring(self.bias ~= nil))
+end
+
+--- A SparseLinear holding the magnitude-pruned weight of nn.Linear `lin`
+-- (and the same bias tensor). opts: V, M, N as for nn.SparseLinear.
+function SparseLinear.from_linear(lin, opts)
+  local V, N, M = layout("SparseLinear.from_linear", opts)
+  return SparseLinear(lin.in_features, lin.out_features,
+    { V = V, N = N, M = M, weight = lin.weight, bias = lin.bias or false })
+end
+
+-- sparsify --------------------------------------------------------------------------
+
+--- Replaces every nn.Linear in `model` (at any depth) by a SparseLinear
+-- initialised by magnitude from its weight, in place. opts: V = 64, M = 8,
+-- N = 2, skip = a list of module names to leave dense, as dotted paths like
+-- those of named_parameters() without the parameter ("5", "layers.3").
+-- Returns the model and the list of the names replaced. Build the optimizer
+-- afterwards: the old weights are no longer parameters.
+function sparse.sparsify(model, opts)
+  local who = "sparse.sparsify"
+  local mt = type(model) == "table" and getmetatable(model)
+  if not (mt and mt.forward and model._modules) then
+    fail(("%s: expected a module, got %s"):format(who, type(model)))
+  end
+  local V, N, M = layout(who, opts, { "skip" })
+  local skip = {}
+  if opts and opts.skip ~= nil then
+    if type(opts.skip) ~= "table" then
+      fail(("%s: skip must be a list of module names, got %s"):format(who, type(opts.skip)))
+    end
+    for _, name in ipairs(opts.skip) do skip[tostring(name)] = false end
+  end
+  local replaced = {}
+  local function walk(m, prefix)
+    for _, name in ipairs(m._modules) do
+      local child, path = m[name], prefix .. tostring(name)
+      if skip[path] ~= nil then
+        skip[path] = true
+      elseif getmetatable(child) == nn.Linear then
+        m[name] = SparseLinear.from_linear(child, { V = V, N = N, M = M })
+        replaced[#replaced + 1] = path
+      else
+        walk(child, path .. ".")
+      end
+    end
+  end
+  walk(model, "")
+  for name, seen in pairs(skip) do
+    if not seen then
+      fail(("%s: skip names '%s', which is not a module of the model"):format(who, name))
+    end
+  end
+  return model, replaced
+end
+
+return sparse

@@ -1,0 +1,297 @@
+-- venom.sparse: V:N:M matrices from Lua, nn.SparseLinear against a dense
+-- reference (values and gradients), training with SGD/Adam/AdamW keeps the
+-- pattern and lowers the loss, sparsify, and bad input.
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local venom = require "venom"
+local nn = require "venom.nn"
+local optim = require "venom.optim"
+local sparse = require "venom.sparse"
+
+venom.manual_seed(3)
+
+local function max_diff(a, b)
+  if type(a) == "number" then return math.abs(a - b) end
+  local m = 0
+  for i = 1, math.max(#a, #b) do
+    if a[i] == nil or b[i] == nil then return math.huge end
+    m = math.max(m, max_diff(a[i], b[i]))
+  end
+  return m
+end
+
+local function shape_of(t) return table.concat(t:shape(), "x") end
+
+-- The matrix ------------------------------------------------------------------------
+do
+  local R, K, V, M = 10, 21, 4, 8 -- neither divides evenly
+  local W = venom.randn(R, K)
+  local S = sparse.from_dense(W, { V = V, M = M })
+  local w, mask, dense = W:totable(), S:mask():totable(), S:to_dense():totable()
+  local exact, per_group, shared = true, true, true
+  for r = 1, R do
+    for c = 1, K do
+      local want = mask[r][c] == 1 and w[r][c] or 0
+      exact = exact and dense[r][c] == want
+    end
+    for g0 = 1, K, M do
+      local kept, real = 0, math.min(M, K - g0 + 1)
+      for c = g0, g0 + real - 1 do kept = kept + mask[r][c] end
+      per_group = per_group and kept == math.min(2, real)
+    end
+  end
+  for r0 = 1, R, V do
+    for g0 = 1, K, M do
+      local cols = 0
+      for c = g0, math.min(K, g0 + M - 1) do
+        local used = false
+        for r = r0, math.min(R, r0 + V - 1) do used = used or mask[r][c] == 1 end
+        if used then cols = cols + 1 end
+      end
+      shared = shared and cols <= 4
+    end
+  end
+  tap.ok(exact, "to_dense is W masked, exactly")
+  tap.ok(per_group, "every row keeps 2 of each group of M (fewer only where the group is short)")
+  tap.ok(shared, "the rows of a block share at most 4 columns per group")
+
+  local st = S:stats()
+  local nnz = 0
+  for r = 1, R do for c = 1, K do nnz = nnz + mask[r][c] end end
+  tap.is(st.nnz, nnz, "stats: nnz counts the mask")
+  tap.ok(st.V == V and st.N == 2 and st.M == M and st.rows == R and st.cols == K,
+    "stats: V, N, M and the shape")
+  tap.near(st.sparsity, 1 - nnz / (R * K), 1e-12, "stats: sparsity")
+  tap.is(st.bytes, st.value_bytes + st.index_bytes + st.column_bytes, "stats: bytes add up")
+  tap.is(st.value_bytes, R * 2 * 3 * 4, "stats: value bytes, 2 per group of 3 groups")
+  tap.is(shape_of(S:values()), "10x6", "values are (R, 2·⌈K/M⌉)")
+  tap.ok(tostring(S):find("4:2:8", 1, true) ~= nil, "tostring names V:N:M")
+end
+
+-- SparseLinear against a dense reference ----------------------------------------------
+-- The reference is nn.Linear with the decompressed weight: same outputs, and
+-- the dense weight gradient sampled at the kept positions is the values'.
+local function kept_columns(mask, r, g, M, K)
+  local cols = {}
+  for c = (g - 1) * M + 1, math.min(K, g * M) do
+    if mask[r][c] == 1 then cols[#cols + 1] = c end
+  end
+  return cols
+end
+
+do
+  local IN, OUT, V, M = 37, 19, 8, 16
+  local layer = nn.SparseLinear(IN, OUT, { V = V, M = M })
+  local names = {}
+  for i, np in ipairs(layer:named_parameters()) do names[i] = np[1] end
+  tap.is(table.concat(names, " "), "values bias", "SparseLinear: parameters values and bias")
+  tap.is(shape_of(layer.values), "19x6", "SparseLinear: values (out, 2·⌈in/M⌉)")
+
+  local ref = nn.Linear(IN, OUT)
+  venom.no_grad(function()
+    ref.weight:copy_(layer:to_dense())
+    ref.bias:copy_(layer.bias)
+  end)
+  local x = venom.randn(3, 5, IN) -- a 3-D input: leading dims are batch
+  local y, yr = layer(x), ref(x)
+  tap.is(shape_of(y), "3x5x19", "SparseLinear: output shape")
+  tap.ok(max_diff(y:totable(), yr:totable()) < 1e-5, "SparseLinear: forward equals the dense masked layer")
+
+  local xs, xr = x:clone():requires_grad_(true), x:clone():requires_grad_(true)
+  local t = venom.randn(3, 5, OUT)
+  local l1 = (layer(xs) * t):sum()
+  local l2 = (ref(xr) * t):sum()
+  l1:backward()
+  l2:backward()
+  tap.ok(max_diff(xs.grad:totable(), xr.grad:totable()) < 1e-5, "SparseLinear: dX equals the dense one")
+  tap.ok(max_diff(layer.bias.grad:totable(), ref.bias.grad:totable()) < 1e-5,
+    "SparseLinear: db equals the dense one")
+  local mask, gv, gw = layer:mask():totable(), layer.values.grad:totable(), ref.weight.grad:totable()
+  local worst = 0
+  for r = 1, OUT do
+    for g = 1, math.ceil(IN / M) do
+      local cols = kept_columns(mask, r, g, M, IN)
+      for slot = 1, 2 do
+        local want = cols[slot] and gw[r][cols[slot]] or 0 -- 0: a value in padding
+        worst = math.max(worst, math.abs(gv[r][2 * (g - 1) + slot] - want))
+      end
+    end
+  end
+  tap.ok(worst < 1e-4, "SparseLinear: dvalues are the dense dW at the kept positions")
+
+  tap.error_like(function() return layer(venom.randn(2, 36)) end,
+    "input last dimension is 36 but in_features is 37", "SparseLinear: wrong input width")
+  tap.ok(nn.SparseLinear(8, 4, { bias = false }).bias == nil, "SparseLinear{bias=false}: no bias")
+end
+
+-- Training keeps the pattern and lowers the loss, with each optimizer -------------------
+local function train(make_opt, name)
+  venom.manual_seed(11)
+  local model = nn.Sequential(nn.SparseLinear(24, 32, { V = 8, M = 8 }), nn.ReLU(),
+                              nn.Linear(32, 3))
+  local x = venom.randn(64, 24)
+  local target = x:narrow(2, 1, 3):argmax(2) -- a learnable rule
+  local crit = nn.CrossEntropyLoss()
+  local opt = make_opt(model:parameters())
+  local mask0 = model[1]:mask():totable()
+  local first, last
+  for step = 1, 30 do
+    local loss = crit(model(x), target)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+    if step == 1 then first = loss:item() end
+    last = loss:item()
+  end
+  tap.ok(last < 0.8 * first, ("%s: the loss goes down (%.3f → %.3f)"):format(name, first, last))
+  tap.ok(max_diff(model[1]:mask():totable(), mask0) == 0, name .. ": the pattern is unchanged")
+  local dense, mask = model[1]:to_dense():totable(), mask0
+  local zeros = true
+  for r = 1, 32 do for c = 1, 24 do
+    if mask[r][c] == 0 then zeros = zeros and dense[r][c] == 0 end
+  end end
+  tap.ok(zeros, name .. ": pruned weights stay zero")
+  return opt, model
+end
+
+do
+  train(function(p) return optim.SGD(p, { lr = 0.1, momentum = 0.9 }) end, "SGD")
+  local adam, model = train(function(p) return optim.Adam(p, { lr = 0.01 }) end, "Adam")
+  local st = adam.state[model[1].values]
+  tap.ok(st and shape_of(st.exp_avg) == shape_of(model[1].values)
+    and shape_of(st.exp_avg_sq) == "32x6", "Adam: state has the values' shape")
+  train(function(p) return optim.AdamW(p, { lr = 0.01 }) end, "AdamW")
+end
+
+-- sparsify ---------------------------------------------------------------------------------
+do
+  local model = nn.Sequential(nn.Linear(20, 16), nn.ReLU(),
+                              nn.Sequential(nn.Linear(16, 16), nn.Tanh()), nn.Linear(16, 4))
+  local w1, b1 = model[1].weight, model[1].bias
+  local want = sparse.from_dense(w1, { V = 4, M = 4 }):to_dense():totable()
+  local _, replaced = sparse.sparsify(model, { V = 4, M = 4, skip = { "4" } })
+  tap.is(table.concat(replaced, " "), "1 3.1", "sparsify: replaces nested Linear modules, skips '4'")
+  tap.is(getmetatable(model[1]).__name, "SparseLinear", "sparsify: model[1] is a SparseLinear")
+  tap.is(getmetatable(model[4]).__name, "Linear", "sparsify: the skipped layer stays dense")
+  tap.ok(max_diff(model[1]:to_dense():totable(), want) == 0, "sparsify: initialised by magnitude")
+  tap.ok(model[1].bias == b1, "sparsify: keeps the bias tensor")
+  tap.is(model[3][1].M, 4, "sparsify: options reach nested layers")
+  tap.error_like(function() sparse.sparsify(model, { skip = { "7" } }) end,
+    "skip names '7'", "sparsify: an unknown skip name")
+end
+
+-- Saving and loading: the pattern travels with the values ------------------------------------
+-- A model built with another seed picks another pattern; loading a state
+-- dict (in memory, and through a checkpoint file) must give back the saved
+-- matrix exactly, on the same values tensor the optimizer holds.
+do
+  local function make(seed)
+    venom.manual_seed(seed)
+    return nn.Sequential(nn.SparseLinear(30, 20, { V = 4, M = 8 }), nn.ReLU(), nn.Linear(20, 2))
+  end
+  local a, b = make(21), make(22)
+  tap.ok(max_diff(a[1]:mask():totable(), b[1]:mask():totable()) > 0, "two seeds, two patterns")
+  local sd = a:state_dict()
+  tap.ok(venom.is_tensor(sd["1.columns"]) and venom.is_tensor(sd["1.indices"]) and sd["1.M"] == 8,
+    "state_dict holds the pattern and V, N, M")
+  local opt = optim.Adam(b:parameters(), { lr = 0.01 })
+  local values = b[1].values
+  b:load_state_dict(sd)
+  tap.ok(b[1].values == values, "load_state_dict keeps the values tensor the optimizer holds")
+  tap.ok(max_diff(b[1]:to_dense():totable(), a[1]:to_dense():totable()) == 0,
+    "load_state_dict restores the saved matrix exactly")
+  local x = venom.randn(3, 30)
+  tap.ok(max_diff(b(x):totable(), a(x):totable()) == 0, "the loaded model computes the same outputs")
+  local loss = b(x):sum()
+  opt:zero_grad(); loss:backward(); opt:step()
+  tap.ok(max_diff(b[1]:mask():totable(), a[1]:mask():totable()) == 0,
+    "an optimizer step after loading keeps the loaded pattern")
+
+  local path = os.tmpname()
+  local c = make(23)
+  venom.checkpoint.save(path, { model = a })
+  venom.checkpoint.load(path, { model = c })
+  os.remove(path)
+  tap.ok(max_diff(c[1]:to_dense():totable(), a[1]:to_dense():totable()) == 0,
+    "a checkpoint file restores the sparse layer exactly")
+
+  local bad = a:state_dict()
+  bad["1.M"] = 16
+  tap.error_like(function() make(24):load_state_dict(bad) end, "columns of shape",
+    "a state dict whose layout does not match its arrays is refused")
+end
+
+-- Bad input ---------------------------------------------------------------------------------
+do
+  local W = venom.randn(8, 16)
+  tap.error_like(function() sparse.from_dense(W, { M = 3 }) end, "M must be >= 4, got M=3", "M < 4")
+  tap.error_like(function() sparse.from_dense(W, { V = 0 }) end, "V must be >= 1, got V=0", "V < 1")
+  tap.error_like(function() sparse.from_dense(W, { N = 1 }) end, "N must be 2.*got N=1", "N ~= 2")
+  tap.error_like(function() sparse.from_dense(W, { M = 32 }) end,
+    "16 columns, fewer than M=32", "fewer columns than M")
+  tap.error_like(function() sparse.from_dense(W, { M = 2.5 }) end, "M must be an integer", "M not an integer")
+  tap.error_like(function() sparse.from_dense(W, 8) end, "options must be a table", "options not a table")
+  local bad = W:clone()
+  bad:set(2, 5, 0 / 0)
+  tap.error_like(function() sparse.from_dense(bad) end, "weight %(2, 5%) is nan", "NaN weight: its 1-based position")
+  bad:set(2, 5, math.huge)
+  tap.error_like(function() sparse.from_dense(bad) end, "weight %(2, 5%) is inf", "Inf weight")
+  tap.error_like(function() nn.SparseLinear(3, 4, { M = 8 }) end, "3 columns, fewer than M=8",
+    "SparseLinear narrower than M")
+  tap.error_like(function() nn.SparseLinear(16, 4, { weight = venom.randn(4, 15) }) end,
+    "weight must be a tensor of shape %(4, 16%)", "SparseLinear: weight of the wrong shape")
+  local S = sparse.from_dense(W)
+  tap.error_like(function() venom.vnm_linear(venom.randn(2, 16), W, S:values()) end,
+    "expected a V:N:M sparse matrix", "vnm_linear: a tensor where the matrix goes")
+  tap.error_like(function() venom.vnm_linear(venom.randn(2, 16), S, venom.randn(8, 3)) end,
+    "values of shape %(8, 3%), expected %(8, 4%)", "vnm_linear: values of the wrong shape")
+  tap.error_like(function() venom.vnm_linear(venom.randn(2, 12), S, S:values()) end,
+    "has 12 features", "vnm_linear: input of the wrong width")
+end
+
+-- The main job with --sparse ------------------------------------------------------------------
+-- On a slice of Fashion-MNIST (skipped without the dataset package): the run
+-- reports its sparse layers, and one stopped after epoch 1 and resumed from
+-- its checkpoint ends with the same checkpoint, byte for byte, as one that
+-- ran both epochs (values, pattern and AdamW state of the values' shape).
+do
+  local data = require "venom.data"
+  local f = io.open(data.FASHION_MNIST_ROOT .. "/train-labels-idx1-ubyte.gz", "rb")
+  if not f then
+    tap.skip("dataset-fashion-mnist is not installed", 4)
+  else
+    f:close()
+    local exe = os.getenv("VENOM_EXE") or arg[-1]
+    local function tutorial(args)
+      local p = io.popen(("'%s' tutorials/01-fashion-mnist.lua --limit 600 --hidden 32 "
+        .. "--no-cosine --batch-size 100 %s 2>&1; echo \"rc=$?\""):format(exe, args))
+      local out = p:read("*a")
+      p:close()
+      return out, tonumber(out:match("rc=(%d+)\n$"))
+    end
+    local function slurp(path)
+      local h = io.open(path, "rb")
+      if not h then return nil end
+      local data_ = h:read("*a")
+      h:close()
+      return data_
+    end
+    local a, b = os.tmpname(), os.tmpname()
+    local out, rc = tutorial("--epochs 2 --sparse 8:2:8 --save " .. a)
+    tap.ok(rc == 0 and out:find("layer 3: 32 × 32, 256 of 1024 weights kept (25.0%)", 1, true)
+      and out:find("sparse 8:2:8: test accuracy", 1, true), "tutorial --sparse: trains and reports")
+    local _, rc1 = tutorial("--epochs 1 --sparse 8:2:8 --save " .. b)
+    local _, rc2 = tutorial("--epochs 2 --sparse 8:2:8 --resume " .. b .. " --save " .. b)
+    local full, resumed = slurp(a), slurp(b)
+    tap.ok(rc1 == 0 and rc2 == 0 and full and full == resumed,
+      "tutorial --sparse: a resumed run ends with the same checkpoint")
+    os.remove(a)
+    os.remove(b)
+    local err, rc3 = tutorial("--epochs 1 --sparse 64:3:8")
+    tap.ok(rc3 == 2 and err:find("--sparse must be V:2:M", 1, true), "tutorial --sparse 64:3:8: a usage error")
+    local _, rc4 = tutorial("--epochs 1 --sparse 8:2:64")
+    tap.is(rc4, 1, "tutorial --sparse with M wider than a layer: an error, not a crash")
+  end
+end
+
+tap.done()
