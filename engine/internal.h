@@ -93,6 +93,9 @@ void vn__mem_free(void *p, size_t nbytes);
 vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape);
 /* A new tensor header over t's storage (shares it; no grad_fn, no grad). */
 vn_tensor *vn__alias(const vn_tensor *t);
+/* t itself (retained) if contiguous, else a contiguous copy that is not
+ * recorded on the tape: for kernels that want plain row-major input. */
+vn_tensor *vn__plain_contiguous(const vn_tensor *t);
 /* numel of a shape. */
 int64_t vn__numel(int ndim, const int64_t *shape);
 /* Contiguous row-major strides for a shape. */

@@ -68,19 +68,6 @@ static void gemm(const blas_mat *A, const float *a, const blas_mat *B, const flo
                 (int)m, (int)n, (int)k, 1.0f, a, (int)A->ld, b, (int)B->ld, beta, c, (int)ldc);
 }
 
-/* t itself (retained) if contiguous, else a contiguous copy that is not
- * recorded on the tape (it only feeds a kernel). */
-static vn_tensor *plain_contiguous(const vn_tensor *t)
-{
-    if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
-    vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
-    if (c && vn_tensor_copy_(c, t)) {
-        vn_tensor_release(c);
-        return NULL;
-    }
-    return c;
-}
-
 static bool too_big_for_blas(int64_t n) { return n > INT_MAX; }
 
 /* ---- matmul --------------------------------------------------------------- */
@@ -115,7 +102,7 @@ static bool blas_operand(const vn_tensor **t, bool right, operand *o, blas_mat *
 {
     *o = promote(*t, right);
     if (blas_layout(o->rows, o->cols, o->rs, o->cs, m)) return true;
-    if (!(*copy = plain_contiguous(*t))) return false;
+    if (!(*copy = vn__plain_contiguous(*t))) return false;
     *t = *copy;
     *o = promote(*t, right);
     return blas_layout(o->rows, o->cols, o->rs, o->cs, m);
@@ -279,7 +266,7 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
 static vn_tensor *matrix_view(const vn_tensor *t, blas_mat *m)
 {
     if (as_matrix(t, m)) return vn_tensor_retain((vn_tensor *)t);
-    vn_tensor *c = plain_contiguous(t);
+    vn_tensor *c = vn__plain_contiguous(t);
     if (c) as_matrix(c, m);
     return c;
 }
@@ -370,7 +357,7 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
     blas_mat X, W;
     vn_tensor *xv = y ? matrix_view(x, &X) : NULL;
     vn_tensor *wv = xv ? matrix_view(w, &W) : NULL;
-    vn_tensor *bv = wv && bias ? plain_contiguous(bias) : NULL;
+    vn_tensor *bv = wv && bias ? vn__plain_contiguous(bias) : NULL;
     if (!wv || (bias && !bv) || too_big_for_blas(X.rows)) {
         if (wv && X.rows > INT_MAX)
             vn__err(VN_ERR_ARG, "linear: input %s has more than %d rows", sx, INT_MAX);

@@ -7,32 +7,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* t itself (retained) if contiguous, else a contiguous copy that is not
- * recorded on the tape (it only feeds a kernel). */
-static vn_tensor *plain_contiguous(const vn_tensor *t)
-{
-    if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
-    vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
-    if (c && vn_tensor_copy_(c, t)) {
-        vn_tensor_release(c);
-        return NULL;
-    }
-    return c;
-}
-
 /* A contiguous copy of t with dims `dim` and last swapped (not recorded);
  * t itself, retained, when dim is already last and t contiguous. Swapping
  * twice restores the original order. */
 static vn_tensor *swap_to_last(const vn_tensor *t, int dim)
 {
     int last = t->ndim - 1;
-    if (dim == last) return plain_contiguous(t);
+    if (dim == last) return vn__plain_contiguous(t);
     vn_tensor *v = vn__alias(t);
     if (!v) return NULL;
     int64_t sh = v->shape[dim], st = v->strides[dim];
     v->shape[dim] = v->shape[last], v->strides[dim] = v->strides[last];
     v->shape[last] = sh, v->strides[last] = st;
-    vn_tensor *c = plain_contiguous(v);
+    vn_tensor *c = vn__plain_contiguous(v);
     vn_tensor_release(v);
     return c;
 }
@@ -233,7 +220,7 @@ static float *per_sample_scale(const vn_tensor *gout, int64_t N, vn_reduction re
 static vn_status cross_entropy_backward(vn_node *nd, const vn_tensor *gout)
 {
     const vn_tensor *target = nd->saved[0], *lse = nd->saved[1];
-    vn_tensor *x = plain_contiguous(nd->inputs[0]);
+    vn_tensor *x = vn__plain_contiguous(nd->inputs[0]);
     int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1];
     float *scale = x ? per_sample_scale(gout, N, (vn_reduction)nd->i[0]) : NULL;
     vn_tensor *dx = scale ? vn__new(VN_F32, 2, nd->inputs[0]->shape) : NULL;
@@ -258,7 +245,7 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
 {
     if (check_class_args("cross_entropy", logits, "logits", target, reduction)) return NULL;
     int64_t N = logits->shape[0], C = logits->shape[1];
-    vn_tensor *x = plain_contiguous(logits);
+    vn_tensor *x = vn__plain_contiguous(logits);
     int64_t lse_shape[2] = {N, 2};
     vn_tensor *lse = x ? vn__new(VN_F32, 2, lse_shape) : NULL; /* per row: max, log Σ exp(x − max) */
     double *per = lse ? malloc(sizeof(double) * (size_t)(N ? N : 1)) : NULL;
@@ -333,8 +320,8 @@ vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduct
 static vn_status mse_backward(vn_node *nd, const vn_tensor *gout)
 {
     vn_reduction r = (vn_reduction)nd->i[0];
-    vn_tensor *a = plain_contiguous(nd->inputs[0]), *b = plain_contiguous(nd->inputs[1]);
-    vn_tensor *g = a && b ? plain_contiguous(gout) : NULL;
+    vn_tensor *a = vn__plain_contiguous(nd->inputs[0]), *b = vn__plain_contiguous(nd->inputs[1]);
+    vn_tensor *g = a && b ? vn__plain_contiguous(gout) : NULL;
     vn_tensor *da = g ? vn__new(VN_F32, a->ndim, a->shape) : NULL;
     vn_status s = VN_ERR_MEMORY; /* unless all went well; the failed call set the message */
     if (da) {
@@ -371,7 +358,7 @@ vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction redu
     if (!valid_reduction(reduction))
         return vn__errp(VN_ERR_ARG, "mse_loss: unknown reduction %d (expected mean, sum or none)",
                         (int)reduction);
-    vn_tensor *ac = plain_contiguous(a), *bc = ac ? plain_contiguous(b) : NULL, *out = NULL;
+    vn_tensor *ac = vn__plain_contiguous(a), *bc = ac ? vn__plain_contiguous(b) : NULL, *out = NULL;
     if (bc) {
         int64_t n = vn_tensor_numel(ac);
         const float *pa = vn_tensor_data(ac), *pb = vn_tensor_data(bc);

@@ -347,6 +347,17 @@ vn_tensor *vn_clone(const vn_tensor *t)
     return out;
 }
 
+vn_tensor *vn__plain_contiguous(const vn_tensor *t)
+{
+    if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
+    vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
+    if (c && vn_tensor_copy_(c, t)) {
+        vn_tensor_release(c);
+        return NULL;
+    }
+    return c;
+}
+
 vn_tensor *vn_contiguous(const vn_tensor *t)
 {
     if (vn__check(t, "contiguous")) return NULL;

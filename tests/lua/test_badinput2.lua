@@ -233,25 +233,8 @@ do
 end
 
 -- 10 and 9. IDX files: label range, errors at the caller's line --------------------------
-local function be32(v)
-  return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
-    math.floor(v / 256) % 256, v % 256)
-end
-local function write(path, bytes)
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
-end
-local function idx_images(n)
-  local px = {}
-  for i = 1, n * 28 * 28 do px[i] = string.char((i * 7) % 256) end
-  return "\0\0\8\3" .. be32(n) .. be32(28) .. be32(28) .. table.concat(px)
-end
-local function idx_labels(list)
-  local b = {}
-  for i, v in ipairs(list) do b[i] = string.char(v) end
-  return "\0\0\8\1" .. be32(#list) .. table.concat(b)
-end
+local idx = require "idxfile"
+local be32, write, idx_images, idx_labels = idx.be32, idx.write, idx.images, idx.labels
 
 local dir = os.tmpname()
 os.remove(dir)
