@@ -68,7 +68,11 @@
  *        thread for repeatable runs.
  *      - The caching allocator is shared behind a lock; vn_memory_stats and
  *        vn_empty_cache count and free the blocks of all threads.
- *    Large ops also use OpenMP threads and OpenBLAS threads internally.
+ *    Large ops also use OpenMP threads and OpenBLAS threads internally. Run
+ *    the host program with OMP_WAIT_POLICY=passive in its environment (the
+ *    venom executable sets it itself): with OpenMP's default spin-waiting,
+ *    idle OpenMP threads and OpenBLAS threads starve each other and GEMMs
+ *    run several times slower on small machines.
  */
 #ifndef VENOM_H
 #define VENOM_H
