@@ -84,6 +84,10 @@ vn_status vn__wrap_dim(int ndim, int *dim, const char *what);
  * flat indices could overflow int64). */
 #define VN_MAX_NUMEL 1e15
 
+/* Each size in [0, VN_MAX_NUMEL] and their product too; VN_ERR_ARG names
+ * the op and the offending size otherwise. */
+vn_status vn__check_shape(const char *op, int ndim, const int64_t *shape);
+
 /* ---- memory -------------------------------------------------------------- */
 
 void *vn__mem_alloc(size_t nbytes); /* 64-byte aligned, from the cache */

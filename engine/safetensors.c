@@ -323,8 +323,14 @@ static st_map *build_map(int fd, vn_st_header *h, uint64_t data_start, const cha
         m->names[i] = e->name;
         e->name = NULL;
         m->pub.n = i + 1;
-        if (!(m->tensors[i] = vn__new(e->dtype, e->ndim, e->shape)) ||
-            (e->end > e->begin &&
+        if (!(m->tensors[i] = vn_empty(e->dtype, e->ndim, e->shape))) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", vn_last_error());
+            vn__err(VN_ERR_FORMAT, "%s: tensor '%s': %s", path, m->names[i], why);
+            vn_tensor_map_free(&m->pub);
+            return NULL;
+        }
+        if ((e->end > e->begin &&
              read_at(fd, vn_tensor_data(m->tensors[i]), e->end - e->begin, data_start + e->begin,
                      path))) {
             vn_tensor_map_free(&m->pub);

@@ -70,7 +70,10 @@ const char *vn_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
     return buf;
 }
 
-static vn_status check_shape(const char *op, int ndim, const int64_t *shape)
+/* Each size within [0, VN_MAX_NUMEL] and so is their product. Each size is
+ * checked on its own too: an empty tensor of shape (0, 2^62) has no
+ * elements, but reducing its first dim would give 2^62 of them. */
+vn_status vn__check_shape(const char *op, int ndim, const int64_t *shape)
 {
     if (ndim < 0 || ndim > VN_MAX_DIMS)
         return vn__err(VN_ERR_ARG, "%s: ndim must be 0..%d, got %d", op, VN_MAX_DIMS, ndim);
@@ -80,6 +83,9 @@ static vn_status check_shape(const char *op, int ndim, const int64_t *shape)
         if (shape[d] < 0)
             return vn__err(VN_ERR_ARG, "%s: size of dim %d must be >= 0, got %lld", op, d,
                            (long long)shape[d]);
+        if ((double)shape[d] > VN_MAX_NUMEL)
+            return vn__err(VN_ERR_ARG, "%s: size %lld of dim %d is more than the limit of %g", op,
+                           (long long)shape[d], d, VN_MAX_NUMEL);
         total *= (double)shape[d];
     }
     if (total > VN_MAX_NUMEL)
@@ -159,7 +165,7 @@ static bool valid_dtype(vn_dtype d) { return d == VN_F32 || d == VN_I32 || d == 
 vn_tensor *vn_empty(vn_dtype dtype, int ndim, const int64_t *shape)
 {
     if (!valid_dtype(dtype)) return vn__errp(VN_ERR_DTYPE, "empty: unknown dtype %d", (int)dtype);
-    if (check_shape("empty", ndim, shape)) return NULL;
+    if (vn__check_shape("empty", ndim, shape)) return NULL;
     return vn__new(dtype, ndim, shape);
 }
 

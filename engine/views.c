@@ -4,6 +4,7 @@
  * its backward rule beside it. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* ---- broadcasting -------------------------------------------------------- */
@@ -23,13 +24,11 @@ vn_status vn__broadcast_shape(const char *op, int na, const int64_t *sa, int nb,
         }
         sout[n - 1 - k] = a == 1 ? b : a;
     }
-    double total = 1; /* in double: the int64 product itself may overflow */
-    for (int d = 0; d < n; d++) total *= (double)sout[d];
-    if (total > VN_MAX_NUMEL) {
-        char x[128], y[128];
-        return vn__err(VN_ERR_SHAPE, "%s: broadcasting %s and %s gives %g elements, more than "
-                       "the limit of %g", op, vn_shape_str(na, sa, x, sizeof x),
-                       vn_shape_str(nb, sb, y, sizeof y), total, VN_MAX_NUMEL);
+    if (vn__check_shape(op, n, sout)) {
+        char x[128], y[128], why[256];
+        snprintf(why, sizeof why, "%s", vn_last_error());
+        return vn__err(VN_ERR_SHAPE, "%s (broadcasting %s and %s)", why,
+                       vn_shape_str(na, sa, x, sizeof x), vn_shape_str(nb, sb, y, sizeof y));
     }
     *nout = n;
     return VN_OK;
@@ -126,6 +125,8 @@ static vn_status infer_shape(const char *op, const vn_tensor *t, int ndim, const
                            (long long)numel, vn_shape_str(t->ndim, t->shape, a, sizeof a),
                            vn_shape_str(ndim, in, b, sizeof b));
         out[infer] = numel / known;
+    } else if (vn__check_shape(op, ndim, in)) {
+        return VN_ERR_ARG;
     } else if (known != numel) {
         return vn__err(VN_ERR_SHAPE, "%s: shape %s has %lld elements but the target %s has %lld", op,
                        vn_shape_str(t->ndim, t->shape, a, sizeof a), (long long)numel,

@@ -364,6 +364,14 @@ static void test_limits(void **state)
     assert_non_null(strstr(vn_last_error(), "limit"));
     assert_null(vn_arange(0, 1e300, 1, VN_F32));
     assert_non_null(strstr(vn_last_error(), "limit"));
+    /* no elements, but a reduction over dim 0 would make 2^62 of them */
+    int64_t empty_huge[] = {0, 4611686018427387904LL};
+    assert_null(vn_zeros(VN_F32, 2, empty_huge));
+    assert_non_null(strstr(vn_last_error(), "size 4611686018427387904 of dim 1"));
+    vn_tensor *e0 = vn_zeros(VN_F32, 1, empty_huge);
+    assert_null(vn_reshape(e0, 2, empty_huge));
+    assert_null(vn_expand(e0, 2, (int64_t[]){4611686018427387904LL, 0}));
+    vn_tensor_release(e0);
     /* float → int conversions saturate; NaN becomes 0 */
     int64_t s4[] = {4};
     vn_tensor *f = tf32(1, s4, (float[]){1e10f, -1e10f, NAN, -2.7f});
