@@ -186,13 +186,17 @@ function SparseLinear:_load_extra_state(st)
     fail(("%s: V, N and M must be numbers, got %s, %s, %s"):format(who, tostring(st.V),
       tostring(st.N), tostring(st.M)))
   end
-  local values = self.values
-  if values:size(2) ~= 2 * math.ceil(self.in_features / M) then values = nil end
+  -- A different layout would need a new values tensor, which an optimizer
+  -- built on this model would never see (it would silently stop training
+  -- the layer): refuse it and say how to build a matching model.
+  if V ~= self.V or N ~= self.N or M ~= self.M then
+    fail(("%s: the checkpoint holds a %d:%d:%d layer but this one is %d:%d:%d (V:N:M); "
+      .. "build the model with the checkpoint's layout"):format(who, V, N, M, self.V, self.N, self.M))
+  end
   local ok, s = pcall(core.vnm_from_pattern, self.out_features, self.in_features, V, N, M,
-                      st.columns, st.indices, values)
+                      st.columns, st.indices, self.values)
   if not ok then fail(who .. ": " .. tostring(s)) end
-  self.matrix, self.V, self.N, self.M = s, V, N, M
-  if not values then self:register_parameter("values", s:values()) end
+  self.matrix = s
 end
 
 -- For Module:dense_state_dict(): the layer as plain dense tensors.

@@ -215,10 +215,15 @@ do
   tap.ok(max_diff(c[1]:to_dense():totable(), a[1]:to_dense():totable()) == 0,
     "a checkpoint file restores the sparse layer exactly")
 
+  local other = a:state_dict()
+  other["1.M"] = 16
+  tap.error_like(function() make(24):load_state_dict(other) end,
+    "checkpoint holds a 4:2:16 layer but this one is 4:2:8",
+    "a checkpoint of another layout is refused (an optimizer would lose the layer)")
   local bad = a:state_dict()
-  bad["1.M"] = 16
+  bad["1.columns"] = bad["1.columns"]:narrow(1, 1, 2)
   tap.error_like(function() make(24):load_state_dict(bad) end, "columns of shape",
-    "a state dict whose layout does not match its arrays is refused")
+    "a state dict whose arrays do not match its layout is refused")
 end
 
 -- Bad input ---------------------------------------------------------------------------------
