@@ -242,15 +242,16 @@ function sparse.sparsify(model, opts)
     end
     for _, name in ipairs(opts.skip) do skip[tostring(name)] = false end
   end
-  local replaced = {}
+  -- Find the layers, check the skip list and build every sparse layer
+  -- first, and only then swap them in: an error leaves the model unchanged.
+  local found = {}
   local function walk(m, prefix)
     for _, name in ipairs(m._modules) do
       local child, path = m[name], prefix .. tostring(name)
       if skip[path] ~= nil then
         skip[path] = true
       elseif getmetatable(child) == nn.Linear then
-        m[name] = SparseLinear.from_linear(child, { V = V, N = N, M = M })
-        replaced[#replaced + 1] = path
+        found[#found + 1] = { parent = m, name = name, child = child, path = path }
       else
         walk(child, path .. ".")
       end
@@ -262,6 +263,15 @@ function sparse.sparsify(model, opts)
       fail(("%s: skip names '%s', which is not a module of the model"):format(who, name))
     end
   end
+  local replaced = {}
+  for i, f in ipairs(found) do
+    local ok, layer = pcall(SparseLinear.from_linear, f.child, { V = V, N = N, M = M })
+    if not ok then
+      fail(("%s: layer '%s': %s"):format(who, f.path, tostring(layer):gsub("^[^:]*:%d+: ", "")))
+    end
+    f.layer, replaced[i] = layer, f.path
+  end
+  for _, f in ipairs(found) do f.parent[f.name] = f.layer end
   return model, replaced
 end
 

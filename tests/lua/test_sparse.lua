@@ -180,6 +180,15 @@ do
     "skip names '7'", "sparsify: an unknown skip name")
 end
 
+-- A failing sparsify leaves the model as it was and names the layer.
+do
+  local m = nn.Sequential(nn.Linear(8, 8), nn.Linear(3, 8))
+  tap.error_like(function() sparse.sparsify(m, { V = 4, M = 4 }) end, "layer '2'",
+    "sparsify names the layer it cannot convert")
+  tap.ok(getmetatable(m[1]) == nn.Linear and getmetatable(m[2]) == nn.Linear,
+    "a failed sparsify changes no layer")
+end
+
 -- Saving and loading: the pattern travels with the values ------------------------------------
 -- A model built with another seed picks another pattern; loading a state
 -- dict (in memory, and through a checkpoint file) must give back the saved
