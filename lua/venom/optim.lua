@@ -94,6 +94,27 @@ local function shape_str(t)
   return "(" .. table.concat(t:shape(), ", ") .. ")"
 end
 
+--- Puts parameter `new` in the place of `old` (same position in the list, so
+-- state_dict numbering is unchanged) and drops old's state. `state` (a
+-- table with the fields of this optimizer's state, for `new`'s shape) lets
+-- the caller carry state over, e.g. the moments of the weights a pruned
+-- layer keeps (venom.prune); nil starts `new` fresh.
+function Optimizer:replace_parameter(old, new, state)
+  local who = self.who .. ":replace_parameter"
+  if not venom.is_tensor(new) or not new:is_leaf() or not new:requires_grad() then
+    fail(who .. ": the new parameter must be a leaf tensor that requires a gradient")
+  end
+  for i, p in ipairs(self.params) do
+    if p == old then
+      self.params[i] = new
+      self.state[old] = nil
+      self.state[new] = state
+      return i
+    end
+  end
+  fail(who .. ": the old tensor is not one of this optimizer's parameters")
+end
+
 --- What training changes, as a flat table for venom.checkpoint: "lr" (the
 -- current learning rate) and, for each parameter i (its position in the
 -- params list) that has state, "state.<i>.<field>" (tensors such as
@@ -121,8 +142,8 @@ function Optimizer:load_state_dict(sd)
     fail(("%s: expected a table, got %s"):format(who, type(sd)))
   end
   local lr = tonumber(sd.lr)
-  if not lr then
-    fail(("%s: 'lr' must be a number, got %s"):format(who, tostring(sd.lr)))
+  if not lr or lr ~= lr or lr < 0 or lr == math.huge then
+    fail(("%s: 'lr' must be a non-negative finite number, got %s"):format(who, tostring(sd.lr)))
   end
   local fields, found = self._state_fields, {}
   for key, v in pairs(sd) do
@@ -134,10 +155,11 @@ function Optimizer:load_state_dict(sd)
         fail(("%s: unexpected entry '%s' (this optimizer has %d parameters with state %s)")
           :format(who, tostring(key), #self.params, self._state_desc))
       end
-      if kind == "number" then
+      if kind == "number" then -- step counts
         v = tonumber(v)
-        if not v then
-          fail(("%s: '%s' must be a number, got %s"):format(who, key, tostring(sd[key])))
+        if not v or v < 0 or v ~= math.floor(v) or v > 2 ^ 53 then
+          fail(("%s: '%s' must be a non-negative integer (a step count), got %s")
+            :format(who, key, tostring(sd[key])))
         end
       elseif not venom.is_tensor(v) or v:dtype() ~= "f32" or shape_str(v) ~= shape_str(p) then
         fail(("%s: '%s' must be an f32 tensor of parameter %s's shape %s, got %s"):format(who, key,

@@ -267,6 +267,12 @@ do
   sd["state.1.exp_avg_sq"] = nil
   tap.error_like(function() opt:load_state_dict(sd) end,
     "parameter 1 has state but no 'state.1.exp_avg_sq'", "optimizer: an incomplete state")
+  for _, bad in ipairs({ 0.5, -1, 2 ^ 60 }) do
+    sd = opt:state_dict()
+    sd["state.1.step"] = bad
+    tap.error_like(function() opt:load_state_dict(sd) end,
+      "'state.1.step' must be a non%-negative integer", "optimizer: step count " .. bad)
+  end
   tap.error_like(function() optim.CosineWarmup(opt, { total_steps = 5, warmup_steps = 1 })
     :load_state_dict({ t = -1, base_lr = 1 }) end, "'t' must be a non%-negative integer",
     "schedule: a bad step count")
