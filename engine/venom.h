@@ -218,16 +218,25 @@ const char *vn_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
  * VN_ERR_ARG for a NULL out (as for every out pointer below). */
 vn_status vn_tensor_item(const vn_tensor *t, double *out);
 /* Element at a multi-index (ndim entries, 0-based) as double / set from
- * double. VN_ERR_ARG for an index out of range. */
+ * double. VN_ERR_ARG for an index out of range.
+ *
+ * In-place writes (set, copy_, fill_) convert values to the tensor's dtype
+ * as vn_to_dtype does (toward zero, saturating, NaN → 0); the Lua binding
+ * refuses numbers an integer dtype cannot hold exactly before calling them.
+ * They return VN_ERR_STATE for a leaf that requires grad while grad mode is
+ * on (write under vn_set_grad_enabled(false)), and they mark the storage
+ * written, so a backward that needs the old values fails with VN_ERR_STATE
+ * instead of computing a wrong gradient. */
 vn_status vn_tensor_get(const vn_tensor *t, const int64_t *index, double *out);
 vn_status vn_tensor_set(vn_tensor *t, const int64_t *index, double value);
 /* Copies all elements, in row-major order, into buf of `nbytes` bytes
  * (numel × dtype size; VN_ERR_ARG if it differs). */
 vn_status vn_tensor_copy_out(const vn_tensor *t, void *buf, size_t nbytes);
 /* In place: dst[...] = src (broadcast to dst's shape, converted to dst's
- * dtype). Not recorded by autograd. */
+ * dtype). Not recorded by autograd (see the in-place rules above). */
 vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src);
-/* In place: every element = value. Not recorded by autograd. */
+/* In place: every element = value. Not recorded by autograd (see the
+ * in-place rules above). */
 vn_status vn_tensor_fill_(vn_tensor *t, double value);
 
 /* ---- autograd ----------------------------------------------------------- */
