@@ -22,13 +22,26 @@ static vn_status check_state(const vn_tensor *t, const vn_tensor *param, const c
     return VN_OK;
 }
 
+/* A hyperparameter in [lo, hi) (hi = INFINITY: any finite value >= lo). */
+static vn_status check_hyper(const char *op, const char *name, double v, double lo, double hi)
+{
+    if (!(v >= lo && v < hi) || !isfinite(v))
+        return vn__err(VN_ERR_ARG, "%s: %s must be a finite number in [%g, %g), got %g", op, name,
+                       lo, hi, v);
+    return VN_OK;
+}
+
 vn_status vn_sgd_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *momentum_buf,
                       double lr, double momentum, double dampening, double weight_decay,
                       bool nesterov, bool first_step)
 {
     vn_status s;
     if ((s = check_state(param, NULL, "sgd_step", "parameter")) ||
-        (s = check_state(grad, param, "sgd_step", "gradient")))
+        (s = check_state(grad, param, "sgd_step", "gradient")) ||
+        (s = check_hyper("sgd_step", "lr", lr, 0, INFINITY)) ||
+        (s = check_hyper("sgd_step", "momentum", momentum, 0, INFINITY)) ||
+        (s = check_hyper("sgd_step", "dampening", dampening, 0, INFINITY)) ||
+        (s = check_hyper("sgd_step", "weight_decay", weight_decay, 0, INFINITY)))
         return s;
     if (momentum != 0) {
         if (!momentum_buf)
@@ -69,8 +82,17 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
     if ((s = check_state(param, NULL, "adam_step", "parameter")) ||
         (s = check_state(grad, param, "adam_step", "gradient")) ||
         (s = check_state(exp_avg, param, "adam_step", "exp_avg")) ||
-        (s = check_state(exp_avg_sq, param, "adam_step", "exp_avg_sq")))
+        (s = check_state(exp_avg_sq, param, "adam_step", "exp_avg_sq")) ||
+        (s = check_hyper("adam_step", "lr", lr, 0, INFINITY)) ||
+        (s = check_hyper("adam_step", "beta1", beta1, 0, 1)) ||
+        (s = check_hyper("adam_step", "beta2", beta2, 0, 1)) ||
+        (s = check_hyper("adam_step", "eps", eps, 0, INFINITY)) ||
+        (s = check_hyper("adam_step", "weight_decay", weight_decay, 0, INFINITY)))
         return s;
+    if (vn_tensor_data(exp_avg) == vn_tensor_data(exp_avg_sq) ||
+        vn_tensor_data(exp_avg) == vn_tensor_data(param))
+        return vn__err(VN_ERR_ARG, "adam_step: param, exp_avg and exp_avg_sq must be distinct "
+                                   "tensors");
     if (step < 1)
         return vn__err(VN_ERR_ARG, "adam_step: step must be >= 1 (it counts from 1), got %lld",
                        (long long)step);

@@ -125,7 +125,16 @@ static void test_errors(void **state)
     expect_error(vn_sgd_step(p, gi, NULL, 0.1, 0, 0, 0, false, true), VN_ERR_DTYPE, "i32");
     expect_error(vn_sgd_step(p, ok, NULL, 0.1, 0.9, 0, 0, false, true), VN_ERR_ARG, "momentum");
     expect_error(vn_sgd_step(p, ok, g, 0.1, 0.9, 0, 0, false, true), VN_ERR_SHAPE, "momentum buffer");
-    expect_error(vn_adam_step(p, ok, ok, ok, 0, 0.1, 0.9, 0.999, 1e-8, 0, false), VN_ERR_ARG, "step");
+    vn_tensor *m = vn_zeros(VN_F32, 2, (int64_t[]){2, 3}), *v = vn_zeros(VN_F32, 2, (int64_t[]){2, 3});
+    expect_error(vn_adam_step(p, ok, m, v, 0, 0.1, 0.9, 0.999, 1e-8, 0, false), VN_ERR_ARG,
+                 "step must be >= 1");
+    expect_error(vn_adam_step(p, ok, m, m, 1, 0.1, 0.9, 0.999, 1e-8, 0, false), VN_ERR_ARG, "distinct");
+    expect_error(vn_adam_step(p, ok, m, v, 1, 0.1, 1.5, 0.999, 1e-8, 0, false), VN_ERR_ARG,
+                 "beta1 must be a finite number in [0, 1), got 1.5");
+    expect_error(vn_sgd_step(p, ok, NULL, NAN, 0, 0, 0, false, true), VN_ERR_ARG, "lr must be");
+    expect_error(vn_sgd_step(p, ok, NULL, 0.1, 0, 0, -1, false, true), VN_ERR_ARG, "weight_decay");
+    vn_tensor_release(m);
+    vn_tensor_release(v);
     expect_error(vn_adam_step(p, ok, g, ok, 1, 0.1, 0.9, 0.999, 1e-8, 0, false), VN_ERR_SHAPE, "exp_avg");
     vn_tensor_release(p);
     vn_tensor_release(g);
