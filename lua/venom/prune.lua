@@ -1,0 +1,501 @@
+--- venom.prune — gradual magnitude pruning (GMP) during training.
+--
+-- The schedule is the cubic one of Zhu & Gupta, "To prune, or not to prune:
+-- exploring the efficacy of pruning for model compression" (2017): with
+-- initial sparsity s_i, final sparsity s_f, start step t0, n pruning steps
+-- every dt optimizer steps,
+--
+--     s_t = s_f + (s_i − s_f) · (1 − (t − t0) / (n·dt))³    for t0 ≤ t ≤ t0 + n·dt
+--
+-- (s_i before t0, s_f after), and the masks follow s_t at t = t0, t0 + dt, …,
+-- t0 + n·dt: the weights of smallest magnitude among those still alive are
+-- removed. Pruned weights stay pruned.
+--
+--     local prune = require "venom.prune"
+--     local opt = optim.AdamW(model:parameters(), {lr = 1e-3})
+--     local gmp = prune.GMP(model, {optimizer = opt, pattern = "64:2:8",
+--                                   t0 = 500, n = 20, dt = 50})
+--     for each batch:  ...; opt:step(); local ev = gmp:step()   -- ev: a table at events
+--
+-- Modes (opts.mode):
+--   "vnm" (default) — V:2:M layers (venom.sparse). The target s_t maps to the
+--     smallest M ≥ 4 with 1 − 2/M ≥ s_t, so each stage is a layout the sparse
+--     kernels run: dense → 2:4 → 2:5 → … → 2:M_final. A layer becomes an
+--     nn.SparseLinear the first time s_t > 0 and is re-selected by magnitude
+--     and recompressed when M grows. The new module replaces the old one in
+--     its parent, and its `values` replace the old parameter in the optimizer
+--     (Optimizer:replace_parameter), which keeps the state (moments, step
+--     count) of the surviving weights and drops that of the removed ones.
+--     When M grows the groups of M columns move, so a block's 4 columns may
+--     cover positions pruned earlier: those slots hold zeros and are held at
+--     zero after every step, so a pruned weight never comes back.
+--   "nm" — masked dense weights with N:M masks (pattern "2:4", "1:4",
+--     "4:8"…): within each group of M consecutive inputs of a row, the
+--     largest surviving |w| are kept, going from M:M down to N:M as s_t grows
+--     (keep ⌊M·(1 − s_t)⌋ per group, at least N).
+--   "unstructured" — masked dense weights, magnitude masks keeping
+--     ⌊(1 − s_t)·size⌋ weights per layer (scope = "layer") or over all the
+--     pruned layers together (scope = "global").
+-- Masked modes multiply the weight, its gradient and the optimizer's state
+-- tensors by the mask after every step, so Adam's moments of removed
+-- weights are zero and the weights stay exactly zero.
+local venom = require "venom"
+local nn = require "venom.nn"
+local sparse = require "venom.sparse"
+local util = require "venom.util"
+local fail = util.fail
+
+local core = venom.core
+local is_tensor = venom.is_tensor
+
+local prune = {}
+
+local GMP = {}
+GMP.__index = GMP
+
+local function check_int(who, name, v, min)
+  if type(v) ~= "number" or v ~= math.floor(v) or v < min then
+    fail(("%s: %s must be an integer >= %d, got %s"):format(who, name, min, tostring(v)))
+  end
+  return v
+end
+
+local function check_sparsity(who, name, v)
+  if type(v) ~= "number" or v ~= v or v < 0 or v >= 1 then
+    fail(("%s: %s must be a sparsity in [0, 1), got %s"):format(who, name, tostring(v)))
+  end
+  return v
+end
+
+--- The smallest M ≥ 4 with 1 − 2/M ≥ s (s in [0, 1)); the 1e-12 absorbs the
+-- rounding of s computed from a pattern (1 − 2/M itself).
+function prune.vnm_M(s)
+  local M = 4
+  while 1 - 2 / M < s - 1e-12 do M = M + 1 end
+  return M
+end
+
+-- The final layout from opts.pattern / opts.s_f, per mode. Returns s_f and
+-- the mode's constants (V, M for vnm; N, M for nm).
+local function parse_target(who, mode, opts)
+  local pat, s_f = opts.pattern, opts.s_f
+  if pat ~= nil and s_f ~= nil then
+    fail(who .. ": give either s_f or pattern, not both")
+  end
+  if pat ~= nil and type(pat) ~= "string" then
+    fail(("%s: pattern must be a string such as \"64:2:8\", got %s"):format(who, type(pat)))
+  end
+  if mode == "vnm" then
+    if pat then
+      local V, N, M = pat:match("^(%d+):(%d+):(%d+)$")
+      V, N, M = tonumber(V), tonumber(N), tonumber(M)
+      if not (V and V >= 1 and N == 2 and M >= 4) then
+        fail(("%s: pattern must be V:2:M with V >= 1 and M >= 4 (e.g. \"64:2:8\"), got %q")
+          :format(who, pat))
+      end
+      return 1 - 2 / M, { V = V, M = M }
+    end
+    if s_f == nil then
+      fail(who .. ": give the final sparsity s_f or a pattern such as \"64:2:8\"")
+    end
+    check_sparsity(who, "s_f", s_f)
+    local V = check_int(who, "V", opts.V or 64, 1)
+    return s_f, { V = V, M = prune.vnm_M(s_f) }
+  elseif mode == "nm" then
+    if not pat then
+      fail(who .. ": mode \"nm\" needs a pattern N:M such as \"2:4\"")
+    end
+    local N, M = pat:match("^(%d+):(%d+)$")
+    N, M = tonumber(N), tonumber(M)
+    if not (N and M and N >= 1 and N < M) then
+      fail(("%s: pattern must be N:M with 1 <= N < M (e.g. \"2:4\"), got %q"):format(who, pat))
+    end
+    return 1 - N / M, { N = N, M = M }
+  else
+    if pat then fail(who .. ": mode \"unstructured\" takes s_f, not a pattern") end
+    if s_f == nil then fail(who .. ": mode \"unstructured\" needs the final sparsity s_f") end
+    return check_sparsity(who, "s_f", s_f), {}
+  end
+end
+
+-- Every module below `model` as {path, parent, key, module}, depth first.
+local function all_modules(model)
+  local out = {}
+  local function walk(m, prefix)
+    for _, key in ipairs(m._modules) do
+      local child, path = m[key], prefix .. tostring(key)
+      out[#out + 1] = { path = path, parent = m, key = key, module = child }
+      walk(child, path .. ".")
+    end
+  end
+  walk(model, "")
+  return out
+end
+
+-- The layers to prune: opts.layers names modules by dotted path ("3",
+-- "encoder.fc") or by type ("Linear"); default every nn.Linear but the last
+-- (the classifier).
+local function select_layers(who, model, names)
+  local mods, chosen, picked = all_modules(model), {}, {}
+  if names == nil then
+    local linears = {}
+    for _, e in ipairs(mods) do
+      if getmetatable(e.module) == nn.Linear then linears[#linears + 1] = e end
+    end
+    for i = 1, #linears - 1 do chosen[#chosen + 1] = linears[i] end
+    if #chosen == 0 then
+      fail(who .. ": the model has no nn.Linear besides the last (the classifier) to prune")
+    end
+    return chosen
+  end
+  if type(names) ~= "table" or #names == 0 then
+    fail(who .. ": layers must be a non-empty list of module names or types")
+  end
+  for _, name in ipairs(names) do
+    local found = false
+    for _, e in ipairs(mods) do
+      if e.path == tostring(name) or getmetatable(e.module).__name == name then
+        found = true
+        if not picked[e.path] then
+          picked[e.path] = true
+          chosen[#chosen + 1] = e
+        end
+      end
+    end
+    if not found then
+      fail(("%s: layers names '%s', which is neither a module of the model nor the type of one")
+        :format(who, tostring(name)))
+    end
+  end
+  for _, e in ipairs(chosen) do
+    if getmetatable(e.module) ~= nn.Linear then
+      fail(("%s: layer '%s' is a %s; only nn.Linear layers can be pruned")
+        :format(who, e.path, getmetatable(e.module).__name or "?"))
+    end
+  end
+  return chosen
+end
+
+--- A GMP scheduler for `model`. opts:
+--   optimizer  the optimizer over model:parameters() (required): masked
+--              modes clear its state at pruned positions, vnm swaps in the
+--              new parameters
+--   mode       "vnm" (default), "nm" or "unstructured"
+--   pattern    final layout: "V:2:M" for vnm ("64:2:8"), "N:M" for nm
+--   s_f        final sparsity in [0, 1) (vnm: with V = 64, M from s_f;
+--              unstructured: required)
+--   s_i        initial sparsity, 0 ≤ s_i ≤ s_f (default 0)
+--   t0         first pruning step (≥ 0, default 0); n (≥ 1) pruning steps,
+--              every dt (≥ 1, default 1) optimizer steps
+--   layers     module paths or type names (default: every nn.Linear but the
+--              last); scope = "layer" (default) or "global" (unstructured)
+-- Errors name the bad option. With t0 = 0 the first event (s_i) happens here.
+function prune.GMP(model, opts)
+  local who = "prune.GMP"
+  local mt = type(model) == "table" and getmetatable(model)
+  if not (mt and mt.forward and model._modules) then
+    fail(("%s: expected a module, got %s"):format(who, type(model)))
+  end
+  opts = util.check_options(opts, { "optimizer", "mode", "pattern", "s_f", "s_i", "V", "t0",
+                                    "n", "dt", "layers", "scope" }, who)
+  local opt = opts.optimizer
+  if type(opt) ~= "table" or type(opt.params) ~= "table" or type(opt.state) ~= "table" then
+    fail(who .. ": optimizer is required (the optimizer over model:parameters())")
+  end
+  local mode = opts.mode or "vnm"
+  if mode ~= "vnm" and mode ~= "nm" and mode ~= "unstructured" then
+    fail(("%s: mode must be \"vnm\", \"nm\" or \"unstructured\", got %s")
+      :format(who, tostring(mode)))
+  end
+  local scope = opts.scope or "layer"
+  if scope ~= "layer" and scope ~= "global" then
+    fail(("%s: scope must be \"layer\" or \"global\", got %s"):format(who, tostring(scope)))
+  end
+  if scope == "global" and mode ~= "unstructured" then
+    fail(who .. ": scope = \"global\" is for mode \"unstructured\"")
+  end
+  local s_f, layout = parse_target(who, mode, opts)
+  local s_i = check_sparsity(who, "s_i", opts.s_i or 0)
+  if s_i > s_f then
+    fail(("%s: s_i (%g) must not exceed the final sparsity (%g)"):format(who, s_i, s_f))
+  end
+  local t0 = check_int(who, "t0", opts.t0 or 0, 0)
+  local n = check_int(who, "n", opts.n or 0, 0)
+  local dt = check_int(who, "dt", opts.dt or 1, 0)
+  if n * dt == 0 then
+    fail(("%s: n·dt must be positive (pruning happens over n·dt steps), got n = %d, dt = %d")
+      :format(who, n, dt))
+  end
+
+  local layers = select_layers(who, model, opts.layers)
+  for _, L in ipairs(layers) do
+    L.rows, L.cols = L.module.out_features, L.module.in_features
+    if layout.M and L.cols < layout.M then
+      fail(("%s: layer '%s' has %d inputs, fewer than M = %d")
+        :format(who, L.path, L.cols, layout.M))
+    end
+    if mode == "nm" and L.cols % layout.M ~= 0 then
+      fail(("%s: layer '%s' has %d inputs, not a multiple of M = %d"):format(who, L.path, L.cols,
+        layout.M))
+    end
+  end
+
+  local self = setmetatable({ opt = opt, mode = mode, scope = scope, s_i = s_i, s_f = s_f,
+    t0 = t0, n = n, dt = dt, layout = layout, layers = layers, t = 0, current = 0,
+    events = {} }, GMP)
+  if t0 == 0 and s_i > 0 then self:_update(0) end
+  return self
+end
+
+--- The scheduled sparsity at optimizer step t (the formula above; s_i
+-- before t0 and s_f after t0 + n·dt).
+function GMP:target(t)
+  if t <= self.t0 then return self.s_i end
+  local span = self.n * self.dt
+  if t >= self.t0 + span then return self.s_f end
+  return self.s_f + (self.s_i - self.s_f) * (1 - (t - self.t0) / span) ^ 3
+end
+
+--- The target the masks currently follow: s_t at the last event (0 before
+-- the first).
+function GMP:sparsity() return self.current end
+
+-- Tensor helpers ------------------------------------------------------------------
+
+-- x ⊙ mask in place for the parameter, its gradient and every optimizer
+-- state tensor of its shape (moments, momentum buffers).
+local function mask_param(opt, p, mask)
+  venom.no_grad(function()
+    p:mul_(mask)
+    if p.grad then p.grad:mul_(mask) end
+    local st = opt.state[p]
+    if st then
+      for _, v in pairs(st) do
+        if is_tensor(v) then v:mul_(mask) end
+      end
+    end
+  end)
+end
+
+local eyes = setmetatable({}, { __mode = "v" })
+local function eye(R)
+  if not eyes[R] then
+    local a = venom.arange(R):long()
+    eyes[R] = a:reshape(R, 1):eq(a:reshape(1, R)):float()
+  end
+  return eyes[R]
+end
+
+-- The dense (R, K) matrix d gathered into the compressed layout of the
+-- V:N:M matrix s: the SDDMM Iᵀ·d sampled at s's kept positions.
+local function gather(s, d)
+  return core.vnm_sddmm(s, eye(d:size(1)), d:contiguous())
+end
+
+-- The weight of a pruned layer as a dense (R, K) tensor.
+local function dense_weight(L)
+  if getmetatable(L.module) == nn.Linear then return L.module.weight:detach() end
+  return L.module:to_dense()
+end
+
+-- The (trainable) tensor that holds a layer's weights.
+local function weight_param(L)
+  return L.module.values or L.module.weight
+end
+
+-- vnm -------------------------------------------------------------------------------
+
+-- A state tensor of the old parameter as dense (R, K).
+local function dense_state(L, v)
+  if getmetatable(L.module) == nn.Linear then return v end
+  local m = L.module.matrix
+  return core.vnm_from_pattern(L.rows, L.cols, L.module.V, L.module.N, L.module.M, m:columns(),
+                               m:indices(), v:contiguous()):to_dense()
+end
+
+-- Rebuilds layer L as a V:2:M SparseLinear from its surviving weights.
+function GMP:_vnm_stage(L, M)
+  local opt, old = self.opt, weight_param(L)
+  local w = dense_weight(L)
+  if L.alive then w = w * L.alive end
+  local new = sparse.SparseLinear(L.cols, L.rows,
+    { V = self.layout.V, N = 2, M = M, weight = w, bias = L.module.bias or false })
+  local kept = new:mask():float()
+  local alive = L.alive and kept * L.alive or kept
+  local live = alive:sum():item()
+  local slots = new:stats().nnz
+  -- Slots over pruned positions (zeros) must stay zero: their mask in the
+  -- compressed layout. Without such slots the pattern alone keeps them out.
+  local vmask = live < slots and gather(new.matrix, alive) or nil
+
+  -- Carry over the optimizer state of the survivors, in the new layout.
+  local st, state = opt.state[old], nil
+  if st then
+    state = {}
+    for k, v in pairs(st) do
+      if is_tensor(v) then
+        local d = dense_state(L, v) * alive
+        state[k] = gather(new.matrix, d)
+      else
+        state[k] = v
+      end
+    end
+  end
+  L.parent[L.key] = new
+  opt:replace_parameter(old, new.values, state)
+  L.module, L.alive, L.vmask, L.M, L.live = new, alive, vmask, M, live
+  if vmask then mask_param(opt, new.values, vmask) end
+end
+
+-- nm / unstructured masks --------------------------------------------------------------
+
+-- The N:M mask keeping `keep` of each group of M inputs per row, by
+-- magnitude among the alive weights.
+function GMP:_nm_mask(L, keep)
+  local R, K, M = L.rows, L.cols, self.layout.M
+  local score = L.module.weight:detach():abs()
+  if L.alive then score = score:masked_fill(L.alive:eq(0), -1) end -- pruned: never chosen
+  score = score:reshape(R, K / M, M)
+  local positions = venom.arange(M):long():reshape(1, 1, M)
+  local mask = venom.zeros(R, K / M, M)
+  for _ = 1, keep do
+    local idx = score:argmax(3) - 1 -- 0-based, like positions
+    local pick = positions:eq(idx:unsqueeze(3))
+    mask = mask + pick:float()
+    score = score:masked_fill(pick, -2)
+  end
+  mask = mask:reshape(R, K)
+  if L.alive then mask = mask * L.alive end
+  return mask
+end
+
+-- Magnitude masks keeping ⌊(1 − s)·size⌋ weights per layer or in all the
+-- layers together: the threshold θ with #{|w| > θ} = that count, found by
+-- bisection (exact unless weights tie at θ, then slightly fewer are kept).
+function GMP:_unstructured_masks(s)
+  local groups = {}
+  if self.scope == "global" then
+    groups[1] = self.layers
+  else
+    for i, L in ipairs(self.layers) do groups[i] = { L } end
+  end
+  for _, group in ipairs(groups) do
+    local scores, size, hi = {}, 0, 0
+    for i, L in ipairs(group) do
+      local a = L.module.weight:detach():abs()
+      if L.alive then a = a * L.alive end
+      scores[i], size = a, size + L.rows * L.cols
+      hi = math.max(hi, a:max():item())
+    end
+    local keep = math.floor((1 - s) * size + 1e-9)
+    local function count(theta)
+      local c = 0
+      for _, a in ipairs(scores) do c = c + a:gt(theta):sum():item() end
+      return c
+    end
+    local lo = 0
+    if count(lo) > keep then
+      for _ = 1, 64 do
+        local mid = (lo + hi) / 2
+        if mid <= lo or mid >= hi then break end
+        local c = count(mid)
+        if c > keep then lo = mid else hi = mid end
+        if c == keep then break end
+      end
+    else
+      hi = lo
+    end
+    for i, L in ipairs(group) do
+      L.alive = scores[i]:gt(hi):float()
+    end
+  end
+end
+
+-- Events ---------------------------------------------------------------------------
+
+function GMP:_pattern(L)
+  if self.mode == "vnm" then
+    return L.M and ("%d:2:%d"):format(self.layout.V, L.M) or "dense"
+  elseif self.mode == "nm" then
+    return L.keep and ("%d:%d"):format(L.keep, self.layout.M) or "dense"
+  end
+  return L.alive and ("%.1f%%"):format(100 * (1 - L.alive:sum():item() / (L.rows * L.cols)))
+    or "dense"
+end
+
+-- Sets the masks for the target at step t and records the event.
+function GMP:_update(t)
+  local s = self:target(t)
+  self.current = s
+  if s > 0 then
+    if self.mode == "vnm" then
+      local M = math.min(prune.vnm_M(s), self.layout.M)
+      for _, L in ipairs(self.layers) do
+        if L.M ~= M then self:_vnm_stage(L, M) end
+      end
+    elseif self.mode == "nm" then
+      local M = self.layout.M
+      local keep = math.max(self.layout.N, math.floor(M * (1 - s) + 1e-9))
+      for _, L in ipairs(self.layers) do
+        if keep < M and keep ~= L.keep then
+          L.alive, L.keep = self:_nm_mask(L, keep), keep
+        end
+      end
+    else
+      self:_unstructured_masks(s)
+    end
+    if self.mode ~= "vnm" then self:_apply() end
+  end
+  local ev = { step = t, sparsity = s, layers = {} }
+  for _, L in ipairs(self.layers) do
+    ev.layers[#ev.layers + 1] = { name = L.path, pattern = self:_pattern(L) }
+  end
+  self.events[#self.events + 1] = ev
+  return ev
+end
+
+-- Holds the pruned positions at zero (weights, gradients, optimizer state).
+function GMP:_apply()
+  for _, L in ipairs(self.layers) do
+    if self.mode == "vnm" then
+      if L.vmask then mask_param(self.opt, L.module.values, L.vmask) end
+    elseif L.alive then
+      mask_param(self.opt, L.module.weight, L.alive)
+    end
+  end
+end
+
+--- Call after each optimizer step. Re-zeroes the pruned weights, counts the
+-- step, and at t0, t0 + dt, …, t0 + n·dt prunes to the scheduled sparsity.
+-- Returns the event at those steps — {step, sparsity, layers = {{name,
+-- pattern}, ...}} — and nil otherwise.
+function GMP:step()
+  self:_apply()
+  self.t = self.t + 1
+  local t, t0 = self.t, self.t0
+  if t >= t0 and t <= t0 + self.n * self.dt and (t - t0) % self.dt == 0 then
+    return self:_update(t)
+  end
+end
+
+--- Per pruned layer: {name, pattern ("64:2:8", "2:4", "75.0%" or "dense"),
+-- nnz (weights alive), size (rows·cols), sparsity = 1 − nnz/size, and for
+-- V:N:M layers bytes (compressed storage of the weight) and slots (stored
+-- values, ≥ nnz)}.
+function GMP:report()
+  local out = {}
+  for _, L in ipairs(self.layers) do
+    local size = L.rows * L.cols
+    local nnz = L.alive and L.alive:sum():item() or size
+    local r = { name = L.path, pattern = self:_pattern(L), nnz = nnz, size = size,
+                sparsity = 1 - nnz / size }
+    if self.mode == "vnm" and L.M then
+      local st = L.module:stats()
+      r.bytes, r.slots = st.bytes, st.nnz
+    end
+    out[#out + 1] = r
+  end
+  return out
+end
+
+return prune

@@ -1,0 +1,250 @@
+-- venom.prune: the cubic schedule against the formula, events at the right
+-- steps, monotone sparsity, exact counts at each V:2:M stage and N:M /
+-- unstructured mask, pruned weights staying exactly zero under AdamW, the
+-- optimizer state of removed weights dropped (and that of survivors
+-- carried), a short pruning run that still learns, and bad input.
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local venom = require "venom"
+local nn = require "venom.nn"
+local optim = require "venom.optim"
+local prune = require "venom.prune"
+
+venom.manual_seed(7)
+
+local function mlp(a, b, c, d)
+  return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c), nn.ReLU(), nn.Linear(c, d))
+end
+
+local function count(t) return t:sum():item() end
+
+-- The dense (rows, cols) weight of layer i of a Sequential, Linear or SparseLinear.
+local function weight(model, i)
+  local m = model[i]
+  return m.to_dense and m:to_dense() or m.weight:detach():clone()
+end
+
+-- A batch of a synthetic 4-class problem: labels from a fixed random teacher.
+local teacher = venom.randn(16, 4)
+local function batch(n)
+  local x = venom.randn(n, 16)
+  return x, x:matmul(teacher):argmax(2)
+end
+
+-- One AdamW step on a fresh batch; returns the loss.
+local crit = nn.CrossEntropyLoss()
+local function train_step(model, opt, x, y)
+  local loss = crit(model(x), y)
+  opt:zero_grad(); loss:backward(); opt:step()
+  return loss:item()
+end
+
+-- The schedule -------------------------------------------------------------------------
+do
+  local model = mlp(16, 16, 16, 4)
+  local opt = optim.AdamW(model:parameters(), { lr = 1e-2 })
+  local s_i, s_f, t0, n, dt = 0.1, 0.8, 10, 4, 5
+  local g = prune.GMP(model, { optimizer = opt, mode = "unstructured", s_i = s_i, s_f = s_f,
+                               t0 = t0, n = n, dt = dt })
+  local function formula(t)
+    if t <= t0 then return s_i end
+    if t > t0 + n * dt then return s_f end
+    return s_f + (s_i - s_f) * (1 - (t - t0) / (n * dt)) ^ 3
+  end
+  local exact = true
+  for _, t in ipairs({ 0, 9, 10, 11, 13, 15, 20, 27, 30, 31, 1000 }) do
+    exact = exact and g:target(t) == formula(t)
+  end
+  tap.ok(exact, "target(t) is the cubic formula at steps before, inside and after the span")
+  tap.near(g:target(t0 + n * dt / 2), s_f + (s_i - s_f) / 8, 1e-15,
+    "halfway through, s_f + (s_i − s_f)/8")
+  tap.is(g:target(t0), s_i, "s_i at t0")
+  tap.is(g:target(t0 + n * dt), s_f, "s_f at t0 + n·dt")
+
+  local x, y = batch(32)
+  local steps, monotone, prev_s, prev_nnz = {}, true, 0, math.huge
+  for _ = 1, 40 do
+    train_step(model, opt, x, y)
+    local ev = g:step()
+    if ev then
+      steps[#steps + 1] = ev.step
+      local exact_ev = ev.sparsity == formula(ev.step) and g:sparsity() == ev.sparsity
+      local nnz = 0
+      for _, r in ipairs(g:report()) do nnz = nnz + r.nnz end
+      monotone = monotone and exact_ev and ev.sparsity >= prev_s and nnz <= prev_nnz
+      prev_s, prev_nnz = ev.sparsity, nnz
+    end
+  end
+  tap.is(table.concat(steps, " "), "10 15 20 25 30", "events at t0, t0 + dt, …, t0 + n·dt")
+  tap.ok(monotone, "each event follows the formula; sparsity and nnz never go the wrong way")
+  local exact_count = true
+  for _, r in ipairs(g:report()) do
+    exact_count = exact_count and r.nnz == math.floor((1 - s_f) * r.size + 1e-9)
+      and count(weight(model, tonumber(r.name)):ne(0)) == r.nnz
+  end
+  tap.ok(exact_count, "unstructured: ⌊(1 − s_f)·size⌋ nonzero weights per layer at the end")
+end
+
+-- vnm: V:2:M stages ---------------------------------------------------------------------
+do
+  -- First layer: 40 inputs; the last group of M = 7 or 9 still has 4 real
+  -- columns, so every row keeps 2 per group.
+  local R1, K1 = 24, 40
+  local model = mlp(K1, R1, 40, 4)
+  local opt = optim.AdamW(model:parameters(), { lr = 1e-2 })
+  local old_w = model[1].weight
+  local g = prune.GMP(model, { optimizer = opt, pattern = "8:2:10", t0 = 3, n = 6, dt = 2 })
+  local x, y = batch(64)
+  local xs = venom.randn(64, K1 - 16) -- widen the inputs to 40
+  x = venom.cat({ x, xs }, 2)
+  local zeros_before, Ms, carried = nil, {}, nil
+  local slots_ok, nnz_ok, no_resurrection = true, true, true
+  local dead_slots = false -- a stage whose 4 columns cover weights pruned earlier
+  for t = 1, 40 do
+    train_step(model, opt, x, y)
+    local before
+    if t == 3 + 2 then -- the first sparse event: remember AdamW's moment of the dense weight
+      before = opt.state[old_w].exp_avg:clone()
+    end
+    local ev = g:step()
+    if ev and ev.layers[1].pattern ~= "dense" then
+      local M = tonumber(ev.layers[1].pattern:match(":(%d+)$"))
+      Ms[#Ms + 1] = M
+      for _, r in ipairs(g:report()) do
+        local i = tonumber(r.name)
+        local m = model[i]
+        slots_ok = slots_ok and r.slots == m.out_features * 2 * math.ceil(m.in_features / M)
+        nnz_ok = nnz_ok and r.nnz == count(weight(model, i):ne(0)) and r.nnz <= r.slots
+        dead_slots = dead_slots or r.nnz < r.slots
+      end
+      local w = weight(model, 1)
+      if zeros_before then
+        no_resurrection = no_resurrection and count(zeros_before:mul(w:ne(0))) == 0
+      end
+      zeros_before = w:eq(0)
+      if before then
+        -- The new values' moments are the old dense ones at the surviving
+        -- positions, moved into the compressed layout; removed ones are gone.
+        local m = model[1]
+        local st = opt.state[m.values]
+        local dense_m = venom.core.vnm_from_pattern(R1, K1, m.V, m.N, m.M, m.matrix:columns(),
+          m.matrix:indices(), st.exp_avg):to_dense()
+        local alive = weight(model, 1):ne(0):float()
+        carried = opt.state[old_w] == nil and st.step == 5
+          and count(dense_m:sub(before:mul(alive)):abs():gt(0)) == 0
+      end
+    end
+  end
+  -- s_t at t = 5, 7, …, 15 is 0.337, 0.563, 0.700, 0.770, 0.796, 0.8.
+  tap.is(table.concat(Ms, " "), "4 5 7 9 10 10", "M follows the smallest M with 1 − 2/M ≥ s_t")
+  tap.ok(slots_ok, "stored values per layer: rows · 2·⌈K/M⌉ at each M")
+  tap.ok(nnz_ok, "report nnz is the exact count of nonzero weights, at most the slots")
+  tap.ok(dead_slots, "some stage stores slots over pruned weights (the case that must stay zero)")
+  tap.ok(no_resurrection, "a weight pruned at one stage is zero at every later stage")
+  tap.ok(carried == true, "optimizer: old parameter's state dropped, survivors' moments carried")
+  local found_old, found_new = false, false
+  for _, p in ipairs(opt.params) do
+    found_old = found_old or p == old_w
+    found_new = found_new or p == model[1].values
+  end
+  tap.ok(not found_old and found_new, "the optimizer updates the new values, not the old weight")
+  tap.ok(getmetatable(model[1]) == require("venom.sparse").SparseLinear
+    and getmetatable(model[5]) == nn.Linear,
+    "hidden layers became SparseLinear, the classifier stayed")
+  -- 20 more steps at the final pattern: what is zero stays zero.
+  local zeros = weight(model, 3):eq(0)
+  for _ = 1, 20 do train_step(model, opt, x, y); g:step() end
+  tap.is(count(zeros:mul(weight(model, 3):ne(0))), 0,
+    "after 20 more AdamW steps every pruned weight (dead slots included) is still exactly 0")
+end
+
+-- Masked modes: weights, moments and the structure of the masks ----------------------------
+for _, mode in ipairs({ "nm", "unstructured" }) do
+  local model = mlp(16, 32, 24, 4)
+  local opt = optim.AdamW(model:parameters(), { lr = 1e-2 })
+  local o = { optimizer = opt, mode = mode, t0 = 2, n = 4, dt = 2 }
+  if mode == "nm" then o.pattern = "2:8" else o.s_f = 0.75 end
+  local g = prune.GMP(model, o)
+  local x, y = batch(64)
+  for _ = 1, 10 do train_step(model, opt, x, y); g:step() end
+  local zeros = weight(model, 3):eq(0)
+  for _ = 1, 30 do train_step(model, opt, x, y); g:step() end
+  local w = model[3].weight
+  tap.is(count(zeros:mul(w:detach():ne(0))), 0,
+    mode .. ": pruned weights exactly 0 after 30 AdamW steps")
+  local st, zf = opt.state[w], zeros:float()
+  tap.ok(count(st.exp_avg:mul(zf):ne(0)) == 0 and count(st.exp_avg_sq:mul(zf):ne(0)) == 0,
+    mode .. ": AdamW moments of pruned weights are 0")
+  if mode == "nm" then
+    local per_group = w:detach():ne(0):float():reshape(24, 32 / 8, 8):sum(3)
+    tap.is(count(per_group:eq(2)), 24 * 4, "nm 2:8: every group of 8 inputs keeps exactly 2")
+    tap.is(g:report()[1].pattern, "2:8", "nm: the final pattern")
+  else
+    tap.is(count(w:detach():ne(0)), math.floor(0.25 * 24 * 32), "unstructured: 25% kept exactly")
+  end
+end
+
+-- A short pruning run still learns -----------------------------------------------------------
+do
+  local model = mlp(16, 32, 32, 4)
+  local opt = optim.AdamW(model:parameters(), { lr = 5e-3 })
+  local g = prune.GMP(model, { optimizer = opt, pattern = "8:2:8", t0 = 20, n = 5, dt = 10 })
+  local x, y = batch(256)
+  local at_end_of_pruning, last
+  for t = 1, 200 do
+    last = train_step(model, opt, x, y)
+    g:step()
+    if t == 70 then at_end_of_pruning = last end
+  end
+  local report = g:report()
+  tap.ok(report[1].pattern == "8:2:8" and report[2].pattern == "8:2:8",
+    "the run ends at the requested pattern")
+  tap.ok(report[1].sparsity >= 0.75 and report[2].sparsity >= 0.75, "at least 75% sparse")
+  tap.ok(last < at_end_of_pruning, ("fine-tuning lowers the loss (%.4f → %.4f)")
+    :format(at_end_of_pruning, last))
+end
+
+-- Bad input -------------------------------------------------------------------------------------
+do
+  local model = mlp(16, 16, 16, 4)
+  local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+  local function gmp(o)
+    o.optimizer = o.optimizer == nil and opt or o.optimizer
+    o.n = o.n or 2
+    return function() prune.GMP(model, o) end
+  end
+  tap.error_like(gmp({ mode = "unstructured", s_f = 1 }),
+    "s_f must be a sparsity in %[0, 1%), got 1",
+    "s_f = 1")
+  tap.error_like(gmp({ mode = "unstructured", s_f = -0.1 }), "s_f must be a sparsity", "s_f < 0")
+  tap.error_like(gmp({ pattern = "8:2:8", t0 = -1 }), "t0 must be an integer >= 0, got %-1",
+    "t0 < 0")
+  tap.error_like(gmp({ pattern = "8:2:8", n = 0 }), "n·dt must be positive", "n = 0")
+  tap.error_like(gmp({ pattern = "8:2:8", dt = 0 }), "n·dt must be positive", "dt = 0")
+  tap.error_like(gmp({ pattern = "8:2" }), "pattern must be V:2:M .* got \"8:2\"",
+    "vnm pattern 8:2")
+  tap.error_like(gmp({ pattern = "8:3:8" }), "pattern must be V:2:M", "vnm pattern with N = 3")
+  tap.error_like(gmp({ mode = "nm", pattern = "4:2" }), "pattern must be N:M with 1 <= N < M",
+    "nm pattern 4:2")
+  tap.error_like(gmp({ pattern = "8:2:32" }), "layer '1' has 16 inputs, fewer than M = 32",
+    "a layer narrower than M")
+  tap.error_like(gmp({ mode = "nm", pattern = "2:6" }), "16 inputs, not a multiple of M = 6",
+    "nm: inputs not a multiple of M")
+  tap.error_like(gmp({ pattern = "8:2:8", layers = { "9" } }), "layers names '9', which is neither",
+    "a layer name that matches nothing")
+  tap.error_like(gmp({ pattern = "8:2:8", layers = { "2" } }), "layer '2' is a ReLU",
+    "a layer that is not Linear")
+  tap.error_like(gmp({ optimizer = false, pattern = "8:2:8" }), "optimizer is required",
+    "no optimizer")
+  tap.error_like(gmp({ mode = "sparse", pattern = "8:2:8" }), "mode must be", "unknown mode")
+  tap.error_like(gmp({ mode = "unstructured" }), "needs the final sparsity s_f", "no target")
+  local stranger = venom.zeros(2):requires_grad_(true)
+  tap.error_like(function() opt:replace_parameter(venom.zeros(2), stranger) end,
+    "not one of this optimizer's parameters", "replace_parameter of a foreign tensor")
+  -- By type: "Linear" names all three, the classifier included.
+  local g = prune.GMP(model, { optimizer = opt, mode = "unstructured", s_f = 0.5, n = 1,
+                               layers = { "Linear" } })
+  tap.is(#g:report(), 3, "layers = {\"Linear\"} selects every Linear")
+end
+
+tap.done()

@@ -1,0 +1,52 @@
+-- Tutorial 2 on a small slice of Fashion-MNIST, once per mode: the run
+-- succeeds, prints the schedule's events up to the final pattern, and
+-- reports the pruned layers at their target; a bad option exits with
+-- status 2. Skipped when the dataset package is not installed.
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local data = require "venom.data"
+
+local f = io.open(data.FASHION_MNIST_ROOT .. "/train-labels-idx1-ubyte.gz", "rb")
+if not f then
+  tap.skip("dataset-fashion-mnist is not installed", 1)
+  tap.done()
+  return
+end
+f:close()
+
+local exe = os.getenv("VENOM_EXE") or arg[-1]
+
+local function tutorial(args)
+  local p = io.popen(("'%s' tutorials/02-sparse-fashion-mnist.lua --limit 1000 --hidden 64 "
+    .. "--batch-size 100 --epochs 2 %s 2>&1; echo \"rc=$?\""):format(exe, args))
+  local out = p:read("*a")
+  p:close()
+  return out, tonumber(out:match("rc=(%d+)\n$"))
+end
+
+-- 20 steps: dense up to step 4, pruning at 4, 5, …, 12, fine-tuning after.
+local out, rc = tutorial("--target 16:2:8 --every 1")
+tap.is(rc, 0, "vnm run" .. (rc ~= 0 and ": " .. out or ""))
+tap.ok(out:find("step     4  target sparsity   0.00%%  1 dense, 3 dense") ~= nil,
+  "the first event, at the start of pruning, is dense")
+tap.ok(out:find("step    12  target sparsity  75.00%%  1 16:2:8, 3 16:2:8") ~= nil,
+  "the last event reaches 75% and 16:2:8 in both hidden layers")
+tap.ok(out:find("\n1      16:2:8 ") ~= nil and out:find("\n3      16:2:8 ") ~= nil,
+  "the report lists both layers at 16:2:8")
+tap.ok(out:find("vnm 16:2:8: test accuracy") ~= nil, "the final line names the pattern")
+
+out, rc = tutorial("--mode nm --target 2:4")
+tap.is(rc, 0, "nm run" .. (rc ~= 0 and ": " .. out or ""))
+tap.ok(out:find("\n1      2:4 +25088 of 50176 +50.00%%") ~= nil, "nm: layer 1 keeps 2 of 4")
+
+out, rc = tutorial("--mode unstructured --sparsity 0.9")
+tap.is(rc, 0, "unstructured run" .. (rc ~= 0 and ": " .. out or ""))
+tap.ok(out:find("\n3      90.0%% +409 of 4096 +90.01%%") ~= nil,
+  "unstructured: ⌊0.1·4096⌋ weights kept in layer 3")
+
+out, rc = tutorial("--mode nm --target 64:2:8")
+tap.ok(rc == 2 and out:find("pattern must be N:M") ~= nil, "a vnm pattern with --mode nm: status 2")
+out, rc = tutorial("--prune-start 0.7 --prune-end 0.5")
+tap.ok(rc == 2 and out:find("prune%-start") ~= nil, "prune-start after prune-end: status 2")
+
+tap.done()

@@ -1,0 +1,284 @@
+-- Tutorial 2: sparse training by gradual magnitude pruning.
+--
+-- Tutorial 1 trained a dense multilayer perceptron on Fashion-MNIST; its
+-- `--sparse` option fixed a V:N:M pattern on the freshly initialised weights.
+-- Here the same network starts dense and is pruned while it learns, the
+-- recipe of Zhu & Gupta (2017, "To prune, or not to prune"):
+--
+--   1. dense warm-up (the first 20% of the steps): the weights find their
+--      sizes, so magnitude becomes a meaningful measure of importance;
+--   2. pruning (20% → 60%): at regular steps the smallest weights still
+--      alive are removed, following the cubic schedule
+--      s_t = s_f + (s_i − s_f)·(1 − (t − t0)/(n·Δt))³, which prunes fast
+--      while many weights are redundant and slowly near the end;
+--   3. fine-tuning (the last 40%) at the final pattern, with the learning
+--      rate decaying to zero.
+--
+-- Run it with
+--
+--     venom tutorials/02-sparse-fashion-mnist.lua                  # 64:2:8 (75%), 5 epochs
+--     venom tutorials/02-sparse-fashion-mnist.lua --target 64:2:16 # 87.5%
+--     venom tutorials/02-sparse-fashion-mnist.lua --mode nm --target 2:4
+--     venom tutorials/02-sparse-fashion-mnist.lua --mode unstructured --sparsity 0.75
+--     venom tutorials/02-sparse-fashion-mnist.lua --help
+--
+-- The data comes from the Debian package dataset-fashion-mnist, as in
+-- tutorial 1.
+local venom = require "venom"
+local nn = require "venom.nn"
+local optim = require "venom.optim"
+local data = require "venom.data"
+local util = require "venom.util"
+local prune = require "venom.prune"
+
+-- 1. Options ------------------------------------------------------------------
+--
+-- Tutorial 1's options, plus the pruning ones. The check function refuses
+-- bad values before any data is loaded ("error: ..." and status 2).
+local opts = util.parse_cli(arg, {
+  epochs = 5,
+  batch_size = 128,
+  lr = 1e-3,
+  hidden = 1024,
+  seed = 0,
+  weight_decay = 0.01,
+  cosine = true,
+  limit = 0,
+  root = data.FASHION_MNIST_ROOT,
+  mode = "vnm",
+  target = "",
+  sparsity = 0.75,
+  prune_start = 0.2,
+  prune_end = 0.6,
+  every = 0,
+}, {
+  epochs = "passes over the training set",
+  batch_size = "images per optimizer step",
+  lr = "AdamW learning rate (the peak of the schedule)",
+  hidden = "width of the two hidden layers",
+  seed = "seed of the engine RNG (weights, shuffling)",
+  weight_decay = "AdamW decoupled weight decay",
+  cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
+  limit = "train on the first N images only (0 = all)",
+  root = "directory holding the IDX files",
+  mode = "vnm (V:2:M sparse layers), nm (N:M masks) or unstructured (magnitude masks)",
+  target = "final pattern: V:2:M for vnm (default 64:2:8), N:M for nm (default 2:4)",
+  sparsity = "final sparsity for --mode unstructured",
+  prune_start = "fraction of the training steps after which pruning starts",
+  prune_end = "fraction of the training steps at which the final pattern is reached",
+  every = "optimizer steps between two pruning events (0: 20 events over the pruning span)",
+}, function(o)
+  util.check_arg_int(o, "epochs", 1)
+  util.check_arg_int(o, "batch_size", 1)
+  util.check_arg_int(o, "hidden", 1)
+  util.check_arg_int(o, "limit", 0)
+  util.check_arg_int(o, "seed", 0)
+  util.check_arg_int(o, "every", 0)
+  util.check_arg_number(o, "lr", 0)
+  util.check_arg_number(o, "weight_decay", 0, true)
+  if o.mode ~= "vnm" and o.mode ~= "nm" and o.mode ~= "unstructured" then
+    util.fail("--mode must be vnm, nm or unstructured, got " .. o.mode)
+  end
+  if o.mode == "unstructured" and o.target ~= "" then
+    util.fail("--target is a pattern for --mode vnm or nm; use --sparsity with unstructured")
+  end
+  if not (o.sparsity >= 0 and o.sparsity < 1) then
+    util.fail("--sparsity must be in [0, 1), got " .. tostring(o.sparsity))
+  end
+  if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then
+    util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
+      :format(o.prune_start, o.prune_end))
+  end
+end)
+if opts.target == "" then
+  opts.target = opts.mode == "nm" and "2:4" or "64:2:8"
+end
+
+venom.manual_seed(opts.seed)
+
+-- 2. Data (as in tutorial 1) ---------------------------------------------------------
+local ok, train, test = pcall(function()
+  return data.fashion_mnist("train", { root = opts.root }),
+         data.fashion_mnist("test", { root = opts.root })
+end)
+if not ok then
+  io.stderr:write("error: ", (tostring(train):gsub("^[^:]*:%d+: ", "")), "\n")
+  os.exit(1, true)
+end
+
+local MEAN, STD = 0.2860, 0.3530
+local function to_input(images, limit)
+  local n = images:size(1)
+  if limit > 0 and limit < n then n = limit end
+  local u8 = images:narrow(1, 1, n)
+  local x = u8:float()
+  local scaled = x * (1 / (255 * STD))
+  local normalized = scaled - MEAN / STD
+  local flat = normalized:reshape(n, 28 * 28)
+  u8:free(); x:free(); scaled:free()
+  return flat, n
+end
+
+local x_train, n_train = to_input(train.images, opts.limit)
+local y_train = train.labels:narrow(1, 1, n_train)
+local x_test = to_input(test.images, 0)
+local y_test = test.labels
+train.images:free()
+test.images:free()
+
+local train_loader = data.DataLoader({ x_train, y_train },
+  { batch_size = opts.batch_size, shuffle = true })
+local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+
+-- 3. Model and optimizer (as in tutorial 1) ------------------------------------------
+local H = opts.hidden
+local model = nn.Sequential(
+  nn.Linear(28 * 28, H), nn.ReLU(),
+  nn.Linear(H, H), nn.ReLU(),
+  nn.Linear(H, 10))
+local criterion = nn.CrossEntropyLoss()
+local dense_bytes = 4 * model:num_parameters()
+print(model)
+
+local total_steps = opts.epochs * #train_loader
+local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
+local lr_sched
+if opts.cosine then
+  lr_sched = optim.CosineWarmup(opt, { warmup_steps = math.floor(total_steps / 20),
+                                       total_steps = total_steps })
+end
+
+-- 4. The pruning schedule ------------------------------------------------------------
+--
+-- prune.GMP takes the model and the optimizer: in vnm mode it replaces each
+-- hidden nn.Linear by an nn.SparseLinear when its layer first turns sparse
+-- (and again, recompressed, whenever M grows: 2:4 → 2:5 → … → 2:8), and
+-- hands the optimizer the new compressed parameter, with the Adam moments of
+-- the surviving weights and without those of the removed ones. In nm and
+-- unstructured modes the weights stay dense and masked. The output layer
+-- (the last Linear, 10 rows) stays dense in every mode.
+local t0 = math.floor(opts.prune_start * total_steps)
+local span = math.floor(opts.prune_end * total_steps) - t0
+local dt = opts.every > 0 and opts.every or math.max(1, math.floor(span / 20))
+local gmp_opts = { optimizer = opt, mode = opts.mode, t0 = t0, n = math.floor(span / dt), dt = dt }
+if opts.mode == "unstructured" then
+  gmp_opts.s_f = opts.sparsity
+else
+  gmp_opts.pattern = opts.target
+end
+local ok_gmp, gmp = pcall(prune.GMP, model, gmp_opts)
+if not ok_gmp then -- e.g. --target 64:2:2048, wider than the layers, or too short a run
+  io.stderr:write("error: ", (tostring(gmp):gsub("^[^:]*:%d+: ", "")), "\n")
+  os.exit(2, true) -- true: close the Lua state, freeing the tensors
+end
+print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)")
+  :format(opts.mode, opts.mode == "unstructured" and ("%g%%"):format(100 * opts.sparsity)
+          or opts.target, t0, t0 + gmp.n * dt, dt, total_steps))
+
+-- 5. Evaluation (as in tutorial 1) ---------------------------------------------------
+local function accuracy()
+  model:eval()
+  local correct = 0
+  venom.no_grad(function()
+    for xb, yb in test_loader:iter() do
+      local logits = model(xb)
+      local pred = logits:argmax(2)
+      local hits = pred:eq(yb)
+      local count = hits:sum()
+      correct = correct + count:item()
+      logits:free(); pred:free(); hits:free(); count:free(); xb:free(); yb:free()
+    end
+  end)
+  model:train()
+  return correct / x_test:size(1)
+end
+
+-- 6. Training ------------------------------------------------------------------------
+--
+-- The loop of tutorial 1 with one more line: gmp:step() after the
+-- optimizer step. It re-zeroes what was pruned and, at the schedule's
+-- events, prunes further and returns the event, which we print.
+local phase_times = { dense = {}, pruning = {}, sparse = {} }
+local final_acc
+local step = 0
+for epoch = 1, opts.epochs do
+  local first = step + 1
+  local bar = util.ProgressBar(#train_loader, { desc = ("epoch %d/%d"):format(epoch, opts.epochs) })
+  local start = venom.clock()
+  local loss_sum, seen, smooth = 0, 0, nil
+  for xb, yb in train_loader:iter() do
+    local logits = model(xb)
+    local loss = criterion(logits, yb)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+    if lr_sched then lr_sched:step() end
+    local ev = gmp:step()
+    step = step + 1
+    if ev then
+      local parts = {}
+      for _, l in ipairs(ev.layers) do parts[#parts + 1] = l.name .. " " .. l.pattern end
+      if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
+      print(("step %5d  target sparsity %6.2f%%  %s"):format(ev.step, 100 * ev.sparsity,
+        table.concat(parts, ", ")))
+    end
+
+    local l, b = loss:item(), xb:size(1)
+    if l ~= l or l == math.huge or l == -math.huge then
+      bar:close()
+      io.stderr:write(("error: the training loss is %s at epoch %d; the run diverged (try a "
+        .. "lower --lr than %g)\n"):format(l ~= l and "nan" or tostring(l), epoch, opts.lr))
+      os.exit(1, true)
+    end
+    loss_sum, seen = loss_sum + l * b, seen + b
+    smooth = smooth and 0.95 * smooth + 0.05 * l or l
+    bar:update(1, { loss = smooth })
+    xb:free(); yb:free(); logits:free(); loss:free()
+  end
+  bar:close()
+  local train_time = venom.clock() - start
+  -- The phase of the epoch: dense before any pruning, sparse once the final
+  -- pattern is in place, pruning in between.
+  local phase = step <= t0 and "dense" or first > t0 + gmp.n * dt and "sparse" or "pruning"
+  local times = phase_times[phase]
+  times[#times + 1] = train_time
+  final_acc = accuracy()
+  print(("epoch %d/%d  %-7s  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch")
+    :format(epoch, opts.epochs, phase, loss_sum / seen, 100 * final_acc, train_time))
+end
+
+-- 7. What the pruned model holds ------------------------------------------------------
+print("\nlayer  pattern    weights alive            sparsity")
+for _, r in ipairs(gmp:report()) do
+  print(("%-6s %-10s %8d of %-9d      %6.2f%%"):format(r.name, r.pattern, r.nnz, r.size,
+    100 * r.sparsity))
+end
+
+local function mean(list)
+  if #list == 0 then return nil end
+  local s = 0
+  for _, v in ipairs(list) do s = s + v end
+  return s / #list
+end
+for _, phase in ipairs({ "dense", "pruning", "sparse" }) do
+  local m = mean(phase_times[phase])
+  if m then
+    print(("%-8s epochs: %d, %.2f s/epoch on average"):format(phase, #phase_times[phase], m))
+  end
+end
+
+-- Storage: a SparseLinear stores its compressed values, 2-bit indices and
+-- column locations (stats().bytes); masked layers still store every weight.
+local stored = 0
+for _, m in ipairs(model:children()) do
+  if m.stats then
+    stored = stored + m:stats().bytes + (m.bias and 4 * m.bias:numel() or 0)
+  else
+    stored = stored + 4 * m:num_parameters()
+  end
+end
+print(("parameter bytes: %s dense, %s as stored now%s"):format(util.format_bytes(dense_bytes),
+  util.format_bytes(stored), opts.mode == "vnm" and " (V:N:M compressed hidden layers)"
+  or " (masked dense: the zeros are still stored)"))
+print(("%s %s: test accuracy %.2f%%"):format(opts.mode, opts.mode == "unstructured"
+  and ("%g%%"):format(100 * opts.sparsity) or opts.target, 100 * final_acc))
