@@ -168,7 +168,8 @@ else
 end
 local ok_gmp, gmp = pcall(prune.GMP, model, gmp_opts)
 if not ok_gmp then -- e.g. --target 64:2:2048, wider than the layers, or too short a run
-  io.stderr:write("error: ", (tostring(gmp):gsub("^[^:]*:%d+: ", "")), "\n")
+  io.stderr:write("error: ", (tostring(gmp):gsub("^[^:]*:%d+: ", "")), "\n",
+    "run '", arg[0], " --help' to list the options\n")
   os.exit(2, true) -- true: close the Lua state, freeing the tensors
 end
 print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)")

@@ -62,7 +62,8 @@ end
 
 local function check_sparsity(who, name, v)
   if type(v) ~= "number" or v ~= v or v < 0 or v >= 1 then
-    fail(("%s: %s must be a sparsity in [0, 1), got %s"):format(who, name, tostring(v)))
+    fail(("%s: %s must be a sparsity (a number in [0, 1)), got %s%s"):format(who, name,
+      type(v) == "number" and "" or type(v) .. " ", tostring(v)))
   end
   return v
 end
@@ -163,7 +164,7 @@ local function select_layers(who, model, names)
       end
     end
     if not found then
-      fail(("%s: layers names '%s', which is neither a module of the model nor the type of one")
+      fail(("%s: layers lists '%s', which is neither a module of the model nor the type of one")
         :format(who, tostring(name)))
     end
   end
@@ -185,8 +186,8 @@ end
 --   s_f        final sparsity in [0, 1) (vnm: with V = 64, M from s_f;
 --              unstructured: required)
 --   s_i        initial sparsity, 0 ≤ s_i ≤ s_f (default 0)
---   t0         first pruning step (≥ 0, default 0); n (≥ 1) pruning steps,
---              every dt (≥ 1, default 1) optimizer steps
+--   t0         first pruning step (≥ 0, default 0); n (≥ 1, required)
+--              pruning steps, every dt (≥ 1, default 1) optimizer steps
 --   layers     module paths or type names (default: every nn.Linear but the
 --              last); scope = "layer" (default) or "global" (unstructured)
 -- Errors name the bad option. With t0 = 0 the first event (s_i) happens here.
@@ -199,8 +200,11 @@ function prune.GMP(model, opts)
   opts = util.check_options(opts, { "optimizer", "mode", "pattern", "s_f", "s_i", "V", "t0",
                                     "n", "dt", "layers", "scope" }, who)
   local opt = opts.optimizer
-  if type(opt) ~= "table" or type(opt.params) ~= "table" or type(opt.state) ~= "table" then
+  if opt == nil then
     fail(who .. ": optimizer is required (the optimizer over model:parameters())")
+  elseif type(opt) ~= "table" or type(opt.params) ~= "table" or type(opt.state) ~= "table" then
+    fail(("%s: optimizer must be a venom.optim optimizer over model:parameters(), got %s")
+      :format(who, type(opt)))
   end
   local mode = opts.mode or "vnm"
   if mode ~= "vnm" and mode ~= "nm" and mode ~= "unstructured" then
@@ -220,7 +224,10 @@ function prune.GMP(model, opts)
     fail(("%s: s_i (%g) must not exceed the final sparsity (%g)"):format(who, s_i, s_f))
   end
   local t0 = check_int(who, "t0", opts.t0 or 0, 0)
-  local n = check_int(who, "n", opts.n or 0, 0)
+  if opts.n == nil then
+    fail(who .. ": n (the number of pruning events, spread dt optimizer steps apart) is required")
+  end
+  local n = check_int(who, "n", opts.n, 0)
   local dt = check_int(who, "dt", opts.dt or 1, 0)
   if n * dt == 0 then
     fail(("%s: n·dt must be positive (pruning happens over n·dt steps), got n = %d, dt = %d")
@@ -228,7 +235,13 @@ function prune.GMP(model, opts)
   end
 
   local layers = select_layers(who, model, opts.layers)
+  local held = {}
+  for _, p in ipairs(opt.params) do held[p] = true end
   for _, L in ipairs(layers) do
+    if not held[L.module.weight] then
+      fail(("%s: the optimizer does not hold layer '%s''s weight; build it over "
+        .. "model:parameters()"):format(who, L.path))
+    end
     L.rows, L.cols = L.module.out_features, L.module.in_features
     if layout.M and L.cols < layout.M then
       fail(("%s: layer '%s' has %d inputs, fewer than M = %d")
@@ -250,6 +263,10 @@ end
 --- The scheduled sparsity at optimizer step t (the formula above; s_i
 -- before t0 and s_f after t0 + n·dt).
 function GMP:target(t)
+  t = t or self.t
+  if type(t) ~= "number" then
+    fail(("GMP:target: t must be a step number, got %s"):format(type(t)))
+  end
   if t <= self.t0 then return self.s_i end
   local span = self.n * self.dt
   if t >= self.t0 + span then return self.s_f end

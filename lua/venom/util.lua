@@ -234,7 +234,8 @@ function util.usage(defaults, help)
     local v = defaults[k]
     local arg = type(v) == "boolean" and "" or (type(v) == "number" and " N" or " STR")
     local text = help[k] and help[k] .. " " or ""
-    lines[#lines + 1] = ("  %-24s %s(default %s)"):format(option_name(k) .. arg, text, tostring(v))
+    local default = v == "" and "" or ("(default %s)"):format(tostring(v)) -- "": help says it
+    lines[#lines + 1] = ("  %-24s %s"):format(option_name(k) .. arg, (text .. default):gsub("%s+$", ""))
   end
   lines[#lines + 1] = "  -h, --help               print this message"
   return table.concat(lines, "\n")

@@ -214,7 +214,7 @@ do
     return function() prune.GMP(model, o) end
   end
   tap.error_like(gmp({ mode = "unstructured", s_f = 1 }),
-    "s_f must be a sparsity in %[0, 1%), got 1",
+    "s_f must be a sparsity %(a number in %[0, 1%)%), got 1",
     "s_f = 1")
   tap.error_like(gmp({ mode = "unstructured", s_f = -0.1 }), "s_f must be a sparsity", "s_f < 0")
   tap.error_like(gmp({ pattern = "8:2:8", t0 = -1 }), "t0 must be an integer >= 0, got %-1",
@@ -230,12 +230,20 @@ do
     "a layer narrower than M")
   tap.error_like(gmp({ mode = "nm", pattern = "2:6" }), "16 inputs, not a multiple of M = 6",
     "nm: inputs not a multiple of M")
-  tap.error_like(gmp({ pattern = "8:2:8", layers = { "9" } }), "layers names '9', which is neither",
+  tap.error_like(gmp({ pattern = "8:2:8", layers = { "9" } }), "layers lists '9', which is neither",
     "a layer name that matches nothing")
   tap.error_like(gmp({ pattern = "8:2:8", layers = { "2" } }), "layer '2' is a ReLU",
     "a layer that is not Linear")
-  tap.error_like(gmp({ optimizer = false, pattern = "8:2:8" }), "optimizer is required",
-    "no optimizer")
+  tap.error_like(gmp({ optimizer = false, pattern = "8:2:8" }), "optimizer must be a venom.optim",
+    "an optimizer that is not one")
+  tap.error_like(function() prune.GMP(model, { pattern = "8:2:8", n = 2 }) end,
+    "optimizer is required", "no optimizer")
+  tap.error_like(function() prune.GMP(model, { optimizer = opt, pattern = "8:2:8" }) end,
+    "n %(the number of pruning events", "n is required")
+  local other = optim.SGD(mlp(16, 16, 16, 4):parameters(), { lr = 0.1 })
+  tap.error_like(gmp({ optimizer = other, pattern = "8:2:8" }),
+    "the optimizer does not hold layer '1''s weight", "an optimizer over another model")
+  tap.error_like(gmp({ mode = "unstructured", s_f = "0.5" }), "got string 0.5", "s_f as a string")
   tap.error_like(gmp({ mode = "sparse", pattern = "8:2:8" }), "mode must be", "unknown mode")
   tap.error_like(gmp({ mode = "unstructured" }), "needs the final sparsity s_f", "no target")
   local stranger = venom.zeros(2):requires_grad_(true)
