@@ -81,7 +81,7 @@ function Module:__init()
 end
 
 function Module:forward()
-  fail(getmetatable(self).__name .. ": forward is not implemented")
+  fail(getmetatable(self).__name .. ": this module has no forward (a subclass must define one)")
 end
 
 -- Appends name to the ordered list unless it is there already.

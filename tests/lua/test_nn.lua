@@ -191,7 +191,7 @@ tap.error_like(function() nn.Sequential(nn.ReLU(), 5) end,
   "nn%.Sequential: argument 2 is not a module %(got number%)", "Sequential: non-module argument")
 tap.error_like(function() nn.CrossEntropyLoss({ reduction = "avg" }) end,
   "reduction must be 'mean', 'sum' or 'none', got avg", "loss: bad reduction")
-tap.error_like(function() nn.Module():forward() end, "Module: forward is not implemented",
+tap.error_like(function() nn.Module():forward() end, "Module: this module has no forward",
   "base Module has no forward")
 
 -- End to end: an MLP learns four Gaussian blobs ---------------------------------------------
