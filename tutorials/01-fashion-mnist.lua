@@ -107,10 +107,11 @@ local function to_input(images, limit)
   end
   local u8 = images:narrow(1, 1, n)
   local x = u8:float()
-  local scaled = x * (1 / (255 * STD))
-  local normalized = scaled - MEAN / STD
-  local flat = normalized:reshape(n, 28 * 28)
-  u8:free(); x:free(); scaled:free()
+  -- In place (mul_, sub_): one f32 copy of the set instead of three.
+  x:mul_(1 / (255 * STD))
+  x:sub_(MEAN / STD)
+  local flat = x:reshape(n, 28 * 28)
+  u8:free(); x:free()
   return flat, n
 end
 
