@@ -1410,6 +1410,7 @@ int luaopen_venom_core(lua_State *L)
     lua_newtable(L); /* the module */
     luaL_setfuncs(L, lv_functions, 0);
     luaL_setfuncs(L, lv_sparse_functions, 0);
+    luaL_setfuncs(L, lv_gpt_functions, 0);
     luaL_setfuncs(L, lv_checkpoint_functions, 0);
     for (const luaL_Reg *r = lv_methods; r->name; r++) {
         lua_getfield(L, -1, r->name);

@@ -52,6 +52,9 @@ extern const luaL_Reg lv_checkpoint_functions[];
 /* lv_sparse.c: V:N:M sparse matrices (venom.VNM userdata) and their ops. */
 extern const luaL_Reg lv_sparse_functions[];
 
+/* lv_gpt.c: embedding, layer_norm and causal_attention. */
+extern const luaL_Reg lv_gpt_functions[];
+
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */
 bool lv_representable(vn_dtype d, double v);

@@ -3,6 +3,8 @@
 --     local ds = data.fashion_mnist("train")        -- {images=(N,28,28) u8, labels=(N) i64, n=N}
 --     local loader = data.DataLoader({x, y}, {batch_size = 128, shuffle = true})
 --     for xb, yb in loader:iter() do ... end        -- #loader batches per epoch
+--     local train, val = data.fortunes()             -- byte tokens 1..256, i64 (n)
+--     local x, y = data.random_windows(train, 32, 128) -- (32, 128) inputs, next-token targets
 local venom = require "venom"
 local util = require "venom.util"
 local fail = util.fail
@@ -205,6 +207,142 @@ function Loader.iter(self)
     end
     return unpack(batch, 1, #tensors)
   end
+end
+
+-- Byte-level text ----------------------------------------------------------------
+
+data.FORTUNES_ROOT = "/usr/share/games/fortunes"
+local FORTUNES_PACKAGE = "fortunes"
+
+-- The English fortune files of Debian's fortunes package (the plain text;
+-- the .dat indexes and .u8 links are left out), in a fixed order so that the
+-- corpus, and the split, are the same on every machine.
+data.FORTUNES_FILES = {
+  "art", "ascii-art", "computers", "cookie", "debian", "definitions", "disclaimer",
+  "drugs", "education", "ethnic", "food", "fortunes", "goedel", "humorists", "kids",
+  "knghtbrd", "law", "linux", "linuxcookie", "literature", "love", "magic", "medicine",
+  "men-women", "miscellaneous", "news", "paradoxum", "people", "perl", "pets",
+  "platitudes", "politics", "pratchett", "riddles", "science", "songs-poems", "sports",
+  "startrek", "tao", "translate-me", "wisdom", "work", "zippy",
+}
+
+-- Bytes per venom.tensor call: bounds the Lua table built for each piece.
+local CHUNK = 65536
+
+-- The bytes of string s as i64 tokens byte + 1 (1..256), a (#s) tensor.
+local function tokens_of(s)
+  local pieces, buf = {}, {}
+  for start = 1, #s, CHUNK do
+    local stop = math.min(start + CHUNK - 1, #s)
+    for i = start, stop do buf[i - start + 1] = s:byte(i) end
+    for i = stop - start + 2, #buf do buf[i] = nil end
+    pieces[#pieces + 1] = venom.tensor(buf, "u8")
+  end
+  local bytes = #pieces == 1 and pieces[1] or venom.cat(pieces, 1)
+  local ids = bytes:long()
+  ids:add_(1)
+  for _, p in ipairs(pieces) do p:free() end
+  if bytes ~= pieces[1] then bytes:free() end
+  return ids
+end
+
+-- The train/validation split of a text: the first ⌊split·n⌋ bytes train.
+local function split_text(who, s, opts)
+  opts = util.check_options(opts, { "split" }, who)
+  local split = opts.split or 0.9
+  if type(split) ~= "number" or not (split > 0 and split < 1) then
+    fail(who .. ": split must be a number in (0, 1), got " .. tostring(split))
+  end
+  local n_train = math.floor(split * #s)
+  if n_train < 2 or #s - n_train < 2 then
+    fail(("%s: a text of %d bytes is too short to split %g/%g (each part needs 2 bytes)")
+      :format(who, #s, split, 1 - split))
+  end
+  return tokens_of(s:sub(1, n_train)), tokens_of(s:sub(n_train + 1))
+end
+
+--- Byte-level tokens of the text file at `path`: each byte b becomes the
+-- token b + 1, so the vocabulary is 1..256 (data.TEXT_VOCAB). Returns two
+-- i64 tensors, train and val: the first ⌊split·n⌋ bytes and the rest.
+-- opts: split = 0.9, a number in (0, 1). Errors name the unreadable path.
+function data.text(path, opts)
+  local who = "data.text"
+  if type(path) ~= "string" then
+    fail(("%s: path must be a string, got %s"):format(who, type(path)))
+  end
+  local f, err = io.open(path, "rb")
+  if not f then fail(("%s: cannot open %s (%s)"):format(who, path, err)) end
+  local s = f:read("*a")
+  f:close()
+  return split_text(who, s, opts)
+end
+
+--- The vocabulary size of data.text: one token per byte value.
+data.TEXT_VOCAB = 256
+
+--- The English fortune-cookie corpus of the Debian package fortunes
+-- (data.FORTUNES_FILES under data.FORTUNES_ROOT, concatenated, about 2.8 MB)
+-- as byte-level tokens, split like data.text. opts: split = 0.9, root = the
+-- directory. A missing directory or file is an error naming the package.
+function data.fortunes(opts)
+  local who = "data.fortunes"
+  opts = util.check_options(opts, { "split", "root" }, who)
+  local root = opts.root or data.FORTUNES_ROOT
+  if type(root) ~= "string" then
+    fail(("%s: root must be a directory path (a string), got %s"):format(who, type(root)))
+  end
+  local parts = {}
+  for i, name in ipairs(data.FORTUNES_FILES) do
+    local path = root .. "/" .. name
+    local f = io.open(path, "rb")
+    if not f then
+      fail(("%s: cannot open %s (no such file); install the Debian package %s "
+        .. "(apt-get install %s)"):format(who, path, FORTUNES_PACKAGE, FORTUNES_PACKAGE))
+    end
+    parts[i] = f:read("*a")
+    f:close()
+  end
+  return split_text(who, table.concat(parts), { split = opts.split })
+end
+
+--- A batch of language-model training windows from the 1-D token tensor
+-- `tokens`: batch_size windows of block_size + 1 consecutive tokens, each at
+-- a start drawn uniformly from the engine RNG (venom.manual_seed makes the
+-- batches repeat). Returns x and y, i64 (batch_size, block_size): y is x
+-- shifted by one token, the next-token targets.
+function data.random_windows(tokens, batch_size, block_size)
+  local who = "data.random_windows"
+  if not venom.is_tensor(tokens) or tokens:dim() ~= 1 then
+    fail(("%s: tokens must be a 1-D tensor, got %s"):format(who,
+      venom.is_tensor(tokens) and ("a %d-d tensor"):format(tokens:dim()) or type(tokens)))
+  end
+  for what, v in pairs({ batch_size = batch_size, block_size = block_size }) do
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+      fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
+    end
+  end
+  local n = tokens:size(1)
+  if n < block_size + 1 then
+    fail(("%s: %d tokens are fewer than a window of block_size + 1 = %d")
+      :format(who, n, block_size + 1))
+  end
+  local u = venom.rand(batch_size)
+  local draws = u:totable()
+  u:free()
+  local rows = {}
+  for b = 1, batch_size do
+    -- n − block_size starts are possible: 1 .. n − block_size.
+    local start = math.min(math.floor(draws[b] * (n - block_size)), n - block_size - 1) + 1
+    local w = tokens:narrow(1, start, block_size + 1)
+    rows[b] = w:reshape(1, block_size + 1)
+    w:free()
+  end
+  local win = venom.cat(rows, 1)
+  for _, r in ipairs(rows) do r:free() end
+  local xv, yv = win:narrow(2, 1, block_size), win:narrow(2, 2, block_size)
+  local x, y = xv:contiguous(), yv:contiguous()
+  xv:free(); yv:free(); win:free()
+  return x, y
 end
 
 return data

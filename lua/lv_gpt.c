@@ -1,0 +1,46 @@
+/* lv_gpt.c — the transformer ops of the venom.core Lua module (engine/
+ * ops_transformer.c), all differentiable:
+ *
+ *   venom.embedding(weight, ids) → out            weight (V, D), ids (...) of
+ *       1-based rows 1..V (an integer tensor) → (..., D)
+ *   venom.layer_norm(x, [gamma], [beta], [eps = 1e-5]) → y
+ *       over the last dim of x; gamma/beta (D) or nil
+ *   venom.causal_attention(q, k, v) → out          (B, H, T, Dh) each:
+ *       softmax(q·kᵀ/√Dh with future positions masked)·v
+ *
+ * Ids are 1-based here, like every index on the Lua side, and converted to
+ * 0-based before they reach the engine. */
+#include "lv.h"
+
+static int l_embedding(lua_State *L)
+{
+    vn_tensor *w = lv_check(L, 1);
+    if (vn_tensor_ndim(w) != 2) {
+        char s[128];
+        return lv_raise(L, "embedding: expected weight of shape (V, D), found %s",
+                        vn_shape_str(vn_tensor_ndim(w), vn_tensor_shape(w), s, sizeof s));
+    }
+    vn_tensor *ids = lv_indices0(L, 2, vn_tensor_shape(w)[0], "embedding", "ids");
+    vn_tensor *r = vn_embedding(w, ids);
+    vn_tensor_release(ids);
+    return lv_push(L, r);
+}
+
+static int l_layer_norm(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1), *gamma = lv_optcheck(L, 2), *beta = lv_optcheck(L, 3);
+    return lv_push(L, vn_layer_norm(x, gamma, beta, luaL_optnumber(L, 4, 1e-5)));
+}
+
+static int l_causal_attention(lua_State *L)
+{
+    vn_tensor *q = lv_check(L, 1), *k = lv_check(L, 2), *v = lv_check(L, 3);
+    return lv_push(L, vn_causal_attention(q, k, v));
+}
+
+const luaL_Reg lv_gpt_functions[] = {
+    {"embedding", l_embedding},
+    {"layer_norm", l_layer_norm},
+    {"causal_attention", l_causal_attention},
+    {NULL, NULL},
+};

@@ -1,0 +1,330 @@
+--- models/gpt.lua — a GPT-2-style decoder-only language model (Radford et
+-- al. 2019): learned token and position embeddings, n_layer pre-LayerNorm
+-- blocks of causal self-attention and a GELU MLP, a final LayerNorm, and an
+-- output projection tied to the token embedding (Press & Wolf 2017).
+--
+--     local GPT = require "models.gpt"
+--     local model = GPT({vocab_size = 256, block_size = 128, n_layer = 4,
+--                        n_head = 4, n_embd = 256, dropout = 0,
+--                        mlp = {V = 64, M = 8}})       -- optional: V:2:M MLP layers
+--     local logits = model(idx)                        -- idx i64 (B, T) → (B, T, vocab)
+--     local loss = model:loss(idx, targets)            -- mean cross-entropy
+--     local out = model:generate({72, 105}, 100, {temperature = 0.8, top_k = 40})
+--
+-- Weights start as in GPT-2: N(0, 0.02) for embeddings and projections,
+-- N(0, 0.02/√(2·n_layer)) for the projections that write into the residual
+-- stream, zero biases. With `mlp`, each block's two MLP projections are
+-- nn.SparseLinear layers (venom.sparse) holding the V:2:M magnitude pruning
+-- of those initial weights; without it they are nn.Linear, which
+-- venom.prune.GMP can prune during training (gpt:mlp_layers() names them).
+local venom = require "venom"
+local nn = require "venom.nn"
+local util = require "venom.util"
+
+-- util.fail blames the first caller outside lua/venom/; skip the frames of
+-- this file as well, so that a bad option points at the user's line.
+local function fail(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then
+      level = 0
+      break
+    end
+    local src = info.source
+    if not (info.what == "C" or src:match("[/\\]venom[/\\][%w_]+%.lua$")
+            or src:match("models[/\\]gpt%.lua$")) then
+      break
+    end
+    level = level + 1
+  end
+  error(msg, level)
+end
+
+-- util.check_options with its error re-raised by fail.
+local function check_options(opts, known, who)
+  local ok, r = pcall(util.check_options, opts, known, who)
+  if not ok then fail((tostring(r):gsub("^[^:]*:%d+: ", ""))) end
+  return r
+end
+
+-- Draws a (rows, cols) N(0, std) tensor from the engine RNG.
+local function normal(std, rows, cols)
+  local z = venom.randn(rows, cols)
+  local t = z * std
+  z:free()
+  return t
+end
+
+-- Re-initialises a Linear as GPT-2 does: N(0, std) weight, zero bias.
+local function init_linear(lin, std)
+  venom.no_grad(function()
+    local w = normal(std, lin.out_features, lin.in_features)
+    lin.weight:copy_(w)
+    w:free()
+    if lin.bias then lin.bias:fill_(0) end
+  end)
+  return lin
+end
+
+-- A projection in_f → out_f: dense, or V:2:M sparse when `sp` is given.
+local function projection(in_f, out_f, std, sp)
+  if not sp then return init_linear(nn.Linear(in_f, out_f), std) end
+  local w = normal(std, out_f, in_f)
+  local layer = nn.SparseLinear(in_f, out_f, { V = sp.V, M = sp.M, weight = w })
+  w:free()
+  venom.no_grad(function() layer.bias:fill_(0) end)
+  return layer
+end
+
+-- Causal self-attention ------------------------------------------------------------
+
+local Attention = nn.Module:extend("CausalSelfAttention")
+
+function Attention:__init(cfg, resid_std)
+  nn.Module.__init(self)
+  local C = cfg.n_embd
+  self.n_head, self.n_embd = cfg.n_head, C
+  self:add_module("qkv", init_linear(nn.Linear(C, 3 * C), 0.02))
+  self:add_module("proj", init_linear(nn.Linear(C, C), resid_std))
+  self:add_module("drop", nn.Dropout(cfg.dropout))
+end
+
+-- x (B, T, C) → (B, T, C).
+function Attention:forward(x)
+  local shape = x:shape()
+  local B, T, C, H = shape[1], shape[2], shape[3], self.n_head
+  local qkv = self.qkv(x)
+  -- (B, T, C) slice of the fused projection → (B, H, T, C/H) heads.
+  local function heads(i)
+    return qkv:narrow(3, (i - 1) * C + 1, C):reshape(B, T, H, C / H):transpose(2, 3)
+      :contiguous()
+  end
+  local y = venom.causal_attention(heads(1), heads(2), heads(3))
+  return self.drop(self.proj(y:transpose(2, 3):reshape(B, T, C)))
+end
+
+function Attention:extra_repr()
+  return ("n_head=%d"):format(self.n_head)
+end
+
+-- MLP ---------------------------------------------------------------------------------
+
+local MLP = nn.Module:extend("MLP")
+
+function MLP:__init(cfg, resid_std)
+  nn.Module.__init(self)
+  local C = cfg.n_embd
+  self:add_module("fc", projection(C, 4 * C, 0.02, cfg.mlp))
+  self:add_module("gelu", nn.GELU())
+  self:add_module("proj", projection(4 * C, C, resid_std, cfg.mlp))
+  self:add_module("drop", nn.Dropout(cfg.dropout))
+end
+
+-- Looks the layers up on every call: GMP may have replaced them.
+function MLP:forward(x)
+  return self.drop(self.proj(self.gelu(self.fc(x))))
+end
+
+-- Block -------------------------------------------------------------------------------
+
+local Block = nn.Module:extend("Block")
+
+function Block:__init(cfg, resid_std)
+  nn.Module.__init(self)
+  self:add_module("ln1", nn.LayerNorm(cfg.n_embd))
+  self:add_module("attn", Attention(cfg, resid_std))
+  self:add_module("ln2", nn.LayerNorm(cfg.n_embd))
+  self:add_module("mlp", MLP(cfg, resid_std))
+end
+
+-- Pre-LayerNorm residual block: x + attn(ln1(x)), then + mlp(ln2(·)).
+function Block:forward(x)
+  local h = x + self.attn(self.ln1(x))
+  return h + self.mlp(self.ln2(h))
+end
+
+-- GPT ---------------------------------------------------------------------------------
+
+local GPT = nn.Module:extend("GPT")
+
+local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, n_embd = 256,
+                   dropout = 0 }
+
+local function check_config(opts)
+  local who = "GPT"
+  opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
+                                    "dropout", "mlp" }, who)
+  local cfg = {}
+  for k, v in pairs(DEFAULTS) do
+    if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
+  end
+  for _, k in ipairs({ "vocab_size", "block_size", "n_layer", "n_head", "n_embd" }) do
+    local v = cfg[k]
+    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
+      fail(("%s: %s must be a positive integer, got %s"):format(who, k, tostring(v)))
+    end
+  end
+  if cfg.n_embd % cfg.n_head ~= 0 then
+    fail(("%s: n_embd (%d) must be a multiple of n_head (%d)"):format(who, cfg.n_embd, cfg.n_head))
+  end
+  if type(cfg.dropout) ~= "number" or not (cfg.dropout >= 0 and cfg.dropout < 1) then
+    fail(("%s: dropout must be a number in [0, 1), got %s"):format(who, tostring(cfg.dropout)))
+  end
+  if opts.mlp ~= nil then
+    local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
+    cfg.mlp = { V = m.V or 64, M = m.M or 8 }
+  end
+  return cfg
+end
+
+--- Builds the model; opts as in the example above (those are the defaults,
+-- without `mlp`). Errors name the bad option.
+function GPT:__init(opts)
+  nn.Module.__init(self)
+  local cfg = check_config(opts)
+  self.config = cfg
+  local resid_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+  self:add_module("wte", nn.Embedding(cfg.vocab_size, cfg.n_embd))
+  self:add_module("wpe", nn.Embedding(cfg.block_size, cfg.n_embd))
+  venom.no_grad(function()
+    self.wte.weight:mul_(0.02)
+    self.wpe.weight:mul_(0.02)
+  end)
+  self:add_module("drop", nn.Dropout(cfg.dropout))
+  local blocks = nn.Sequential()
+  for _ = 1, cfg.n_layer do blocks:add(Block(cfg, resid_std)) end
+  self:add_module("blocks", blocks)
+  self:add_module("ln_f", nn.LayerNorm(cfg.n_embd))
+  -- Position ids 1..block_size, narrowed to the sequence length in forward.
+  self.positions = venom.arange(1, cfg.block_size + 1, 1, "i64")
+end
+
+--- The dotted module paths of the MLP projections ("blocks.1.mlp.fc", ...),
+-- for venom.prune.GMP's `layers` option.
+function GPT:mlp_layers()
+  local out = {}
+  for i = 1, self.config.n_layer do
+    out[#out + 1] = ("blocks.%d.mlp.fc"):format(i)
+    out[#out + 1] = ("blocks.%d.mlp.proj"):format(i)
+  end
+  return out
+end
+
+--- idx: i64 (B, T) token ids in 1..vocab_size with T ≤ block_size →
+-- logits (B, T, vocab_size). The logits are h·Wteᵀ with the token embedding
+-- itself, so its gradient gathers the input and output contributions.
+function GPT:forward(idx)
+  local cfg = self.config
+  if not venom.is_tensor(idx) or idx:dim() ~= 2 then
+    fail(("GPT: expected token ids of shape (B, T), got %s"):format(venom.is_tensor(idx)
+      and ("a %d-d tensor"):format(idx:dim()) or type(idx)))
+  end
+  local T = idx:size(2)
+  if T > cfg.block_size then
+    fail(("GPT: a sequence of %d tokens is longer than block_size %d"):format(T, cfg.block_size))
+  end
+  local pos = self.positions:narrow(1, 1, T)
+  local x = self.drop(self.wte(idx) + self.wpe(pos))
+  local h = self.ln_f(self.blocks(x))
+  return venom.linear(h, self.wte.weight)
+end
+
+--- Mean next-token cross-entropy of the logits for idx against targets,
+-- both i64 (B, T).
+function GPT:loss(idx, targets)
+  local logits = self:forward(idx)
+  local V = self.config.vocab_size
+  return venom.cross_entropy(logits:reshape(-1, V), targets:reshape(-1), "mean")
+end
+
+-- The 1-based index of a draw from the distribution ∝ exp(l / temperature)
+-- over the list of logits l, restricted to the top_k largest (all if nil).
+local function sample(l, temperature, top_k, u)
+  local n = #l
+  local floor = -math.huge
+  if top_k and top_k < n then
+    local sorted = {}
+    for i = 1, n do sorted[i] = l[i] end
+    table.sort(sorted, function(a, b) return a > b end)
+    floor = sorted[top_k]
+  end
+  local max = -math.huge
+  for i = 1, n do if l[i] > max then max = l[i] end end
+  local w, total = {}, 0
+  for i = 1, n do
+    w[i] = l[i] >= floor and math.exp((l[i] - max) / temperature) or 0
+    total = total + w[i]
+  end
+  local target, acc, last = u * total, 0, 1
+  for i = 1, n do
+    if w[i] > 0 then
+      acc, last = acc + w[i], i
+      if acc > target then return i end
+    end
+  end
+  return last -- u·total rounded up to the total
+end
+
+--- Continues `prompt` (a list of token ids or a 1-D integer tensor, at
+-- least one token) by n_tokens sampled tokens and returns the whole
+-- sequence as a Lua list. Each token is drawn from softmax(logits /
+-- temperature) of the last position, keeping only the top_k most likely
+-- tokens when top_k is given (top_k = 1 is greedy); the context is the last
+-- block_size tokens. Runs in eval mode under no_grad; draws come from the
+-- engine RNG, so a fixed venom.manual_seed gives the same text.
+-- opts: temperature = 1 (> 0), top_k = nil.
+function GPT:generate(prompt, n_tokens, opts)
+  local who = "GPT:generate"
+  opts = check_options(opts, { "temperature", "top_k" }, who)
+  local cfg = self.config
+  local temperature, top_k = opts.temperature or 1, opts.top_k
+  if type(temperature) ~= "number" or not (temperature > 0 and temperature < math.huge) then
+    fail(who .. ": temperature must be a positive number, got " .. tostring(temperature))
+  end
+  if top_k ~= nil and (type(top_k) ~= "number" or top_k < 1 or top_k ~= math.floor(top_k)) then
+    fail(who .. ": top_k must be a positive integer, got " .. tostring(top_k))
+  end
+  if type(n_tokens) ~= "number" or n_tokens < 0 or n_tokens ~= math.floor(n_tokens) then
+    fail(who .. ": n_tokens must be a non-negative integer, got " .. tostring(n_tokens))
+  end
+  local seq = venom.is_tensor(prompt) and prompt:reshape(-1):totable() or prompt
+  if type(seq) ~= "table" or #seq == 0 then
+    fail(who .. ": prompt must be a non-empty list or 1-D tensor of token ids")
+  end
+  local out = {}
+  for i, id in ipairs(seq) do
+    if type(id) ~= "number" or id < 1 or id > cfg.vocab_size or id ~= math.floor(id) then
+      fail(("%s: prompt token %d is %s, expected an id in 1..%d"):format(who, i, tostring(id),
+        cfg.vocab_size))
+    end
+    out[i] = id
+  end
+  local was_training = self.training
+  self:eval()
+  local ok, err = pcall(venom.no_grad, function()
+    for _ = 1, n_tokens do
+      local first = math.max(1, #out - cfg.block_size + 1)
+      local ctx = {}
+      for i = first, #out do ctx[#ctx + 1] = out[i] end
+      local idx = venom.tensor({ ctx }, "i64")
+      local logits = self:forward(idx)
+      local last = logits:select(2, #ctx):reshape(-1)
+      local u = venom.rand(1)
+      out[#out + 1] = sample(last:totable(), temperature, top_k, u:item())
+      idx:free(); logits:free(); last:free(); u:free()
+    end
+  end)
+  self:train(was_training)
+  if not ok then error(err, 0) end
+  return out
+end
+
+function GPT:extra_repr()
+  local c = self.config
+  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s")
+    :format(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout,
+      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or "")
+end
+
+return GPT

@@ -1,0 +1,51 @@
+-- venom.embedding, venom.layer_norm and venom.causal_attention from Lua:
+-- 1-based ids, optional affine parameters, gradients reaching every input,
+-- and bad arguments raising Lua errors (never crashing).
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local venom = require "venom"
+
+local w = venom.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } })
+w:requires_grad_(true)
+local ids = venom.tensor({ { 3, 1 }, { 3, 3 } }, "i64")
+local e = venom.embedding(w, ids)
+local t = e:totable()
+tap.ok(t[1][1][1] == 5 and t[1][2][2] == 2 and t[2][2][1] == 5, "embedding: ids are 1-based rows")
+e:sum():backward()
+local g = w.grad:totable()
+tap.ok(g[1][1] == 1 and g[2][1] == 0 and g[3][2] == 3, "embedding: repeated ids accumulate")
+tap.error_like(function() venom.embedding(w, venom.tensor({ 1, 4 }, "i64")) end,
+  "ids%[2%] = 4 is out of range %(expected 1..3%)", "embedding: id past V")
+tap.error_like(function() venom.embedding(w, venom.tensor({ 0 }, "i32")) end,
+  "ids%[1%] = 0 is out of range", "embedding: id 0")
+tap.error_like(function() venom.embedding(w, venom.tensor({ 1.5 })) end, "integer tensor",
+  "embedding: float ids")
+tap.error_like(function() venom.embedding(venom.zeros(3), ids) end, "%(V, D%)",
+  "embedding: 1-D weight")
+
+local x = venom.tensor({ { 1, 2, 3, 4 }, { -1, 0, 1, 5 } })
+local y = venom.layer_norm(x):totable()
+-- row 1: mean 2.5, variance 1.25
+tap.near(y[1][1], (1 - 2.5) / math.sqrt(1.25 + 1e-5), 1e-5,
+  "layer_norm: default eps 1e-5, no affine")
+local gamma, beta = venom.tensor({ 2, 2, 2, 2 }), venom.tensor({ 1, 1, 1, 1 })
+local ya = venom.layer_norm(x, gamma, beta, 1e-3):totable()
+tap.near(ya[1][4], 2 * (4 - 2.5) / math.sqrt(1.25 + 1e-3) + 1, 1e-5, "layer_norm: gamma, beta, eps")
+tap.error_like(function() venom.layer_norm(x, venom.ones(3)) end, "gamma", "layer_norm: bad gamma")
+tap.error_like(function() venom.layer_norm(x, nil, nil, -1) end, "eps", "layer_norm: bad eps")
+
+venom.manual_seed(1)
+local q, k, v = venom.randn(1, 2, 3, 4), venom.randn(1, 2, 3, 4), venom.randn(1, 2, 3, 4)
+for _, p in ipairs({ q, k, v }) do p:requires_grad_(true) end
+local o = venom.causal_attention(q, k, v)
+tap.is(table.concat(o:shape(), ","), "1,2,3,4", "causal_attention: shape")
+tap.near(o:totable()[1][2][1][3], v:totable()[1][2][1][3], 1e-6,
+  "causal_attention: first position copies v")
+o:sum():backward()
+tap.ok(q.grad and k.grad and v.grad, "causal_attention: gradients reach q, k and v")
+tap.error_like(function() venom.causal_attention(q, k, venom.randn(1, 2, 4, 4)) end, "one shape",
+  "causal_attention: shapes differ")
+tap.error_like(function() venom.causal_attention(q, k) end, "#3.*expected a tensor",
+  "causal_attention: missing v")
+
+tap.done()

@@ -1,0 +1,247 @@
+-- Tutorial 3: a tiny GPT, trained on fortune cookies, with sparse MLPs.
+--
+-- A character-level (here: byte-level) language model learns to continue
+-- text one byte at a time. The model is a small GPT-2-style decoder
+-- (models/gpt.lua): token and position embeddings, a stack of pre-LayerNorm
+-- transformer blocks (causal self-attention, then a GELU MLP), and an output
+-- layer that reuses the token embedding. Training minimises the
+-- cross-entropy of every next byte in random windows of the corpus.
+--
+-- With `--sparse 64:2:8` the MLP projections (two thirds of each block's
+-- weights) are pruned during training by gradual magnitude pruning, as in
+-- tutorial 2: dense warm-up, cubic schedule 2:4 → 2:5 → … → 2:8 (75%
+-- sparse), then fine-tuning at the final V:N:M pattern.
+--
+-- Run it with
+--
+--     venom tutorials/03-tiny-gpt.lua                     # dense, default steps
+--     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8     # MLPs pruned to 75%
+--     venom tutorials/03-tiny-gpt.lua --steps 2000 --n-embd 256 --block-size 128
+--     venom tutorials/03-tiny-gpt.lua --text some-file.txt
+--     venom tutorials/03-tiny-gpt.lua --help
+--
+-- The default corpus is the Debian package fortunes (apt-get install fortunes).
+local venom = require "venom"
+local optim = require "venom.optim"
+local data = require "venom.data"
+local util = require "venom.util"
+local prune = require "venom.prune"
+-- models/ sits next to tutorials/: find it from this script's path, so
+-- that the tutorial runs from any directory.
+local root = arg[0]:match("^(.*)/tutorials/[^/]*$") or "."
+package.path = root .. "/?.lua;" .. package.path
+local GPT = require "models.gpt"
+
+-- 1. Options ------------------------------------------------------------------
+--
+-- The defaults are sized so that a run takes a few minutes on two CPU cores;
+-- the issue's reference model is --n-layer 4 --n-head 4 --n-embd 256
+-- --block-size 128.
+local opts = util.parse_cli(arg, {
+  steps = 600,
+  batch_size = 32,
+  block_size = 64,
+  n_layer = 4,
+  n_head = 4,
+  n_embd = 128,
+  dropout = 0,
+  lr = 2e-3,
+  weight_decay = 0.01,
+  warmup = 0,
+  seed = 0,
+  text = "",
+  eval_every = 200,
+  eval_batches = 8,
+  sparse = "",
+  prune_start = 0.2,
+  prune_end = 0.6,
+  sample = 300,
+  prompt = "The ",
+  temperature = 0.8,
+  top_k = 0,
+}, {
+  steps = "optimizer steps",
+  batch_size = "windows per step",
+  block_size = "context length in bytes",
+  n_layer = "transformer blocks",
+  n_head = "attention heads per block",
+  n_embd = "width of the residual stream",
+  dropout = "dropout probability",
+  lr = "AdamW learning rate (the peak of the schedule)",
+  weight_decay = "AdamW decoupled weight decay",
+  warmup = "warm-up steps of the cosine schedule (0: 5% of --steps)",
+  seed = "seed of the engine RNG (weights, batches, sampling)",
+  text = "train on this text file instead of the fortunes corpus",
+  eval_every = "steps between two train/val loss evaluations",
+  eval_batches = "batches averaged per loss evaluation",
+  sparse = "V:2:M pattern the MLP weights are pruned to during training (e.g. 64:2:8)",
+  prune_start = "fraction of the steps after which pruning starts",
+  prune_end = "fraction of the steps at which the final pattern is reached",
+  sample = "bytes of text generated at the end",
+  prompt = "start of the generated text",
+  temperature = "sampling temperature",
+  top_k = "sample among the k most likely bytes only (0: all)",
+}, function(o)
+  for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
+                       "eval_every", "eval_batches" }) do
+    util.check_arg_int(o, k, 1)
+  end
+  for _, k in ipairs({ "warmup", "seed", "sample", "top_k" }) do util.check_arg_int(o, k, 0) end
+  util.check_arg_number(o, "lr", 0)
+  util.check_arg_number(o, "temperature", 0)
+  util.check_arg_number(o, "weight_decay", 0, true)
+  if not (o.dropout >= 0 and o.dropout < 1) then
+    util.fail("--dropout must be in [0, 1), got " .. tostring(o.dropout))
+  end
+  if o.n_embd % o.n_head ~= 0 then
+    util.fail(("--n-embd (%d) must be a multiple of --n-head (%d)"):format(o.n_embd, o.n_head))
+  end
+  if o.sparse ~= "" and not o.sparse:match("^%d+:2:%d+$") then
+    util.fail("--sparse must be a V:2:M pattern such as 64:2:8, got " .. o.sparse)
+  end
+  if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then
+    util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
+      :format(o.prune_start, o.prune_end))
+  end
+  if #o.prompt == 0 then util.fail("--prompt must not be empty") end
+end)
+
+venom.manual_seed(opts.seed)
+
+local function die(msg)
+  io.stderr:write("error: ", (tostring(msg):gsub("^[^:]*:%d+: ", "")), "\n")
+  os.exit(1, true) -- true: close the Lua state, freeing the tensors
+end
+
+-- 2. Data ---------------------------------------------------------------------------
+--
+-- Every byte is a token (1..256: byte + 1); the first 90% of the text
+-- trains, the rest validates. A batch is batch_size random windows of
+-- block_size + 1 bytes: the inputs, and the same bytes shifted by one as
+-- the targets.
+local ok, train, val = pcall(function()
+  if opts.text ~= "" then return data.text(opts.text) end
+  return data.fortunes()
+end)
+if not ok then die(train) end
+print(("corpus: %s, %d bytes for training, %d for validation"):format(
+  opts.text ~= "" and opts.text or "fortunes", train:size(1), val:size(1)))
+
+-- 3. Model and optimizer --------------------------------------------------------------
+local ok_model, model = pcall(GPT, {
+  vocab_size = data.TEXT_VOCAB, block_size = opts.block_size, n_layer = opts.n_layer,
+  n_head = opts.n_head, n_embd = opts.n_embd, dropout = opts.dropout,
+})
+if not ok_model then die(model) end
+print(model)
+print(("%d parameters"):format(model:num_parameters()))
+
+local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
+local warmup = opts.warmup > 0 and opts.warmup or math.floor(opts.steps / 20)
+local sched
+if opts.steps > warmup then
+  sched = optim.CosineWarmup(opt, { warmup_steps = warmup, total_steps = opts.steps })
+end
+
+-- 4. Pruning the MLPs (with --sparse) ------------------------------------------------
+--
+-- prune.GMP replaces each MLP projection (model:mlp_layers(): blocks.i.mlp.fc
+-- and blocks.i.mlp.proj) by an nn.SparseLinear when it first turns sparse,
+-- and recompresses it as M grows; attention and embeddings stay dense.
+local gmp
+if opts.sparse ~= "" then
+  local t0 = math.floor(opts.prune_start * opts.steps)
+  local span = math.floor(opts.prune_end * opts.steps) - t0
+  local dt = math.max(1, math.floor(span / 20))
+  local ok_gmp, g = pcall(prune.GMP, model, { optimizer = opt, pattern = opts.sparse,
+    layers = model:mlp_layers(), t0 = t0, n = math.max(1, math.floor(span / dt)), dt = dt })
+  if not ok_gmp then die(g) end
+  gmp = g
+  print(("pruning the MLPs towards %s: steps %d to %d, every %d steps"):format(opts.sparse,
+    t0, t0 + gmp.n * dt, dt))
+end
+
+-- 5. Evaluation ----------------------------------------------------------------------
+--
+-- The mean loss over eval_batches random batches of a split, in eval mode
+-- (no dropout) and without recording a graph.
+local function estimate(tokens)
+  model:eval()
+  local sum = 0
+  venom.no_grad(function()
+    for _ = 1, opts.eval_batches do
+      local x, y = data.random_windows(tokens, opts.batch_size, opts.block_size)
+      local loss = model:loss(x, y)
+      sum = sum + loss:item()
+      x:free(); y:free(); loss:free()
+    end
+  end)
+  model:train()
+  return sum / opts.eval_batches
+end
+
+-- 6. Training ------------------------------------------------------------------------
+--
+-- One step: a batch, the loss, backward, the AdamW update, the schedules.
+-- The graph's tensors are released by the garbage collector; a full
+-- collection after each step returns their memory at once.
+local tokens_per_step = opts.batch_size * opts.block_size
+local bar = util.ProgressBar(opts.steps, { desc = "train" })
+local train_time, smooth = 0, nil
+local final_val
+for step = 1, opts.steps do
+  local start = venom.clock()
+  local x, y = data.random_windows(train, opts.batch_size, opts.block_size)
+  local loss = model:loss(x, y)
+  opt:zero_grad()
+  loss:backward()
+  opt:step()
+  if sched then sched:step() end
+  local ev = gmp and gmp:step()
+  local l = loss:item()
+  loss = nil
+  collectgarbage()
+  train_time = train_time + venom.clock() - start
+  if l ~= l or l == math.huge then
+    bar:close()
+    die(("the training loss is %s at step %d; the run diverged (try a lower --lr than %g)")
+      :format(tostring(l), step, opts.lr))
+  end
+  smooth = smooth and 0.9 * smooth + 0.1 * l or l
+  bar:update(1, { loss = smooth, ["tok/s"] = ("%.0f"):format(step * tokens_per_step / train_time) })
+  local lines = {}
+  if ev then
+    lines[#lines + 1] = ("step %5d  pruned to %s (target sparsity %.1f%%)"):format(ev.step,
+      ev.layers[1].pattern, 100 * ev.sparsity)
+  end
+  if step % opts.eval_every == 0 or step == opts.steps then
+    final_val = estimate(val)
+    lines[#lines + 1] = ("step %5d  train loss %.4f  val loss %.4f"):format(step,
+      estimate(train), final_val)
+  end
+  if #lines > 0 then
+    if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
+    print(table.concat(lines, "\n"))
+  end
+end
+bar:close()
+print(("%d steps, %.1f s training, %.0f tokens/s"):format(opts.steps, train_time,
+  opts.steps * tokens_per_step / train_time))
+if gmp then
+  for _, r in ipairs(gmp:report()) do
+    print(("%-17s %-8s %8d of %-8d weights alive (%.1f%% sparse)"):format(r.name, r.pattern,
+      r.nnz, r.size, 100 * r.sparsity))
+  end
+end
+print(("final val loss %.4f (%.3f bits per byte)"):format(final_val, final_val / math.log(2)))
+
+-- 7. A sample ------------------------------------------------------------------------
+--
+-- The prompt's bytes as tokens, continued by the model one byte at a time.
+local prompt = {}
+for i = 1, #opts.prompt do prompt[i] = opts.prompt:byte(i) + 1 end
+local out = model:generate(prompt, opts.sample, { temperature = opts.temperature,
+  top_k = opts.top_k > 0 and opts.top_k or nil })
+local bytes = {}
+for i, id in ipairs(out) do bytes[i] = string.char(id - 1) end
+print("\n--- sample ---\n" .. table.concat(bytes) .. "\n---")
