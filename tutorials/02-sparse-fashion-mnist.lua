@@ -20,6 +20,7 @@
 --     venom tutorials/02-sparse-fashion-mnist.lua --target 64:2:16 # 87.5%
 --     venom tutorials/02-sparse-fashion-mnist.lua --mode nm --target 2:4
 --     venom tutorials/02-sparse-fashion-mnist.lua --mode unstructured --sparsity 0.75
+--     venom tutorials/02-sparse-fashion-mnist.lua --save run.st    # later: --resume run.st
 --     venom tutorials/02-sparse-fashion-mnist.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist, as in
@@ -30,6 +31,7 @@ local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
 local prune = require "venom.prune"
+local checkpoint = require "venom.checkpoint"
 
 -- 1. Options ------------------------------------------------------------------
 --
@@ -51,6 +53,9 @@ local opts = util.parse_cli(arg, {
   prune_start = 0.2,
   prune_end = 0.6,
   every = 0,
+  save = "",
+  resume = "",
+  stop_after = 0,
 }, {
   epochs = "passes over the training set",
   batch_size = "images per optimizer step",
@@ -67,6 +72,9 @@ local opts = util.parse_cli(arg, {
   prune_start = "fraction of the training steps after which pruning starts",
   prune_end = "fraction of the training steps at which the final pattern is reached",
   every = "optimizer steps between two pruning events (0: 20 events over the pruning span)",
+  save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch",
+  resume = "continue from a checkpoint written by --save (same options), with the next epoch",
+  stop_after = "stop after this epoch, saving first with --save (0: run all --epochs)",
 }, function(o)
   util.check_arg_int(o, "epochs", 1)
   util.check_arg_int(o, "batch_size", 1)
@@ -74,6 +82,7 @@ local opts = util.parse_cli(arg, {
   util.check_arg_int(o, "limit", 0)
   util.check_arg_int(o, "seed", 0)
   util.check_arg_int(o, "every", 0)
+  util.check_arg_int(o, "stop_after", 0)
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
   if o.mode ~= "vnm" and o.mode ~= "nm" and o.mode ~= "unstructured" then
@@ -176,6 +185,34 @@ print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)"
   :format(opts.mode, opts.mode == "unstructured" and ("%g%%"):format(100 * opts.sparsity)
           or opts.target, t0, t0 + gmp.n * dt, dt, total_steps))
 
+-- Checkpoints, as in tutorial 1, with the pruning schedule as one more
+-- part: --save FILE writes the whole state after every epoch (weights,
+-- AdamW's moments, the lr schedule, the GMP schedule's position with each
+-- hidden layer's layout or mask, the RNG state); --resume FILE first turns
+-- the layers into the saved layouts, then loads the weights and moments
+-- into them, and carries on with the next epoch: on the CPU the losses are
+-- those of a run never stopped, bit for bit. Both schedules depend on
+-- --epochs, so resume with the same options (--stop-after stops early
+-- without changing them).
+local parts = { model = model, optim = opt, sched = lr_sched, gmp = gmp }
+local first_epoch, step = 1, 0
+if opts.resume ~= "" then
+  local ok_load, meta = pcall(checkpoint.load, opts.resume, parts)
+  if ok_load and tonumber(meta.epochs) ~= opts.epochs then
+    ok_load, meta = false, ("%s was written by a run of %s epochs, not --epochs %d; resume "
+      .. "with the same options"):format(opts.resume, tostring(meta.epochs), opts.epochs)
+  elseif ok_load and tonumber(meta.epoch) >= opts.epochs then
+    ok_load, meta = false, ("%s is from the end of the run (epoch %s of %d); nothing left to "
+      .. "train"):format(opts.resume, tostring(meta.epoch), opts.epochs)
+  end
+  if not ok_load then
+    io.stderr:write("error: ", (tostring(meta):gsub("^[^:]*:%d+: ", "")), "\n")
+    os.exit(1, true)
+  end
+  first_epoch, step = tonumber(meta.epoch) + 1, tonumber(meta.step)
+  print(("resumed from %s after epoch %d"):format(opts.resume, first_epoch - 1))
+end
+
 -- 5. Evaluation (as in tutorial 1) ---------------------------------------------------
 local function accuracy()
   model:eval()
@@ -201,8 +238,9 @@ end
 -- events, prunes further and returns the event, which we print.
 local phase_times = { dense = {}, pruning = {}, sparse = {} }
 local final_acc
-local step = 0
-for epoch = 1, opts.epochs do
+local last = opts.epochs
+if opts.stop_after > 0 and opts.stop_after < last then last = opts.stop_after end
+for epoch = first_epoch, last do
   local first = step + 1
   local bar = util.ProgressBar(#train_loader, { desc = ("epoch %d/%d"):format(epoch, opts.epochs) })
   local start = venom.clock()
@@ -246,6 +284,14 @@ for epoch = 1, opts.epochs do
   final_acc = accuracy()
   print(("epoch %d/%d  %-7s  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch")
     :format(epoch, opts.epochs, phase, loss_sum / seen, 100 * final_acc, train_time))
+  if opts.save ~= "" then
+    checkpoint.save(opts.save, parts, { epoch = epoch, step = step, epochs = opts.epochs })
+  end
+end
+if last < opts.epochs then
+  print(("stopped after epoch %d of %d%s"):format(last, opts.epochs,
+    opts.save ~= "" and "; continue with --resume " .. opts.save or ""))
+  return
 end
 
 -- 7. What the pruned model holds ------------------------------------------------------

@@ -18,6 +18,7 @@
 --     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8     # MLPs pruned to 75%
 --     venom tutorials/03-tiny-gpt.lua --steps 2000 --n-embd 256 --block-size 128
 --     venom tutorials/03-tiny-gpt.lua --text some-file.txt
+--     venom tutorials/03-tiny-gpt.lua --save run.st       # later: --resume run.st
 --     venom tutorials/03-tiny-gpt.lua --help
 --
 -- The default corpus is the Debian package fortunes (apt-get install fortunes).
@@ -26,6 +27,7 @@ local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
 local prune = require "venom.prune"
+local checkpoint = require "venom.checkpoint"
 -- models/ sits next to tutorials/: find it from this script's path, so
 -- that the tutorial runs from any directory.
 local root = arg[0]:match("^(.*)/tutorials/[^/]*$") or "."
@@ -59,6 +61,9 @@ local opts = util.parse_cli(arg, {
   prompt = "The ",
   temperature = 0.8,
   top_k = 0,
+  save = "",
+  resume = "",
+  stop_after = 0,
 }, {
   steps = "optimizer steps",
   batch_size = "windows per step",
@@ -81,12 +86,15 @@ local opts = util.parse_cli(arg, {
   prompt = "start of the generated text",
   temperature = "sampling temperature",
   top_k = "sample among the k most likely bytes only (0: all)",
+  save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE every --eval-every steps",
+  resume = "continue from a checkpoint written by --save (same options), after its step",
+  stop_after = "stop after this step, saving first with --save (0: run all --steps)",
 }, function(o)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
                        "eval_every", "eval_batches" }) do
     util.check_arg_int(o, k, 1)
   end
-  for _, k in ipairs({ "warmup", "seed", "sample", "top_k" }) do util.check_arg_int(o, k, 0) end
+  for _, k in ipairs({ "warmup", "seed", "sample", "top_k", "stop_after" }) do util.check_arg_int(o, k, 0) end
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
@@ -161,6 +169,32 @@ if opts.sparse ~= "" then
     t0, t0 + gmp.n * dt, dt))
 end
 
+-- Checkpoints. --save FILE writes the whole training state every
+-- --eval-every steps (after the evaluation, which draws batches from the
+-- RNG too), at --stop-after and at the end: the weights, AdamW's moments,
+-- the lr schedule, the pruning schedule with each MLP layer's current
+-- V:N:M layout, and the RNG state, which the batch sampler draws from.
+-- --resume FILE restores all of it (rebuilding the pruned layers first) and
+-- continues with the next step; on the CPU the resumed run computes the
+-- same losses, bit for bit, as one never stopped. The schedules depend on
+-- --steps, so a resumed run must be given the same options.
+local parts = { model = model, optim = opt, sched = sched, gmp = gmp }
+local first_step = 1
+if opts.resume ~= "" then
+  local ok_load, meta = pcall(checkpoint.load, opts.resume, parts)
+  if not ok_load then die(meta) end
+  if tonumber(meta.steps) ~= opts.steps then
+    die(("%s was written by a run of %s steps, not --steps %d; resume with the same options")
+      :format(opts.resume, tostring(meta.steps), opts.steps))
+  end
+  first_step = tonumber(meta.step) + 1
+  if first_step > opts.steps then
+    die(("%s is from the end of the run (step %d of %d); nothing left to train")
+      :format(opts.resume, first_step - 1, opts.steps))
+  end
+  print(("resumed from %s after step %d"):format(opts.resume, first_step - 1))
+end
+
 -- 5. Evaluation ----------------------------------------------------------------------
 --
 -- The mean loss over eval_batches random batches of a split, in eval mode
@@ -186,10 +220,12 @@ end
 -- The graph's tensors are released by the garbage collector; a full
 -- collection after each step returns their memory at once.
 local tokens_per_step = opts.batch_size * opts.block_size
-local bar = util.ProgressBar(opts.steps, { desc = "train" })
+local bar = util.ProgressBar(math.max(1, opts.steps - first_step + 1), { desc = "train" })
 local train_time, smooth = 0, nil
 local final_val
-for step = 1, opts.steps do
+local last = opts.steps
+if opts.stop_after > 0 and opts.stop_after < last then last = opts.stop_after end
+for step = first_step, last do
   local start = venom.clock()
   local x, y = data.random_windows(train, opts.batch_size, opts.block_size)
   local loss = model:loss(x, y)
@@ -208,7 +244,8 @@ for step = 1, opts.steps do
       :format(tostring(l), step, opts.lr))
   end
   smooth = smooth and 0.9 * smooth + 0.1 * l or l
-  bar:update(1, { loss = smooth, ["tok/s"] = ("%.0f"):format(step * tokens_per_step / train_time) })
+  bar:update(1, { loss = smooth, ["tok/s"] = ("%.0f"):format((step - first_step + 1)
+    * tokens_per_step / train_time) })
   local lines = {}
   if ev then
     lines[#lines + 1] = ("step %5d  pruned to %s (target sparsity %.1f%%)"):format(ev.step,
@@ -223,10 +260,26 @@ for step = 1, opts.steps do
     if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
     print(table.concat(lines, "\n"))
   end
+  if opts.save ~= "" and (step % opts.eval_every == 0 or step == last) then
+    local ok_save, err = pcall(checkpoint.save, opts.save, parts,
+                               { step = step, steps = opts.steps })
+    if not ok_save then
+      bar:close()
+      die(err)
+    end
+  end
 end
 bar:close()
-print(("%d steps, %.1f s training, %.0f tokens/s"):format(opts.steps, train_time,
-  opts.steps * tokens_per_step / train_time))
+local ran = last - first_step + 1
+if ran > 0 then
+  print(("%d steps, %.1f s training, %.0f tokens/s"):format(ran, train_time,
+    ran * tokens_per_step / train_time))
+end
+if last < opts.steps then
+  print(("stopped after step %d of %d%s"):format(last, opts.steps,
+    opts.save ~= "" and "; continue with --resume " .. opts.save or ""))
+  return
+end
 if gmp then
   for _, r in ipairs(gmp:report()) do
     print(("%-17s %-8s %8d of %-8d weights alive (%.1f%% sparse)"):format(r.name, r.pattern,

@@ -7,8 +7,11 @@
 --
 -- Each part is an object with state_dict() and load_state_dict(sd) (a
 -- module, an optimizer, a learning-rate schedule, a pruning scheduler...).
--- Its entries are stored under "<part>.<name>": tensors as tensors, strings
--- and numbers in the file's metadata (numbers written so they read back
+-- A pruning scheduler (venom.prune.GMP, e.g. parts.gmp) is loaded before
+-- the model and the optimizer, so that they load into the sparse layers it
+-- rebuilds.
+-- A part's entries are stored under "<part>.<name>": tensors as tensors,
+-- strings and numbers in the file's metadata (numbers written so they read back
 -- exactly). The engine RNG state is stored too ("rng_state"), so that a run
 -- resumed at an epoch boundary draws the same shuffles and dropout masks as
 -- the uninterrupted run, and (on the CPU) computes the same losses bit for
@@ -56,11 +59,17 @@ local function check_parts(who, parts)
     end
     names[#names + 1] = name
   end
-  -- Modules first: an optimizer checks its state against the shapes of
-  -- parameters that a module's extra state may have just changed.
+  -- Parts that restructure the model (load_before_model, e.g. a pruning
+  -- scheduler turning layers sparse) first, then modules: an optimizer
+  -- checks its state against the shapes of parameters that a module's extra
+  -- state may have just changed.
+  local function rank(obj)
+    if obj.load_before_model then return 0 end
+    return is_module(obj) and 1 or 2
+  end
   table.sort(names, function(a, b)
-    local ma, mb = is_module(parts[a]), is_module(parts[b])
-    if ma ~= mb then return ma end
+    local ra, rb = rank(parts[a]), rank(parts[b])
+    if ra ~= rb then return ra < rb end
     return a < b
   end)
   return names

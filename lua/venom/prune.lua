@@ -515,4 +515,127 @@ function GMP:report()
   return out
 end
 
+-- Checkpoints ----------------------------------------------------------------------
+
+--- venom.checkpoint loads a part with this field before the model and the
+-- optimizer: GMP:load_state_dict may turn layers into SparseLinear and swap
+-- the optimizer's parameters, and their state must be loaded into those.
+GMP.load_before_model = true
+
+--- The schedule's position and each pruned layer's layout, as a flat table
+-- for venom.checkpoint: "mode", "t" (steps taken), "current" (the target of
+-- the last event) and, per layer (by its dotted path), "layers.<path>.M"
+-- (vnm: the V:2:M stage), "layers.<path>.keep" (nm: weights kept per group
+-- of M), "layers.<path>.alive" (the dense f32 (rows, cols) mask of the
+-- weights not pruned) and, for vnm layers whose compressed slots cover
+-- pruned positions, "layers.<path>.vmask" (the mask in the compressed
+-- layout). A layer still dense has no entries. The weights and the
+-- optimizer state are the model's and the optimizer's parts.
+function GMP:state_dict()
+  local sd = { mode = self.mode, t = self.t, current = self.current }
+  for _, L in ipairs(self.layers) do
+    local pre = "layers." .. L.path .. "."
+    if L.M then sd[pre .. "M"] = L.M end
+    if L.keep then sd[pre .. "keep"] = L.keep end
+    if L.alive then sd[pre .. "alive"] = L.alive end
+    if L.vmask then sd[pre .. "vmask"] = L.vmask end
+  end
+  return sd
+end
+
+local function shape_of(t) return "(" .. table.concat(t:shape(), ", ") .. ")" end
+
+-- sd[key] as an integer within [lo, hi] (numbers may arrive as strings).
+local function sd_int(who, sd, key, lo, hi)
+  local v = tonumber(sd[key])
+  if not v or v ~= math.floor(v) or v < lo or v > hi then
+    fail(("%s: '%s' must be an integer in [%d, %d], got %s"):format(who, key, lo, hi,
+      tostring(sd[key])))
+  end
+  return v
+end
+
+-- sd[key] as an f32 tensor of the given shape, copied.
+local function sd_mask(who, sd, key, rows, cols)
+  local v, want = sd[key], ("(%d, %d)"):format(rows, cols)
+  if not is_tensor(v) or v:dtype() ~= "f32" or shape_of(v) ~= want then
+    fail(("%s: '%s' must be an f32 tensor of shape %s, got %s"):format(who, key, want,
+      is_tensor(v) and v:dtype() .. " " .. shape_of(v) or type(v)))
+  end
+  return v:clone()
+end
+
+--- Restores a table from state_dict() (or read back by venom.checkpoint,
+-- where numbers arrive as strings) into a scheduler built with the same
+-- options over a freshly built model and optimizer. In vnm mode each layer
+-- saved at stage 2:M becomes an nn.SparseLinear of that layout, replacing
+-- the module in its parent and its parameter in the optimizer, as a pruning
+-- event does (its weights, pattern and optimizer state then come from the
+-- model's and the optimizer's parts, loaded after this one). Every entry is
+-- checked before anything changes; errors name the entry, and a layer
+-- already pruned (at construction, t0 = 0) that the checkpoint holds dense
+-- is refused.
+function GMP:load_state_dict(sd)
+  local who = "GMP:load_state_dict"
+  if type(sd) ~= "table" then
+    fail(("%s: expected a table, got %s"):format(who, type(sd)))
+  end
+  if sd.mode ~= self.mode then
+    fail(("%s: the checkpoint is for mode %s, this scheduler's is %s"):format(who,
+      tostring(sd.mode), self.mode))
+  end
+  local t = sd_int(who, sd, "t", 0, 2 ^ 53)
+  local current = tonumber(sd.current)
+  if not current or current ~= current or current < 0 or current >= 1 then
+    fail(("%s: 'current' must be a sparsity in [0, 1), got %s"):format(who, tostring(sd.current)))
+  end
+  local known, plan = { mode = true, t = true, current = true }, {}
+  for i, L in ipairs(self.layers) do
+    local pre = "layers." .. L.path .. "."
+    local p = {}
+    for _, f in ipairs({ "M", "keep", "alive", "vmask" }) do known[pre .. f] = true end
+    if self.mode == "vnm" and sd[pre .. "M"] ~= nil then
+      p.M = sd_int(who, sd, pre .. "M", 4, self.layout.M)
+      p.alive = sd_mask(who, sd, pre .. "alive", L.rows, L.cols)
+      if sd[pre .. "vmask"] ~= nil then
+        p.vmask = sd_mask(who, sd, pre .. "vmask", L.rows, 2 * math.ceil(L.cols / p.M))
+      end
+    elseif self.mode ~= "vnm" and sd[pre .. "alive"] ~= nil then
+      p.alive = sd_mask(who, sd, pre .. "alive", L.rows, L.cols)
+      if self.mode == "nm" then
+        p.keep = sd_int(who, sd, pre .. "keep", self.layout.N, self.layout.M - 1)
+      end
+    end
+    if (L.M or L.alive) and not (p.M or p.alive) then
+      fail(("%s: layer '%s' is already pruned but the checkpoint holds it dense"):format(who,
+        L.path))
+    end
+    plan[i] = p
+  end
+  for key in pairs(sd) do
+    if not known[key] then
+      fail(("%s: unexpected entry '%s' (not a %s-mode entry of this scheduler's layers)")
+        :format(who, tostring(key), self.mode))
+    end
+  end
+
+  for i, L in ipairs(self.layers) do
+    local p = plan[i]
+    if p.M and p.M ~= L.M then
+      -- The weights given here are placeholders: the model's part loads the
+      -- saved pattern and values into this layout.
+      local old = weight_param(L)
+      local new = sparse.SparseLinear(L.cols, L.rows,
+        { V = self.layout.V, N = 2, M = p.M, weight = dense_weight(L),
+          bias = L.module.bias or false })
+      L.parent[L.key] = new
+      self.opt:replace_parameter(old, new.values, nil)
+      L.module = new
+    end
+    L.M, L.keep, L.alive, L.vmask = p.M, p.keep, p.alive, p.vmask
+    L.live = p.M and p.alive:sum():item() or nil
+  end
+  self.t, self.current = t, current
+end
+
 return prune
