@@ -95,29 +95,15 @@ end
 
 -- The network wants f32 inputs of mean ≈ 0 and variance ≈ 1. The training
 -- images have mean 0.2860 and standard deviation 0.3530 once scaled to
--- [0, 1], so x ↦ (x/255 − 0.2860) / 0.3530, written as one multiply and one
--- subtract: x · 1/(255·0.3530) − 0.2860/0.3530. Each image then becomes a
--- row of 784 values. We convert the whole set once, up front: 60,000 × 784
+-- [0, 1], so data.flatten_images maps x ↦ (x/255 − 0.2860) / 0.3530 (one
+-- multiply and one subtract, in place on one f32 copy) and makes each image
+-- a row of 784 values. We convert the whole set once, up front: 60,000 × 784
 -- floats are 188 MB, and every batch afterwards is a plain row gather.
-local MEAN, STD = 0.2860, 0.3530
-local function to_input(images, limit)
-  local n = images:size(1)
-  if limit > 0 and limit < n then
-    n = limit
-  end
-  local u8 = images:narrow(1, 1, n)
-  local x = u8:float()
-  -- In place (mul_, sub_): one f32 copy of the set instead of three.
-  x:mul_(1 / (255 * STD))
-  x:sub_(MEAN / STD)
-  local flat = x:reshape(n, 28 * 28)
-  u8:free(); x:free()
-  return flat, n
-end
+local MEAN, STD = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
 
-local x_train, n_train = to_input(train.images, opts.limit)
+local x_train, n_train = data.flatten_images(train.images, MEAN, STD, opts.limit)
 local y_train = train.labels:narrow(1, 1, n_train)
-local x_test = to_input(test.images, 0)
+local x_test = data.flatten_images(test.images, MEAN, STD)
 local y_test = test.labels
 train.images:free()
 test.images:free()

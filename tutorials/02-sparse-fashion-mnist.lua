@@ -115,22 +115,11 @@ if not ok then
   os.exit(1, true)
 end
 
-local MEAN, STD = 0.2860, 0.3530
-local function to_input(images, limit)
-  local n = images:size(1)
-  if limit > 0 and limit < n then n = limit end
-  local u8 = images:narrow(1, 1, n)
-  local x = u8:float()
-  local scaled = x * (1 / (255 * STD))
-  local normalized = scaled - MEAN / STD
-  local flat = normalized:reshape(n, 28 * 28)
-  u8:free(); x:free(); scaled:free()
-  return flat, n
-end
+local MEAN, STD = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
 
-local x_train, n_train = to_input(train.images, opts.limit)
+local x_train, n_train = data.flatten_images(train.images, MEAN, STD, opts.limit)
 local y_train = train.labels:narrow(1, 1, n_train)
-local x_test = to_input(test.images, 0)
+local x_test = data.flatten_images(test.images, MEAN, STD)
 local y_test = test.labels
 train.images:free()
 test.images:free()

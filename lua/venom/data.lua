@@ -97,6 +97,25 @@ function data.mnist(root, split)
   return load_idx("data.mnist", root, split, nil)
 end
 
+--- Mean and standard deviation of the Fashion-MNIST training pixels scaled
+-- to [0, 1] (Xiao, Rasul & Vollgraf 2017).
+data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD = 0.2860, 0.3530
+
+--- u8 images (N, H, W) → f32 rows (n, H·W) of (x/255 − mean)/std, with n =
+-- min(N, limit) (limit 0 or nil: all). One f32 copy is made (scaled in
+-- place). Returns the rows and n.
+function data.flatten_images(images, mean, std, limit)
+  local n = images:size(1)
+  if limit and limit > 0 and limit < n then n = limit end
+  local u8 = images:narrow(1, 1, n)
+  local x = u8:float()
+  x:mul_(1 / (255 * std))
+  x:sub_(mean / std)
+  local rows = x:reshape(n, -1)
+  u8:free(); x:free()
+  return rows, n
+end
+
 --- Fashion-MNIST (Xiao et al. 2017) from the Debian package
 -- dataset-fashion-mnist. opts.root overrides the directory.
 function data.fashion_mnist(split, opts)

@@ -155,4 +155,16 @@ else
   tap.skip("Fashion-MNIST not installed (dataset-fashion-mnist)", 7)
 end
 
+-- flatten_images: u8 (N, H, W) → f32 rows of (x/255 − mean)/std, first `limit` images.
+do
+  local imgs = venom.tensor({ { { 0, 255 }, { 51, 102 } }, { { 1, 2 }, { 3, 4 } }, { { 9, 9 }, { 9, 9 } } }, "u8")
+  local rows, n = data.flatten_images(imgs, 0.5, 0.25, 2)
+  tap.is(n, 2, "flatten_images: limit")
+  tap.is(table.concat(rows:shape(), "x"), "2x4", "flatten_images: one row per image")
+  local want = { (0 / 255 - 0.5) / 0.25, (1 - 0.5) / 0.25, (0.2 - 0.5) / 0.25, (0.4 - 0.5) / 0.25 }
+  local got, worst = rows:totable()[1], 0
+  for i = 1, 4 do worst = math.max(worst, math.abs(got[i] - want[i])) end
+  tap.ok(worst < 1e-5, "flatten_images: (x/255 − mean)/std")
+end
+
 tap.done()
