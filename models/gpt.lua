@@ -250,7 +250,13 @@ local function sample(l, temperature, top_k, u)
     floor = sorted[top_k]
   end
   local max = -math.huge
-  for i = 1, n do if l[i] > max then max = l[i] end end
+  for i = 1, n do
+    if l[i] ~= l[i] or l[i] == math.huge then -- would sample garbage (always token 1)
+      error(("GPT:generate: logit %d is %s; the model's weights are not finite"):format(i,
+        tostring(l[i])), 0)
+    end
+    if l[i] > max then max = l[i] end
+  end
   local w, total = {}, 0
   for i = 1, n do
     w[i] = l[i] >= floor and math.exp((l[i] - max) / temperature) or 0
@@ -285,12 +291,19 @@ function GPT:generate(prompt, n_tokens, opts)
   if top_k ~= nil and (type(top_k) ~= "number" or top_k < 1 or top_k ~= math.floor(top_k)) then
     fail(who .. ": top_k must be a positive integer, got " .. tostring(top_k))
   end
-  if type(n_tokens) ~= "number" or n_tokens < 0 or n_tokens ~= math.floor(n_tokens) then
-    fail(who .. ": n_tokens must be a non-negative integer, got " .. tostring(n_tokens))
+  if type(n_tokens) ~= "number" or n_tokens < 0 or n_tokens ~= math.floor(n_tokens)
+      or n_tokens > 2 ^ 31 then
+    fail(who .. ": n_tokens must be an integer in 0..2^31, got " .. tostring(n_tokens))
   end
   local seq = venom.is_tensor(prompt) and prompt:reshape(-1):totable() or prompt
   if type(seq) ~= "table" or #seq == 0 then
     fail(who .. ": prompt must be a non-empty list or 1-D tensor of token ids")
+  end
+  for k in pairs(seq) do -- a hole ({1, nil, 3}) would silently cut the prompt
+    if type(k) ~= "number" or k < 1 or k > #seq or k ~= math.floor(k) then
+      fail(("%s: the prompt has a key %s outside 1..%d (a list with a hole?)")
+        :format(who, tostring(k), #seq))
+    end
   end
   local out = {}
   for i, id in ipairs(seq) do

@@ -562,6 +562,14 @@ local function sd_mask(who, sd, key, rows, cols)
     fail(("%s: '%s' must be an f32 tensor of shape %s, got %s"):format(who, key, want,
       is_tensor(v) and v:dtype() .. " " .. shape_of(v) or type(v)))
   end
+  -- 0/1 only: anything else (NaN, 2) would scale weights instead of masking.
+  local not0, not1 = v:ne(0), v:ne(1)
+  local both = not0:mul(not1)
+  local bad = both:sum():item()
+  not0:free(); not1:free(); both:free()
+  if bad > 0 then
+    fail(("%s: '%s' must hold only 0 and 1, found %d other values"):format(who, key, bad))
+  end
   return v:clone()
 end
 
@@ -609,6 +617,10 @@ function GMP:load_state_dict(sd)
     if (L.M or L.alive) and not (p.M or p.alive) then
       fail(("%s: layer '%s' is already pruned but the checkpoint holds it dense"):format(who,
         L.path))
+    end
+    if current > 0 and not (p.M or p.alive) then -- every event prunes every layer
+      fail(("%s: the checkpoint's target sparsity is %g but it has no entry for layer '%s'")
+        :format(who, current, L.path))
     end
     plan[i] = p
   end

@@ -214,6 +214,16 @@ do -- a tiny model overfits one batch.
   tap.ok(model.training, "generate restores training mode")
   tap.error_like(function() model:generate({ 65 }, 1) end, "expected an id in 1%.%.64",
     "generate: an id outside the vocabulary is refused")
+  tap.error_like(function() model:generate({ 1 }, math.huge) end, "n_tokens must be an integer",
+    "generate: an endless n_tokens is refused (it would never return)")
+  tap.error_like(function() model:generate({ 1, nil, 3 }, 1) end, "a list with a hole",
+    "generate: a prompt with a hole is refused")
+  local w = model.wte.weight
+  local saved = w:clone()
+  venom.no_grad(function() w:fill_(0 / 0) end)
+  tap.error_like(function() model:generate({ 1 }, 1) end, "not finite",
+    "generate: NaN weights are an error, not a stream of token 1")
+  venom.no_grad(function() w:copy_(saved) end)
 end
 
 do -- sparse MLPs: built sparse, or pruned by GMP through mlp_layers().

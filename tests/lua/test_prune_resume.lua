@@ -149,6 +149,13 @@ do
   sd["layers.1.M"] = 16
   tap.error_like(function() c.gmp:load_state_dict(sd) end,
     "'layers%.1%.M' must be an integer in %[4, 8%], got 16", "a stage beyond the pattern is refused")
+  sd["layers.1.M"] = a.gmp.layers[1].M
+  local keep = sd["layers.1.alive"]
+  sd["layers.1.alive"] = venom.full(keep:shape(), 0 / 0)
+  tap.error_like(function() c.gmp:load_state_dict(sd) end, "must hold only 0 and 1",
+    "a mask holding NaN is refused")
+  tap.error_like(function() c.gmp:load_state_dict({ mode = "vnm", t = 6, current = 0.5 }) end,
+    "no entry for layer '1'", "a pruned target without layer entries is refused")
 end
 
 os.execute("rm -rf '" .. dir .. "'")
