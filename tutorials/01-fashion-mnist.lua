@@ -189,23 +189,8 @@ end
 -- 5. Evaluation ---------------------------------------------------------------------
 --
 -- In eval mode (no dropout here, but it is a good habit) and without the tape
--- (venom.no_grad), predict the arg-max class and count matches.
-local function accuracy()
-  model:eval()
-  local correct = 0
-  venom.no_grad(function()
-    for xb, yb in test_loader:iter() do
-      local logits = model(xb)
-      local pred = logits:argmax(2)
-      local hits = pred:eq(yb)
-      local count = hits:sum()
-      correct = correct + count:item()
-      logits:free(); pred:free(); hits:free(); count:free(); xb:free(); yb:free()
-    end
-  end)
-  model:train()
-  return correct / x_test:size(1)
-end
+-- (venom.no_grad), predict the arg-max class and count matches: util.accuracy.
+local function accuracy() return util.accuracy(model, test_loader) end
 
 -- 6. Training ------------------------------------------------------------------------
 --

@@ -203,22 +203,7 @@ if opts.resume ~= "" then
 end
 
 -- 5. Evaluation (as in tutorial 1) ---------------------------------------------------
-local function accuracy()
-  model:eval()
-  local correct = 0
-  venom.no_grad(function()
-    for xb, yb in test_loader:iter() do
-      local logits = model(xb)
-      local pred = logits:argmax(2)
-      local hits = pred:eq(yb)
-      local count = hits:sum()
-      correct = correct + count:item()
-      logits:free(); pred:free(); hits:free(); count:free(); xb:free(); yb:free()
-    end
-  end)
-  model:train()
-  return correct / x_test:size(1)
-end
+local function accuracy() return util.accuracy(model, test_loader) end
 
 -- 6. Training ------------------------------------------------------------------------
 --

@@ -69,6 +69,28 @@ function util.format_bytes(n)
   return ("%.1f %s"):format(n, units[i])
 end
 
+--- Classification accuracy of `model` over `loader` (batches of inputs and
+-- 1-based class ids): the fraction of samples whose arg-max logit is the
+-- target. Runs in eval mode under no_grad and restores the training mode;
+-- each batch's tensors are freed as soon as they are counted.
+function util.accuracy(model, loader)
+  local was_training = model.training
+  model:eval()
+  local correct, seen = 0, 0
+  venom.no_grad(function()
+    for xb, yb in loader:iter() do
+      local logits = model(xb)
+      local pred = logits:argmax(-1)
+      local hits = pred:eq(yb)
+      local count = hits:sum()
+      correct, seen = correct + count:item(), seen + yb:numel()
+      logits:free(); pred:free(); hits:free(); count:free(); xb:free(); yb:free()
+    end
+  end)
+  model:train(was_training)
+  return seen > 0 and correct / seen or 0
+end
+
 --- Seconds as "MM:SS", or "H:MM:SS" from one hour on; "?" for unknown.
 function util.format_time(s)
   if s == nil or s ~= s or s == math.huge or s < 0 then

@@ -114,4 +114,21 @@ tap.is(util.format_bytes(512), "512 B", "format_bytes: bytes")
 tap.is(util.format_bytes(1536), "1.5 KiB", "format_bytes: KiB")
 tap.is(util.format_bytes(3 * 1024 ^ 3), "3.0 GiB", "format_bytes: GiB")
 
+-- accuracy: the fraction of arg-max predictions equal to the 1-based targets.
+do
+  local venom, nn, data = require "venom", require "venom.nn", require "venom.data"
+  local model = nn.Linear(3, 3)
+  venom.no_grad(function()
+    model.weight:copy_(venom.tensor({ { 1, 0, 0 }, { 0, 1, 0 }, { 0, 0, 1 } }))
+    model.bias:fill_(0)
+  end)
+  -- logits = x; argmax rows: 1, 2, 3, 3, 1 against targets 1, 2, 1, 3, 2 → 3 of 5
+  local x = venom.tensor({ { 5, 1, 0 }, { 0, 2, 1 }, { 0, 0, 9 }, { 1, 2, 3 }, { 7, 0, 0 } })
+  local y = venom.tensor({ 1, 2, 1, 3, 2 }, "i64")
+  local loader = data.DataLoader({ x, y }, { batch_size = 2 })
+  model:train()
+  tap.near(util.accuracy(model, loader), 0.6, 1e-12, "accuracy: 3 of 5 over uneven batches")
+  tap.ok(model.training, "accuracy restores training mode")
+end
+
 tap.done()
