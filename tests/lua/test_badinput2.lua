@@ -5,6 +5,7 @@
 -- expected and what was found; the process carries on to the next one.
 package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
@@ -236,9 +237,7 @@ end
 local idx = require "idxfile"
 local be32, write, idx_images, idx_labels = idx.be32, idx.write, idx.images, idx.labels
 
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p '" .. dir .. "'")
+local dir = testutil.tmpdir()
 do
   write(dir .. "/t10k-images-idx3-ubyte", idx_images(3))
   write(dir .. "/t10k-labels-idx1-ubyte", idx_labels({ 3, 200, 9 }))

@@ -5,23 +5,17 @@
 -- bit for bit, as the run that never stopped.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
 local data = require "venom.data"
 local checkpoint = require "venom.checkpoint"
 
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p '" .. dir .. "'")
+local dir = testutil.tmpdir()
 local function path(name) return dir .. "/" .. name end
 
-local function slurp(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = testutil.slurp
 
 local function shape(t) return table.concat(t:shape(), "x") end
 

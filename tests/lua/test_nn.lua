@@ -2,22 +2,14 @@
 -- an end-to-end smoke test (a small MLP learns a synthetic problem).
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
 
 venom.manual_seed(1)
 
--- Largest |a − b| over two equally nested tables of numbers.
-local function max_diff(a, b)
-  if type(a) == "number" then return math.abs(a - b) end
-  local m = 0
-  for i = 1, math.max(#a, #b) do
-    if a[i] == nil or b[i] == nil then return math.huge end
-    m = math.max(m, max_diff(a[i], b[i]))
-  end
-  return m
-end
+local max_diff = testutil.max_diff
 
 -- Plain-Lua y = x·Wᵀ + b on tables.
 local function ref_linear(x, w, b)

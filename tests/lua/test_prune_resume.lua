@@ -6,23 +6,17 @@
 -- for bit, and ends with the same checkpoint as the run that never stopped.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
 local prune = require "venom.prune"
 local checkpoint = require "venom.checkpoint"
 
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p '" .. dir .. "'")
+local dir = testutil.tmpdir()
 local function path(name) return dir .. "/" .. name end
 
-local function slurp(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local slurp = testutil.slurp
 
 local STEPS = 14
 local GMP_OPTS = {

@@ -4,6 +4,7 @@
 -- every offset and decodes to the same values. Skipped without python3.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 
 local function succeeded(r) return r == 0 or r == true end
@@ -14,9 +15,7 @@ if not succeeded(os.execute("python3 -c 'import json, struct' >/dev/null 2>&1"))
   return
 end
 
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p '" .. dir .. "'")
+local dir = testutil.tmpdir()
 
 local function python(script, file)
   local p = io.popen(("python3 tests/python/%s '%s' 2>&1; echo \"rc=$?\""):format(script, file))

@@ -3,6 +3,7 @@
 -- pattern and lowers the loss, sparsify, and bad input.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
@@ -10,15 +11,7 @@ local sparse = require "venom.sparse"
 
 venom.manual_seed(3)
 
-local function max_diff(a, b)
-  if type(a) == "number" then return math.abs(a - b) end
-  local m = 0
-  for i = 1, math.max(#a, #b) do
-    if a[i] == nil or b[i] == nil then return math.huge end
-    m = math.max(m, max_diff(a[i], b[i]))
-  end
-  return m
-end
+local max_diff = testutil.max_diff
 
 local function shape_of(t) return table.concat(t:shape(), "x") end
 
@@ -283,13 +276,7 @@ do
       p:close()
       return out, tonumber(out:match("rc=(%d+)\n$"))
     end
-    local function slurp(path)
-      local h = io.open(path, "rb")
-      if not h then return nil end
-      local data_ = h:read("*a")
-      h:close()
-      return data_
-    end
+    local slurp = require("testutil").slurp
     local a, b = os.tmpname(), os.tmpname()
     local out, rc = tutorial("--epochs 2 --sparse 8:2:8 --save " .. a)
     tap.ok(rc == 0 and out:find("layer 3: 32 × 32, 256 of 1024 weights kept (25.0%)", 1, true)

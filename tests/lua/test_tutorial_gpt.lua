@@ -5,6 +5,7 @@
 -- and resumed matches the uninterrupted one.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 
 local exe = os.getenv("VENOM_EXE") or arg[-1]
 
@@ -43,13 +44,7 @@ tap.ok(rc == 1 and out:find("cannot open .*missing") ~= nil,
 -- --save / --resume with --sparse, stopped at step 5, mid-way through the
 -- pruning schedule (steps 2 to 7): the resumed run prints the same losses
 -- and ends with the same checkpoint, byte for byte, as the run never stopped.
-local function slurp(p)
-  local h = io.open(p, "rb")
-  if not h then return nil end
-  local s = h:read("*a")
-  h:close()
-  return s
-end
+local slurp = testutil.slurp
 local full, stopped, resumed = tmp .. ".full", tmp .. ".stopped", tmp .. ".resumed"
 local sp = " --sparse 16:2:8 --text " .. tmp
 local want

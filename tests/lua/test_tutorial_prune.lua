@@ -4,6 +4,7 @@
 -- status 2; a run stopped and resumed matches the uninterrupted one. Skipped when the dataset package is not installed.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local data = require "venom.data"
 
 local f = io.open(data.FASHION_MNIST_ROOT .. "/train-labels-idx1-ubyte.gz", "rb")
@@ -53,13 +54,7 @@ tap.ok(rc == 2 and out:find("prune%-start") ~= nil, "prune-start after prune-end
 -- pruning, with the layers at an intermediate V:2:M) and resumed, the run
 -- prints epoch 2's loss and ends with the checkpoint of the run never
 -- stopped, byte for byte.
-local function slurp(p)
-  local h = io.open(p, "rb")
-  if not h then return nil end
-  local s = h:read("*a")
-  h:close()
-  return s
-end
+local slurp = testutil.slurp
 local base = os.tmpname()
 local full, stopped, resumed = base .. ".full", base .. ".stopped", base .. ".resumed"
 local args = "--target 16:2:8 --every 1 --save "

@@ -5,6 +5,7 @@
 -- dataset package is not installed.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 local venom = require "venom"
 local data = require "venom.data"
 
@@ -17,9 +18,7 @@ end
 f:close()
 
 local exe = os.getenv("VENOM_EXE") or arg[-1]
-local dir = os.tmpname()
-os.remove(dir)
-os.execute("mkdir -p '" .. dir .. "'")
+local dir = testutil.tmpdir()
 
 -- --no-cosine: the schedule would otherwise depend on --epochs, which the
 -- stopped run shortens.
@@ -31,13 +30,7 @@ local function tutorial(args)
   return out, tonumber(out:match("rc=(%d+)\n$"))
 end
 
-local function slurp(p)
-  local h = io.open(p, "rb")
-  if not h then return nil end
-  local s = h:read("*a")
-  h:close()
-  return s
-end
+local slurp = testutil.slurp
 
 local full, stopped, resumed = dir .. "/full.st", dir .. "/stopped.st", dir .. "/resumed.st"
 local dense = dir .. "/dense.st"

@@ -1,0 +1,33 @@
+-- testutil — small helpers shared by the Lua tests.
+local M = {}
+
+--- Largest |a − b| over two equally nested tables of numbers (math.huge if
+-- their shapes differ).
+function M.max_diff(a, b)
+  if type(a) == "number" then return math.abs(a - b) end
+  local m = 0
+  for i = 1, math.max(#a, #b) do
+    if a[i] == nil or b[i] == nil then return math.huge end
+    m = math.max(m, M.max_diff(a[i], b[i]))
+  end
+  return m
+end
+
+--- The bytes of a file; a missing file is an error (so two missing files
+-- never compare equal).
+function M.slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+--- A fresh temporary directory.
+function M.tmpdir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "'")
+  return dir
+end
+
+return M
