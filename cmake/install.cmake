@@ -23,6 +23,11 @@ set_target_properties(venom_lua PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 
 # position-independent code, so one compilation serves both).
 add_library(venom_static STATIC $<TARGET_OBJECTS:venom>)
 set_target_properties(venom_static PROPERTIES OUTPUT_NAME venom)
+if(VENOM_HAVE_CUDA) # the same objects; the property must still be set on the target
+  set_target_properties(venom_static PROPERTIES CUDA_ARCHITECTURES "${VENOM_CUDA_ARCHITECTURES}")
+  # libvenom.a users link the CUDA runtime (static, C++) and cuBLAS too.
+  set(VENOM_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcublasLt -lcudart_static -ldl -lrt -lstdc++")
+endif()
 
 # RPATHs from each installed binary to the library directory.
 file(RELATIVE_PATH rel_bin ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})

@@ -110,6 +110,22 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
         vn_tensor_release(g);
         return *slot ? VN_OK : VN_ERR_MEMORY;
     }
+    if (vn__is_cuda(*slot) != vn__is_cuda(g)) {
+        vn_tensor_release(g);
+        return vn__err(VN_ERR_DEVICE, "backward: a %s gradient for a %s tensor",
+                       vn__is_cuda(g) ? "cuda" : "cpu", vn__is_cuda(*slot) ? "cuda" : "cpu");
+    }
+    if (vn__is_cuda(*slot)) { /* in place: slot = slot + g, element by element */
+        const vn_tensor *in[2] = {*slot, g};
+        const void *ptr[2];
+        vnk_loop L;
+        vn_status s = VN_OK;
+        if (vn__cuda_loop(*slot, 2, in, &L, ptr) &&
+            vnk_map(VNK_ADD, VN_F32, VN_F32, vn__ptr(*slot), 2, ptr, &L, 0, 0))
+            s = vn__cuda_err("backward: accumulating a gradient");
+        vn_tensor_release(g);
+        return s;
+    }
     float *dst = vn_tensor_data(*slot);
     int64_t n = vn_tensor_numel(*slot);
     if (vn_tensor_is_contiguous(g)) {
@@ -225,7 +241,7 @@ static vn_status check_inputs_alive(const vn_node *n)
 
 vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
 {
-    vn_status s = vn__check(root, "backward");
+    vn_status s = vn__check_for(root, "backward", VN_ALLOW_CUDA);
     if (s) return s;
     if (!root->requires_grad && !root->grad_fn)
         return vn__err(VN_ERR_ARG, "backward: the tensor does not require grad (no parameter "
@@ -234,18 +250,21 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
     char a[128], b[128];
     vn_tensor *seed;
     if (grad) {
-        if ((s = vn__check_dtype(grad, VN_F32, "backward: gradient"))) return s;
+        if ((s = vn__check_dtype_for(grad, VN_F32, "backward: gradient", VN_ALLOW_CUDA))) return s;
         if (!vn__same_shape(grad, root))
             return vn__err(VN_ERR_SHAPE, "backward: gradient of shape %s for a tensor of shape %s",
                            vn_shape_str(grad->ndim, grad->shape, a, sizeof a),
                            vn_shape_str(root->ndim, root->shape, b, sizeof b));
+        if (vn__is_cuda(grad) != vn__is_cuda(root))
+            return vn__err(VN_ERR_DEVICE, "backward: a %s gradient for a %s tensor",
+                           vn__is_cuda(grad) ? "cuda" : "cpu", vn__is_cuda(root) ? "cuda" : "cpu");
         seed = vn_clone(grad);
     } else {
         if (vn_tensor_numel(root) != 1)
             return vn__err(VN_ERR_SHAPE, "backward: a gradient must be given for a non-scalar "
                                          "tensor (shape %s); expected one element",
                            vn_shape_str(root->ndim, root->shape, a, sizeof a));
-        seed = vn_ones(VN_F32, root->ndim, root->shape);
+        seed = vn_full_on(vn__is_cuda(root) ? VN_CUDA : VN_CPU, VN_F32, root->ndim, root->shape, 1);
     }
     if (!seed) return VN_ERR_MEMORY;
 
@@ -305,7 +324,7 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
 
 vn_status vn_tensor_set_requires_grad(vn_tensor *t, bool requires_grad)
 {
-    vn_status s = vn__check(t, "requires_grad");
+    vn_status s = vn__check_for(t, "requires_grad", VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
     if (requires_grad && t->dtype != VN_F32)
         return vn__err(VN_ERR_DTYPE, "requires_grad: only f32 tensors can require grad, got %s",
@@ -331,17 +350,20 @@ void vn_tensor_zero_grad(vn_tensor *t)
 
 vn_status vn_tensor_set_grad(vn_tensor *t, vn_tensor *grad)
 {
-    vn_status s = vn__check(t, "set_grad");
+    vn_status s = vn__check_for(t, "set_grad", VN_ALLOW_CUDA);
     if (s) return s;
     if (grad) {
         char a[128], b[128];
-        if ((s = vn__check_dtype(grad, VN_F32, "set_grad: gradient"))) return s;
+        if ((s = vn__check_dtype_for(grad, VN_F32, "set_grad: gradient", VN_ALLOW_CUDA))) return s;
         if (!vn__same_shape(grad, t))
             return vn__err(VN_ERR_SHAPE, "set_grad: gradient of shape %s for a tensor of shape %s",
                            vn_shape_str(grad->ndim, grad->shape, a, sizeof a),
                            vn_shape_str(t->ndim, t->shape, b, sizeof b));
+        if (vn__is_cuda(grad) != vn__is_cuda(t))
+            return vn__err(VN_ERR_DEVICE, "set_grad: a %s gradient for a %s tensor",
+                           vn__is_cuda(grad) ? "cuda" : "cpu", vn__is_cuda(t) ? "cuda" : "cpu");
         grad = vn_contiguous(grad);
-        if (!grad) return VN_ERR_MEMORY;
+        if (!grad) return vn_last_status();
     }
     vn_tensor_release(t->grad);
     t->grad = grad;
@@ -350,6 +372,6 @@ vn_status vn_tensor_set_grad(vn_tensor *t, vn_tensor *grad)
 
 vn_tensor *vn_detach(const vn_tensor *t)
 {
-    if (vn__check(t, "detach")) return NULL;
+    if (vn__check_for(t, "detach", VN_ALLOW_CUDA | VN_ALLOW_HALF)) return NULL;
     return vn__alias(t);
 }

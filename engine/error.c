@@ -69,6 +69,7 @@ const char *vn_status_name(vn_status s)
     case VN_ERR_FORMAT: return "format error";
     case VN_ERR_STATE: return "state error";
     case VN_ERR_SCRIPT: return "script error";
+    case VN_ERR_DEVICE: return "device error";
     }
     return "unknown status";
 }
@@ -80,6 +81,8 @@ const char *vn_dtype_name(vn_dtype d)
     case VN_I32: return "i32";
     case VN_I64: return "i64";
     case VN_U8: return "u8";
+    case VN_BF16: return "bf16";
+    case VN_F16: return "f16";
     }
     return "unknown dtype";
 }
@@ -90,20 +93,27 @@ size_t vn_dtype_size(vn_dtype d)
     case VN_F32: case VN_I32: return 4;
     case VN_I64: return 8;
     case VN_U8: return 1;
+    case VN_BF16: case VN_F16: return 2;
     }
     return 0;
 }
 
-vn_status vn__check(const vn_tensor *t, const char *what)
+vn_status vn__check_for(const vn_tensor *t, const char *what, unsigned allow)
 {
     if (!t) return vn__err(VN_ERR_ARG, "%s: expected a tensor, got NULL", what);
     if (!t->storage) return vn__err(VN_ERR_STATE, "%s: the tensor was freed", what);
+    if (t->storage->on_cuda && !(allow & VN_ALLOW_CUDA))
+        return vn__err(VN_ERR_DEVICE, "%s: expected a cpu tensor, got a cuda one (this op runs on "
+                       "the CPU only so far; move the tensor with :cpu() / vn_to_device)", what);
+    if ((t->dtype == VN_BF16 || t->dtype == VN_F16) && !(allow & VN_ALLOW_HALF))
+        return vn__err(VN_ERR_DTYPE, "%s: got a %s tensor, which only stores values; convert it "
+                       "to f32 first (:float() / vn_to_dtype)", what, vn_dtype_name(t->dtype));
     return VN_OK;
 }
 
-vn_status vn__check_dtype(const vn_tensor *t, vn_dtype want, const char *what)
+vn_status vn__check_dtype_for(const vn_tensor *t, vn_dtype want, const char *what, unsigned allow)
 {
-    vn_status s = vn__check(t, what);
+    vn_status s = vn__check_for(t, what, allow | VN_ALLOW_HALF);
     if (s) return s;
     if (t->dtype != want)
         return vn__err(VN_ERR_DTYPE, "%s: expected dtype %s, got %s", what,

@@ -5,6 +5,7 @@
 #define VENOM_INTERNAL_H
 
 #include "venom.h"
+#include "kernels.h" /* the CUDA backend's C ABI (kernels/) */
 
 #include <math.h>
 #include <stdarg.h>
@@ -14,7 +15,8 @@
  * read-only tensor (weights used for inference on several threads) retain
  * and release it, and views of it share its storage. */
 typedef struct vn_storage {
-    void *data;
+    void *data;         /* host memory, or device memory when on_cuda */
+    bool on_cuda;
     size_t nbytes;
     _Atomic int refcount;
     uint32_t version; /* bumped by every in-place write; see vn__written */
@@ -73,10 +75,18 @@ vn_status vn__err(vn_status s, const char *fmt, ...) __attribute__((format(print
 void *vn__errp(vn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Checks that t is a usable tensor (non-NULL, not freed). `what` names the
- * argument in the message, e.g. "matmul: argument 2". */
-vn_status vn__check(const vn_tensor *t, const char *what);
-/* vn__check plus a dtype requirement. */
-vn_status vn__check_dtype(const vn_tensor *t, vn_dtype want, const char *what);
+ * argument in the message, e.g. "matmul: argument 2". Unless `allow` says
+ * the op handles them, CUDA tensors are refused (VN_ERR_DEVICE: the op is
+ * CPU only) and so are bf16/f16 ones (VN_ERR_DTYPE: storage-only dtypes):
+ * an op must opt in to each, so no CPU loop ever sees a device pointer or
+ * a 16-bit float. */
+#define VN_ALLOW_CUDA 1u /* the op has a CUDA path */
+#define VN_ALLOW_HALF 2u /* the op handles bf16 and f16 */
+vn_status vn__check_for(const vn_tensor *t, const char *what, unsigned allow);
+#define vn__check(t, what) vn__check_for(t, what, 0)
+/* vn__check_for plus a dtype requirement. */
+vn_status vn__check_dtype_for(const vn_tensor *t, vn_dtype want, const char *what, unsigned allow);
+#define vn__check_dtype(t, want, what) vn__check_dtype_for(t, want, what, 0)
 /* dim in [-ndim, ndim) → [0, ndim); VN_ERR_ARG otherwise. */
 vn_status vn__wrap_dim(int ndim, int *dim, const char *what);
 
@@ -93,8 +103,13 @@ vn_status vn__check_shape(const char *op, int ndim, const int64_t *shape);
 void *vn__mem_alloc(size_t nbytes); /* 64-byte aligned, from the cache */
 void vn__mem_free(void *p, size_t nbytes);
 
-/* A new contiguous tensor, uninitialized (vn_empty without checks). */
+/* A new contiguous tensor, uninitialized (vn_empty without checks), on the
+ * CPU or on the device of `like` (vn__new_like). */
 vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape);
+vn_tensor *vn__new_on(bool on_cuda, vn_dtype dtype, int ndim, const int64_t *shape);
+vn_tensor *vn__new_like(const vn_tensor *like, vn_dtype dtype, int ndim, const int64_t *shape);
+/* Address of element [0,...,0] on whichever device t lives (no checks). */
+void *vn__ptr(const vn_tensor *t);
 /* A new tensor header over t's storage (shares it; no grad_fn, no grad). */
 vn_tensor *vn__alias(const vn_tensor *t);
 /* t itself (retained) if contiguous, else a contiguous copy that is not
@@ -125,6 +140,30 @@ void vn__broadcast_strides(const vn_tensor *t, int ndim, const int64_t *shape,
 /* Sum g (broadcast shape) down to `shape` (the reverse of broadcasting).
  * Returns a new f32 tensor; g itself (retained) if shapes already match. */
 vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape);
+
+/* ---- devices (engine/device.c) ------------------------------------------ */
+
+static inline bool vn__is_cuda(const vn_tensor *t) { return t->storage && t->storage->on_cuda; }
+/* Checks that the n tensors (NULLs skipped) share a device and returns
+ * whether it is CUDA; a 0-d CPU tensor may join CUDA tensors (the caller
+ * moves it with vn__scalar_to). VN_ERR_DEVICE names both devices. */
+vn_status vn__same_device(const char *op, int n, const vn_tensor *const *ts, bool *on_cuda);
+/* *t moved to the CUDA device when it is a CPU tensor (a 0-d scalar next to
+ * CUDA tensors): replaces *t with a new reference stored in *hold (release
+ * it after use), or leaves both alone. */
+vn_status vn__scalar_to_cuda(const vn_tensor **t, vn_tensor **hold);
+/* The failure of a vnk_* call as VN_ERR_DEVICE "op: <CUDA message>". */
+vn_status vn__cuda_err(const char *op);
+void *vn__cuda_errp(const char *op);
+/* The strided loop over contiguous `out` (on CUDA) reading the n inputs
+ * broadcast to its shape, dims merged where the layouts allow; the inputs'
+ * element offsets are folded into *in_ptr[k]. Defined for kernels.h's
+ * vnk_loop; returns false for an empty output. */
+bool vn__cuda_loop(const vn_tensor *out, int n, const vn_tensor *const *in, vnk_loop *L,
+                   const void **in_ptr);
+/* The autocast dtype of this thread (VN_F32 when off). */
+vn_dtype vn__autocast(void);
+bool vn__allow_tf32(void);
 
 /* ---- random numbers (engine/rng.c) -------------------------------------- */
 
@@ -166,7 +205,15 @@ vn_status vn__accum(vn_node *n, int i, vn_tensor *g);
     case VN_I32: { typedef int32_t T; __VA_ARGS__; } break; \
     case VN_I64: { typedef int64_t T; __VA_ARGS__; } break; \
     case VN_U8: { typedef uint8_t T; __VA_ARGS__; } break;  \
+    case VN_BF16: case VN_F16: break; /* refused by vn__check */ \
     }
+
+/* 16-bit floats on the CPU (storage and conversion only), round to nearest
+ * even; NaN stays NaN. */
+uint16_t vn__f32_to_bf16(float x);
+float vn__bf16_to_f32(uint16_t h);
+uint16_t vn__f32_to_f16(float x);
+float vn__f16_to_f32(uint16_t h);
 
 #define VN_F32_PTR(t) ((float *)vn_tensor_data(t))
 

@@ -51,21 +51,80 @@ static bool as_matrix(const vn_tensor *t, blas_mat *m)
     return blas_layout(rows, t->shape[nd - 1], rs, t->strides[nd - 1], m);
 }
 
-/* C (m × n, row-major, ldc) = op(A)·op(B) + beta·C with op(A) m × k and
- * op(B) k × n. Empty products are handled here because BLAS implementations
- * differ on them. */
-static void gemm(const blas_mat *A, const float *a, const blas_mat *B, const float *b,
-                 bool ta, bool tb, int64_t m, int64_t n, int64_t k, float beta, float *c,
-                 int64_t ldc)
+/* Where and how a product runs: on the CPU (OpenBLAS), or on the GPU
+ * (cuBLAS) with f32 inputs or, under autocast, 16-bit ones. */
+typedef struct {
+    bool cuda;
+    vn_dtype prec; /* VN_F32, VN_BF16 or VN_F16; CPU products are always f32 */
+} gemm_ctx;
+
+static gemm_ctx ctx_of(const vn_tensor *t, vn_dtype prec)
 {
-    if (m == 0 || n == 0) return;
+    return (gemm_ctx){.cuda = vn__is_cuda(t), .prec = vn__is_cuda(t) ? prec : VN_F32};
+}
+
+/* A 16-bit copy of the rows × cols matrix stored at p with leading dim ld,
+ * made contiguous (ld = cols) in device memory the caller frees with
+ * vnk_free(*buf, *nbytes). */
+static bool to_half(const float *p, int64_t rows, int64_t cols, int64_t ld, vn_dtype prec,
+                    void **buf, size_t *nbytes)
+{
+    *nbytes = (size_t)(rows * cols) * 2;
+    if (!(*buf = vnk_alloc(*nbytes))) return false;
+    vnk_loop L = {.ndim = 2, .shape = {rows, cols}, .st = {{ld, 1}}};
+    const void *in = p;
+    if (vnk_map(VNK_COPY, VN_F32, prec, *buf, 1, &in, &L, 0, 0)) {
+        vnk_free(*buf, *nbytes);
+        return false;
+    }
+    return true;
+}
+
+/* The GPU half of gemm(). Under autocast both operands are converted to
+ * 16 bits first (as stored, so transposed views stay transposed). */
+static bool gemm_cuda(const gemm_ctx *g, const blas_mat *A, const float *a, const blas_mat *B,
+                      const float *b, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      float beta, float *c, int64_t ldc)
+{
+    if (g->prec == VN_F32)
+        return !vnk_gemm(ta, tb, m, n, k, 1.0f, a, A->ld, 0, b, B->ld, 0, beta, c, ldc, 0, 1,
+                         VN_F32, vn__allow_tf32());
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    void *ha = NULL, *hb = NULL;
+    size_t na = 0, nb = 0;
+    bool ok = to_half(a, ar, ac, A->ld, g->prec, &ha, &na) &&
+              to_half(b, br, bc, B->ld, g->prec, &hb, &nb) &&
+              !vnk_gemm(ta, tb, m, n, k, 1.0f, ha, ac, 0, hb, bc, 0, beta, c, ldc, 0, 1, g->prec,
+                        false);
+    if (ha) vnk_free(ha, na);
+    if (hb) vnk_free(hb, nb);
+    return ok;
+}
+
+/* C (m × n, row-major, ldc) = op(A)·op(B) + beta·C with op(A) m × k and
+ * op(B) k × n, beta 0 or 1. Empty products are handled here because BLAS
+ * implementations differ on them. False (with the error set) when a CUDA
+ * call failed. */
+static bool gemm(const gemm_ctx *g, const blas_mat *A, const float *a, const blas_mat *B,
+                 const float *b, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float beta,
+                 float *c, int64_t ldc)
+{
+    if (m == 0 || n == 0) return true;
+    if (k == 0 && beta != 0) return true; /* C + 0 */
+    if (g->cuda) {
+        bool ok = k == 0 ? (ldc == n && !vnk_fill(c, VN_F32, m * n, 0))
+                         : gemm_cuda(g, A, a, B, b, ta, tb, m, n, k, beta, c, ldc);
+        if (!ok) vn__cuda_err("matmul");
+        return ok;
+    }
     if (k == 0) {
         for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
-        return;
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = 0;
+        return true;
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0f, a, (int)A->ld, b, (int)B->ld, beta, c, (int)ldc);
+    return true;
 }
 
 static bool too_big_for_blas(int64_t n) { return n > INT_MAX; }
@@ -110,8 +169,8 @@ static bool blas_operand(const vn_tensor **t, bool right, operand *o, blas_mat *
 
 /* out (contiguous, batch × n × m) = a · b, the batch dims of a and b
  * broadcasting to (nb, bshape). */
-static bool matmul_into(const vn_tensor *a, const vn_tensor *b, int nb, const int64_t *bshape,
-                        float *out)
+static bool matmul_into(const gemm_ctx *g, const vn_tensor *a, const vn_tensor *b, int nb,
+                        const int64_t *bshape, float *out)
 {
     operand oa, ob;
     blas_mat A = {0}, B = {0}, AF = {0};
@@ -122,14 +181,15 @@ static bool matmul_into(const vn_tensor *a, const vn_tensor *b, int nb, const in
         return false;
     }
     int64_t n = oa.rows, k = oa.cols, m = ob.cols;
-    const float *pa = vn_tensor_data(a), *pb = vn_tensor_data(b);
+    const float *pa = vn__ptr(a), *pb = vn__ptr(b);
+    bool ok = true;
 
     /* When b is one matrix and a's batch dims merge into its rows, the whole
      * product is a single gemm (the common x·W case). */
     int64_t b_batch = 1;
     for (int d = 0; d < ob.nbatch; d++) b_batch *= ob.bshape[d];
     if (b_batch == 1 && a->ndim >= 2 && as_matrix(a, &AF) && !AF.trans && AF.rows <= INT_MAX) {
-        gemm(&AF, pa, &B, pb, false, B.trans, AF.rows, m, k, 0, out, m);
+        ok = gemm(g, &AF, pa, &B, pb, false, B.trans, AF.rows, m, k, 0, out, m);
     } else {
         /* Batch strides under the broadcast batch shape (right-aligned; a
          * stretched dim has stride 0), walked with an odometer. */
@@ -141,8 +201,8 @@ static bool matmul_into(const vn_tensor *a, const vn_tensor *b, int nb, const in
             nbatch *= bshape[d];
         }
         int64_t offa = 0, offb = 0;
-        for (int64_t i = 0; i < nbatch; i++) {
-            gemm(&A, pa + offa, &B, pb + offb, A.trans, B.trans, n, m, k, 0, out + i * n * m, m);
+        for (int64_t i = 0; i < nbatch && ok; i++) {
+            ok = gemm(g, &A, pa + offa, &B, pb + offb, A.trans, B.trans, n, m, k, 0, out + i * n * m, m);
             for (int d = nb - 1; d >= 0; d--) {
                 offa += sa[d], offb += sb[d];
                 if (++idx[d] < bshape[d]) break;
@@ -153,13 +213,15 @@ static bool matmul_into(const vn_tensor *a, const vn_tensor *b, int nb, const in
     }
     vn_tensor_release(ac);
     vn_tensor_release(bc);
-    return true;
+    return ok;
 }
 
 /* dA = dC·Bᵀ and dB = Aᵀ·dC on the promoted operands; vn__accum sums away
  * broadcast batch dims. A 1-D operand's gradient loses its promoted dim. */
 static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
 {
+    vn_dtype prev; /* the products below run at the forward's precision */
+    vn_set_autocast((vn_dtype)nd->i[0], &prev);
     const vn_tensor *a = nd->inputs[0], *b = nd->inputs[1];
     int64_t k = a->shape[a->ndim - 1];
     vn_tensor *a2 = a->ndim == 1 ? vn_unsqueeze(a, 0) : vn_tensor_retain((vn_tensor *)a);
@@ -211,14 +273,22 @@ static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
     vn_tensor_release(a2);
     vn_tensor_release(b2);
     vn_tensor_release(g2);
+    vn_set_autocast(prev, NULL);
     return s;
 }
 
 vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
 {
-    if (vn__check_dtype(a, VN_F32, "matmul: argument 1") ||
-        vn__check_dtype(b, VN_F32, "matmul: argument 2"))
+    const vn_tensor *ins[2] = {a, b};
+    bool cuda;
+    if (vn__check_dtype_for(a, VN_F32, "matmul: argument 1", VN_ALLOW_CUDA) ||
+        vn__check_dtype_for(b, VN_F32, "matmul: argument 2", VN_ALLOW_CUDA) ||
+        vn__same_device("matmul", 2, ins, &cuda))
         return NULL;
+    if (vn__is_cuda(a) != vn__is_cuda(b))
+        return vn__errp(VN_ERR_DEVICE, "matmul: argument 1 is on %s and argument 2 on %s; "
+                        "expected both on one device", vn__is_cuda(a) ? "cuda" : "cpu",
+                        vn__is_cuda(b) ? "cuda" : "cpu");
     char sa[128], sb[128];
     vn_shape_str(a->ndim, a->shape, sa, sizeof sa);
     vn_shape_str(b->ndim, b->shape, sb, sizeof sb);
@@ -247,14 +317,15 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
     if (a->ndim > 1) shape[ndim++] = oa.rows;
     if (b->ndim > 1) shape[ndim++] = ob.cols;
 
-    vn_tensor *out = vn__new(VN_F32, ndim, shape);
-    if (out && !matmul_into(a, b, nb, shape, vn_tensor_data(out))) {
+    gemm_ctx g = ctx_of(a, vn__autocast());
+    vn_tensor *out = vn__new_like(a, VN_F32, ndim, shape);
+    if (out && !matmul_into(&g, a, b, nb, shape, vn__ptr(out))) {
         vn_tensor_release(out);
         return NULL;
     }
     if (!out) return NULL;
-    const vn_tensor *ins[2] = {a, b};
-    vn__record(out, "matmul", matmul_backward, 2, ins);
+    vn_node *nd = vn__record(out, "matmul", matmul_backward, 2, ins);
+    if (nd) nd->i[0] = g.prec;
     return out;
 }
 
@@ -278,31 +349,38 @@ static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
     const vn_tensor *x = nd->inputs[0], *w = nd->inputs[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1];
     blas_mat DY, W, X;
+    gemm_ctx g = ctx_of(x, (vn_dtype)nd->i[0]);
     vn_tensor *dy = matrix_view(gout, &DY);
     if (!dy) return VN_ERR_MEMORY;
-    const float *pdy = vn_tensor_data(dy);
+    const float *pdy = vn__ptr(dy);
     int64_t rows = DY.rows;
     vn_status s = VN_OK;
 
     if (vn__input_needs_grad(nd, 0)) {
         vn_tensor *wv = matrix_view(w, &W);
-        vn_tensor *dx = wv ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
-        if (dx)
-            gemm(&DY, pdy, &W, vn_tensor_data(wv), DY.trans, W.trans, rows, in_f, out_f, 0,
-                 vn_tensor_data(dx), in_f);
+        vn_tensor *dx = wv ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL;
+        if (dx && !gemm(&g, &DY, pdy, &W, vn__ptr(wv), DY.trans, W.trans, rows, in_f, out_f, 0,
+                        vn__ptr(dx), in_f)) {
+            vn_tensor_release(dx);
+            dx = NULL;
+        }
         vn_tensor_release(wv);
         s = vn__accum(nd, 0, dx);
     }
     if (!s && vn__input_needs_grad(nd, 1)) {
         vn_tensor *xv = matrix_view(x, &X);
-        vn_tensor *dw = xv ? vn__new(VN_F32, 2, w->shape) : NULL;
-        if (dw)
-            gemm(&DY, pdy, &X, vn_tensor_data(xv), !DY.trans, X.trans, out_f, in_f, rows, 0,
-                 vn_tensor_data(dw), in_f);
+        vn_tensor *dw = xv ? vn__new_like(x, VN_F32, 2, w->shape) : NULL;
+        if (dw && !gemm(&g, &DY, pdy, &X, vn__ptr(xv), !DY.trans, X.trans, out_f, in_f, rows, 0,
+                        vn__ptr(dw), in_f)) {
+            vn_tensor_release(dw);
+            dw = NULL;
+        }
         vn_tensor_release(xv);
         s = vn__accum(nd, 1, dw);
     }
-    if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
+    if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2) && g.cuda) {
+        s = vn__accum(nd, 2, vn__sum_to(gout, 1, &out_f)); /* column sums on the GPU */
+    } else if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
         vn_tensor *db = vn_zeros(VN_F32, 1, &out_f);
         if (db) {
             float *restrict acc = vn_tensor_data(db);
@@ -328,9 +406,18 @@ static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
 
 vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bias)
 {
-    if (vn__check_dtype(x, VN_F32, "linear: input") || vn__check_dtype(w, VN_F32, "linear: weight") ||
-        (bias && vn__check_dtype(bias, VN_F32, "linear: bias")))
+    const vn_tensor *ins[3] = {x, w, bias};
+    bool cuda;
+    if (vn__check_dtype_for(x, VN_F32, "linear: input", VN_ALLOW_CUDA) ||
+        vn__check_dtype_for(w, VN_F32, "linear: weight", VN_ALLOW_CUDA) ||
+        (bias && vn__check_dtype_for(bias, VN_F32, "linear: bias", VN_ALLOW_CUDA)) ||
+        vn__same_device("linear", 3, ins, &cuda))
         return NULL;
+    for (int i = 0; i < 3; i++)
+        if (ins[i] && vn__is_cuda(ins[i]) != cuda)
+            return vn__errp(VN_ERR_DEVICE, "linear: input, weight and bias must be on one device; "
+                            "argument %d is on %s, expected %s", i + 1,
+                            vn__is_cuda(ins[i]) ? "cuda" : "cpu", cuda ? "cuda" : "cpu");
     char sx[128], sw[128], sbias[128];
     vn_shape_str(x->ndim, x->shape, sx, sizeof sx);
     vn_shape_str(w->ndim, w->shape, sw, sizeof sw);
@@ -353,7 +440,7 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     shape[x->ndim - 1] = out_f;
-    vn_tensor *y = vn__new(VN_F32, x->ndim, shape);
+    vn_tensor *y = vn__new_like(x, VN_F32, x->ndim, shape);
     blas_mat X, W;
     vn_tensor *xv = y ? matrix_view(x, &X) : NULL;
     vn_tensor *wv = xv ? matrix_view(w, &W) : NULL;
@@ -367,20 +454,31 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
         vn_tensor_release(bv);
         return NULL;
     }
-    float *py = vn_tensor_data(y);
-    if (bv) {
+    float *py = vn__ptr(y);
+    gemm_ctx g = ctx_of(x, vn__autocast());
+    bool ok = true;
+    if (bv && !cuda) {
         /* Start every row at the bias; sgemm adds x·wᵀ onto it (beta = 1),
          * so the bias costs no extra pass over the result. */
         const float *pb = vn_tensor_data(bv);
         for (int64_t i = 0; i < X.rows; i++) memcpy(py + i * out_f, pb, sizeof(float) * (size_t)out_f);
+    } else if (bv) { /* the same with a broadcast copy on the GPU */
+        vnk_loop L;
+        const void *pb;
+        const vn_tensor *b1 = bv;
+        if (vn__cuda_loop(y, 1, &b1, &L, &pb) && vnk_map(VNK_COPY, VN_F32, VN_F32, py, 1, &pb, &L, 0, 0))
+            ok = !vn__cuda_err("linear");
     }
-    gemm(&X, vn_tensor_data(xv), &W, vn_tensor_data(wv), X.trans, !W.trans, X.rows, out_f, in_f,
-         bv ? 1.0f : 0.0f, py, out_f);
+    ok = ok && gemm(&g, &X, vn__ptr(xv), &W, vn__ptr(wv), X.trans, !W.trans, X.rows, out_f, in_f,
+                    bv ? 1.0f : 0.0f, py, out_f);
     vn_tensor_release(xv);
     vn_tensor_release(wv);
     vn_tensor_release(bv);
-
-    const vn_tensor *ins[3] = {x, w, bias};
-    vn__record(y, "linear", linear_backward, bias ? 3 : 2, ins);
+    if (!ok) {
+        vn_tensor_release(y);
+        return NULL;
+    }
+    vn_node *nd = vn__record(y, "linear", linear_backward, bias ? 3 : 2, ins);
+    if (nd) nd->i[0] = g.prec;
     return y;
 }

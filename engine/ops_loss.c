@@ -83,12 +83,15 @@ static vn_status softmax_backward(vn_node *nd, const vn_tensor *gout)
     int dim = (int)nd->i[0];
     bool log = nd->i[1];
     vn_tensor *y = swap_to_last(nd->saved[0], dim), *g = swap_to_last(gout, dim);
-    vn_tensor *dx = y && g ? vn__new(VN_F32, y->ndim, y->shape) : NULL, *res = NULL;
+    vn_tensor *dx = y && g ? vn__new_like(y, VN_F32, y->ndim, y->shape) : NULL, *res = NULL;
     if (dx) {
-        int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1;
-        softmax_rows_backward(vn_tensor_data(y), vn_tensor_data(g), vn_tensor_data(dx),
-                              D ? vn_tensor_numel(y) / D : 0, D, log);
-        res = swap_to_last(dx, dim);
+        int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1, rows = D ? vn_tensor_numel(y) / D : 0;
+        if (!vn__is_cuda(y))
+            softmax_rows_backward(vn__ptr(y), vn__ptr(g), vn__ptr(dx), rows, D, log);
+        if (!vn__is_cuda(y) || !vnk_softmax_backward(vn__ptr(y), vn__ptr(g), vn__ptr(dx), rows, D, log))
+            res = swap_to_last(dx, dim);
+        else
+            vn__cuda_err(nd->name);
     }
     vn_tensor_release(y);
     vn_tensor_release(g);
@@ -101,16 +104,19 @@ static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
     const char *op = log ? "log_softmax" : "softmax";
     char what[32];
     snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check_dtype(t, VN_F32, what)) return NULL;
+    if (vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA)) return NULL;
     snprintf(what, sizeof what, "%s: dim", op);
     if (vn__wrap_dim(t->ndim, &dim, what)) return NULL;
 
     vn_tensor *x = swap_to_last(t, dim);
-    vn_tensor *y = x ? vn__new(VN_F32, x->ndim, x->shape) : NULL, *out = NULL;
+    vn_tensor *y = x ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL, *out = NULL;
     if (y) {
-        int64_t D = x->shape[x->ndim - 1];
-        softmax_rows(vn_tensor_data(x), vn_tensor_data(y), D ? vn_tensor_numel(x) / D : 0, D, log);
-        out = swap_to_last(y, dim);
+        int64_t D = x->shape[x->ndim - 1], rows = D ? vn_tensor_numel(x) / D : 0;
+        if (!vn__is_cuda(x)) softmax_rows(vn__ptr(x), vn__ptr(y), rows, D, log);
+        if (!vn__is_cuda(x) || !vnk_softmax(vn__ptr(x), vn__ptr(y), rows, D, log))
+            out = swap_to_last(y, dim);
+        else
+            vn__cuda_err(op);
     }
     vn_tensor_release(x);
     vn_tensor_release(y);
@@ -149,10 +155,16 @@ static vn_status check_class_args(const char *op, const vn_tensor *scores, const
 {
     char what[64], a[128], b[128];
     snprintf(what, sizeof what, "%s: %s", op, sname);
-    vn_status s = vn__check_dtype(scores, VN_F32, what);
+    vn_status s = vn__check_dtype_for(scores, VN_F32, what, VN_ALLOW_CUDA);
     if (s) return s;
     snprintf(what, sizeof what, "%s: target", op);
-    if ((s = vn__check(target, what))) return s;
+    if ((s = vn__check_for(target, what, VN_ALLOW_CUDA))) return s;
+    const vn_tensor *both[2] = {scores, target};
+    bool cuda;
+    if ((s = vn__same_device(op, 2, both, &cuda))) return s;
+    if (cuda && !vn__is_cuda(target))
+        return vn__err(VN_ERR_DEVICE, "%s: target is on the cpu and %s on cuda; expected both on "
+                       "one device", op, sname);
     if (target->dtype != VN_I32 && target->dtype != VN_I64)
         return vn__err(VN_ERR_DTYPE, "%s: target must be i32 or i64 class indices, found %s", op,
                        vn_dtype_name(target->dtype));
@@ -167,6 +179,18 @@ static vn_status check_class_args(const char *op, const vn_tensor *scores, const
         return vn__err(VN_ERR_ARG, "%s: unknown reduction %d (expected mean, sum or none)", op,
                        (int)reduction);
     int64_t N = scores->shape[0], C = scores->shape[1];
+    if (cuda) { /* checked on the GPU; the first bad position comes back */
+        vn_tensor *tc = vn__plain_contiguous(target);
+        int64_t bad = -1, value = 0;
+        if (!tc) return vn_last_status();
+        s = vnk_check_targets(vn__ptr(tc), tc->dtype, N, C, &bad, &value) ? vn__cuda_err(op) : VN_OK;
+        vn_tensor_release(tc);
+        if (!s && bad >= 0)
+            s = vn__err(VN_ERR_ARG, "%s: target[%lld] = %lld is out of range for %lld classes "
+                        "(expected 0..%lld)", op, (long long)bad, (long long)value, (long long)C,
+                        (long long)C - 1);
+        return s;
+    }
     for (int64_t n = 0; n < N; n++) {
         int64_t t = target_at(target, n);
         if (t < 0 || t >= C)
@@ -240,10 +264,112 @@ static vn_status cross_entropy_backward(vn_node *nd, const vn_tensor *gout)
     return vn__accum(nd, 0, dx);
 }
 
+/* ---- the CUDA path of the class-target losses -------------------------------
+ * Kernels give per-sample losses; the reduction is a sum or mean op. The
+ * cross-entropy node saves lse (N) = log Σ exp(x) of each row. */
+
+/* The per-sample losses (N) reduced as asked; takes `per`. */
+static vn_tensor *reduce_losses_cuda(vn_tensor *per, vn_reduction reduction)
+{
+    if (reduction == VN_REDUCE_NONE) return per;
+    vn_tensor *out = reduction == VN_REDUCE_MEAN ? vn_mean_all(per) : vn_sum_all(per);
+    vn_tensor_release(per);
+    return out;
+}
+
+/* The upstream gradient of each sample as (pointer, stride, factor). */
+static void upstream(const vn_tensor *g, vn_reduction r, int64_t N, int64_t *stride, float *mul)
+{
+    *stride = r == VN_REDUCE_NONE ? g->strides[0] : 0;
+    *mul = r == VN_REDUCE_MEAN ? (float)(1.0 / (double)N) : 1.0f;
+}
+
+static vn_status cross_entropy_backward_cuda(vn_node *nd, const vn_tensor *gout)
+{
+    const vn_tensor *target = nd->saved[0], *lse = nd->saved[1];
+    vn_tensor *x = vn__plain_contiguous(nd->inputs[0]);
+    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1], gs;
+    float mul;
+    upstream(gout, (vn_reduction)nd->i[0], N, &gs, &mul);
+    vn_tensor *dx = x ? vn__new_like(x, VN_F32, 2, x->shape) : NULL;
+    if (dx && vnk_cross_entropy_backward(vn__ptr(x), vn__ptr(lse), vn__ptr(target), target->dtype,
+                                         N, C, vn__ptr(gout), gs, mul, vn__ptr(dx))) {
+        vn_tensor_release(dx);
+        dx = vn__cuda_errp(nd->name);
+    }
+    vn_tensor_release(x);
+    return vn__accum(nd, 0, dx);
+}
+
+static vn_tensor *cross_entropy_cuda(const vn_tensor *logits, const vn_tensor *target,
+                                     vn_reduction reduction)
+{
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    vn_tensor *x = vn__plain_contiguous(logits), *t = x ? vn__plain_contiguous(target) : NULL;
+    vn_tensor *lse = t ? vn__new_like(x, VN_F32, 1, &N) : NULL;
+    vn_tensor *per = lse ? vn__new_like(x, VN_F32, 1, &N) : NULL, *out = NULL;
+    if (per && vnk_cross_entropy(vn__ptr(x), vn__ptr(t), t->dtype, N, C, vn__ptr(lse), vn__ptr(per))) {
+        vn__cuda_err("cross_entropy");
+    } else if (per) {
+        out = reduce_losses_cuda(per, reduction);
+        per = NULL;
+    }
+    vn_tensor_release(per);
+    vn_tensor_release(x);
+    vn_node *nd = out ? vn__record(out, "cross_entropy", cross_entropy_backward_cuda, 1, &logits) : NULL;
+    if (nd) {
+        nd->i[0] = reduction;
+        nd->saved[0] = vn_tensor_retain(t);
+        nd->saved[1] = vn_tensor_retain(lse);
+    }
+    vn_tensor_release(t);
+    vn_tensor_release(lse);
+    return out;
+}
+
+static vn_status nll_backward_cuda(vn_node *nd, const vn_tensor *gout)
+{
+    const vn_tensor *target = nd->saved[0];
+    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1], gs;
+    float mul;
+    upstream(gout, (vn_reduction)nd->i[0], N, &gs, &mul);
+    vn_tensor *dx = vn__new_like(target, VN_F32, 2, nd->inputs[0]->shape);
+    if (dx && vnk_nll_backward(vn__ptr(target), target->dtype, N, C, vn__ptr(gout), gs, mul,
+                               vn__ptr(dx))) {
+        vn_tensor_release(dx);
+        dx = vn__cuda_errp(nd->name);
+    }
+    return vn__accum(nd, 0, dx);
+}
+
+static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
+                                vn_reduction reduction)
+{
+    int64_t N = logp->shape[0], C = logp->shape[1];
+    vn_tensor *x = vn__plain_contiguous(logp), *t = x ? vn__plain_contiguous(target) : NULL;
+    vn_tensor *per = t ? vn__new_like(x, VN_F32, 1, &N) : NULL, *out = NULL;
+    if (per && vnk_nll(vn__ptr(x), vn__ptr(t), t->dtype, N, C, vn__ptr(per))) {
+        vn__cuda_err("nll_loss");
+    } else if (per) {
+        out = reduce_losses_cuda(per, reduction);
+        per = NULL;
+    }
+    vn_tensor_release(per);
+    vn_tensor_release(x);
+    vn_node *nd = out ? vn__record(out, "nll_loss", nll_backward_cuda, 1, &logp) : NULL;
+    if (nd) {
+        nd->i[0] = reduction;
+        nd->saved[0] = vn_tensor_retain(t);
+    }
+    vn_tensor_release(t);
+    return out;
+}
+
 vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
                             vn_reduction reduction)
 {
     if (check_class_args("cross_entropy", logits, "logits", target, reduction)) return NULL;
+    if (vn__is_cuda(logits)) return cross_entropy_cuda(logits, target, reduction);
     int64_t N = logits->shape[0], C = logits->shape[1];
     vn_tensor *x = vn__plain_contiguous(logits);
     int64_t lse_shape[2] = {N, 2};
@@ -297,6 +423,7 @@ static vn_status nll_backward(vn_node *nd, const vn_tensor *gout)
 vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduction reduction)
 {
     if (check_class_args("nll_loss", logp, "log-probabilities", target, reduction)) return NULL;
+    if (vn__is_cuda(logp)) return nll_loss_cuda(logp, target, reduction);
     int64_t N = logp->shape[0];
     double *per = malloc(sizeof(double) * (size_t)(N ? N : 1));
     if (!per) return vn__errp(VN_ERR_MEMORY, "nll_loss: out of memory");
@@ -346,9 +473,12 @@ static vn_status mse_backward(vn_node *nd, const vn_tensor *gout)
 
 vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction reduction)
 {
-    if (vn__check_dtype(a, VN_F32, "mse_loss: argument 1") ||
-        vn__check_dtype(b, VN_F32, "mse_loss: argument 2"))
+    if (vn__check_dtype_for(a, VN_F32, "mse_loss: argument 1", VN_ALLOW_CUDA) ||
+        vn__check_dtype_for(b, VN_F32, "mse_loss: argument 2", VN_ALLOW_CUDA))
         return NULL;
+    const vn_tensor *both[2] = {a, b};
+    bool cuda;
+    if (vn__same_device("mse_loss", 2, both, &cuda)) return NULL;
     if (!vn__same_shape(a, b)) {
         char sa[128], sb[128];
         return vn__errp(VN_ERR_SHAPE, "mse_loss: shapes %s and %s differ; expected equal shapes",
@@ -358,6 +488,11 @@ vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction redu
     if (!valid_reduction(reduction))
         return vn__errp(VN_ERR_ARG, "mse_loss: unknown reduction %d (expected mean, sum or none)",
                         (int)reduction);
+    if (cuda) { /* composed of recorded ops, which give the gradient */
+        vn_tensor *d = vn_sub(a, b), *sq = d ? vn_mul(d, d) : NULL;
+        vn_tensor_release(d);
+        return sq ? reduce_losses_cuda(sq, reduction) : NULL;
+    }
     vn_tensor *ac = vn__plain_contiguous(a), *bc = ac ? vn__plain_contiguous(b) : NULL, *out = NULL;
     if (bc) {
         int64_t n = vn_tensor_numel(ac);

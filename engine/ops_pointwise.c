@@ -115,11 +115,29 @@ static void loop_run(kernel_fn k, const kparams *p, int cost, vn_tensor *out, in
     for (int c = 0; c < nt; c++) loop_range(&L, total * c / nt, total * (c + 1) / nt);
 }
 
+static vnk_op cuda_op_of(kernel_fn k); /* at the end of the file */
+
+/* The same on the GPU: kernels/elementwise.cu has each kernel under the
+ * vnk_op that cuda_op_of maps it to. */
+static vn_status cuda_run(const char *op, kernel_fn k, const kparams *p, vn_tensor *out, int nin,
+                          const vn_tensor *const *in)
+{
+    vnk_loop L;
+    const void *ptr[MAX_IN];
+    if (!vn__cuda_loop(out, nin, in, &L, ptr)) return VN_OK;
+    if (vnk_map(cuda_op_of(k), p->dtype, out->dtype, vn__ptr(out), nin, ptr, &L, p->p0, p->p1))
+        return vn__cuda_err(op);
+    return VN_OK;
+}
+
 /* A new tensor of dtype out_dtype and the broadcast shape of the inputs,
- * filled by kernel k. Arguments are already checked, except shapes. */
+ * filled by kernel k, on the inputs' device. Arguments are already checked,
+ * except shapes and devices. */
 static vn_tensor *map(const char *op, kernel_fn k, int cost, const kparams *p, vn_dtype out_dtype,
                       int nin, const vn_tensor *const *in)
 {
+    bool cuda;
+    if (vn__same_device(op, nin, in, &cuda)) return NULL;
     int nd = in[0]->ndim;
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, in[0]->shape, sizeof shape);
@@ -129,8 +147,24 @@ static vn_tensor *map(const char *op, kernel_fn k, int cost, const kparams *p, v
         memcpy(prev, shape, sizeof prev);
         if (vn__broadcast_shape(op, pnd, prev, in[i]->ndim, in[i]->shape, &nd, shape)) return NULL;
     }
-    vn_tensor *out = vn__new(out_dtype, nd, shape);
-    if (out) loop_run(k, p, cost, out, nin, in);
+    if (!cuda) {
+        vn_tensor *out = vn__new(out_dtype, nd, shape);
+        if (out) loop_run(k, p, cost, out, nin, in);
+        return out;
+    }
+    const vn_tensor *din[MAX_IN];
+    vn_tensor *hold[MAX_IN] = {NULL};
+    vn_status s = VN_OK;
+    for (int i = 0; i < nin; i++) {
+        din[i] = in[i];
+        if (!s) s = vn__scalar_to_cuda(&din[i], &hold[i]);
+    }
+    vn_tensor *out = s ? NULL : vn__new_on(true, out_dtype, nd, shape);
+    if (out && cuda_run(op, k, p, out, nin, din)) {
+        vn_tensor_release(out);
+        out = NULL;
+    }
+    for (int i = 0; i < nin; i++) vn_tensor_release(hold[i]);
     return out;
 }
 
@@ -220,10 +254,10 @@ static vn_status check_pair(const char *op, const vn_tensor *a, const vn_tensor 
 {
     char what[64];
     snprintf(what, sizeof what, "%s: argument 1", op);
-    vn_status s = vn__check(a, what);
+    vn_status s = vn__check_for(a, what, VN_ALLOW_CUDA);
     if (s) return s;
     snprintf(what, sizeof what, "%s: argument 2", op);
-    if ((s = vn__check(b, what))) return s;
+    if ((s = vn__check_for(b, what, VN_ALLOW_CUDA))) return s;
     if (a->dtype != b->dtype)
         return vn__err(VN_ERR_DTYPE, "%s: expected operands of the same dtype, got %s and %s", op,
                        vn_dtype_name(a->dtype), vn_dtype_name(b->dtype));
@@ -365,7 +399,9 @@ static vn_tensor *unary(const char *op, kernel_fn k, int cost, bool any_dtype, d
 {
     char what[64];
     snprintf(what, sizeof what, "%s: input", op);
-    if (any_dtype ? vn__check(t, what) : vn__check_dtype(t, VN_F32, what)) return NULL;
+    if (any_dtype ? vn__check_for(t, what, VN_ALLOW_CUDA)
+                  : vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA))
+        return NULL;
     kparams p = {.dtype = t->dtype, .p0 = p0, .p1 = p1};
     vn_tensor *out = map(op, k, cost, &p, t->dtype, 1, &t);
     if (!out) return NULL;
@@ -398,6 +434,7 @@ static void k_abs(KARGS)
     case VN_I32: RUN1(int32_t, int32_t, (int32_t)(a < 0 ? 0u - (uint32_t)a : (uint32_t)a)); break;
     case VN_I64: RUN1(int64_t, int64_t, (int64_t)(a < 0 ? 0u - (uint64_t)a : (uint64_t)a)); break;
     case VN_U8: RUN1(uint8_t, uint8_t, a); break;
+    case VN_BF16: case VN_F16: break; /* refused by vn__check */
     }
 }
 
@@ -546,7 +583,7 @@ static vn_status where_backward(vn_node *n, const vn_tensor *g)
 
 vn_tensor *vn_where(const vn_tensor *cond, const vn_tensor *a, const vn_tensor *b)
 {
-    if (vn__check_dtype(cond, VN_U8, "where: condition")) return NULL;
+    if (vn__check_dtype_for(cond, VN_U8, "where: condition", VN_ALLOW_CUDA)) return NULL;
     if (check_pair("where", a, b, false)) return NULL;
     kparams p = {.dtype = a->dtype};
     const vn_tensor *in[3] = {cond, a, b};
@@ -572,14 +609,15 @@ static bool fits(vn_dtype d, double value)
     case VN_I32: return value > -2147483649.0 && value < 2147483648.0;
     case VN_I64: return value >= -9223372036854775808.0 && value < 9223372036854775808.0;
     case VN_U8: return value > -1.0 && value < 256.0;
+    case VN_BF16: case VN_F16: return false; /* refused by the checks before */
     }
     return false;
 }
 
 vn_tensor *vn_masked_fill(const vn_tensor *t, const vn_tensor *mask, double value)
 {
-    if (vn__check(t, "masked_fill: input")) return NULL;
-    if (vn__check_dtype(mask, VN_U8, "masked_fill: mask")) return NULL;
+    if (vn__check_for(t, "masked_fill: input", VN_ALLOW_CUDA)) return NULL;
+    if (vn__check_dtype_for(mask, VN_U8, "masked_fill: mask", VN_ALLOW_CUDA)) return NULL;
     if (!fits(t->dtype, value))
         return vn__errp(VN_ERR_ARG, "masked_fill: value %g does not fit in dtype %s", value,
                         vn_dtype_name(t->dtype));
@@ -630,7 +668,7 @@ static vn_status identity_backward(vn_node *n, const vn_tensor *g)
 
 vn_tensor *vn_dropout(const vn_tensor *t, double p, bool training)
 {
-    if (vn__check_dtype(t, VN_F32, "dropout: input")) return NULL;
+    if (vn__check_dtype_for(t, VN_F32, "dropout: input", VN_ALLOW_CUDA)) return NULL;
     if (!(p >= 0 && p < 1))
         return vn__errp(VN_ERR_ARG, "dropout: expected 0 <= p < 1, got p = %g", p);
     if (!training || p == 0) {
@@ -640,20 +678,55 @@ vn_tensor *vn_dropout(const vn_tensor *t, double p, bool training)
         if (out) vn__record(out, "dropout", identity_backward, 1, &t);
         return out;
     }
-    vn_tensor *mask = vn__new(VN_F32, t->ndim, t->shape);
+    vn_tensor *mask = vn__new_like(t, VN_F32, t->ndim, t->shape);
     if (!mask) return NULL;
-    float *m = vn_tensor_data(mask), scale = (float)(1.0 / (1.0 - p));
+    float scale = (float)(1.0 / (1.0 - p));
     int64_t numel = vn_tensor_numel(mask);
     uint64_t key = vn__rng_next();
     uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
     uint64_t thr = (uint64_t)(p * 4294967296.0); /* drop when the hash < p·2³² */
+    if (vn__is_cuda(t)) { /* the same mask, computed on the GPU */
+        if (vnk_dropout_mask(vn__ptr(mask), numel, key, thr, scale)) {
+            vn_tensor_release(mask);
+            return vn__cuda_errp("dropout");
+        }
+    } else {
+        float *m = vn_tensor_data(mask);
 #pragma omp parallel for if (numel >= VN_OMP_MIN_WORK)
-    for (int64_t i = 0; i < numel; i++)
-        m[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < thr ? 0.0f : scale;
+        for (int64_t i = 0; i < numel; i++)
+            m[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < thr ? 0.0f : scale;
+    }
     const vn_tensor *in[2] = {t, mask};
     vn_tensor *out = map("dropout", k_mul, 1, &F32, VN_F32, 2, in);
     vn_node *node = out ? vn__record(out, "dropout", dropout_backward, 1, &t) : NULL;
     if (node) node->saved[0] = mask;
     else vn_tensor_release(mask);
     return out;
+}
+
+/* ---- the CUDA twin of each kernel ------------------------------------------ */
+
+static vnk_op cuda_op_of(kernel_fn k)
+{
+    static const struct {
+        kernel_fn k;
+        vnk_op op;
+    } table[] = {
+        {k_add, VNK_ADD},         {k_sub, VNK_SUB},           {k_mul, VNK_MUL},
+        {k_div, VNK_DIV},         {k_pow, VNK_POW},           {k_eq, VNK_EQ},
+        {k_ne, VNK_NE},           {k_lt, VNK_LT},             {k_le, VNK_LE},
+        {k_gt, VNK_GT},           {k_ge, VNK_GE},             {k_neg, VNK_NEG},
+        {k_abs, VNK_ABS},         {k_exp, VNK_EXP},           {k_log, VNK_LOG},
+        {k_sqrt, VNK_SQRT},       {k_pows, VNK_POW_SCALAR},   {k_relu, VNK_RELU},
+        {k_gelu, VNK_GELU},       {k_tanh, VNK_TANH},         {k_sigmoid, VNK_SIGMOID},
+        {k_clamp, VNK_CLAMP},     {k_div_gb, VNK_DIV_GB},     {k_pow_ga, VNK_POW_GA},
+        {k_pow_gb, VNK_POW_GB},   {k_abs_b, VNK_ABS_B},       {k_sqrt_b, VNK_SQRT_B},
+        {k_pows_b, VNK_POW_SCALAR_B}, {k_relu_b, VNK_RELU_B}, {k_gelu_b, VNK_GELU_B},
+        {k_tanh_b, VNK_TANH_B},   {k_sigmoid_b, VNK_SIGMOID_B}, {k_clamp_b, VNK_CLAMP_B},
+        {k_keep_set, VNK_KEEP_SET}, {k_keep_clear, VNK_KEEP_CLEAR}, {k_where, VNK_WHERE},
+        {k_masked_fill, VNK_MASKED_FILL},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (table[i].k == k) return table[i].op;
+    return VNK_COPY; /* unreachable: every kernel above has its entry */
 }

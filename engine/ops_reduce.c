@@ -102,6 +102,7 @@ static void sum_int(vn_dtype dt, const void *xv, int64_t *y, int64_t outer, int6
     case VN_I64: SUM_INT(int64_t); break;
     case VN_U8: SUM_INT(uint8_t); break;
     case VN_F32: break; /* sum_f32 */
+    case VN_BF16: case VN_F16: break; /* refused by vn__check */
     }
 }
 
@@ -150,17 +151,47 @@ static void extreme(vn_dtype dt, const void *x, void *v, int64_t *ix, int64_t ou
     case VN_I32: extreme_i32(x, v, ix, outer, R, inner, want_max); break;
     case VN_I64: extreme_i64(x, v, ix, outer, R, inner, want_max); break;
     case VN_U8: extreme_u8(x, v, ix, outer, R, inner, want_max); break;
+    case VN_BF16: case VN_F16: break; /* refused by vn__check */
     }
+}
+
+/* sum_f32 on the device of x: y (outer, inner) = scale · Σ_r x (outer, R, inner). */
+static vn_status sum_f32_on(const vn_tensor *x, vn_tensor *y, int64_t outer, int64_t R, int64_t inner,
+                            double scale)
+{
+    if (!vn__is_cuda(x)) {
+        sum_f32(vn__ptr(x), vn__ptr(y), outer, R, inner, scale);
+        return VN_OK;
+    }
+    if (vnk_reduce(VNK_RED_SUM, VN_F32, vn__ptr(x), vn__ptr(y), NULL, outer, R, inner, scale))
+        return vn__cuda_err("sum");
+    return VN_OK;
 }
 
 /* ---- backward rules -------------------------------------------------------- */
 
 /* sum/mean: dL/dx[o, r, j] = scale · g[o, j]. */
+static vn_status sum_backward_cuda(vn_node *n, const vn_tensor *gout)
+{
+    const vn_tensor *x = n->inputs[0];
+    int64_t kept[3] = {n->i[0], 1, n->i[2]}, full[3] = {n->i[0], n->i[1], n->i[2]};
+    vn_tensor *g = vn_reshape(gout, 3, kept), *e = g ? vn_expand(g, 3, full) : NULL;
+    vn_tensor *scale = e ? vn_full(VN_F32, 0, NULL, n->f[0]) : NULL;
+    vn_tensor *gx = scale ? vn_mul(e, scale) : NULL; /* contiguous (outer, R, inner) */
+    vn_tensor *shaped = gx ? vn_reshape(gx, x->ndim, x->shape) : NULL;
+    vn_tensor_release(g);
+    vn_tensor_release(e);
+    vn_tensor_release(scale);
+    vn_tensor_release(gx);
+    return vn__accum(n, 0, shaped);
+}
+
 static vn_status sum_backward(vn_node *n, const vn_tensor *gout)
 {
     const vn_tensor *x = n->inputs[0];
     int64_t outer = n->i[0], R = n->i[1], inner = n->i[2];
     float scale = (float)n->f[0];
+    if (vn__is_cuda(x)) return sum_backward_cuda(n, gout);
     vn_tensor *g = vn_contiguous(gout);
     vn_tensor *gx = g ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
     if (gx) {
@@ -191,6 +222,15 @@ static vn_status extreme_backward(vn_node *n, const vn_tensor *gout)
     const vn_tensor *x = n->inputs[0];
     int64_t outer = n->i[0], R = n->i[1], inner = n->i[2];
     vn_tensor *g = vn_contiguous(gout);
+    if (g && vn__is_cuda(x)) { /* the kernel zeroes gx and scatters */
+        vn_tensor *gx = vn__new_like(x, VN_F32, x->ndim, x->shape);
+        if (gx && vnk_scatter_extreme(vn__ptr(gx), vn__ptr(g), vn__ptr(n->saved[0]), outer, R, inner)) {
+            vn_tensor_release(gx);
+            gx = vn__cuda_errp(n->name);
+        }
+        vn_tensor_release(g);
+        return vn__accum(n, 0, gx);
+    }
     vn_tensor *gx = g ? vn_zeros(VN_F32, x->ndim, x->shape) : NULL;
     if (gx) {
         const float *gp = VN_F32_PTR(g);
@@ -232,6 +272,35 @@ static vn_status plan_dim(const char *op, const vn_tensor *t, int dim, bool keep
     return VN_OK;
 }
 
+/* The CPU kernels of reduce(): see there for out and aux. */
+static void reduce_cpu(red_kind kind, vn_dtype dt, const void *xp, vn_tensor *out, vn_tensor *aux,
+                       int64_t outer, int64_t R, int64_t inner, double scale)
+{
+    switch (kind) {
+    case RED_SUM:
+    case RED_MEAN:
+        if (dt == VN_F32) {
+            sum_f32(xp, vn_tensor_data(out), outer, R, inner, scale);
+        } else if (kind == RED_SUM) {
+            sum_int(dt, xp, vn_tensor_data(out), outer, R, inner);
+        } else {
+            const int64_t *s = vn_tensor_data(aux);
+            float *m = vn_tensor_data(out);
+            sum_int(dt, xp, vn_tensor_data(aux), outer, R, inner);
+            for (int64_t k = 0; k < outer * inner; k++) m[k] = (float)((double)s[k] * scale);
+        }
+        break;
+    case RED_MAX:
+    case RED_MIN:
+        extreme(dt, xp, vn_tensor_data(out), vn_tensor_data(aux), outer, R, inner, kind == RED_MAX);
+        break;
+    case RED_ARGMAX:
+    case RED_ARGMIN:
+        extreme(dt, xp, vn_tensor_data(aux), vn_tensor_data(out), outer, R, inner, kind == RED_ARGMAX);
+        break;
+    }
+}
+
 static vn_tensor *reduce(const char *op, red_kind kind, const vn_tensor *t, const plan *pl)
 {
     bool is_extreme = kind >= RED_MAX, is_arg = kind >= RED_ARGMAX;
@@ -246,41 +315,33 @@ static vn_tensor *reduce(const char *op, red_kind kind, const vn_tensor *t, cons
     if (is_arg) od = VN_I64;
 
     int64_t outer = pl->outer, R = pl->R, inner = pl->inner;
-    vn_tensor *x = vn_contiguous(t), *out = x ? vn__new(od, pl->ndim, pl->shape) : NULL;
+    vn_tensor *x = vn_contiguous(t), *out = x ? vn__new_like(t, od, pl->ndim, pl->shape) : NULL;
     vn_tensor *aux = NULL; /* i64 sums of an integer mean; values of an argmax; indices of a max */
     if (out && kind == RED_MEAN && t->dtype != VN_F32)
-        aux = vn__new(VN_I64, pl->ndim, pl->shape);
+        aux = vn__new_like(t, VN_I64, pl->ndim, pl->shape);
     if (out && is_extreme)
-        aux = vn__new(is_arg ? t->dtype : VN_I64, pl->ndim, pl->shape);
+        aux = vn__new_like(t, is_arg ? t->dtype : VN_I64, pl->ndim, pl->shape);
     if (!out || (!aux && (is_extreme || (kind == RED_MEAN && t->dtype != VN_F32)))) {
         vn_tensor_release(x);
         vn_tensor_release(out);
         return NULL;
     }
-    const void *xp = vn_tensor_data(x);
+    const void *xp = vn__ptr(x);
     double scale = kind == RED_MEAN ? 1.0 / (double)R : 1.0; /* mean of nothing: 0·inf = nan */
-    switch (kind) {
-    case RED_SUM:
-    case RED_MEAN:
-        if (t->dtype == VN_F32) {
-            sum_f32(xp, vn_tensor_data(out), outer, R, inner, scale);
-        } else if (kind == RED_SUM) {
-            sum_int(t->dtype, xp, vn_tensor_data(out), outer, R, inner);
-        } else {
-            const int64_t *s = vn_tensor_data(aux);
-            float *m = vn_tensor_data(out);
-            sum_int(t->dtype, xp, vn_tensor_data(aux), outer, R, inner);
-            for (int64_t k = 0; k < outer * inner; k++) m[k] = (float)((double)s[k] * scale);
+    if (vn__is_cuda(t)) {
+        static const vnk_red red[] = {[RED_SUM] = VNK_RED_SUM, [RED_MEAN] = VNK_RED_MEAN,
+                                      [RED_MAX] = VNK_RED_MAX, [RED_MIN] = VNK_RED_MIN,
+                                      [RED_ARGMAX] = VNK_RED_MAX, [RED_ARGMIN] = VNK_RED_MIN};
+        void *values = is_arg ? vn__ptr(aux) : vn__ptr(out);
+        int64_t *index = is_extreme ? vn__ptr(is_arg ? out : aux) : NULL;
+        if (vnk_reduce(red[kind], t->dtype, xp, values, index, outer, R, inner, scale)) {
+            vn_tensor_release(x);
+            vn_tensor_release(out);
+            vn_tensor_release(aux);
+            return vn__cuda_errp(op);
         }
-        break;
-    case RED_MAX:
-    case RED_MIN:
-        extreme(t->dtype, xp, vn_tensor_data(out), vn_tensor_data(aux), outer, R, inner, kind == RED_MAX);
-        break;
-    case RED_ARGMAX:
-    case RED_ARGMIN:
-        extreme(t->dtype, xp, vn_tensor_data(aux), vn_tensor_data(out), outer, R, inner, kind == RED_ARGMAX);
-        break;
+    } else {
+        reduce_cpu(kind, t->dtype, xp, out, aux, outer, R, inner, scale);
     }
     vn_tensor_release(x);
     if (!is_arg && od == VN_F32) {
@@ -304,7 +365,7 @@ static vn_tensor *reduce_all(const char *op, red_kind kind, const vn_tensor *t)
 {
     char what[64];
     snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check(t, what)) return NULL;
+    if (vn__check_for(t, what, VN_ALLOW_CUDA)) return NULL;
     plan pl;
     plan_all(t, &pl);
     return reduce(op, kind, t, &pl);
@@ -314,7 +375,7 @@ static vn_tensor *reduce_dim(const char *op, red_kind kind, const vn_tensor *t, 
 {
     char what[64];
     snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check(t, what)) return NULL;
+    if (vn__check_for(t, what, VN_ALLOW_CUDA)) return NULL;
     plan pl;
     if (plan_dim(op, t, dim, keepdim, &pl)) return NULL;
     return reduce(op, kind, t, &pl);
@@ -342,7 +403,7 @@ vn_tensor *vn_argmin(const vn_tensor *t, int dim, bool keepdim)
 
 vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape)
 {
-    if (vn__check_dtype(g, VN_F32, "sum_to: gradient")) return NULL;
+    if (vn__check_dtype_for(g, VN_F32, "sum_to: gradient", VN_ALLOW_CUDA)) return NULL;
     if (g->ndim == ndim && (ndim == 0 || !memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim)))
         return vn_tensor_retain((vn_tensor *)g);
     /* Align the shapes at the right and split g's dims into alternating
@@ -368,8 +429,9 @@ vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape)
         return vn__errp(VN_ERR_SHAPE, "sum_to: a gradient of shape %s cannot be summed to shape %s",
                         vn_shape_str(g->ndim, g->shape, a, sizeof a), vn_shape_str(ndim, shape, b, sizeof b));
     }
-    if (vn_tensor_numel(g) == 0) return vn_zeros(VN_F32, ndim, shape);
-    vn_tensor *out = vn__new(VN_F32, ndim, shape), *cur = out ? vn_contiguous(g) : NULL;
+    vn_device dev = vn__is_cuda(g) ? VN_CUDA : VN_CPU;
+    if (vn_tensor_numel(g) == 0) return vn_full_on(dev, VN_F32, ndim, shape, 0);
+    vn_tensor *out = vn__new_like(g, VN_F32, ndim, shape), *cur = out ? vn_contiguous(g) : NULL;
     if (!cur) {
         vn_tensor_release(out);
         return NULL;
@@ -387,13 +449,13 @@ vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape)
         }
         for (int q = k + 1; q < ng; q++) inner *= size[q];
         int64_t nnext = outer * inner;
-        vn_tensor *next = last ? vn_tensor_retain(out) : vn__new(VN_F32, 1, &nnext);
-        if (!next) {
+        vn_tensor *next = last ? vn_tensor_retain(out) : vn__new_like(g, VN_F32, 1, &nnext);
+        if (!next || sum_f32_on(cur, next, outer, size[k], inner, 1.0)) {
+            vn_tensor_release(next);
             vn_tensor_release(cur);
             vn_tensor_release(out);
             return NULL;
         }
-        sum_f32(VN_F32_PTR(cur), VN_F32_PTR(next), outer, size[k], inner, 1.0);
         vn_tensor_release(cur);
         cur = next;
         /* Drop group k; its kept neighbours become one group. */
@@ -412,8 +474,16 @@ vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape)
             ng -= 1;
         }
     }
-    if (cur != out) /* nothing was summed: only size-1 dims differ */
-        memcpy(VN_F32_PTR(out), VN_F32_PTR(cur), sizeof(float) * (size_t)vn_tensor_numel(out));
+    if (cur != out) { /* nothing was summed: only size-1 dims differ */
+        size_t nbytes = sizeof(float) * (size_t)vn_tensor_numel(out);
+        if (!vn__is_cuda(g)) {
+            memcpy(VN_F32_PTR(out), VN_F32_PTR(cur), nbytes);
+        } else if (vnk_copy(vn__ptr(out), true, vn__ptr(cur), true, nbytes)) {
+            vn_tensor_release(cur);
+            vn_tensor_release(out);
+            return vn__cuda_errp("sum_to");
+        }
+    }
     vn_tensor_release(cur); /* out keeps the caller's reference */
     return out;
 }

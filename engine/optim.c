@@ -5,14 +5,18 @@
 
 #include <stdio.h>
 
-/* Checks that t is a usable contiguous f32 tensor shaped like param. */
+/* Checks that t is a usable contiguous f32 tensor shaped like param and on
+ * its device. */
 static vn_status check_state(const vn_tensor *t, const vn_tensor *param, const char *op,
                              const char *name)
 {
     char what[64], a[128], b[128];
     snprintf(what, sizeof what, "%s: %s", op, name);
-    vn_status s = vn__check_dtype(t, VN_F32, what);
+    vn_status s = vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA);
     if (s) return s;
+    if (param && vn__is_cuda(t) != vn__is_cuda(param))
+        return vn__err(VN_ERR_DEVICE, "%s: %s is on %s, the parameter on %s; expected one device",
+                       op, name, vn__is_cuda(t) ? "cuda" : "cpu", vn__is_cuda(param) ? "cuda" : "cpu");
     if (!vn_tensor_is_contiguous(t))
         return vn__err(VN_ERR_ARG, "%s: %s must be contiguous", op, name);
     if (param && !vn__same_shape(t, param))
@@ -51,6 +55,14 @@ vn_status vn_sgd_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *moment
     }
     int64_t n = vn_tensor_numel(param);
     vn__written(param); /* a graph still holding the old values must not run */
+    if (vn__is_cuda(param)) {
+        float *p = vn__ptr(param), *buf = momentum != 0 ? vn__ptr(momentum_buf) : NULL;
+        const float *g = vn__ptr(grad);
+        if (vnk_sgd_step(1, &p, &g, &buf, &n, (float)lr, (float)momentum, (float)dampening,
+                         (float)weight_decay, nesterov, first_step))
+            return vn__cuda_err("sgd_step");
+        return VN_OK;
+    }
     float *restrict p = vn_tensor_data(param);
     const float *restrict g = vn_tensor_data(grad);
     const float flr = (float)lr, wd = (float)weight_decay, mu = (float)momentum,
@@ -89,8 +101,7 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
         (s = check_hyper("adam_step", "eps", eps, 0, INFINITY)) ||
         (s = check_hyper("adam_step", "weight_decay", weight_decay, 0, INFINITY)))
         return s;
-    if (vn_tensor_data(exp_avg) == vn_tensor_data(exp_avg_sq) ||
-        vn_tensor_data(exp_avg) == vn_tensor_data(param))
+    if (vn__ptr(exp_avg) == vn__ptr(exp_avg_sq) || vn__ptr(exp_avg) == vn__ptr(param))
         return vn__err(VN_ERR_ARG, "adam_step: param, exp_avg and exp_avg_sq must be distinct "
                                    "tensors");
     if (step < 1)
@@ -98,12 +109,20 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
                        (long long)step);
     int64_t n = vn_tensor_numel(param);
     vn__written(param); /* a graph still holding the old values must not run */
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    if (vn__is_cuda(param)) {
+        float *p = vn__ptr(param), *m = vn__ptr(exp_avg), *v = vn__ptr(exp_avg_sq);
+        const float *g = vn__ptr(grad);
+        if (vnk_adam_step(1, &p, &g, &m, &v, &n, (float)lr, (float)beta1, (float)beta2,
+                          (float)eps, (float)weight_decay, decoupled, (float)bc1, (float)bc2))
+            return vn__cuda_err("adam_step");
+        return VN_OK;
+    }
     float *restrict p = vn_tensor_data(param);
     const float *restrict g = vn_tensor_data(grad);
     float *restrict m = vn_tensor_data(exp_avg);
     float *restrict v = vn_tensor_data(exp_avg_sq);
     /* p − lr·(m/bc1)/(sqrt(v/bc2) + eps) = p − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) */
-    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     const float step_size = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1 / sqrt(bc2));
     const float b1 = (float)beta1, b2 = (float)beta2, c1 = (float)(1 - beta1),
                 c2 = (float)(1 - beta2), feps = (float)eps;

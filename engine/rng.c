@@ -98,6 +98,29 @@ static vn_tensor *fill_random(int ndim, const int64_t *shape, bool normal)
 vn_tensor *vn_rand(int ndim, const int64_t *shape) { return fill_random(ndim, shape, false); }
 vn_tensor *vn_randn(int ndim, const int64_t *shape) { return fill_random(ndim, shape, true); }
 
+/* On the GPU: one key from the engine stream, then a counter-based
+ * generator (kernels/random.cu) computes element i from (key, i). */
+static vn_tensor *random_on(vn_device device, int ndim, const int64_t *shape, bool normal)
+{
+    if (device == VN_CPU) return fill_random(ndim, shape, normal);
+    vn_tensor *t = vn_empty_on(device, VN_F32, ndim, shape);
+    if (t && vnk_random(vn__ptr(t), vn_tensor_numel(t), vn__rng_next(), normal)) {
+        vn_tensor_release(t);
+        return vn__cuda_errp(normal ? "randn" : "rand");
+    }
+    return t;
+}
+
+vn_tensor *vn_rand_on(vn_device device, int ndim, const int64_t *shape)
+{
+    return random_on(device, ndim, shape, false);
+}
+
+vn_tensor *vn_randn_on(vn_device device, int ndim, const int64_t *shape)
+{
+    return random_on(device, ndim, shape, true);
+}
+
 vn_tensor *vn_randperm(int64_t n)
 {
     if (n < 0) return vn__errp(VN_ERR_ARG, "randperm: n must be >= 0, got %lld", (long long)n);

@@ -85,7 +85,7 @@ static vn_status add_entry(json_t *root, const char *path, const char *name, con
 {
     char what[256];
     snprintf(what, sizeof what, "safetensors save '%s': tensor '%s'", path, name);
-    vn_status s = vn__check(t, what);
+    vn_status s = vn__check_for(t, what, VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
     if (strcmp(name, "__metadata__") == 0)
         return vn__err(VN_ERR_ARG, "safetensors save '%s': \"__metadata__\" is reserved and "
@@ -171,8 +171,10 @@ static vn_status build_header(const char *path, const vn_tensor_map *m, char **b
 
 static vn_status write_tensor(st_writer *w, const vn_tensor *t)
 {
-    vn_tensor *c = vn_contiguous(t);
-    if (!c) return VN_ERR_MEMORY;
+    bool grad = vn_set_grad_enabled(false);
+    vn_tensor *c = vn__is_cuda(t) ? vn_to_device(t, VN_CPU) : vn_contiguous(t); /* row-major bytes */
+    vn_set_grad_enabled(grad);
+    if (!c) return vn_last_status();
     vn_status s = put(w, vn_tensor_data(c), (uint64_t)vn_tensor_numel(c) * vn_dtype_size(c->dtype));
     vn_tensor_release(c);
     return s;

@@ -15,13 +15,14 @@
 static const struct {
     const char *name;
     vn_dtype dtype;
-} st_dtypes[] = {{"F32", VN_F32}, {"I32", VN_I32}, {"I64", VN_I64}, {"U8", VN_U8}};
+} st_dtypes[] = {{"F32", VN_F32}, {"I32", VN_I32}, {"I64", VN_I64}, {"U8", VN_U8},
+                 {"BF16", VN_BF16}, {"F16", VN_F16}};
 #define ST_NDTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
 
 /* Dtypes of the format that venom has no tensor type for: named as such in
  * errors, so a user is told what the file holds rather than "unknown". */
-static const char *const st_foreign[] = {"BOOL", "I8",  "I16", "U16",     "U32",     "U64",
-                                         "F16",  "BF16", "F64", "F8_E4M3", "F8_E5M2"};
+static const char *const st_foreign[] = {"BOOL", "I8",  "I16",     "U16",    "U32",
+                                         "U64",  "F64", "F8_E4M3", "F8_E5M2"};
 
 const char *vn__st_dtype_name(vn_dtype d)
 {
@@ -105,8 +106,8 @@ static vn_status parse_dtype(const char *path, const char *name, const json_t *v
     bool foreign = false;
     for (size_t k = 0; k < sizeof st_foreign / sizeof st_foreign[0]; k++)
         foreign = foreign || strcmp(s, st_foreign[k]) == 0;
-    return st_fail(VN_ERR_FORMAT, path, "tensor '%s': %s dtype '%s' (venom loads F32, I32, I64 "
-                   "and U8)", name, foreign ? "unsupported" : "unknown", s);
+    return st_fail(VN_ERR_FORMAT, path, "tensor '%s': %s dtype '%s' (venom loads F32, I32, I64, "
+                   "U8, BF16 and F16)", name, foreign ? "unsupported" : "unknown", s);
 }
 
 /* A JSON array of exactly `want` (or, with want < 0, at most VN_MAX_DIMS)

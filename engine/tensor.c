@@ -9,15 +9,16 @@ void vn__node_release(vn_node *n); /* autograd.c */
 
 /* ---- storage and headers ------------------------------------------------- */
 
-static vn_storage *storage_new(size_t nbytes)
+static vn_storage *storage_new(size_t nbytes, bool on_cuda)
 {
     vn_storage *s = malloc(sizeof *s);
     if (!s) return NULL;
-    s->data = vn__mem_alloc(nbytes);
+    s->data = on_cuda ? vnk_alloc(nbytes) : vn__mem_alloc(nbytes);
     if (!s->data) {
         free(s);
         return NULL;
     }
+    s->on_cuda = on_cuda;
     s->nbytes = nbytes;
     s->refcount = 1;
     return s;
@@ -26,7 +27,8 @@ static vn_storage *storage_new(size_t nbytes)
 static void storage_release(vn_storage *s)
 {
     if (s && --s->refcount == 0) {
-        vn__mem_free(s->data, s->nbytes);
+        if (s->on_cuda) vnk_free(s->data, s->nbytes);
+        else vn__mem_free(s->data, s->nbytes);
         free(s);
     }
 }
@@ -94,18 +96,20 @@ vn_status vn__check_shape(const char *op, int ndim, const int64_t *shape)
     return VN_OK;
 }
 
-vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape)
+vn_tensor *vn__new_on(bool on_cuda, vn_dtype dtype, int ndim, const int64_t *shape)
 {
     vn_tensor *t = calloc(1, sizeof *t);
     if (!t) return vn__errp(VN_ERR_MEMORY, "out of memory allocating a tensor header");
     int64_t n = vn__numel(ndim, shape);
     size_t nbytes = (size_t)n * vn_dtype_size(dtype);
-    t->storage = storage_new(nbytes);
+    t->storage = storage_new(nbytes, on_cuda);
     if (!t->storage) {
         char buf[128];
         free(t);
-        return vn__errp(VN_ERR_MEMORY, "out of memory allocating %zu bytes for a %s tensor of shape %s",
-                        nbytes, vn_dtype_name(dtype), vn_shape_str(ndim, shape, buf, sizeof buf));
+        return vn__errp(VN_ERR_MEMORY, "out of %s memory allocating %zu bytes for a %s tensor of "
+                        "shape %s%s%s", on_cuda ? "GPU" : "host", nbytes, vn_dtype_name(dtype),
+                        vn_shape_str(ndim, shape, buf, sizeof buf), on_cuda ? ": " : "",
+                        on_cuda ? vnk_error() : "");
     }
     t->refcount = 1;
     t->dtype = dtype;
@@ -113,6 +117,21 @@ vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape)
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     vn__contig_strides(ndim, shape, t->strides);
     return t;
+}
+
+vn_tensor *vn__new(vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    return vn__new_on(false, dtype, ndim, shape);
+}
+
+vn_tensor *vn__new_like(const vn_tensor *like, vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    return vn__new_on(vn__is_cuda(like), dtype, ndim, shape);
+}
+
+void *vn__ptr(const vn_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)vn_dtype_size(t->dtype);
 }
 
 vn_tensor *vn__alias(const vn_tensor *t)
@@ -160,20 +179,45 @@ bool vn_tensor_is_freed(const vn_tensor *t) { return !t || !t->storage; }
 
 /* ---- creation ------------------------------------------------------------ */
 
-static bool valid_dtype(vn_dtype d) { return d == VN_F32 || d == VN_I32 || d == VN_I64 || d == VN_U8; }
+static bool valid_dtype(vn_dtype d) { return d >= VN_F32 && d <= VN_F16; }
+
+/* VN_OK when `device` can hold tensors now. */
+static vn_status device_ready(const char *op, vn_device device)
+{
+    if (device == VN_CPU) return VN_OK;
+    if (device != VN_CUDA) return vn__err(VN_ERR_ARG, "%s: unknown device %d", op, (int)device);
+    if (!vn_cuda_is_available())
+        return vn__err(VN_ERR_DEVICE, "%s: expected a CUDA device, found none (%s)", op,
+                       vnk_error()[0] ? vnk_error() : "no device or driver");
+    return VN_OK;
+}
+
+vn_tensor *vn_empty_on(vn_device device, vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    if (!valid_dtype(dtype)) return vn__errp(VN_ERR_DTYPE, "empty: unknown dtype %d", (int)dtype);
+    if (vn__check_shape("empty", ndim, shape) || device_ready("empty", device)) return NULL;
+    return vn__new_on(device == VN_CUDA, dtype, ndim, shape);
+}
 
 vn_tensor *vn_empty(vn_dtype dtype, int ndim, const int64_t *shape)
 {
-    if (!valid_dtype(dtype)) return vn__errp(VN_ERR_DTYPE, "empty: unknown dtype %d", (int)dtype);
-    if (vn__check_shape("empty", ndim, shape)) return NULL;
-    return vn__new(dtype, ndim, shape);
+    return vn_empty_on(VN_CPU, dtype, ndim, shape);
+}
+
+vn_tensor *vn_full_on(vn_device device, vn_dtype dtype, int ndim, const int64_t *shape,
+                      double value)
+{
+    vn_tensor *t = vn_empty_on(device, dtype, ndim, shape);
+    if (t && vn_tensor_fill_(t, value)) {
+        vn_tensor_release(t);
+        return NULL;
+    }
+    return t;
 }
 
 vn_tensor *vn_full(vn_dtype dtype, int ndim, const int64_t *shape, double value)
 {
-    vn_tensor *t = vn_empty(dtype, ndim, shape);
-    if (t) vn_tensor_fill_(t, value);
-    return t;
+    return vn_full_on(VN_CPU, dtype, ndim, shape, value);
 }
 
 vn_tensor *vn_zeros(vn_dtype dtype, int ndim, const int64_t *shape)
@@ -260,8 +304,8 @@ bool vn_tensor_is_contiguous(const vn_tensor *t)
 
 void *vn_tensor_data(const vn_tensor *t)
 {
-    if (vn__check(t, "data")) return NULL;
-    return (char *)t->storage->data + t->offset * (int64_t)vn_dtype_size(t->dtype);
+    if (vn__check_for(t, "data", VN_ALLOW_HALF)) return NULL;
+    return vn__ptr(t);
 }
 
 double vn__load(const vn_tensor *t, int64_t off)
@@ -272,8 +316,63 @@ double vn__load(const vn_tensor *t, int64_t off)
     case VN_I32: return ((const int32_t *)base)[off];
     case VN_I64: return (double)((const int64_t *)base)[off];
     case VN_U8: return ((const uint8_t *)base)[off];
+    case VN_BF16: return vn__bf16_to_f32(((const uint16_t *)base)[off]);
+    case VN_F16: return vn__f16_to_f32(((const uint16_t *)base)[off]);
     }
     return 0;
+}
+
+/* ---- 16-bit floats ---------------------------------------------------------- */
+
+uint16_t vn__f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+float vn__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* Drops the low `shift` bits of m, rounding to nearest, ties to even. */
+static uint32_t round_shift(uint32_t m, int shift)
+{
+    if (shift > 31) return 0;
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return q + (rem > half || (rem == half && (q & 1)));
+}
+
+uint16_t vn__f32_to_f16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu, mant = a & 0x7fffff;
+    int e = (int)(a >> 23) - 127;
+    if (a > 0x7f800000u) return sign | 0x7e00; /* NaN */
+    if (e > 15) return sign | 0x7c00;          /* too large: infinity */
+    if (e >= -14) /* normal; a carry out of the mantissa bumps the exponent (to inf at the top) */
+        return sign | (uint16_t)((((uint32_t)(e + 15) << 10) | (mant >> 13)) +
+                                 (round_shift(mant, 13) - (mant >> 13)));
+    /* subnormal: units of 2^-24 */
+    return sign | (uint16_t)round_shift(mant | 0x800000, -e - 1);
+}
+
+float vn__f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (e == 0) return (sign ? -1.0f : 1.0f) * ldexpf((float)mant, -24);
+    uint32_t u = sign | (e == 31 ? 0x7f800000u | (mant << 13) : ((e + 112) << 23) | (mant << 13));
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
 }
 
 /* v limited to [lo, hi], NaN to 0: converting an out-of-range double to an
@@ -291,6 +390,7 @@ static double in_range(vn_dtype dtype, double v)
     case VN_I32: return saturate(v, INT32_MIN, INT32_MAX);
     case VN_I64: return saturate(v, -0x1p63, 0x1p63 - 1024); /* the largest double below 2^63 */
     case VN_U8: return saturate(v, 0, 255);
+    case VN_BF16: case VN_F16: return v;
     }
     return 0;
 }
@@ -304,6 +404,8 @@ void vn__store(vn_tensor *t, int64_t off, double v)
     case VN_I32: ((int32_t *)base)[off] = (int32_t)v; break;
     case VN_I64: ((int64_t *)base)[off] = (int64_t)v; break;
     case VN_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
+    case VN_BF16: ((uint16_t *)base)[off] = vn__f32_to_bf16((float)v); break;
+    case VN_F16: ((uint16_t *)base)[off] = vn__f32_to_f16((float)v); break;
     }
 }
 
@@ -319,9 +421,27 @@ int64_t vn__offset_of(const vn_tensor *t, int64_t flat)
     return off;
 }
 
+/* Element at storage offset off as double, from either device (a CUDA
+ * element comes over with one synchronous copy). */
+static vn_status load_any(const vn_tensor *t, int64_t off, double *out)
+{
+    if (!vn__is_cuda(t)) {
+        *out = vn__load(t, off);
+        return VN_OK;
+    }
+    uint64_t word = 0;
+    size_t esz = vn_dtype_size(t->dtype);
+    if (vnk_copy(&word, false, (const char *)t->storage->data + off * (int64_t)esz, true, esz))
+        return vn__cuda_err("reading a cuda tensor element");
+    vn_storage st = {.data = &word, .nbytes = esz, .refcount = 1};
+    vn_tensor one = {.refcount = 1, .dtype = t->dtype, .storage = &st};
+    *out = vn__load(&one, 0);
+    return VN_OK;
+}
+
 vn_status vn_tensor_item(const vn_tensor *t, double *out)
 {
-    vn_status s = vn__check(t, "item");
+    vn_status s = vn__check_for(t, "item", VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
     if (!out) return vn__err(VN_ERR_ARG, "item: out is NULL");
     if (vn_tensor_numel(t) != 1) {
@@ -329,13 +449,12 @@ vn_status vn_tensor_item(const vn_tensor *t, double *out)
         return vn__err(VN_ERR_SHAPE, "item: expected a tensor with one element, got shape %s",
                        vn_shape_str(t->ndim, t->shape, buf, sizeof buf));
     }
-    *out = vn__load(t, t->offset);
-    return VN_OK;
+    return load_any(t, t->offset, out);
 }
 
 static vn_status index_offset(const vn_tensor *t, const int64_t *index, int64_t *off, const char *op)
 {
-    vn_status s = vn__check(t, op);
+    vn_status s = vn__check_for(t, op, VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
     if (!index && t->ndim > 0) return vn__err(VN_ERR_ARG, "%s: index is NULL", op);
     *off = t->offset;
@@ -353,8 +472,7 @@ vn_status vn_tensor_get(const vn_tensor *t, const int64_t *index, double *out)
     int64_t off;
     if (!out) return vn__err(VN_ERR_ARG, "get: out is NULL");
     vn_status s = index_offset(t, index, &off, "get");
-    if (!s) *out = vn__load(t, off);
-    return s;
+    return s ? s : load_any(t, off, out);
 }
 
 vn_status vn_tensor_set(vn_tensor *t, const int64_t *index, double value)
@@ -362,8 +480,18 @@ vn_status vn_tensor_set(vn_tensor *t, const int64_t *index, double value)
     int64_t off;
     vn_status s = index_offset(t, index, &off, "set");
     if (!s) s = vn__begin_write(t, "set");
-    if (!s) vn__store(t, off, value);
-    return s;
+    if (s || !vn__is_cuda(t)) {
+        if (!s) vn__store(t, off, value);
+        return s;
+    }
+    uint64_t word = 0; /* the element converted on the host, then copied over */
+    size_t esz = vn_dtype_size(t->dtype);
+    vn_storage st = {.data = &word, .nbytes = esz, .refcount = 1};
+    vn_tensor one = {.refcount = 1, .dtype = t->dtype, .storage = &st};
+    vn__store(&one, 0, value);
+    if (vnk_copy((char *)t->storage->data + off * (int64_t)esz, true, &word, false, esz))
+        return vn__cuda_err("set");
+    return VN_OK;
 }
 
 /* ---- in-place writes ------------------------------------------------------ */
@@ -427,10 +555,25 @@ static void strided_copy(vn_tensor *dst, const vn_tensor *src, const int64_t *ss
     }
 }
 
+/* dst (contiguous, on CUDA) = src (on CUDA, broadcast to dst), converted. */
+static vn_status cuda_copy(const char *op, vn_tensor *dst, const vn_tensor *src)
+{
+    if (!vn_tensor_is_contiguous(dst))
+        return vn__err(VN_ERR_DEVICE, "%s: writing into a non-contiguous cuda tensor is not "
+                       "supported; write into a contiguous one", op);
+    vnk_loop L;
+    const void *in;
+    if (!vn__cuda_loop(dst, 1, &src, &L, &in)) return VN_OK;
+    if (vnk_map(VNK_COPY, src->dtype, dst->dtype, vn__ptr(dst), 1, &in, &L, 0, 0))
+        return vn__cuda_err(op);
+    return VN_OK;
+}
+
 vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src)
 {
-    vn_status s = vn__check(dst, "copy_: destination");
-    if (!s) s = vn__check(src, "copy_: source");
+    const unsigned any = VN_ALLOW_CUDA | VN_ALLOW_HALF;
+    vn_status s = vn__check_for(dst, "copy_: destination", any);
+    if (!s) s = vn__check_for(src, "copy_: source", any);
     if (!s) s = vn__begin_write(dst, "copy_");
     if (s) return s;
     int nd;
@@ -443,19 +586,40 @@ vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src)
                        vn_shape_str(src->ndim, src->shape, a, sizeof a),
                        vn_shape_str(dst->ndim, dst->shape, b, sizeof b));
     }
-    int64_t sstrides[VN_MAX_DIMS];
-    vn__broadcast_strides(src, dst->ndim, dst->shape, sstrides);
-    strided_copy(dst, src, sstrides);
-    return VN_OK;
+    /* Across devices: bring the source over first (a contiguous copy). */
+    vn_tensor *moved = NULL;
+    if (vn__is_cuda(src) != vn__is_cuda(dst)) {
+        bool grad = vn_set_grad_enabled(false);
+        moved = vn_to_device(src, vn__is_cuda(dst) ? VN_CUDA : VN_CPU);
+        vn_set_grad_enabled(grad);
+        if (!moved) return vn_last_status();
+        src = moved;
+    }
+    if (vn__is_cuda(dst)) {
+        s = cuda_copy("copy_", dst, src);
+    } else {
+        int64_t sstrides[VN_MAX_DIMS];
+        vn__broadcast_strides(src, dst->ndim, dst->shape, sstrides);
+        strided_copy(dst, src, sstrides);
+    }
+    vn_tensor_release(moved);
+    return s;
 }
 
 vn_status vn_tensor_fill_(vn_tensor *t, double value)
 {
-    vn_status s = vn__check(t, "fill_");
+    vn_status s = vn__check_for(t, "fill_", VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (!s) s = vn__begin_write(t, "fill_");
     if (s) return s;
     int64_t n = vn_tensor_numel(t);
-    if (vn_tensor_is_contiguous(t)) {
+    if (vn__is_cuda(t)) {
+        if (!vn_tensor_is_contiguous(t))
+            return vn__err(VN_ERR_DEVICE, "fill_: writing into a non-contiguous cuda tensor is not "
+                           "supported; fill a contiguous one");
+        if (vnk_fill(vn__ptr(t), t->dtype, n, in_range(t->dtype, value))) return vn__cuda_err("fill_");
+        return VN_OK;
+    }
+    if (vn_tensor_is_contiguous(t) && t->dtype != VN_BF16 && t->dtype != VN_F16) {
         VN_DTYPE_SWITCH(t->dtype, T, {
             T *p = vn_tensor_data(t);
             T v = (T)in_range(t->dtype, value);
@@ -469,13 +633,20 @@ vn_status vn_tensor_fill_(vn_tensor *t, double value)
 
 vn_status vn_tensor_copy_out(const vn_tensor *t, void *buf, size_t nbytes)
 {
-    vn_status s = vn__check(t, "copy_out");
+    vn_status s = vn__check_for(t, "copy_out", VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
     size_t need = (size_t)vn_tensor_numel(t) * vn_dtype_size(t->dtype);
     if (nbytes != need)
         return vn__err(VN_ERR_ARG, "copy_out: buffer of %zu bytes, expected %zu", nbytes, need);
     if (!need) return VN_OK;
     if (!buf) return vn__err(VN_ERR_ARG, "copy_out: buf is NULL");
+    if (vn__is_cuda(t)) { /* made contiguous on the device, then one copy over */
+        vn_tensor *c = vn__plain_contiguous(t);
+        if (!c) return vn_last_status();
+        s = vnk_copy(buf, false, vn__ptr(c), true, need) ? vn__cuda_err("copy_out") : VN_OK;
+        vn_tensor_release(c);
+        return s;
+    }
     vn_tensor dst = {.refcount = 1, .dtype = t->dtype, .ndim = t->ndim};
     vn_storage st = {.data = buf, .nbytes = nbytes, .refcount = 1};
     memcpy(dst.shape, t->shape, sizeof dst.shape);

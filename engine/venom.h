@@ -33,12 +33,23 @@
  *    is a backward through a graph whose saved input was freed; shape and
  *    dtype stay readable. Using a tensor after its last vn_tensor_release()
  *    is a use-after-free the library cannot detect: undefined behaviour.
- *  - Devices. Every tensor lives in host memory (the CPU); there is no device
- *    argument yet, so no device mismatch can occur.
+ *  - Devices. A tensor lives on the CPU (host memory) or on the CUDA device
+ *    (VN_CUDA, device 0; see "devices" below). Creation functions make CPU
+ *    tensors unless they take a device; vn_to_device moves data. An op's
+ *    tensor arguments must all be on one device (VN_ERR_DEVICE names both
+ *    devices otherwise), except that a 0-d CPU tensor (a scalar) may join
+ *    CUDA tensors; the result is on that device. Ops documented "CPU only"
+ *    give VN_ERR_DEVICE for CUDA tensors. Without a CUDA build or device,
+ *    vn_cuda_device_count() is 0 and moving to VN_CUDA is a VN_ERR_DEVICE
+ *    error.
  *  - Indices are 0-based. Negative dims count from the end (-1 = last).
  *  - dtypes: VN_F32 (default, all arithmetic), VN_I32, VN_I64 (indices,
- *    class targets), VN_U8 (masks, raw image bytes). Arithmetic ops need both
- *    operands of the same dtype; use vn_to_dtype() to convert.
+ *    class targets), VN_U8 (masks, raw image bytes), and the 16-bit floats
+ *    VN_BF16 and VN_F16, which are for storage and conversion (create, copy,
+ *    view, vn_to_dtype, item/get/set, save/load): other ops refuse them with
+ *    VN_ERR_DTYPE, and bf16 arithmetic on the GPU happens inside matmul under
+ *    autocast (vn_set_autocast). Arithmetic ops need both operands of the
+ *    same dtype; use vn_to_dtype() to convert.
  *  - Broadcasting follows NumPy: shapes are aligned at the right; a dim of
  *    size 1 stretches to the other's size.
  *  - Autograd. An op records itself on the tape when grad mode is on and
@@ -104,10 +115,15 @@ typedef enum {
     VN_ERR_IO,     /* a file could not be opened, read or written */
     VN_ERR_FORMAT, /* a file is malformed (bad magic, truncated, ...) */
     VN_ERR_STATE,  /* the call is not valid now (freed tensor, released graph) */
-    VN_ERR_SCRIPT  /* a Lua script failed (libvenom_lua, venom_lua.h): syntax or runtime error */
+    VN_ERR_SCRIPT, /* a Lua script failed (libvenom_lua, venom_lua.h): syntax or runtime error */
+    VN_ERR_DEVICE  /* wrong or mixed devices, no CUDA device, or a failed CUDA call */
 } vn_status;
 
-typedef enum { VN_F32 = 0, VN_I32, VN_I64, VN_U8 } vn_dtype;
+/* bf16: bfloat16 (1 sign, 8 exponent, 7 mantissa bits); f16: IEEE binary16.
+ * Conversions from f32 round to nearest even. */
+typedef enum { VN_F32 = 0, VN_I32, VN_I64, VN_U8, VN_BF16, VN_F16 } vn_dtype;
+
+typedef enum { VN_CPU = 0, VN_CUDA } vn_device;
 
 typedef enum { VN_REDUCE_MEAN = 0, VN_REDUCE_SUM, VN_REDUCE_NONE } vn_reduction;
 
@@ -132,7 +148,7 @@ void vn_clear_error(void);
 vn_status vn_set_error(vn_status s, const char *fmt, ...) VN_PRINTF_LIKE(2, 3);
 /* Name of a status code, e.g. "shape error". */
 const char *vn_status_name(vn_status s);
-/* Name of a dtype: "f32", "i32", "i64", "u8". */
+/* Name of a dtype: "f32", "i32", "i64", "u8", "bf16", "f16". */
 const char *vn_dtype_name(vn_dtype d);
 /* Size of one element in bytes. */
 size_t vn_dtype_size(vn_dtype d);
@@ -158,6 +174,52 @@ bool vn_is_grad_enabled(void);
 void vn_memory_stats(size_t *in_use, size_t *cached);
 void vn_empty_cache(void);
 
+/* ---- devices (CUDA) ------------------------------------------------------ */
+
+/* Number of CUDA devices usable by venom: 0 when the build has no CUDA
+ * (VENOM_CUDA=OFF or no toolkit), there is no driver or no device. venom
+ * uses device 0. Never an error. */
+int vn_cuda_device_count(void);
+bool vn_cuda_is_available(void);
+/* "NVIDIA H200 (sm_90, 139.8 GiB)"-style description of device 0 into buf
+ * (n bytes); VN_ERR_DEVICE without a device. */
+vn_status vn_cuda_device_name(char *buf, size_t n);
+/* Waits until every queued GPU operation has finished (kernels run
+ * asynchronously; copies to the host and vn_tensor_item wait by
+ * themselves). Reports a failure of a kernel queued earlier. */
+vn_status vn_cuda_synchronize(void);
+/* The CUDA caching allocator's counters (bytes held by live tensors, bytes
+ * cached for reuse) and vn_cuda_empty_cache(), which returns cached blocks
+ * to the driver. Zeros without CUDA. */
+void vn_cuda_memory_stats(size_t *in_use, size_t *cached);
+void vn_cuda_empty_cache(void);
+
+/* "cpu" or "cuda". */
+const char *vn_device_name(vn_device d);
+/* Device of t (VN_CPU for NULL, with an error set). */
+vn_device vn_tensor_device(const vn_tensor *t);
+/* A copy of t on `device` (contiguous), or t itself (a new reference) when
+ * it is there already. Differentiable: the gradient goes back to t's
+ * device. Errors: VN_ERR_DEVICE when CUDA is not available (the message
+ * says why), VN_ERR_MEMORY, VN_ERR_ARG for an unknown device. */
+vn_tensor *vn_to_device(const vn_tensor *t, vn_device device);
+
+/* Autocast for matmul and linear on CUDA tensors (per thread, like grad
+ * mode): VN_BF16 or VN_F16 run the GEMM on tensor cores with 16-bit inputs
+ * (converted from the f32 operands on the fly, round to nearest even) and
+ * f32 accumulation and output, while parameters, gradients and every other
+ * op stay f32 (mixed precision with f32 master weights, Micikevicius et al.
+ * 2018). VN_F32 (the default) turns it off. The backward of a matmul
+ * recorded under autocast runs its GEMMs with the same precision. CPU
+ * matmuls are not affected. Returns the previous setting; VN_ERR_DTYPE
+ * (and no change) for another dtype. */
+vn_status vn_set_autocast(vn_dtype dtype, vn_dtype *previous);
+vn_dtype vn_get_autocast(void);
+/* f32 GEMMs on CUDA may use TF32 tensor cores (10-bit mantissa inputs,
+ * f32 accumulation) when enabled; off by default. Per process. Returns the
+ * previous setting. */
+bool vn_cuda_set_allow_tf32(bool allow);
+
 /* ---- creation ----------------------------------------------------------- */
 
 /* New contiguous tensors of the given shape (ndim 0..VN_MAX_DIMS; ndim 0 is a
@@ -174,6 +236,17 @@ vn_tensor *vn_arange(double start, double end, double step, vn_dtype dtype);
 /* f32 uniform on [0, 1) and standard normal N(0, 1), from the engine RNG. */
 vn_tensor *vn_rand(int ndim, const int64_t *shape);
 vn_tensor *vn_randn(int ndim, const int64_t *shape);
+/* The same on a given device. On VN_CPU these are vn_empty/vn_full/
+ * vn_rand/vn_randn. On VN_CUDA memory comes from the caching allocator and
+ * random numbers from a counter-based generator on the GPU: one key drawn
+ * from the engine RNG per call, element i a function of (key, i) only, so
+ * vn_manual_seed makes GPU runs repeatable too (the numbers differ from the
+ * CPU's). Errors: those of vn_empty, plus VN_ERR_DEVICE. */
+vn_tensor *vn_empty_on(vn_device device, vn_dtype dtype, int ndim, const int64_t *shape);
+vn_tensor *vn_full_on(vn_device device, vn_dtype dtype, int ndim, const int64_t *shape,
+                      double value);
+vn_tensor *vn_rand_on(vn_device device, int ndim, const int64_t *shape);
+vn_tensor *vn_randn_on(vn_device device, int ndim, const int64_t *shape);
 /* i64 random permutation of 0..n-1 (Fisher–Yates on the engine RNG). */
 vn_tensor *vn_randperm(int64_t n);
 
@@ -207,7 +280,8 @@ vn_dtype vn_tensor_dtype(const vn_tensor *t);
 bool vn_tensor_is_contiguous(const vn_tensor *t);
 /* Pointer to element [0,...,0] in host memory, laid out by the strides; the
  * caller may read and write through it (no copy). NULL with VN_ERR_ARG for
- * NULL, VN_ERR_STATE for a freed tensor. */
+ * NULL, VN_ERR_STATE for a freed tensor, VN_ERR_DEVICE for a CUDA tensor
+ * (copy it to the CPU with vn_to_device first). */
 void *vn_tensor_data(const vn_tensor *t);
 /* Writes "(2, 3)"-style text of the shape into buf (n bytes, truncated to
  * fit) and returns buf; "" if buf is NULL or n is 0, "(invalid shape)" for

@@ -4,6 +4,9 @@
  * its backward rule beside it. */
 #include "internal.h"
 
+/* Views and copies work on every device and dtype. */
+#define VN_ANY (VN_ALLOW_CUDA | VN_ALLOW_HALF)
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -138,14 +141,14 @@ static vn_status infer_shape(const char *op, const vn_tensor *t, int ndim, const
 static vn_tensor *reshape_impl(const vn_tensor *t, int ndim, const int64_t *in, bool allow_copy,
                                const char *op)
 {
-    if (vn__check(t, op)) return NULL;
+    if (vn__check_for(t, op, VN_ANY)) return NULL;
     int64_t shape[VN_MAX_DIMS], strides[VN_MAX_DIMS];
     if (infer_shape(op, t, ndim, in, shape)) return NULL;
     vn_tensor *out;
     if (view_strides(t, ndim, shape, strides)) {
         out = make_view(t, ndim, shape, strides, t->offset);
     } else if (allow_copy) {
-        vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
+        vn_tensor *c = vn__new_like(t, t->dtype, t->ndim, t->shape);
         if (!c) return NULL;
         vn_tensor_copy_(c, t);
         vn__contig_strides(ndim, shape, strides);
@@ -180,7 +183,7 @@ static vn_status permute_backward(vn_node *n, const vn_tensor *g)
 
 vn_tensor *vn_permute(const vn_tensor *t, const int *dims)
 {
-    if (vn__check(t, "permute")) return NULL;
+    if (vn__check_for(t, "permute", VN_ANY)) return NULL;
     if (!dims && t->ndim > 0) return vn__errp(VN_ERR_ARG, "permute: dims is NULL");
     int64_t shape[VN_MAX_DIMS], strides[VN_MAX_DIMS];
     bool seen[VN_MAX_DIMS] = {false};
@@ -206,7 +209,7 @@ vn_tensor *vn_permute(const vn_tensor *t, const int *dims)
 
 vn_tensor *vn_transpose(const vn_tensor *t, int d0, int d1)
 {
-    if (vn__check(t, "transpose")) return NULL;
+    if (vn__check_for(t, "transpose", VN_ANY)) return NULL;
     if (vn__wrap_dim(t->ndim, &d0, "transpose") || vn__wrap_dim(t->ndim, &d1, "transpose"))
         return NULL;
     int dims[VN_MAX_DIMS];
@@ -242,7 +245,7 @@ static vn_status narrow_backward(vn_node *n, const vn_tensor *g)
 static vn_tensor *narrow_impl(const vn_tensor *t, int dim, int64_t start, int64_t length,
                               bool drop_dim, const char *op)
 {
-    if (vn__check(t, op)) return NULL;
+    if (vn__check_for(t, op, VN_ANY)) return NULL;
     if (t->ndim == 0) return vn__errp(VN_ERR_ARG, "%s: cannot index a 0-d tensor", op);
     if (vn__wrap_dim(t->ndim, &dim, op)) return NULL;
     int64_t size = t->shape[dim];
@@ -284,7 +287,7 @@ vn_tensor *vn_select(const vn_tensor *t, int dim, int64_t index)
 
 vn_tensor *vn_unsqueeze(const vn_tensor *t, int dim)
 {
-    if (vn__check(t, "unsqueeze")) return NULL;
+    if (vn__check_for(t, "unsqueeze", VN_ANY)) return NULL;
     if (t->ndim == VN_MAX_DIMS) return vn__errp(VN_ERR_ARG, "unsqueeze: already %d dims", VN_MAX_DIMS);
     if (vn__wrap_dim(t->ndim + 1, &dim, "unsqueeze")) return NULL;
     int64_t shape[VN_MAX_DIMS];
@@ -294,7 +297,7 @@ vn_tensor *vn_unsqueeze(const vn_tensor *t, int dim)
 
 vn_tensor *vn_squeeze(const vn_tensor *t, int dim)
 {
-    if (vn__check(t, "squeeze")) return NULL;
+    if (vn__check_for(t, "squeeze", VN_ANY)) return NULL;
     if (t->ndim == 0) return vn__errp(VN_ERR_ARG, "squeeze: a 0-d tensor has no dim to remove");
     if (vn__wrap_dim(t->ndim, &dim, "squeeze")) return NULL;
     if (t->shape[dim] != 1)
@@ -313,7 +316,7 @@ static vn_status expand_backward(vn_node *n, const vn_tensor *g)
 
 vn_tensor *vn_expand(const vn_tensor *t, int ndim, const int64_t *shape)
 {
-    if (vn__check(t, "expand")) return NULL;
+    if (vn__check_for(t, "expand", VN_ANY)) return NULL;
     int nd;
     int64_t out_shape[VN_MAX_DIMS], strides[VN_MAX_DIMS];
     if (ndim < t->ndim || ndim > VN_MAX_DIMS)
@@ -340,8 +343,8 @@ static vn_status identity_backward(vn_node *n, const vn_tensor *g)
 
 vn_tensor *vn_clone(const vn_tensor *t)
 {
-    if (vn__check(t, "clone")) return NULL;
-    vn_tensor *out = vn__new(t->dtype, t->ndim, t->shape);
+    if (vn__check_for(t, "clone", VN_ANY)) return NULL;
+    vn_tensor *out = vn__new_like(t, t->dtype, t->ndim, t->shape);
     if (!out) return NULL;
     vn_tensor_copy_(out, t);
     vn__record(out, "clone", identity_backward, 1, &t);
@@ -351,7 +354,7 @@ vn_tensor *vn_clone(const vn_tensor *t)
 vn_tensor *vn__plain_contiguous(const vn_tensor *t)
 {
     if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
-    vn_tensor *c = vn__new(t->dtype, t->ndim, t->shape);
+    vn_tensor *c = vn__new_like(t, t->dtype, t->ndim, t->shape);
     if (c && vn_tensor_copy_(c, t)) {
         vn_tensor_release(c);
         return NULL;
@@ -361,18 +364,18 @@ vn_tensor *vn__plain_contiguous(const vn_tensor *t)
 
 vn_tensor *vn_contiguous(const vn_tensor *t)
 {
-    if (vn__check(t, "contiguous")) return NULL;
+    if (vn__check_for(t, "contiguous", VN_ANY)) return NULL;
     if (vn_tensor_is_contiguous(t)) return vn_tensor_retain((vn_tensor *)t);
     return vn_clone(t);
 }
 
 vn_tensor *vn_to_dtype(const vn_tensor *t, vn_dtype dtype)
 {
-    if (vn__check(t, "to_dtype")) return NULL;
-    if (dtype != VN_F32 && dtype != VN_I32 && dtype != VN_I64 && dtype != VN_U8)
+    if (vn__check_for(t, "to_dtype", VN_ANY)) return NULL;
+    if (dtype < VN_F32 || dtype > VN_F16)
         return vn__errp(VN_ERR_DTYPE, "to_dtype: unknown dtype %d", (int)dtype);
     if (dtype == t->dtype) return vn_clone(t);
-    vn_tensor *out = vn__new(dtype, t->ndim, t->shape);
+    vn_tensor *out = vn__new_like(t, dtype, t->ndim, t->shape);
     if (out) vn_tensor_copy_(out, t); /* int targets are not differentiable: no node */
     return out;
 }
@@ -398,9 +401,14 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
 {
     if (n < 1 || !ts) return vn__errp(VN_ERR_ARG, "cat: expected at least one tensor, got %d", n);
     for (int k = 0; k < n; k++)
-        if (vn__check(ts[k], "cat")) return NULL;
+        if (vn__check_for(ts[k], "cat", VN_ANY)) return NULL;
     const vn_tensor *a = ts[0];
     if (a->ndim == 0) return vn__errp(VN_ERR_ARG, "cat: cannot concatenate 0-d tensors");
+    for (int k = 1; k < n; k++)
+        if (vn__is_cuda(ts[k]) != vn__is_cuda(a))
+            return vn__errp(VN_ERR_DEVICE, "cat: tensor %d is on %s, tensor 0 on %s; expected one "
+                            "device", k, vn__is_cuda(ts[k]) ? "cuda" : "cpu",
+                            vn__is_cuda(a) ? "cuda" : "cpu");
     if (vn__wrap_dim(a->ndim, &dim, "cat")) return NULL;
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
@@ -417,17 +425,22 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
                             vn_shape_str(a->ndim, a->shape, y, sizeof y), dim);
         shape[dim] += b->shape[dim];
     }
-    vn_tensor *out = vn__new(a->dtype, a->ndim, shape);
+    vn_tensor *out = vn__new_like(a, a->dtype, a->ndim, shape);
     if (!out) return NULL;
     int64_t start = 0;
     bool was = vn_set_grad_enabled(false);
-    for (int k = 0; k < n; k++) {
+    vn_status s = VN_OK;
+    for (int k = 0; k < n && !s; k++) {
         vn_tensor *part = vn_narrow(out, dim, start, ts[k]->shape[dim]);
-        vn_tensor_copy_(part, ts[k]);
+        s = part ? vn_tensor_copy_(part, ts[k]) : vn_last_status();
         vn_tensor_release(part);
         start += ts[k]->shape[dim];
     }
     vn_set_grad_enabled(was);
+    if (s) {
+        vn_tensor_release(out);
+        return vn__errp(s, "%s", vn_last_error());
+    }
     /* A node holds at most VN_NODE_INPUTS inputs: record cat only then. */
     if (n <= VN_NODE_INPUTS) {
         vn_node *node = vn__record(out, "cat", cat_backward, n, (const vn_tensor *const *)ts);
@@ -486,7 +499,7 @@ vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     shape[dim] = m;
-    vn_tensor *out = vn__new(t->dtype, t->ndim, shape);
+    vn_tensor *out = vn__new_like(t, t->dtype, t->ndim, shape);
     if (!out) return NULL;
     /* Copy slab by slab: for dim 0 of a contiguous tensor each slab is one
      * memcpy (the DataLoader's batch gather). */

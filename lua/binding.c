@@ -254,6 +254,8 @@ static const struct {
     {"f32", VN_F32},   {"float32", VN_F32}, {"float", VN_F32}, {"i32", VN_I32},
     {"int32", VN_I32}, {"int", VN_I32},     {"i64", VN_I64},   {"int64", VN_I64},
     {"long", VN_I64},  {"u8", VN_U8},       {"uint8", VN_U8},  {"byte", VN_U8},
+    {"bf16", VN_BF16}, {"bfloat16", VN_BF16}, {"f16", VN_F16}, {"float16", VN_F16},
+    {"half", VN_F16},
 };
 
 /* The dtype named by the string at stack index `at` (argument `argi`). */
@@ -263,10 +265,11 @@ vn_dtype lv_dtype_at(lua_State *L, int at, int argi)
         const char *s = lua_tostring(L, at);
         for (size_t k = 0; k < sizeof lv_dtypes / sizeof lv_dtypes[0]; k++)
             if (strcmp(s, lv_dtypes[k].name) == 0) return lv_dtypes[k].dtype;
-        lv_argfail(L, argi, "unknown dtype '%s' (expected 'f32', 'i32', 'i64' or 'u8')", s);
+        lv_argfail(L, argi, "unknown dtype '%s' (expected 'f32', 'i32', 'i64', 'u8', 'bf16' or "
+                   "'f16')", s);
     }
-    return (vn_dtype)lv_argfail(L, argi, "expected a dtype name ('f32', 'i32', 'i64' or 'u8'), found %s",
-                                luaL_typename(L, at));
+    return (vn_dtype)lv_argfail(L, argi, "expected a dtype name ('f32', 'i32', 'i64', 'u8', "
+                                "'bf16' or 'f16'), found %s", luaL_typename(L, at));
 }
 
 vn_dtype lv_dtype(lua_State *L, int i)
@@ -285,8 +288,14 @@ void lv_parse_opts(lua_State *L, int i, lv_opts *o)
             o->dtype = lv_dtype_at(L, lua_gettop(L), i);
         } else if (key && strcmp(key, "requires_grad") == 0) {
             o->requires_grad = lua_toboolean(L, -1);
+        } else if (key && strcmp(key, "device") == 0) {
+            if (lv_device_name_at(L, lua_gettop(L)) < 0)
+                lv_argfail(L, i, "option device: expected 'cpu' or 'cuda', found %s",
+                           lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                          : luaL_typename(L, -1));
+            o->device = (vn_device)lv_device_name_at(L, lua_gettop(L));
         } else {
-            lv_argfail(L, i, "unknown option %s%s%s (expected dtype or requires_grad)",
+            lv_argfail(L, i, "unknown option %s%s%s (expected dtype, device or requires_grad)",
                        key ? "'" : "a ", key ? key : luaL_typename(L, -2), key ? "'" : " key");
         }
         lua_pop(L, 1);
@@ -298,7 +307,7 @@ void lv_parse_opts(lua_State *L, int i, lv_opts *o)
  * table is a shape unless it has string keys. */
 lv_opts lv_take_opts(lua_State *L, int *top)
 {
-    lv_opts o = {VN_F32, false};
+    lv_opts o = {VN_F32, false, VN_CPU};
     int i = *top;
     if (i >= 1 && lua_type(L, i) == LUA_TSTRING) {
         o.dtype = lv_dtype(L, i);
@@ -319,9 +328,15 @@ lv_opts lv_take_opts(lua_State *L, int *top)
     return o;
 }
 
-/* Push a new tensor after applying requires_grad from the options. */
+/* Push a new tensor after moving it to the options' device (when it is not
+ * there yet) and applying requires_grad. */
 int lv_push_new(lua_State *L, vn_tensor *t, const lv_opts *o)
 {
+    if (t && vn_tensor_device(t) != o->device) {
+        vn_tensor *moved = vn_to_device(t, o->device);
+        vn_tensor_release(t);
+        t = moved;
+    }
     if (t && o->requires_grad && vn_tensor_set_requires_grad(t, true) != VN_OK) {
         vn_tensor_release(t);
         t = NULL;
@@ -355,7 +370,8 @@ vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const
     if (!lv_is_integer_dtype(dt))
         lv_raise(L, "%s: %s must be an integer tensor (i64, i32 or u8) of 1-based indices, found %s",
                  op, what, vn_dtype_name(dt));
-    /* A fresh copy we may change in place. */
+    /* A fresh copy on the CPU we may change in place (copy_ brings a CUDA
+     * tensor over); it goes back to idx's device at the end. */
     vn_tensor *out = vn_empty(VN_I64, vn_tensor_ndim(idx), vn_tensor_shape(idx));
     if (!out) lv_fail(L);
     if (vn_tensor_copy_(out, idx) != VN_OK) {
@@ -372,28 +388,34 @@ vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const
         }
         v[k] -= 1;
     }
+    if (vn_tensor_device(idx) != VN_CPU) {
+        vn_tensor *moved = vn_to_device(out, vn_tensor_device(idx));
+        vn_tensor_release(out);
+        if (!moved) lv_fail(L);
+        out = moved;
+    }
     return out;
 }
 
 /* ---- creation -------------------------------------------------------------- */
 
-typedef vn_tensor *(*lv_maker)(vn_dtype, int, const int64_t *);
-
-/* f(dims... | shape_table, [opts]) */
-static int lv_create(lua_State *L, lv_maker make)
+/* f(dims... | shape_table, [opts]): filled with `value`, or uninitialized
+ * when value is NaN. */
+static int lv_create(lua_State *L, double value)
 {
     int top = lua_gettop(L);
     lv_opts o = lv_take_opts(L, &top);
     int64_t shape[VN_MAX_DIMS];
     int nd = lv_shape(L, 1, top, shape, false);
-    return lv_push_new(L, make(o.dtype, nd, shape), &o);
+    return lv_push_new(L, value == value ? vn_full_on(o.device, o.dtype, nd, shape, value)
+                                         : vn_empty_on(o.device, o.dtype, nd, shape), &o);
 }
 
-static int l_zeros(lua_State *L) { return lv_create(L, vn_zeros); }
-static int l_ones(lua_State *L) { return lv_create(L, vn_ones); }
-static int l_empty(lua_State *L) { return lv_create(L, vn_empty); }
+static int l_zeros(lua_State *L) { return lv_create(L, 0); }
+static int l_ones(lua_State *L) { return lv_create(L, 1); }
+static int l_empty(lua_State *L) { return lv_create(L, NAN); }
 
-static int lv_random(lua_State *L, vn_tensor *(*make)(int, const int64_t *))
+static int lv_random(lua_State *L, vn_tensor *(*make)(vn_device, int, const int64_t *))
 {
     int top = lua_gettop(L);
     lv_opts o = lv_take_opts(L, &top);
@@ -401,11 +423,11 @@ static int lv_random(lua_State *L, vn_tensor *(*make)(int, const int64_t *))
         lv_argfail(L, top + 1, "random tensors are f32, found dtype %s", vn_dtype_name(o.dtype));
     int64_t shape[VN_MAX_DIMS];
     int nd = lv_shape(L, 1, top, shape, false);
-    return lv_push_new(L, make(nd, shape), &o);
+    return lv_push_new(L, make(o.device, nd, shape), &o);
 }
 
-static int l_rand(lua_State *L) { return lv_random(L, vn_rand); }
-static int l_randn(lua_State *L) { return lv_random(L, vn_randn); }
+static int l_rand(lua_State *L) { return lv_random(L, vn_rand_on); }
+static int l_randn(lua_State *L) { return lv_random(L, vn_randn_on); }
 
 /* full(shape, value, [opts]) */
 static int l_full(lua_State *L)
@@ -417,7 +439,7 @@ static int l_full(lua_State *L)
     int nd = lv_shape(L, 1, 1, shape, false);
     double v = luaL_checknumber(L, 2);
     lv_check_representable(L, "full", v, o.dtype, NULL);
-    return lv_push_new(L, vn_full(o.dtype, nd, shape, v), &o);
+    return lv_push_new(L, vn_full_on(o.device, o.dtype, nd, shape, v), &o);
 }
 
 /* arange([start,] stop, [step], [opts]): start, start+step, ... < stop. */
@@ -713,9 +735,12 @@ static int l_contiguous(lua_State *L) { return lv_push(L, vn_contiguous(lv_check
 static int l_clone(lua_State *L) { return lv_push(L, vn_clone(lv_check(L, 1))); }
 static int l_detach(lua_State *L) { return lv_push(L, vn_detach(lv_check(L, 1))); }
 
+/* t:to(dtype) or t:to(device). */
 static int l_to(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
+    if (lua_type(L, 2) == LUA_TSTRING && lv_device_name_at(L, 2) >= 0)
+        return lv_push(L, vn_to_device(t, (vn_device)lv_device_name_at(L, 2)));
     return lv_push(L, vn_to_dtype(t, lv_dtype(L, 2)));
 }
 
@@ -1291,6 +1316,10 @@ static const luaL_Reg lv_methods[] = {
     {"squeeze", l_squeeze},
     {"expand", l_expand},
     {"to", l_to},
+    {"cuda", l_cuda},
+    {"cpu", l_cpu},
+    {"device", l_device},
+    {"is_cuda", l_is_cuda},
     {"float", l_float},
     {"long", l_long},
     {"int", l_int},
@@ -1412,6 +1441,7 @@ int luaopen_venom_core(lua_State *L)
     luaL_setfuncs(L, lv_sparse_functions, 0);
     luaL_setfuncs(L, lv_gpt_functions, 0);
     luaL_setfuncs(L, lv_checkpoint_functions, 0);
+    luaL_setfuncs(L, lv_device_functions, 0);
     for (const luaL_Reg *r = lv_methods; r->name; r++) {
         lua_getfield(L, -1, r->name);
         bool taken = !lua_isnil(L, -1);

@@ -20,6 +20,7 @@ typedef struct {
 typedef struct {
     vn_dtype dtype;
     bool requires_grad;
+    vn_device device; /* VN_CPU unless {device = "cuda"} */
 } lv_opts;
 
 int lv_fail(lua_State *L);
@@ -51,6 +52,15 @@ extern const luaL_Reg lv_checkpoint_functions[];
 
 /* lv_sparse.c: V:N:M sparse matrices (venom.VNM userdata) and their ops. */
 extern const luaL_Reg lv_sparse_functions[];
+
+/* lv_device.c: t:cuda()/cpu()/device()/is_cuda(), venom.cuda_* and autocast. */
+extern const luaL_Reg lv_device_functions[];
+int lv_device_name_at(lua_State *L, int i);
+vn_device lv_device(lua_State *L, int i);
+int l_cuda(lua_State *L);
+int l_cpu(lua_State *L);
+int l_device(lua_State *L);
+int l_is_cuda(lua_State *L);
 
 /* lv_gpt.c: embedding, layer_norm and causal_attention. */
 extern const luaL_Reg lv_gpt_functions[];

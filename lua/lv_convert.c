@@ -15,6 +15,7 @@ static void lv_store(void *buf, vn_dtype d, int64_t k, double v)
     case VN_I32: ((int32_t *)buf)[k] = (int32_t)v; break;
     case VN_I64: ((int64_t *)buf)[k] = (int64_t)v; break;
     case VN_U8: ((uint8_t *)buf)[k] = (uint8_t)v; break;
+    case VN_BF16: case VN_F16: break; /* built as f32 and converted by the engine */
     }
 }
 
@@ -25,6 +26,7 @@ static double lv_load(const void *buf, vn_dtype d, int64_t k)
     case VN_I32: return ((const int32_t *)buf)[k];
     case VN_I64: return (double)((const int64_t *)buf)[k];
     case VN_U8: return ((const uint8_t *)buf)[k];
+    case VN_BF16: case VN_F16: break; /* converted to f32 by the engine first */
     }
     return 0;
 }
@@ -37,7 +39,7 @@ bool lv_representable(vn_dtype d, double v)
 {
     double lo, hi; /* v must lie in [lo, hi) */
     switch (d) {
-    case VN_F32: return true;
+    case VN_F32: case VN_BF16: case VN_F16: return true; /* rounded, like f32 */
     case VN_I32: lo = -2147483648.0, hi = 2147483648.0; break;
     case VN_I64: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;
     case VN_U8: lo = 0, hi = 256; break;
@@ -158,7 +160,7 @@ static void lv_fill(lua_State *L, lv_filler *f, int d)
  * a rectangular nested table of numbers. */
 int l_tensor(lua_State *L)
 {
-    lv_opts o = {VN_F32, false};
+    lv_opts o = {VN_F32, false, VN_CPU};
     if (lua_type(L, 2) == LUA_TSTRING) o.dtype = lv_dtype(L, 2);
     else if (lua_istable(L, 2)) lv_parse_opts(L, 2, &o);
     else if (!lua_isnoneornil(L, 2))
@@ -194,13 +196,21 @@ int l_tensor(lua_State *L)
 
     int64_t numel = 1;
     for (int d = 0; d < nd; d++) numel *= shape[d];
-    lv_filler f = {.dtype = o.dtype, .ndim = nd, .shape = shape};
-    f.buf = lua_newuserdata(L, (size_t)(numel ? numel : 1) * vn_dtype_size(o.dtype));
+    /* 16-bit floats are filled as f32 and converted by the engine. */
+    bool half = o.dtype == VN_BF16 || o.dtype == VN_F16;
+    lv_filler f = {.dtype = half ? VN_F32 : o.dtype, .ndim = nd, .shape = shape};
+    f.buf = lua_newuserdata(L, (size_t)(numel ? numel : 1) * vn_dtype_size(f.dtype));
     luaL_checkstack(L, VN_MAX_DIMS + 8, "tensor");
     lua_pushvalue(L, 1);
     lv_fill(L, &f, 0);
     lua_pop(L, 1);
-    return lv_push_new(L, vn_from_data(o.dtype, nd, shape, f.buf), &o);
+    vn_tensor *t = vn_from_data(f.dtype, nd, shape, f.buf);
+    if (t && half) {
+        vn_tensor *c = vn_to_dtype(t, o.dtype);
+        vn_tensor_release(t);
+        t = c;
+    }
+    return lv_push_new(L, t, &o);
 }
 
 static void lv_build(lua_State *L, const void *buf, vn_dtype dt, int ndim, const int64_t *shape,
@@ -219,6 +229,13 @@ int l_totable(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
     vn_dtype dt = vn_tensor_dtype(t);
+    if (dt == VN_BF16 || dt == VN_F16) { /* through f32, which holds every value */
+        bool grad = vn_set_grad_enabled(false);
+        lv_push(L, vn_to_dtype(t, VN_F32));
+        vn_set_grad_enabled(grad);
+        lua_replace(L, 1);
+        return l_totable(L);
+    }
     size_t nbytes = (size_t)vn_tensor_numel(t) * vn_dtype_size(dt);
     void *buf = lua_newuserdata(L, nbytes ? nbytes : 1);
     lv_status(L, vn_tensor_copy_out(t, buf, nbytes));
@@ -353,13 +370,22 @@ static void lv_tostring(lua_State *L, int i)
         lua_pushliteral(L, "tensor(<freed>)");
         return;
     }
+    vn_tensor *host = NULL; /* a CUDA tensor is printed from one copy on the CPU */
+    if (vn_tensor_device(t) == VN_CUDA) {
+        bool grad = vn_set_grad_enabled(false);
+        host = vn_to_device(t, VN_CPU);
+        vn_set_grad_enabled(grad);
+        if (!host) lv_fail(L);
+    }
+    const vn_tensor *vals = host ? host : t;
     int64_t numel = vn_tensor_numel(t);
     lv_printer p = {.ndim = vn_tensor_ndim(t), .shape = vn_tensor_shape(t), .elide = numel > LV_PRINT_MAX};
     int64_t count = 1;
     for (int d = 0; d < p.ndim; d++) count *= lv_shown(&p, d);
     p.vals = lua_newuserdata(L, (size_t)(count ? count : 1) * sizeof(double));
     int64_t idx[VN_MAX_DIMS] = {0};
-    if (numel > 0) lv_gather(t, &p, 0, idx);
+    if (numel > 0) lv_gather(vals, &p, 0, idx);
+    vn_tensor_release(host);
 
     /* One format for all entries so the columns line up. */
     double maxabs = 0;
@@ -368,7 +394,7 @@ static void lv_tostring(lua_State *L, int i)
             double a = p.vals[k] < 0 ? -p.vals[k] : p.vals[k];
             if (a > maxabs) maxabs = a;
         }
-    if (vn_tensor_dtype(t) != VN_F32) p.mode = LV_INT;
+    if (lv_is_integer_dtype(vn_tensor_dtype(t))) p.mode = LV_INT;
     else if (maxabs >= 1e8 || (maxabs > 0 && maxabs < 1e-4)) p.mode = LV_SCI;
     else p.mode = LV_FIXED;
     char s[64];
@@ -385,8 +411,9 @@ static void lv_tostring(lua_State *L, int i)
     else if (p.ndim == 0) luaL_addlstring(&b, s, (size_t)lv_fmt_num(s, sizeof s, p.vals[0], p.mode));
     else lv_emit(&p, &b, 0);
     char shape[128], tail[256];
-    snprintf(tail, sizeof tail, ", dtype=%s, shape=%s", vn_dtype_name(vn_tensor_dtype(t)),
-             vn_shape_str(p.ndim, p.shape, shape, sizeof shape));
+    snprintf(tail, sizeof tail, ", dtype=%s, shape=%s%s", vn_dtype_name(vn_tensor_dtype(t)),
+             vn_shape_str(p.ndim, p.shape, shape, sizeof shape),
+             vn_tensor_device(t) == VN_CUDA ? ", device=cuda" : "");
     luaL_addstring(&b, tail);
     const char *fn = vn_tensor_grad_fn_name(t);
     if (fn) {

@@ -11,6 +11,7 @@
 --     venom tutorials/01-fashion-mnist.lua --epochs 1 --hidden 256 --no-cosine
 --     venom tutorials/01-fashion-mnist.lua --save run.safetensors    # later: --resume run.safetensors
 --     venom tutorials/01-fashion-mnist.lua --sparse 64:2:8  # V:N:M sparse hidden layers
+--     venom tutorials/01-fashion-mnist.lua --device cuda    # train on the GPU
 --     venom tutorials/01-fashion-mnist.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist, which puts the
@@ -43,6 +44,7 @@ local opts = util.parse_cli(arg, {
   resume = "",
   export_dense = "",
   sparse = "",
+  device = "cpu",
 }, {
   epochs = "passes over the training set",
   batch_size = "images per optimizer step",
@@ -57,6 +59,7 @@ local opts = util.parse_cli(arg, {
   resume = "continue from a checkpoint written by --save, with the epoch after it",
   export_dense = "write the trained weights as plain dense tensors (safetensors) to FILE",
   sparse = "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)",
+  device = "cpu or cuda: where the model trains (see section 3)",
 }, function(o)
   util.check_arg_int(o, "epochs", 1)
   util.check_arg_int(o, "batch_size", 1)
@@ -65,6 +68,13 @@ local opts = util.parse_cli(arg, {
   util.check_arg_int(o, "seed", 0)
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
+  if o.device ~= "cpu" and o.device ~= "cuda" then
+    util.fail("--device must be cpu or cuda, got " .. o.device)
+  end
+  if o.device == "cuda" and not venom.cuda.is_available() then
+    util.fail("--device cuda: no CUDA device is available (a GPU, its driver and a venom built "
+      .. "with CUDA are needed)")
+  end
   if o.sparse ~= "" then
     local V, N, M = o.sparse:match("^(%d+):(%d+):(%d+)$")
     if not (V and tonumber(V) >= 1 and tonumber(N) == 2 and tonumber(M) >= 4) then
@@ -112,8 +122,8 @@ test.images:free()
 -- With shuffle = true it draws a new permutation every epoch (from the seeded
 -- RNG), and each batch is gathered with one index_select per tensor.
 local train_loader = data.DataLoader({ x_train, y_train },
-  { batch_size = opts.batch_size, shuffle = true })
-local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+  { batch_size = opts.batch_size, shuffle = true, device = opts.device })
+local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000, device = opts.device })
 
 -- 3. Model -------------------------------------------------------------------------
 --
@@ -147,6 +157,12 @@ if opts.sparse ~= "" then
     os.exit(1)
   end
 end
+
+-- --device cuda moves the parameters to the GPU (model:to copies each one
+-- there); the data loaders above hand out batches already copied to the
+-- same device, so every op of a training step runs on the GPU. Create the
+-- optimizer after this: it holds the parameters it updates.
+model:to(opts.device)
 
 print(model)
 print(("%d parameters; %d training images, %d test images")

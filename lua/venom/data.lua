@@ -141,7 +141,10 @@ local Loader = {}
 -- opts: batch_size = 64, shuffle = false (a fresh permutation from the
 --   engine RNG, venom.randperm, at every loader:iter()), drop_last = false
 --   (drop a last batch smaller than batch_size), transform = fn (called as
---   fn(b1, b2, ...) on each batch; its results are what the iterator yields).
+--   fn(b1, b2, ...) on each batch; its results are what the iterator yields),
+--   device = "cpu" (each batch is copied to this device, e.g. "cuda", before
+--   the transform: the data stays in host memory and one batch at a time
+--   crosses over).
 -- `#loader` is the number of batches per epoch. A batch is one index_select
 -- per tensor when shuffling and a view (narrow, no copy) otherwise.
 function data.DataLoader(tensors, opts)
@@ -149,7 +152,15 @@ function data.DataLoader(tensors, opts)
   if type(tensors) ~= "table" or #tensors == 0 then
     fail(who .. ": expected a list of tensors such as {x, y}, got " .. type(tensors))
   end
-  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform" }, who)
+  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform", "device" },
+    who)
+  local device = opts.device or "cpu"
+  if device ~= "cpu" and device ~= "cuda" then
+    fail(who .. ": device must be 'cpu' or 'cuda', got " .. tostring(device))
+  end
+  if device == "cuda" and not venom.cuda.is_available() then
+    fail(who .. ": device 'cuda' asked for, but no CUDA device is available")
+  end
   local n
   for i, t in ipairs(tensors) do
     if not venom.is_tensor(t) then
@@ -176,7 +187,7 @@ function data.DataLoader(tensors, opts)
     tensors = tensors, n = n, batch_size = bs,
     shuffle = opts.shuffle and true or false,
     drop_last = opts.drop_last and true or false,
-    transform = opts.transform,
+    transform = opts.transform, device = device,
   }
   -- LuaJIT honours __len only on userdata, so the loader is a proxy.
   local proxy = newproxy(true)
@@ -219,6 +230,11 @@ function Loader.iter(self)
     local idx = perm and perm:narrow(1, start, len)
     for i, t in ipairs(tensors) do
       batch[i] = idx and t:index_select(1, idx) or t:narrow(1, start, len)
+      if batch[i]:device() ~= self.device then
+        local host = batch[i]
+        batch[i] = host:to(self.device)
+        host:free()
+      end
     end
     if idx then idx:free() end
     if transform then

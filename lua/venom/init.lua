@@ -15,6 +15,46 @@ for k, v in pairs(core) do
 end
 venom.core = core
 
+--- venom.cuda: the CUDA device.
+--   is_available()  → true when a CUDA device and driver are present and
+--                     venom was built with CUDA (VENOM_CUDA, see README)
+--   device_count()  → number of devices (venom uses the first)
+--   device_name()   → e.g. "NVIDIA H200 (sm_90, 139.8 GiB)"
+--   synchronize()   → wait for queued GPU work (kernels run asynchronously;
+--                     t:item() and copies to the CPU wait by themselves)
+--   memory_stats()  → {in_use = bytes, cached = bytes} of the caching allocator
+--   empty_cache()   → give cached GPU memory back to the driver
+--   set_allow_tf32(bool) → let f32 matmuls use TF32 tensor cores (off by
+--                     default); returns the previous setting
+venom.cuda = {
+  is_available = core.cuda_is_available,
+  device_count = core.cuda_device_count,
+  device_name = core.cuda_device_name,
+  synchronize = core.cuda_synchronize,
+  memory_stats = core.cuda_memory_stats,
+  empty_cache = core.cuda_empty_cache,
+  set_allow_tf32 = core.cuda_set_allow_tf32,
+}
+
+--- venom.autocast(dtype, fn, ...) → fn(...)'s results, with matmul and
+-- linear on CUDA tensors computed from `dtype` ("bf16" or "f16") operands
+-- with f32 accumulation while fn runs (mixed precision, Micikevicius et al.
+-- 2018): parameters, gradients and all other ops stay f32, and the backward
+-- of those products runs at the same precision even outside fn. The
+-- previous setting comes back when fn returns or fails. CPU ops are not
+-- affected. venom.set_autocast(dtype | nil) sets it for the rest of the
+-- thread instead and returns the previous dtype ("f32" = off).
+function venom.autocast(dtype, fn, ...)
+  if type(fn) ~= "function" then
+    error(("autocast: expected (dtype, function), got a %s for the function"):format(type(fn)), 2)
+  end
+  local prev = core.set_autocast(dtype)
+  local res = { pcall(fn, ...) }
+  core.set_autocast(prev)
+  if not res[1] then error(res[2], 0) end
+  return unpack(res, 2, table.maxn(res))
+end
+
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true }
 

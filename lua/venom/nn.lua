@@ -157,6 +157,40 @@ function Module:named_parameters()
   return out
 end
 
+--- Moves every parameter to `device` ("cpu" or "cuda") in place and returns
+-- the module: each parameter is replaced by a copy on that device (a new
+-- leaf that requires a gradient; its old gradient is dropped), so create the
+-- optimizer after moving the model, as in PyTorch. A tensor shared by
+-- several modules (tied weights) stays shared. Errors when the device is
+-- unknown or CUDA is not available (the message says why).
+function Module:to(device)
+  if device ~= "cpu" and device ~= "cuda" then
+    fail(("to: expected 'cpu' or 'cuda', got %s"):format(tostring(device)))
+  end
+  local moved = {}
+  local function walk(m)
+    for _, name in ipairs(m._params) do
+      local t = m[name]
+      if t ~= nil and t:device() ~= device then
+        if not moved[t] then
+          local c = venom.no_grad(function() return t:to(device) end)
+          c:requires_grad_(true)
+          moved[t] = c
+        end
+        m[name] = moved[t]
+      end
+    end
+    if m._to_device then m:_to_device(device) end
+    for _, name in ipairs(m._modules) do walk(m[name]) end
+  end
+  walk(self)
+  return self
+end
+
+--- Shorthands for to("cuda") and to("cpu").
+function Module:cuda() return self:to("cuda") end
+function Module:cpu() return self:to("cpu") end
+
 --- List of parameter tensors (each once), in the order of named_parameters().
 function Module:parameters()
   local out = {}

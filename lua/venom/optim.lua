@@ -177,7 +177,10 @@ function Optimizer:load_state_dict(sd)
         if st[field] == nil then
           fail(("%s: parameter %d has state but no 'state.%d.%s'"):format(who, i, i, field))
         end
-        if venom.is_tensor(st[field]) then st[field] = st[field]:clone() end
+        local v = st[field]
+        if venom.is_tensor(v) then -- a copy, on the parameter's device
+          st[field] = v:device() == p:device() and v:clone() or v:to(p:device())
+        end
       end
       state[p] = st
     end
@@ -229,7 +232,7 @@ function SGD:step()
       if mu ~= 0 then
         local st = self.state[p]
         if not st then
-          st = { momentum_buffer = venom.zeros(p:shape()) }
+          st = { momentum_buffer = venom.zeros(p:shape(), { device = p:device() }) }
           self.state[p] = st
           first = true
         end
@@ -293,7 +296,8 @@ function Adam:step()
       local st = self.state[p]
       if not st then
         local shape = p:shape()
-        st = { step = 0, exp_avg = venom.zeros(shape), exp_avg_sq = venom.zeros(shape) }
+        local on = { device = p:device() }
+        st = { step = 0, exp_avg = venom.zeros(shape, on), exp_avg_sq = venom.zeros(shape, on) }
         self.state[p] = st
       end
       st.step = st.step + 1

@@ -31,9 +31,9 @@ if(VENOM_FUZZ)
   add_custom_command(OUTPUT ${fuzz_exe}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/tests
     COMMAND ${VENOM_CLANG} -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined
-            -I${PROJECT_SOURCE_DIR}/engine ${JANSSON_CFLAGS} ${fuzz_sources}
+            -I${PROJECT_SOURCE_DIR}/engine -I${PROJECT_SOURCE_DIR}/kernels ${JANSSON_CFLAGS} ${fuzz_sources}
             ${JANSSON_LDFLAGS} -o ${fuzz_exe}
-    DEPENDS ${fuzz_sources} engine/safetensors.h engine/internal.h engine/venom.h
+    DEPENDS ${fuzz_sources} engine/safetensors.h engine/internal.h engine/venom.h kernels/kernels.h
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     COMMENT "Building the libFuzzer target fuzz_safetensors with ${VENOM_CLANG}"
     VERBATIM)

@@ -18,7 +18,7 @@ tap.error_like(function() local r = a + venom.ones(3, { dtype = "i64" }) return 
 tap.error_like(function() local r = a:long():log() return r end,
   "expected dtype f32, got i64", "an f32-only op on i64")
 tap.error_like(function() local r = venom.zeros(2, { dtype = "f64" }) return r end,
-  "bad argument #2 to 'zeros' %(unknown dtype 'f64' %(expected 'f32', 'i32', 'i64' or 'u8'%)%)",
+  "bad argument #2 to 'zeros' %(unknown dtype 'f64' %(expected 'f32', 'i32', 'i64', 'u8', 'bf16' or 'f16'%)%)",
   "an unknown dtype name")
 
 -- a number or a table where a tensor is needed

@@ -1,0 +1,51 @@
+# cuda.cmake — the CUDA backend (kernels/*.cu) of libvenom, included from the
+# top-level CMakeLists.txt after the venom target exists.
+#
+# VENOM_CUDA=AUTO (default) builds it when a CUDA compiler (nvcc) is found,
+# ON requires one, OFF never builds it. Without it kernels/stub.c stands in:
+# vn_cuda_device_count() is 0 and moving a tensor to CUDA is a clear error.
+# Code is generated for sm_90 (H200/H100) plus compute_90 PTX, which the
+# driver can compile for newer GPUs. The CUDA runtime is linked statically
+# (no libcudart at run time); cuBLAS/cuBLASLt dynamically.
+set(VENOM_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (if nvcc is found), ON or OFF")
+set_property(CACHE VENOM_CUDA PROPERTY STRINGS AUTO ON OFF)
+
+set(VENOM_HAVE_CUDA OFF)
+if(NOT VENOM_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc) # the toolkit's default place, off PATH
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(VENOM_HAVE_CUDA ON)
+  elseif(VENOM_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "VENOM_CUDA=ON but no CUDA compiler (nvcc) was found; install the CUDA "
+                        "toolkit or configure with -DVENOM_CUDA=OFF")
+  endif()
+endif()
+
+if(VENOM_HAVE_CUDA)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  file(GLOB VENOM_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cu)
+  target_sources(venom PRIVATE ${VENOM_CUDA_SOURCES})
+  # The target exists before CUDA is enabled, so it is set here, not by
+  # CMAKE_CUDA_ARCHITECTURES. -DVENOM_CUDA_ARCHITECTURES=... overrides.
+  set(VENOM_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING "CUDA targets of kernels/")
+  set_target_properties(venom PROPERTIES CUDA_ARCHITECTURES "${VENOM_CUDA_ARCHITECTURES}")
+  # Host-side warnings as errors too (nvcc forwards -Xcompiler flags to gcc).
+  set(cuda_flags -Xcompiler=-Wall,-Wno-unused-parameter)
+  if(VENOM_WERROR)
+    list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
+  endif()
+  target_compile_options(venom PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
+  target_link_libraries(venom PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt)
+  message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}")
+else()
+  target_sources(venom PRIVATE ${PROJECT_SOURCE_DIR}/kernels/stub.c)
+  message(STATUS "venom: no CUDA backend (VENOM_CUDA=${VENOM_CUDA})")
+endif()
+target_include_directories(venom PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/kernels>)

@@ -1,0 +1,240 @@
+/* kernels.h — the C ABI of the CUDA backend (the .cu files in kernels/), called by the
+ * engine's device dispatch (engine/device.c and the ops). Nothing here knows
+ * about tensors or autograd: arguments are raw device pointers, element
+ * counts and strides (in elements), dtypes as vn_dtype.
+ *
+ * Conventions:
+ *  - Every function returning int returns 0 on success and nonzero on
+ *    failure, after storing a message for vnk_error() that names the kernel
+ *    or CUDA call and CUDA's own error string ("cudaMalloc(4096 bytes):
+ *    out of memory"). Every CUDA runtime/cuBLAS call is checked, and so is
+ *    cudaGetLastError() after every launch.
+ *  - All work goes to one stream per process (the legacy default stream), so
+ *    calls are ordered; only copies to the host synchronize.
+ *  - Pointers marked "dev" are device memory from vnk_alloc; "host" is host
+ *    memory.
+ *  - Empty work (n == 0) launches nothing and succeeds.
+ *  - Without CUDA (VENOM_CUDA=OFF or no toolkit), kernels/stub.c provides
+ *    these symbols: vnk_device_count() is 0 and everything else fails with
+ *    "venom was built without CUDA".
+ */
+#ifndef VENOM_KERNELS_H
+#define VENOM_KERNELS_H
+
+#include "venom.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- runtime ------------------------------------------------------------- */
+
+/* Number of usable CUDA devices; 0 when there is no device, no driver, or no
+ * CUDA in the build (never an error). Device 0 is the one venom uses. */
+int vnk_device_count(void);
+/* Message of this thread's last failure. */
+const char *vnk_error(void);
+/* Writes "NVIDIA H200 (sm_90, 139.8 GiB)"-style text into buf. */
+int vnk_device_name(char *buf, size_t n);
+/* Waits for all queued work; reports an asynchronous kernel failure. */
+int vnk_synchronize(void);
+
+/* Caching device allocator: sizes are rounded up (power-of-two bins from
+ * 512 bytes) and freed blocks wait in per-bin free lists, so a training step
+ * in steady state never calls cudaMalloc/cudaFree. When cudaMalloc fails the
+ * cache is emptied and the allocation retried once. NULL on failure. */
+void *vnk_alloc(size_t nbytes);
+void vnk_free(void *dev, size_t nbytes);
+void vnk_memory_stats(size_t *in_use, size_t *cached);
+void vnk_empty_cache(void);
+
+/* Copies nbytes between host and device memory in any direction
+ * (dst_on_device / src_on_device say which is which). Copies to the host
+ * synchronize; others are queued. */
+int vnk_copy(void *dst, bool dst_on_device, const void *src, bool src_on_device, size_t nbytes);
+
+/* ---- elementwise --------------------------------------------------------- */
+
+/* A strided loop over a contiguous output of `shape` (ndim 1..VN_MAX_DIMS,
+ * dims already merged by the caller) reading input k at
+ * in[k] + Σ_d idx[d]·st[k][d] (stride 0 = broadcast). */
+typedef struct {
+    int ndim;
+    int64_t shape[VN_MAX_DIMS];
+    int64_t st[3][VN_MAX_DIMS];
+} vnk_loop;
+
+/* The elementwise ops, with the same formulas as the CPU kernels of
+ * engine/ops_pointwise.c (a, b, c are inputs 0, 1, 2; p0, p1 parameters). */
+typedef enum {
+    /* binary, any of f32/i32/i64/u8 (integers wrap): */
+    VNK_ADD, VNK_SUB, VNK_MUL,
+    /* f32 only: */
+    VNK_DIV, VNK_POW,
+    /* comparisons: u8 output, inputs of `dtype`: */
+    VNK_EQ, VNK_NE, VNK_LT, VNK_LE, VNK_GT, VNK_GE,
+    /* unary (NEG and ABS any dtype, the rest f32): */
+    VNK_NEG, VNK_ABS, VNK_EXP, VNK_LOG, VNK_SQRT,
+    VNK_POW_SCALAR, /* a^p0 */
+    VNK_RELU, VNK_GELU, VNK_TANH, VNK_SIGMOID,
+    VNK_CLAMP, /* min(max(a, p0), p1), NaN bound = no bound */
+    /* backward helpers, f32: */
+    VNK_DIV_GB,     /* −a·b/c² */
+    VNK_POW_GA,     /* a·c·b^(c−1) */
+    VNK_POW_GB,     /* a·b^c·log b (0 where b^c is 0) — as k_pow_gb */
+    VNK_ABS_B,      /* b > 0 ? a : (b < 0 ? −a : 0) */
+    VNK_SQRT_B,     /* 0.5·a/b */
+    VNK_POW_SCALAR_B, /* a·p0·b^(p0−1) */
+    VNK_RELU_B,     /* b > 0 ? a : 0 */
+    VNK_GELU_B,     /* a·gelu'(b) */
+    VNK_TANH_B,     /* a·(1 − b²) */
+    VNK_SIGMOID_B,  /* a·b·(1 − b) */
+    VNK_CLAMP_B,    /* a where p0 <= b <= p1 (NaN bound = none), else 0 */
+    VNK_KEEP_SET,   /* f32 a, u8 b: b ? a : 0 */
+    VNK_KEEP_CLEAR, /* f32 a, u8 b: b ? 0 : a */
+    /* selection: */
+    VNK_WHERE,       /* u8 a ? b : c, b and c of `dtype` */
+    VNK_MASKED_FILL, /* a of `dtype`, u8 b: b ? p0 : a */
+    /* conversion: out (out_dtype) = a (dtype), as vn_to_dtype: float → int
+     * truncates toward zero and saturates, NaN → 0; f32 ↔ bf16/f16 round to
+     * nearest even. */
+    VNK_COPY,
+} vnk_op;
+
+/* out (contiguous, out_dtype) = op(in[0], in[1], in[2]) over loop L.
+ * `dtype` is the dtype of the value inputs (see each op; masks are u8). */
+int vnk_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, void *out, int nin,
+            const void *const *in, const vnk_loop *L, double p0, double p1);
+/* out[0..n) = value converted to dtype. */
+int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value);
+
+/* ---- reductions ---------------------------------------------------------- */
+
+typedef enum { VNK_RED_SUM, VNK_RED_MEAN, VNK_RED_MAX, VNK_RED_MIN } vnk_red;
+
+/* Reduces the contiguous input viewed as (outer, R, inner) over R, giving
+ * (outer, inner):
+ *   SUM  f32 → f32 (·scale), ints → i64 (scale ignored);
+ *   MEAN any → f32: sum / R (ints summed exactly in i64 first);
+ *   MAX/MIN: values in the input dtype into `out` and the index of the first
+ *   extremum (i64) into `index`; NaN counts as the extreme (propagates).
+ * f32 sums accumulate in double or in a tree; the result must agree with the
+ * CPU to relative 1e-5. R == 0: SUM gives 0, MEAN NaN (the caller refuses
+ * MAX/MIN over zero elements). */
+int vnk_reduce(vnk_red kind, vn_dtype dtype, const void *in, void *out, int64_t *index,
+               int64_t outer, int64_t R, int64_t inner, double scale);
+/* The backward of MAX/MIN: gx (f32, (outer, R, inner), zeroed by the
+ * kernel) gets g[o, i] at [o, index[o, i], i]. */
+int vnk_scatter_extreme(float *gx, const float *g, const int64_t *index, int64_t outer, int64_t R,
+                        int64_t inner);
+
+/* ---- softmax and losses (f32, contiguous rows of D) ---------------------- */
+
+/* y = softmax(x) or log_softmax(x) of each row, stable (x − row max). */
+int vnk_softmax(const float *x, float *y, int64_t rows, int64_t D, bool log);
+/* dx from y (the forward output) and g = dL/dy:
+ *   softmax:     dx = y·(g − Σ g·y)
+ *   log_softmax: dx = g − exp(y)·Σ g */
+int vnk_softmax_backward(const float *y, const float *g, float *dx, int64_t rows, int64_t D,
+                         bool log);
+/* Targets are i32 or i64 (tdtype), 0-based. Before any loss is computed the
+ * kernels check every target against 0..C−1; the first bad position (or −1)
+ * is written to *bad (host), and its value to *bad_value. */
+int vnk_check_targets(const void *target, vn_dtype tdtype, int64_t N, int64_t C, int64_t *bad,
+                      int64_t *bad_value);
+/* Per row n of logits x (N, C): lse[n] = log Σ_c exp(x[n,c]) (stable) and
+ * loss[n] = lse[n] − x[n, target[n]]. */
+int vnk_cross_entropy(const float *x, const void *target, vn_dtype tdtype, int64_t N, int64_t C,
+                      float *lse, float *loss);
+/* dx[n,c] = (exp(x[n,c] − lse[n]) − [c == target[n]]) · g[n·gstride] · mul
+ * (gstride 0 for a scalar upstream gradient, as with MEAN/SUM). */
+int vnk_cross_entropy_backward(const float *x, const float *lse, const void *target,
+                               vn_dtype tdtype, int64_t N, int64_t C, const float *g,
+                               int64_t gstride, float mul, float *dx);
+/* loss[n] = −logp[n, target[n]]. */
+int vnk_nll(const float *logp, const void *target, vn_dtype tdtype, int64_t N, int64_t C,
+            float *loss);
+/* dx zeroed, then dx[n, target[n]] = −g[n·gstride]·mul. */
+int vnk_nll_backward(const void *target, vn_dtype tdtype, int64_t N, int64_t C, const float *g,
+                     int64_t gstride, float mul, float *dx);
+
+/* ---- indexing ------------------------------------------------------------ */
+
+/* out (outer, n_idx, inner) = in (outer, n_in, inner) at rows index[j]
+ * (i32/i64, 0-based, checked by the caller with vnk_check_targets). */
+int vnk_index_select(void *out, const void *in, vn_dtype dtype, int64_t outer, int64_t n_in,
+                     int64_t inner, const void *index, vn_dtype idtype, int64_t n_idx);
+/* The backward: gx (f32 (outer, n_in, inner), zeroed by the kernel)
+ * += g (outer, n_idx, inner) at rows index[j] (atomic adds; repeats sum). */
+int vnk_index_add(float *gx, const float *g, int64_t outer, int64_t n_in, int64_t inner,
+                  const void *index, vn_dtype idtype, int64_t n_idx);
+
+/* ---- random numbers (counter-based: element i depends only on key and i) - */
+
+/* out[i] uniform on [0, 1) (normal = false) or N(0, 1) (Box–Muller). */
+int vnk_random(float *out, int64_t n, uint64_t key, bool normal);
+/* Inverted-dropout mask, bit-identical to the CPU's for the same key
+ * (engine/ops_pointwise.c, vn_dropout): with k0, k1 the low and high halves
+ * of key, mask[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < threshold ? 0 :
+ * scale, where hash32 is lowbias32 and threshold = p·2³² (as uint64). */
+int vnk_dropout_mask(float *mask, int64_t n, uint64_t key, uint64_t threshold, float scale);
+
+/* ---- optimizer steps (f32, contiguous, in place) ------------------------- */
+
+/* Formulas of vn_sgd_step / vn_adam_step in venom.h. One launch handles
+ * `count` parameters: arrays of `count` device pointers and sizes (host
+ * arrays; the kernel receives them by value in chunks). momentum buffers may
+ * be NULL when momentum == 0. bc1 = 1 − β1^t, bc2 = 1 − β2^t. */
+int vnk_sgd_step(int count, float *const *param, const float *const *grad, float *const *buf,
+                 const int64_t *n, float lr, float momentum, float dampening, float weight_decay,
+                 bool nesterov, bool first_step);
+int vnk_adam_step(int count, float *const *param, const float *const *grad,
+                  float *const *exp_avg, float *const *exp_avg_sq, const int64_t *n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, bool decoupled,
+                  float bc1, float bc2);
+
+/* ---- GEMM (cuBLAS) ------------------------------------------------------- */
+
+/* Row-major, like cblas_sgemm(CblasRowMajor, ...), batched with strides:
+ *   C_b (m × n, ldc) = alpha · op(A_b) · op(B_b) + beta · C_b, b < batch,
+ * with op(A) m × k (A stored k × m when transa), op(B) k × n. A and B are
+ * f32, bf16 or f16 (ab_dtype, both the same); C is f32; accumulation is f32.
+ * f32 inputs use TF32 tensor cores only when allow_tf32. */
+int vnk_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha,
+             const void *A, int64_t lda, int64_t strideA, const void *B, int64_t ldb,
+             int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch,
+             vn_dtype ab_dtype, bool allow_tf32);
+
+/* ---- V:N:M on Sparse Tensor Cores (kernels/vnm_sptc.cu) ------------------ */
+
+/* A V:N:M matrix packed by vnm_sptc_pack (engine/vnm_sptc.h, which gives
+ * the exact layout), its three arrays copied to the device. The kernels
+ * need V to be a multiple of 16 (a 16-row mma tile never straddles two
+ * blocks); spmm_t also needs V ≤ 128 and M ≤ 128 (its shared-memory
+ * accumulator). */
+typedef struct {
+    int64_t R, K, V, M, G, nblocks, row_tiles, k_tiles;
+    vn_dtype dtype;         /* VN_BF16 or VN_F16: values and the dense operands */
+    const uint16_t *values; /* dev, row_tiles·k_tiles·256 */
+    const uint32_t *meta;   /* dev, row_tiles·k_tiles·16 */
+    const int32_t *gather;  /* dev, nblocks·k_tiles·32 */
+} vnk_vnm;
+
+/* The dense operands are 16-bit (w->dtype). X enters transposed, xt (K × B
+ * with row stride ldx ≥ B rounded up to 8, 16-byte aligned), so that a kept
+ * column of W selects a contiguous row of xt (the engine's f32 → bf16
+ * conversion writes it transposed). dy is B × R row-major. Outputs are f32,
+ * written in full.
+ *   spmm:   y (B × R) = X·Wᵀ + bias (bias (R) or NULL), mma.sp;
+ *   spmm_t: dx (B × K) = dY·W;
+ *   sddmm:  dvalues (R × 2G) = dYᵀ·X at the kept positions (0 at padding). */
+int vnk_vnm_spmm(const vnk_vnm *w, const void *xt, int64_t ldx, int64_t B, const float *bias,
+                 float *y);
+int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx);
+int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx, int64_t B,
+                  float *dvalues);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,123 @@
+/* lv_device.c — devices in Lua: t:cuda(), t:cpu(), t:device(), the
+ * venom.cuda_* functions behind the venom.cuda table (lua/venom/init.lua),
+ * and the autocast setting behind venom.autocast. */
+#include "lv.h"
+
+#include <string.h>
+
+/* The device named by the string at i ("cpu" or "cuda"), or -1 if the
+ * string names none. */
+int lv_device_name_at(lua_State *L, int i)
+{
+    const char *s = lua_tostring(L, i);
+    if (s && strcmp(s, "cpu") == 0) return VN_CPU;
+    if (s && (strcmp(s, "cuda") == 0 || strcmp(s, "cuda:0") == 0)) return VN_CUDA;
+    return -1;
+}
+
+vn_device lv_device(lua_State *L, int i)
+{
+    int d = lua_type(L, i) == LUA_TSTRING ? lv_device_name_at(L, i) : -1;
+    if (d < 0)
+        lv_argfail(L, i, "expected a device ('cpu' or 'cuda'), found %s%s%s",
+                   lua_type(L, i) == LUA_TSTRING ? "'" : "",
+                   lua_type(L, i) == LUA_TSTRING ? lua_tostring(L, i) : luaL_typename(L, i),
+                   lua_type(L, i) == LUA_TSTRING ? "'" : "");
+    return (vn_device)d;
+}
+
+int l_cuda(lua_State *L) { return lv_push(L, vn_to_device(lv_check(L, 1), VN_CUDA)); }
+int l_cpu(lua_State *L) { return lv_push(L, vn_to_device(lv_check(L, 1), VN_CPU)); }
+
+int l_device(lua_State *L)
+{
+    lua_pushstring(L, vn_device_name(vn_tensor_device(lv_check(L, 1))));
+    return 1;
+}
+
+int l_is_cuda(lua_State *L)
+{
+    lua_pushboolean(L, vn_tensor_device(lv_check(L, 1)) == VN_CUDA);
+    return 1;
+}
+
+static int l_cuda_is_available(lua_State *L)
+{
+    lua_pushboolean(L, vn_cuda_is_available());
+    return 1;
+}
+
+static int l_cuda_device_count(lua_State *L)
+{
+    lua_pushinteger(L, vn_cuda_device_count());
+    return 1;
+}
+
+static int l_cuda_device_name(lua_State *L)
+{
+    char buf[256];
+    lv_status(L, vn_cuda_device_name(buf, sizeof buf));
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int l_cuda_synchronize(lua_State *L)
+{
+    lv_status(L, vn_cuda_synchronize());
+    return 0;
+}
+
+static int l_cuda_memory_stats(lua_State *L)
+{
+    size_t in_use, cached;
+    vn_cuda_memory_stats(&in_use, &cached);
+    lua_createtable(L, 0, 2);
+    lua_pushnumber(L, (double)in_use);
+    lua_setfield(L, -2, "in_use");
+    lua_pushnumber(L, (double)cached);
+    lua_setfield(L, -2, "cached");
+    return 1;
+}
+
+static int l_cuda_empty_cache(lua_State *L)
+{
+    vn_cuda_empty_cache();
+    return 0;
+}
+
+static int l_cuda_set_allow_tf32(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    lua_pushboolean(L, vn_cuda_set_allow_tf32(lua_toboolean(L, 1)));
+    return 1;
+}
+
+/* set_autocast(dtype | nil | false) → the previous dtype name ("f32" = off). */
+static int l_set_autocast(lua_State *L)
+{
+    vn_dtype d = lua_isnoneornil(L, 1) || (lua_isboolean(L, 1) && !lua_toboolean(L, 1))
+                     ? VN_F32 : lv_dtype(L, 1);
+    vn_dtype prev;
+    lv_status(L, vn_set_autocast(d, &prev));
+    lua_pushstring(L, vn_dtype_name(prev));
+    return 1;
+}
+
+static int l_get_autocast(lua_State *L)
+{
+    lua_pushstring(L, vn_dtype_name(vn_get_autocast()));
+    return 1;
+}
+
+const luaL_Reg lv_device_functions[] = {
+    {"cuda_is_available", l_cuda_is_available},
+    {"cuda_device_count", l_cuda_device_count},
+    {"cuda_device_name", l_cuda_device_name},
+    {"cuda_synchronize", l_cuda_synchronize},
+    {"cuda_memory_stats", l_cuda_memory_stats},
+    {"cuda_empty_cache", l_cuda_empty_cache},
+    {"cuda_set_allow_tf32", l_cuda_set_allow_tf32},
+    {"set_autocast", l_set_autocast},
+    {"get_autocast", l_get_autocast},
+    {NULL, NULL},
+};
