@@ -1,0 +1,156 @@
+/* vnm_sptc.c — packing a V:N:M matrix into the operand order of mma.sp
+ * (Sparse Tensor Cores) and the host decoder that checks it. The layout is
+ * described in vnm_sptc.h; the kernels that read it are in
+ * kernels/vnm_sptc.cu. */
+#include "vnm_sptc.h"
+
+#include <stdlib.h>
+
+/* The nibble of a padding row or group: positions 0 and 1 (value 0 in
+ * both), a pair the hardware accepts. */
+#define PAD_NIBBLE 0x4u
+
+/* Bits of value h (0/1) of group g of row r, rounded to p's dtype; 0 for a
+ * padding row or group or a value whose column is padding. */
+static uint16_t packed_value(const vnm_sptc *p, const vnm_pattern *pat, const float *values,
+                             int64_t r, int64_t g, int h)
+{
+    if (r >= p->R || g >= p->G) return 0;
+    int j = vnm__index(pat, r, g, h);
+    int64_t col = g * p->M + pat->cols[((r / p->V) * p->G + g) * 4 + j];
+    if (col >= p->K) return 0;
+    float v = values[r * 2 * p->G + 2 * g + h];
+    return p->dtype == VN_BF16 ? vn__f32_to_bf16(v) : vn__f32_to_f16(v);
+}
+
+/* The metadata nibble of group g of row r: first position in bits 0–1,
+ * second in bits 2–3. */
+static uint32_t packed_nibble(const vnm_sptc *p, const vnm_pattern *pat, int64_t r, int64_t g)
+{
+    if (r >= p->R || g >= p->G) return PAD_NIBBLE;
+    return (uint32_t)(vnm__index(pat, r, g, 0) | vnm__index(pat, r, g, 1) << 2);
+}
+
+/* Fills tile (rt, kt): 32 lanes × 4 registers × 2 values, and the 16
+ * metadata words of the lanes with tig 0 and 1 (see vnm_sptc.h). */
+static void pack_tile(vnm_sptc *p, const vnm_pattern *pat, const float *values, int64_t rt,
+                      int64_t kt)
+{
+    int64_t t = rt * p->k_tiles + kt;
+    uint16_t *tv = p->values + t * VNM_SPTC_TILE_VALUES;
+    for (int lane = 0; lane < 32; lane++) {
+        int gid = lane >> 2, tig = lane & 3;
+        for (int i = 0; i < 4; i++) {
+            int64_t r = rt * VNM_SPTC_ROWS + gid + 8 * (i & 1);
+            int64_t g = kt * VNM_SPTC_GROUPS + tig + 4 * (i >> 1);
+            for (int h = 0; h < 2; h++) tv[lane * 8 + 2 * i + h] = packed_value(p, pat, values, r, g, h);
+        }
+    }
+    uint32_t *tm = p->meta + t * VNM_SPTC_TILE_META;
+    for (int w = 0; w < VNM_SPTC_TILE_META; w++) {
+        int gid = w >> 1, half_k = w & 1; /* half_k: the lane's tig, chunks 4·tig.. */
+        uint32_t word = 0;
+        for (int upper = 0; upper < 2; upper++) { /* bits 0–15 row gid, 16–31 row gid + 8 */
+            int64_t r = rt * VNM_SPTC_ROWS + gid + 8 * upper;
+            for (int c = 0; c < 4; c++) {
+                int64_t g = kt * VNM_SPTC_GROUPS + 4 * half_k + c;
+                word |= packed_nibble(p, pat, r, g) << (16 * upper + 4 * c);
+            }
+        }
+        tm[w] = word;
+    }
+}
+
+vnm_sptc *vnm_sptc_pack(const vn_vnm *s, vn_dtype dtype)
+{
+    if (!s) return vn__errp(VN_ERR_ARG, "vnm_sptc_pack: expected a V:N:M matrix, got NULL");
+    if (dtype != VN_BF16 && dtype != VN_F16)
+        return vn__errp(VN_ERR_DTYPE, "vnm_sptc_pack: expected dtype bf16 or f16 (the inputs of "
+                        "mma.sp), got %s", vn_dtype_name(dtype));
+    vnm_pattern pat = vnm__pattern_of(s);
+    vnm_sptc *p = calloc(1, sizeof *p);
+    if (!p) return vn__errp(VN_ERR_MEMORY, "vnm_sptc_pack: out of memory");
+    p->R = s->R, p->K = s->K, p->V = s->V, p->M = s->M, p->G = pat.G, p->nblocks = pat.nblocks;
+    p->row_tiles = (s->R + VNM_SPTC_ROWS - 1) / VNM_SPTC_ROWS;
+    p->k_tiles = (pat.G + VNM_SPTC_GROUPS - 1) / VNM_SPTC_GROUPS;
+    p->dtype = dtype;
+    size_t tiles = (size_t)(p->row_tiles * p->k_tiles);
+    size_t ngather = (size_t)(p->nblocks * p->k_tiles * VNM_SPTC_COLS);
+    p->values = malloc(tiles * VNM_SPTC_TILE_VALUES * sizeof *p->values);
+    p->meta = malloc(tiles * VNM_SPTC_TILE_META * sizeof *p->meta);
+    p->gather = malloc(ngather * sizeof *p->gather);
+    if (!p->values || !p->meta || !p->gather) {
+        vnm_sptc_free(p);
+        return vn__errp(VN_ERR_MEMORY, "vnm_sptc_pack: out of memory for %zu tiles of a %lld × "
+                        "%lld matrix", tiles, (long long)s->R, (long long)s->K);
+    }
+    const float *values = vn_tensor_data(s->values);
+    for (int64_t rt = 0; rt < p->row_tiles; rt++)
+        for (int64_t kt = 0; kt < p->k_tiles; kt++) pack_tile(p, &pat, values, rt, kt);
+    for (int64_t b = 0; b < p->nblocks; b++)
+        for (int64_t c = 0; c < p->k_tiles * VNM_SPTC_COLS; c++) {
+            int64_t g = c / 4, col = -1;
+            if (g < p->G) col = g * p->M + pat.cols[(b * p->G + g) * 4 + c % 4];
+            p->gather[b * p->k_tiles * VNM_SPTC_COLS + c] = (int32_t)(col < p->K ? col : -1);
+        }
+    return p;
+}
+
+void vnm_sptc_free(vnm_sptc *p)
+{
+    if (!p) return;
+    free(p->values);
+    free(p->meta);
+    free(p->gather);
+    free(p);
+}
+
+vn_status vnm_sptc_decode(const vnm_sptc *p, float *dense)
+{
+    if (!p || !dense) return vn__err(VN_ERR_ARG, "vnm_sptc_decode: expected a packed matrix and "
+                                     "an output, got NULL");
+    memset(dense, 0, (size_t)(p->R * p->K) * sizeof *dense);
+    int64_t ccols = p->k_tiles * VNM_SPTC_COLS; /* condensed columns per block */
+    for (int64_t t = 0; t < p->row_tiles * p->k_tiles; t++) {
+        int64_t rt = t / p->k_tiles, kt = t % p->k_tiles;
+        for (int lane = 0; lane < 32; lane++) {
+            int gid = lane >> 2, tig = lane & 3;
+            for (int i = 0; i < 4; i++) {
+                int upper = i & 1, chunk = tig + 4 * (i >> 1);
+                int64_t row = rt * VNM_SPTC_ROWS + gid + 8 * upper;
+                /* The chunk's metadata sits with lane (gid, chunk / 4). */
+                uint32_t word = p->meta[t * VNM_SPTC_TILE_META + 2 * gid + chunk / 4];
+                unsigned nib = (word >> (16 * upper + 4 * (chunk % 4))) & 0xf;
+                unsigned pos[2] = {nib & 3, nib >> 2};
+                if (pos[0] >= pos[1])
+                    return vn__err(VN_ERR_FORMAT, "vnm_sptc_decode: tile %lld, lane %d, register "
+                                   "%d: metadata nibble 0x%x does not hold two ascending "
+                                   "positions", (long long)t, lane, i, nib);
+                for (int h = 0; h < 2; h++) {
+                    uint16_t bits = p->values[t * VNM_SPTC_TILE_VALUES + lane * 8 + 2 * i + h];
+                    float v = p->dtype == VN_BF16 ? vn__bf16_to_f32(bits) : vn__f16_to_f32(bits);
+                    int64_t cc = kt * VNM_SPTC_COLS + 4 * chunk + pos[h];
+                    int64_t col = row < p->R ? p->gather[(row / p->V) * ccols + cc] : -1;
+                    if (col < 0) {
+                        if (v != 0)
+                            return vn__err(VN_ERR_FORMAT, "vnm_sptc_decode: tile %lld, lane %d, "
+                                           "register %d: value %g at a padding position (row "
+                                           "%lld, condensed column %lld)", (long long)t, lane, i,
+                                           (double)v, (long long)row, (long long)cc);
+                        continue;
+                    }
+                    if (col >= p->K)
+                        return vn__err(VN_ERR_FORMAT, "vnm_sptc_decode: block %lld, condensed "
+                                       "column %lld: gather says column %lld, the matrix has %lld",
+                                       (long long)(row / p->V), (long long)cc, (long long)col,
+                                       (long long)p->K);
+                    /* Stored, not added, so that a value rounded to −0 stays −0 (each
+                     * position is reached once: positions ascend within a chunk and
+                     * gather is one-to-one within a block). */
+                    dense[row * p->K + col] = v;
+                }
+            }
+        }
+    }
+    return VN_OK;
+}

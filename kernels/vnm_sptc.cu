@@ -1,0 +1,422 @@
+/* vnm_sptc.cu — the three V:N:M kernels on the GPU, for a matrix packed by
+ * vnm_sptc_pack (engine/vnm_sptc.h gives the layout; kernels.h the ABI).
+ * The CPU kernels of engine/vnm_kernels.c are the reference the GPU test and
+ * bench/vnm_gpu.c compare with.
+ *
+ *   spmm    Yᵀ tile = W tile (2:4 on the condensed columns) · gathered Xᵀ:
+ *           mma.sp m16n8k32. A CTA owns 16·MT rows of one V-block and 64
+ *           batch rows; the block's kept columns are rows of xt, gathered
+ *           into shared memory by cp.async (16-byte pieces, zero-filled for
+ *           padding) in a STAGES-deep pipeline, read by ldmatrix.trans.
+ *   sddmm   per V-block, the dense product dYᵀ·X over the 32 condensed
+ *           columns of one k-tile (mma m16n8k16), kept only where the row's
+ *           metadata says a value sits.
+ *   spmm_t  dX = dY·W. Wᵀ is not V:N:M, so no mma.sp: per V-block the
+ *           dense mma of dY's V columns with the block's condensed V × 32
+ *           slice, scatter-added into the original columns. Several blocks
+ *           hit the same columns, so one CTA owns a span of groups and loops
+ *           over all blocks, accumulating in shared memory (no atomics, a
+ *           deterministic sum). Chosen over dense cuBLAS (dY·W_dense) because
+ *           it does 4/M of the dense flops and reads only the kept weights,
+ *           while a dense W would have to be rebuilt from the values after
+ *           every optimizer step; for M = 4 dense cuBLAS is likely faster
+ *           and the engine may pick it (bench/vnm_gpu.c measures both). */
+#include "internal.cuh"
+
+#define SP_BN 64     /* batch rows per spmm CTA */
+#define SP_STAGES 3  /* cp.async pipeline depth of spmm */
+#define SP_PAD 8     /* halves of padding per shared row: ldmatrix without bank conflicts */
+#define CHUNK_N 32   /* batch rows per step of sddmm */
+#define TX_BN 64     /* batch rows per spmm_t CTA (fewer for large M) */
+#define TX_SMEM (96 * 1024) /* spmm_t's shared-memory budget */
+
+/* ---- small device helpers ---------------------------------------------------- */
+
+static __device__ inline uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global → shared, asynchronously; zero-filled when !valid. */
+static __device__ inline void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+static __device__ inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ inline void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8×8 b16 matrices, transposed: register m gets, from the matrix whose
+ * rows lanes 8m..8m+7 address, elements (rows 2·tig, 2·tig+1; column gid). */
+static __device__ inline void ldmatrix_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* d += A (16×32, 2:4, metadata e, selector 0) · B (32×8). */
+template <bool BF16>
+static __device__ inline void mma_sp(float d[4], const uint4 &a, const uint32_t b[4], uint32_t e)
+{
+    if (BF16)
+        asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, "
+                     "{%0, %1, %2, %3}, %12, 0x0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]), "r"(b[2]),
+                       "r"(b[3]), "r"(e));
+    else
+        asm volatile("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9, %10, %11}, "
+                     "{%0, %1, %2, %3}, %12, 0x0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b[0]), "r"(b[1]), "r"(b[2]),
+                       "r"(b[3]), "r"(e));
+}
+
+/* d += A (16×16) · B (16×8), dense. */
+template <bool BF16>
+static __device__ inline void mma_dense(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Two 16-bit values at p (4-byte aligned) as one register. */
+static __device__ inline uint32_t ld_pair(const uint16_t *p) { return *(const uint32_t *)p; }
+
+/* The metadata nibble of row rr (0..15) and chunk ch (0..7) of tile t. */
+static __device__ inline unsigned meta_nibble(const uint32_t *meta, int64_t t, int rr, int ch)
+{
+    uint32_t w = meta[t * 16 + 2 * (rr & 7) + (ch >> 2)];
+    return (w >> (16 * (rr >> 3) + 4 * (ch & 3))) & 0xf;
+}
+
+/* ---- forward: y = X·Wᵀ + bias ------------------------------------------------- */
+
+/* Stage xs ← rows gather[0..31] of xt (a k-tile's condensed columns),
+ * batch n0..n0+SP_BN−1: 256 pieces of 16 bytes, two per thread. */
+static __device__ inline void load_stage(uint16_t (*xs)[SP_BN + SP_PAD], const int32_t *gather,
+                                         const uint16_t *xt, int64_t ldx, int64_t n0, int64_t B)
+{
+    for (int q = threadIdx.x; q < 32 * SP_BN / 8; q += 128) {
+        int c = q / (SP_BN / 8), piece = q % (SP_BN / 8);
+        int32_t col = gather[c];
+        int64_t n = n0 + piece * 8;
+        bool valid = col >= 0 && n < B;
+        cp_async16(&xs[c][piece * 8], valid ? xt + (int64_t)col * ldx + n : xt, valid);
+    }
+}
+
+/* Grid: (row_tiles / MT, ⌈B / SP_BN⌉), 128 threads. Warp w computes m-tile
+ * w % MT against 2·MT n-tiles of 8 batch rows starting at (w / MT)·16·MT. */
+template <int MT, bool BF16>
+__global__ void __launch_bounds__(128) k_spmm(vnk_vnm w, const uint16_t *xt, int64_t ldx, int64_t B,
+                                               const float *bias, float *y)
+{
+    __shared__ __align__(16) uint16_t xs[SP_STAGES][32][SP_BN + SP_PAD];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t rt0 = (int64_t)blockIdx.x * MT, n0 = (int64_t)blockIdx.y * SP_BN;
+    const int64_t block = rt0 * 16 / w.V, ccols = w.k_tiles * 32;
+    const int32_t *gather = w.gather + block * ccols;
+
+    constexpr int NT = 2 * MT;
+    const int mt = warp % MT, nb = (warp / MT) * NT * 8;
+    /* The last CTA's rows may end before its MT tiles do. */
+    const bool live = rt0 + mt < w.row_tiles;
+    float acc[NT][4] = {};
+    for (int s = 0; s < SP_STAGES - 1; s++) {
+        if (s < w.k_tiles) load_stage(xs[s], gather + s * 32, xt, ldx, n0, B);
+        cp_async_commit();
+    }
+    for (int64_t kt = 0; kt < w.k_tiles; kt++) {
+        cp_async_wait<SP_STAGES - 2>();
+        __syncthreads(); /* stage kt is in; every warp is done with stage kt − 1 */
+        const int64_t next = kt + SP_STAGES - 1;
+        if (next < w.k_tiles) load_stage(xs[next % SP_STAGES], gather + next * 32, xt, ldx, n0, B);
+        cp_async_commit();
+
+        if (!live) continue;
+        const int s = (int)(kt % SP_STAGES);
+        const int64_t t = (rt0 + mt) * w.k_tiles + kt;
+        const uint4 a = ((const uint4 *)(w.values + t * 256))[lane];
+        const uint32_t e = w.meta[t * 16 + 2 * (lane >> 2) + (lane & 1)];
+        for (int j = 0; j < NT; j++) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, &xs[s][lane][nb + 8 * j]);
+            mma_sp<BF16>(acc[j], a, b, e);
+        }
+    }
+    cp_async_wait<0>();
+    if (!live) return;
+
+    const int gid = lane >> 2, tig = lane & 3;
+    for (int j = 0; j < NT; j++)
+        for (int i = 0; i < 4; i++) {
+            int64_t r = (rt0 + mt) * 16 + gid + 8 * (i >> 1);
+            int64_t n = n0 + nb + 8 * j + 2 * tig + (i & 1);
+            if (r < w.R && n < B) y[n * w.R + r] = acc[j][i] + (bias ? bias[r] : 0.0f);
+        }
+}
+
+/* ---- SDDMM: dvalues = dYᵀ·X at the kept positions -------------------------------- */
+
+/* Grid: (row_tiles / MT, k_tiles), 128 threads. The CTA computes the dense
+ * 16·MT × 32 product of its rows with the k-tile's condensed columns over
+ * all of the batch, CHUNK_N rows at a time; warp w owns n-tile w (8
+ * condensed columns) of every m-tile. */
+template <int MT, bool BF16>
+__global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, const uint16_t *xt,
+                                                int64_t ldx, int64_t B, float *dvalues)
+{
+    __shared__ __align__(16) uint16_t dyt[16 * MT][CHUNK_N + SP_PAD]; /* [row][batch] */
+    __shared__ __align__(16) uint16_t xs[32][CHUNK_N + SP_PAD];       /* [condensed col][batch] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int64_t rt0 = (int64_t)blockIdx.x * MT, kt = blockIdx.y, r0 = rt0 * 16;
+    const int64_t block = r0 / w.V;
+    const int32_t *gather = w.gather + block * w.k_tiles * 32 + kt * 32;
+    float acc[MT][4] = {};
+    for (int64_t n0 = 0; n0 < B; n0 += CHUNK_N) {
+        for (int q = threadIdx.x; q < 16 * MT * CHUNK_N; q += 128) {
+            int n = q / (16 * MT), r = q % (16 * MT); /* consecutive threads: consecutive rows */
+            bool in = n0 + n < B && r0 + r < w.R;
+            dyt[r][n] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
+        }
+        for (int q = threadIdx.x; q < 32 * CHUNK_N; q += 128) {
+            int c = q / CHUNK_N, n = q % CHUNK_N;
+            int32_t col = gather[c];
+            xs[c][n] = col >= 0 && n0 + n < B ? xt[(int64_t)col * ldx + n0 + n] : 0;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < CHUNK_N; kk += 16) {
+            uint32_t b[2] = {ld_pair(&xs[8 * warp + gid][kk + 2 * tig]),
+                             ld_pair(&xs[8 * warp + gid][kk + 2 * tig + 8])};
+            for (int m = 0; m < MT; m++) {
+                uint32_t a[4] = {ld_pair(&dyt[16 * m + gid][kk + 2 * tig]),
+                                 ld_pair(&dyt[16 * m + gid + 8][kk + 2 * tig]),
+                                 ld_pair(&dyt[16 * m + gid][kk + 2 * tig + 8]),
+                                 ld_pair(&dyt[16 * m + gid + 8][kk + 2 * tig + 8])};
+                mma_dense<BF16>(acc[m], a, b);
+            }
+        }
+        __syncthreads();
+    }
+    /* Element (row, condensed column c) is kept when c % 4 is one of the
+     * row's two positions in chunk c / 4; each kept value is written once. */
+    for (int m = 0; m < MT; m++)
+        for (int i = 0; i < 4; i++) {
+            int rr = gid + 8 * (i >> 1), c = 8 * warp + 2 * tig + (i & 1), ch = c >> 2;
+            int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
+            if (r >= w.R || g >= w.G) continue;
+            unsigned nib = meta_nibble(w.meta, (rt0 + m) * w.k_tiles + kt, rr, ch);
+            float v = gather[c] >= 0 ? acc[m][i] : 0.0f;
+            if ((int)(nib & 3) == (c & 3)) dvalues[r * 2 * w.G + 2 * g] = v;
+            if ((int)(nib >> 2) == (c & 3)) dvalues[r * 2 * w.G + 2 * g + 1] = v;
+        }
+}
+
+/* ---- input gradient: dx = dY·W --------------------------------------------------- */
+
+/* Grid: (⌈k_tiles / KT⌉, ⌈B / BN⌉), 128 threads; dynamic shared memory:
+ * the f32 accumulator BN × KT·8·M (original columns of the CTA's groups),
+ * dY's block columns dys[BN][V] and the condensed weights wc[KT·32][V].
+ * For each V-block: wc ← the packed tiles decoded (the same reading as
+ * vnm_sptc_decode), D (BN × KT·32) = dys · wcᵀ by mma m16n8k16, and D
+ * added into the accumulator at the gathered columns. Warp w owns n-tiles
+ * w, w + 4, … of every m-tile, so no two threads add into one place. */
+template <int BN, int KT, bool BF16>
+__global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, int64_t B, float *dx)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int MTB = BN / 16, NTW = KT; /* m-tiles; n-tiles per warp */
+    const int64_t span = (int64_t)KT * 8 * w.M; /* original columns of the CTA */
+    const int V = (int)w.V, ldv = V + SP_PAD;
+    float *accs = (float *)smem;
+    uint16_t *dys = (uint16_t *)(accs + BN * span);
+    uint16_t *wc = dys + BN * ldv;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int64_t kt0 = (int64_t)blockIdx.x * KT, n0 = (int64_t)blockIdx.y * BN;
+    const int64_t col0 = kt0 * 8 * w.M, ccols = w.k_tiles * 32;
+
+    for (int64_t q = threadIdx.x; q < BN * span; q += 128) accs[q] = 0;
+    for (int64_t b = 0; b < w.nblocks; b++) {
+        const int64_t r0 = b * w.V;
+        for (int q = threadIdx.x; q < BN * V; q += 128) {
+            int n = q / V, r = q % V;
+            bool in = n0 + n < B && r0 + r < w.R;
+            dys[n * ldv + r] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
+        }
+        for (int q = threadIdx.x; q < KT * 32 * ldv; q += 128) wc[q] = 0;
+        __syncthreads();
+        /* Decode: one thread per (tile, lane, register) of the block's
+         * V/16 row tiles and the CTA's KT k-tiles. */
+        for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += 128) {
+            int i = q & 3, l = (q >> 2) & 31, kk = (q >> 7) % KT, mt = (q >> 7) / KT;
+            int64_t kt = kt0 + kk;
+            if (kt >= w.k_tiles || r0 / 16 + mt >= w.row_tiles) continue;
+            int64_t t = (r0 / 16 + mt) * w.k_tiles + kt;
+            int rr = (l >> 2) + 8 * (i & 1), ch = (l & 3) + 4 * (i >> 1);
+            unsigned nib = meta_nibble(w.meta, t, rr, ch);
+            const uint16_t *v = w.values + t * 256 + l * 8 + 2 * i;
+            int c = kk * 32 + 4 * ch, r = mt * 16 + rr;
+            wc[(c + (nib & 3)) * ldv + r] = v[0];
+            wc[(c + (nib >> 2)) * ldv + r] = v[1];
+        }
+        __syncthreads();
+        float d[MTB][NTW][4] = {};
+        for (int k = 0; k < V; k += 16)
+            for (int m = 0; m < MTB; m++) {
+                const uint16_t *arow = dys + (16 * m + gid) * ldv + k + 2 * tig;
+                uint32_t a[4] = {ld_pair(arow), ld_pair(arow + 8 * ldv), ld_pair(arow + 8),
+                                 ld_pair(arow + 8 * ldv + 8)};
+                for (int j = 0; j < NTW; j++) {
+                    const uint16_t *brow = wc + (8 * (warp + 4 * j) + gid) * ldv + k + 2 * tig;
+                    uint32_t bb[2] = {ld_pair(brow), ld_pair(brow + 8)};
+                    mma_dense<BF16>(d[m][j], a, bb);
+                }
+            }
+        for (int m = 0; m < MTB; m++)
+            for (int j = 0; j < NTW; j++)
+                for (int i = 0; i < 4; i++) {
+                    int n = 16 * m + gid + 8 * (i >> 1), c = 8 * (warp + 4 * j) + 2 * tig + (i & 1);
+                    int64_t cc = kt0 * 32 + c;
+                    int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
+                    if (col >= 0) accs[n * span + (col - col0)] += d[m][j][i];
+                }
+        __syncthreads(); /* dys, wc and the accumulator are reused */
+    }
+    for (int64_t q = threadIdx.x; q < BN * span; q += 128) {
+        int64_t n = q / span, col = col0 + q % span;
+        if (n0 + n < B && col < w.K) dx[(n0 + n) * w.K + col] = accs[q];
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------ */
+
+static int check_matrix(const char *op, const vnk_vnm *w)
+{
+    if (!w || !w->values || !w->meta || !w->gather)
+        return vnk__fail("%s: expected a packed V:N:M matrix on the device, got NULL", op);
+    if (w->dtype != VN_BF16 && w->dtype != VN_F16)
+        return vnk__fail("%s: expected dtype bf16 or f16, got %s", op, vnk__dtype_name(w->dtype));
+    if (w->V % 16 != 0)
+        return vnk__fail("%s: V must be a multiple of 16 (one mma tile of rows), got V=%lld", op,
+                         (long long)w->V);
+    if (w->row_tiles != (w->R + 15) / 16 || w->k_tiles != (w->G + 7) / 8 ||
+        w->nblocks != (w->R + w->V - 1) / w->V)
+        return vnk__fail("%s: tile counts (%lld, %lld, %lld blocks) do not fit R=%lld, G=%lld, V=%lld",
+                         op, (long long)w->row_tiles, (long long)w->k_tiles, (long long)w->nblocks,
+                         (long long)w->R, (long long)w->G, (long long)w->V);
+    return 0;
+}
+
+static int check_xt(const char *op, const void *xt, int64_t ldx, int64_t B)
+{
+    if (!xt) return vnk__fail("%s: xt is NULL", op);
+    if (ldx < (B + 7) / 8 * 8 || ldx % 8 != 0 || ((uintptr_t)xt & 15) != 0)
+        return vnk__fail("%s: xt needs a row stride that is a multiple of 8 and at least B=%lld "
+                         "rounded up to 8 (got %lld) and 16-byte alignment", op, (long long)B,
+                         (long long)ldx);
+    return 0;
+}
+
+/* MT: 16-row tiles per CTA, as many as V allows up to 4 (a CTA's rows stay
+ * in one V-block). */
+static int tiles_per_cta(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 : 1; }
+
+#define DISPATCH_MT(mt, bf16, KERNEL, ...)                                    \
+    switch (mt * 2 + (bf16 ? 1 : 0)) {                                        \
+    case 8: KERNEL<4, false><<<__VA_ARGS__; break;                            \
+    case 9: KERNEL<4, true><<<__VA_ARGS__; break;                             \
+    case 4: KERNEL<2, false><<<__VA_ARGS__; break;                            \
+    case 5: KERNEL<2, true><<<__VA_ARGS__; break;                             \
+    case 2: KERNEL<1, false><<<__VA_ARGS__; break;                            \
+    default: KERNEL<1, true><<<__VA_ARGS__; break;                            \
+    }
+
+int vnk_vnm_spmm(const vnk_vnm *w, const void *xt, int64_t ldx, int64_t B, const float *bias,
+                 float *y)
+{
+    if (check_matrix("vnk_vnm_spmm", w) || check_xt("vnk_vnm_spmm", xt, ldx, B)) return 1;
+    if (!y) return vnk__fail("vnk_vnm_spmm: y is NULL");
+    if (B == 0) return 0;
+    int mt = tiles_per_cta(w->V);
+    dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)((B + SP_BN - 1) / SP_BN));
+    if ((B + SP_BN - 1) / SP_BN > 65535)
+        return vnk__fail("vnk_vnm_spmm: B=%lld needs more than 65535 batch tiles", (long long)B);
+    const uint16_t *x = (const uint16_t *)xt;
+    DISPATCH_MT(mt, w->dtype == VN_BF16, k_spmm, grid, 128>>>(*w, x, ldx, B, bias, y))
+    return vnk__launched("vnk_vnm_spmm (k_spmm)");
+}
+
+int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx, int64_t B,
+                  float *dvalues)
+{
+    if (check_matrix("vnk_vnm_sddmm", w) || check_xt("vnk_vnm_sddmm", xt, ldx, B)) return 1;
+    if (!dy || !dvalues) return vnk__fail("vnk_vnm_sddmm: dy or dvalues is NULL");
+    int mt = tiles_per_cta(w->V);
+    dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)w->k_tiles);
+    if (w->k_tiles > 65535)
+        return vnk__fail("vnk_vnm_sddmm: %lld k-tiles exceed the grid's 65535", (long long)w->k_tiles);
+    const uint16_t *d = (const uint16_t *)dy, *x = (const uint16_t *)xt;
+    DISPATCH_MT(mt, w->dtype == VN_BF16, k_sddmm, grid, 128>>>(*w, d, x, ldx, B, dvalues))
+    return vnk__launched("vnk_vnm_sddmm (k_sddmm)");
+}
+
+/* Launches k_spmm_t<BN, KT> after raising its shared-memory limit. */
+template <int BN, int KT>
+static int launch_spmm_t(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
+{
+    size_t smem = (size_t)BN * KT * 8 * w->M * 4 + (size_t)(BN + KT * 32) * (w->V + SP_PAD) * 2;
+    dim3 grid((unsigned)((w->k_tiles + KT - 1) / KT), (unsigned)((B + BN - 1) / BN));
+    if ((B + BN - 1) / BN > 65535)
+        return vnk__fail("vnk_vnm_spmm_t: B=%lld needs more than 65535 batch tiles", (long long)B);
+    if (w->dtype == VN_BF16) {
+        if (vnk__cuda(cudaFuncSetAttribute(k_spmm_t<BN, KT, true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                      "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
+            return 1;
+        k_spmm_t<BN, KT, true><<<grid, 128, smem>>>(*w, dy, B, dx);
+    } else {
+        if (vnk__cuda(cudaFuncSetAttribute(k_spmm_t<BN, KT, false>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                      "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
+            return 1;
+        k_spmm_t<BN, KT, false><<<grid, 128, smem>>>(*w, dy, B, dx);
+    }
+    return vnk__launched("vnk_vnm_spmm_t (k_spmm_t)");
+}
+
+int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx)
+{
+    if (check_matrix("vnk_vnm_spmm_t", w)) return 1;
+    if (!dy || !dx) return vnk__fail("vnk_vnm_spmm_t: dy or dx is NULL");
+    if (B == 0) return 0;
+    if (w->V > 128)
+        return vnk__fail("vnk_vnm_spmm_t: V must be at most 128 (a block's dY columns sit in "
+                         "shared memory), got V=%lld", (long long)w->V);
+    /* The accumulator holds BN × KT·8·M floats: as many k-tiles (and then
+     * batch rows) as fit TX_SMEM with the weights and dY beside them. */
+    const uint16_t *d = (const uint16_t *)dy;
+    int64_t per_col = 8 * w->M * 4; /* accumulator bytes per batch row and k-tile */
+    int64_t rest = 64 * 1024 / 2;   /* headroom for dys and wc (≤ 2·(64+128)·136 bytes) */
+    if (TX_BN * 4 * per_col <= TX_SMEM - rest) return launch_spmm_t<TX_BN, 4>(w, d, B, dx);
+    if (TX_BN * 2 * per_col <= TX_SMEM - rest) return launch_spmm_t<TX_BN, 2>(w, d, B, dx);
+    if (TX_BN * per_col <= TX_SMEM - rest) return launch_spmm_t<TX_BN, 1>(w, d, B, dx);
+    if (32 * per_col <= TX_SMEM - rest) return launch_spmm_t<32, 1>(w, d, B, dx);
+    if (16 * per_col <= TX_SMEM - rest) return launch_spmm_t<16, 1>(w, d, B, dx);
+    return vnk__fail("vnk_vnm_spmm_t: M=%lld is too large for the shared-memory accumulator "
+                     "(at most %lld)", (long long)w->M, (long long)((TX_SMEM - rest) / 16 / 32));
+}
