@@ -38,10 +38,15 @@
  *    tensors unless they take a device; vn_to_device moves data. An op's
  *    tensor arguments must all be on one device (VN_ERR_DEVICE names both
  *    devices otherwise), except that a 0-d CPU tensor (a scalar) may join
- *    CUDA tensors; the result is on that device. Ops documented "CPU only"
- *    give VN_ERR_DEVICE for CUDA tensors. Without a CUDA build or device,
- *    vn_cuda_device_count() is 0 and moving to VN_CUDA is a VN_ERR_DEVICE
- *    error.
+ *    CUDA tensors; the result is on that device. Every op of the sections
+ *    views, elementwise, reductions, linear algebra, softmax and losses and
+ *    optimizer steps runs on CUDA tensors too (with autograd), as do
+ *    item/get/set, copy_ and fill_ (whose destination must then be
+ *    contiguous: VN_ERR_DEVICE otherwise), vn_save and vn_tensor_copy_out.
+ *    CPU only so far, VN_ERR_DEVICE for a CUDA tensor: the transformer
+ *    building blocks (embedding, layer_norm, causal_attention) and the V:N:M
+ *    functions. Without a CUDA build or device, vn_cuda_device_count() is 0
+ *    and moving to VN_CUDA is a VN_ERR_DEVICE error.
  *  - Indices are 0-based. Negative dims count from the end (-1 = last).
  *  - dtypes: VN_F32 (default, all arithmetic), VN_I32, VN_I64 (indices,
  *    class targets), VN_U8 (masks, raw image bytes), and the 16-bit floats

@@ -397,6 +397,26 @@ static vn_status cat_backward(vn_node *n, const vn_tensor *g)
     return s;
 }
 
+/* cat along dim > 0 of CUDA tensors, which can only be written whole: the
+ * same cat along dim 0 of the tensors with dims 0 and dim swapped, swapped
+ * back into a contiguous result. Recorded ops throughout, so the gradient
+ * follows without a rule of its own. */
+static vn_tensor *cat_cuda_inner(vn_tensor *const *ts, int n, int dim)
+{
+    vn_tensor **sw = calloc((size_t)n, sizeof *sw), *flat = NULL, *back = NULL, *out = NULL;
+    if (!sw) return vn__errp(VN_ERR_MEMORY, "cat: out of memory");
+    int k = 0;
+    while (k < n && (sw[k] = vn_transpose(ts[k], 0, dim))) k++;
+    if (k == n) flat = vn_cat(sw, n, 0);
+    if (flat) back = vn_transpose(flat, 0, dim);
+    if (back) out = vn_contiguous(back);
+    for (int j = 0; j < k; j++) vn_tensor_release(sw[j]);
+    free(sw);
+    vn_tensor_release(flat);
+    vn_tensor_release(back);
+    return out;
+}
+
 vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
 {
     if (n < 1 || !ts) return vn__errp(VN_ERR_ARG, "cat: expected at least one tensor, got %d", n);
@@ -425,6 +445,7 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
                             vn_shape_str(a->ndim, a->shape, y, sizeof y), dim);
         shape[dim] += b->shape[dim];
     }
+    if (vn__is_cuda(a) && dim != 0) return cat_cuda_inner(ts, n, dim);
     vn_tensor *out = vn__new_like(a, a->dtype, a->ndim, shape);
     if (!out) return NULL;
     int64_t start = 0;
@@ -456,6 +477,71 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
     return out;
 }
 
+/* The index_select kernels of kernels/ view t as (outer, size, inner) around
+ * dim; the index is contiguous. */
+static void around(const vn_tensor *t, int dim, int64_t *outer, int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int d = 0; d < dim; d++) *outer *= t->shape[d];
+    for (int d = dim + 1; d < t->ndim; d++) *inner *= t->shape[d];
+}
+
+static vn_status index_select_backward_cuda(vn_node *n, const vn_tensor *g)
+{
+    const vn_tensor *x = n->inputs[0], *idx = n->saved[0];
+    int dim = (int)n->i[0];
+    int64_t outer, inner;
+    around(x, dim, &outer, &inner);
+    vn_tensor *gc = vn__plain_contiguous(g);
+    vn_tensor *full = gc ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL;
+    if (full && vnk_index_add(vn__ptr(full), vn__ptr(gc), outer, x->shape[dim], inner, vn__ptr(idx),
+                              idx->dtype, idx->shape[0])) {
+        vn_tensor_release(full);
+        full = vn__cuda_errp("index_select backward");
+    }
+    vn_tensor_release(gc);
+    return vn__accum(n, 0, full);
+}
+
+/* index_select on the GPU: the index range is checked there too and the
+ * first bad entry comes back for the message. */
+static vn_tensor *index_select_cuda(const vn_tensor *t, int dim, const vn_tensor *index)
+{
+    int64_t outer, inner, m = index->shape[0], size = t->shape[dim], bad = -1, value = 0;
+    around(t, dim, &outer, &inner);
+    vn_tensor *idx = vn__plain_contiguous(index), *x = idx ? vn__plain_contiguous(t) : NULL;
+    if (!x) {
+        vn_tensor_release(idx);
+        return NULL;
+    }
+    vn_tensor *out = NULL;
+    if (vnk_check_targets(vn__ptr(idx), idx->dtype, m, size, &bad, &value)) {
+        vn__cuda_err("index_select");
+    } else if (bad >= 0) {
+        vn__err(VN_ERR_ARG, "index_select: index[%lld] = %lld out of range for dim %d of size %lld",
+                (long long)bad, (long long)value, dim, (long long)size);
+    } else {
+        int64_t shape[VN_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        shape[dim] = m;
+        out = vn__new_like(t, t->dtype, t->ndim, shape);
+        if (out && vnk_index_select(vn__ptr(out), vn__ptr(x), t->dtype, outer, size, inner,
+                                    vn__ptr(idx), idx->dtype, m)) {
+            vn_tensor_release(out);
+            out = vn__cuda_errp("index_select");
+        }
+    }
+    const vn_tensor *in[2] = {t, index};
+    vn_node *n = out ? vn__record(out, "index_select", index_select_backward_cuda, 2, in) : NULL;
+    if (n) {
+        n->i[0] = dim;
+        n->saved[0] = vn_tensor_retain(idx);
+    }
+    vn_tensor_release(idx);
+    vn_tensor_release(x);
+    return out;
+}
+
 static vn_status index_select_backward(vn_node *n, const vn_tensor *g)
 {
     const vn_tensor *x = n->inputs[0], *idx = n->inputs[1];
@@ -481,7 +567,16 @@ static vn_status index_select_backward(vn_node *n, const vn_tensor *g)
 
 vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)
 {
-    if (vn__check(t, "index_select") || vn__check(index, "index_select: index")) return NULL;
+    const vn_tensor *both[2] = {t, index};
+    bool cuda;
+    if (vn__check_for(t, "index_select", VN_ALLOW_CUDA) ||
+        vn__check_for(index, "index_select: index", VN_ALLOW_CUDA) ||
+        vn__same_device("index_select", 2, both, &cuda))
+        return NULL;
+    if (vn__is_cuda(t) != vn__is_cuda(index))
+        return vn__errp(VN_ERR_DEVICE, "index_select: the tensor is on %s and the index on %s; "
+                        "expected one device", vn__is_cuda(t) ? "cuda" : "cpu",
+                        vn__is_cuda(index) ? "cuda" : "cpu");
     if (index->dtype != VN_I64 && index->dtype != VN_I32)
         return vn__errp(VN_ERR_DTYPE, "index_select: index must be i32 or i64, got %s",
                         vn_dtype_name(index->dtype));
@@ -489,6 +584,7 @@ vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)
         return vn__errp(VN_ERR_SHAPE, "index_select: index must be 1-d, got %d dims", index->ndim);
     if (t->ndim == 0) return vn__errp(VN_ERR_ARG, "index_select: cannot index a 0-d tensor");
     if (vn__wrap_dim(t->ndim, &dim, "index_select")) return NULL;
+    if (cuda) return index_select_cuda(t, dim, index);
     int64_t m = index->shape[0], size = t->shape[dim];
     for (int64_t k = 0; k < m; k++) {
         int64_t v = (int64_t)vn__load(index, vn__offset_of(index, k));
