@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* Checks that t is a usable contiguous f32 tensor shaped like param and on
  * its device. */
@@ -86,9 +87,10 @@ vn_status vn_sgd_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *moment
     return VN_OK;
 }
 
-vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_avg,
-                       vn_tensor *exp_avg_sq, int64_t step, double lr, double beta1,
-                       double beta2, double eps, double weight_decay, bool decoupled)
+/* The checks of vn_adam_step, before anything is written. */
+static vn_status adam_check(const vn_tensor *param, const vn_tensor *grad, const vn_tensor *exp_avg,
+                            const vn_tensor *exp_avg_sq, int64_t step, double lr, double beta1,
+                            double beta2, double eps, double weight_decay)
 {
     vn_status s;
     if ((s = check_state(param, NULL, "adam_step", "parameter")) ||
@@ -107,6 +109,16 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
     if (step < 1)
         return vn__err(VN_ERR_ARG, "adam_step: step must be >= 1 (it counts from 1), got %lld",
                        (long long)step);
+    return VN_OK;
+}
+
+vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_avg,
+                       vn_tensor *exp_avg_sq, int64_t step, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool decoupled)
+{
+    vn_status s = adam_check(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
+                             weight_decay);
+    if (s) return s;
     int64_t n = vn_tensor_numel(param);
     vn__written(param); /* a graph still holding the old values must not run */
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
@@ -139,4 +151,53 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
         p[i] = pi - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + feps);
     }
     return VN_OK;
+}
+
+vn_status vn_adam_step_multi(int n, vn_tensor *const *param, const vn_tensor *const *grad,
+                             vn_tensor *const *exp_avg, vn_tensor *const *exp_avg_sq, int64_t step,
+                             double lr, double beta1, double beta2, double eps,
+                             double weight_decay, bool decoupled)
+{
+    if (n < 0 || (n > 0 && (!param || !grad || !exp_avg || !exp_avg_sq)))
+        return vn__err(VN_ERR_ARG, "adam_step_multi: expected n >= 0 and four arrays of n "
+                       "tensors, got n = %d%s", n, n > 0 ? " and a NULL array" : "");
+    bool all_cuda = n > 0;
+    for (int i = 0; i < n; i++) { /* every check first: a bad entry leaves all unchanged */
+        vn_status s = adam_check(param[i], grad[i], exp_avg[i], exp_avg_sq[i], step, lr, beta1,
+                                 beta2, eps, weight_decay);
+        if (s) return vn__err(s, "adam_step_multi: parameter %d: %s", i, vn_last_error());
+        all_cuda = all_cuda && vn__is_cuda(param[i]);
+    }
+    if (!all_cuda) {
+        for (int i = 0; i < n; i++) {
+            vn_status s = vn_adam_step(param[i], grad[i], exp_avg[i], exp_avg_sq[i], step, lr,
+                                       beta1, beta2, eps, weight_decay, decoupled);
+            if (s) return s;
+        }
+        return VN_OK;
+    }
+    /* All on the GPU: one kernel launch per chunk of parameters. */
+    float **p = malloc(sizeof *p * (size_t)n * 4);
+    int64_t *size = malloc(sizeof *size * (size_t)n);
+    if (!p || !size) {
+        free(p);
+        free(size);
+        return vn__err(VN_ERR_MEMORY, "adam_step_multi: out of memory");
+    }
+    float **m = p + n, **v = p + 2 * n;
+    const float **g = (const float **)(p + 3 * n);
+    for (int i = 0; i < n; i++) {
+        vn__written(param[i]);
+        p[i] = vn__ptr(param[i]), g[i] = vn__ptr(grad[i]);
+        m[i] = vn__ptr(exp_avg[i]), v[i] = vn__ptr(exp_avg_sq[i]);
+        size[i] = vn_tensor_numel(param[i]);
+    }
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    vn_status s = vnk_adam_step(n, p, g, m, v, size, (float)lr, (float)beta1, (float)beta2,
+                                (float)eps, (float)weight_decay, decoupled, (float)bc1, (float)bc2)
+                      ? vn__cuda_err("adam_step_multi")
+                      : VN_OK;
+    free(p);
+    free(size);
+    return s;
 }

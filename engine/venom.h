@@ -636,6 +636,17 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
                        vn_tensor *exp_avg_sq, int64_t step, double lr, double beta1,
                        double beta2, double eps, double weight_decay, bool decoupled);
 
+/* The Adam/AdamW step for n parameters at once, all at the same step t:
+ * param[i], grad[i], exp_avg[i], exp_avg_sq[i] as in vn_adam_step. Every
+ * entry is checked before any is updated (the message names the index).
+ * When all are CUDA tensors the update is one kernel launch per chunk of up
+ * to 48 parameters instead of one per parameter; otherwise it is
+ * vn_adam_step on each in turn. */
+vn_status vn_adam_step_multi(int n, vn_tensor *const *param, const vn_tensor *const *grad,
+                             vn_tensor *const *exp_avg, vn_tensor *const *exp_avg_sq, int64_t step,
+                             double lr, double beta1, double beta2, double eps,
+                             double weight_decay, bool decoupled);
+
 /* ---- datasets ------------------------------------------------------------ */
 
 /* Read an IDX file (MNIST/Fashion-MNIST format; gzip-compressed or plain,

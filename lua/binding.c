@@ -735,12 +735,21 @@ static int l_contiguous(lua_State *L) { return lv_push(L, vn_contiguous(lv_check
 static int l_clone(lua_State *L) { return lv_push(L, vn_clone(lv_check(L, 1))); }
 static int l_detach(lua_State *L) { return lv_push(L, vn_detach(lv_check(L, 1))); }
 
-/* t:to(dtype) or t:to(device). */
+/* t:to(dtype) or t:to(device). A name that is neither gets a message
+ * listing both kinds, so t:to("gpu") does not read as a bad dtype only. */
 static int l_to(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
     if (lua_type(L, 2) == LUA_TSTRING && lv_device_name_at(L, 2) >= 0)
         return lv_push(L, vn_to_device(t, (vn_device)lv_device_name_at(L, 2)));
+    bool known = false;
+    for (size_t k = 0; lua_type(L, 2) == LUA_TSTRING && k < sizeof lv_dtypes / sizeof lv_dtypes[0]; k++)
+        known = known || strcmp(lua_tostring(L, 2), lv_dtypes[k].name) == 0;
+    if (!known)
+        lv_argfail(L, 2, "expected a dtype ('f32', 'i32', 'i64', 'u8', 'bf16' or 'f16') or a device "
+                   "('cpu' or 'cuda'), found %s%s%s", lua_type(L, 2) == LUA_TSTRING ? "'" : "",
+                   lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2),
+                   lua_type(L, 2) == LUA_TSTRING ? "'" : "");
     return lv_push(L, vn_to_dtype(t, lv_dtype(L, 2)));
 }
 
@@ -1065,6 +1074,41 @@ static int l_adam_step(lua_State *L)
     lv_status(L, vn_adam_step(p, g, m, v, step, luaL_checknumber(L, 6), luaL_checknumber(L, 7),
                               luaL_checknumber(L, 8), luaL_checknumber(L, 9),
                               luaL_optnumber(L, 10, 0), lua_toboolean(L, 11)));
+    return 0;
+}
+
+/* The n tensors of the list at stack index i into out (n entries). */
+static void lv_tensor_list(lua_State *L, int i, int n, vn_tensor **out, const char *what)
+{
+    luaL_checktype(L, i, LUA_TTABLE);
+    if ((int)lua_objlen(L, i) != n)
+        lv_argfail(L, i, "expected %d %s (one per parameter), found %d", n, what,
+                   (int)lua_objlen(L, i));
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, i, k + 1);
+        out[k] = lv_totensor(L, -1);
+        if (!out[k]) lv_argfail(L, i, "%s[%d] is a %s, expected a tensor", what, k + 1,
+                                luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+}
+
+/* adam_step_multi(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1,
+ * beta2, eps, [weight_decay], [decoupled]): lists of tensors. */
+static int l_adam_step_multi(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)lua_objlen(L, 1);
+    vn_tensor **t = lua_newuserdata(L, sizeof *t * (size_t)(4 * n + 1));
+    lv_tensor_list(L, 1, n, t, "params");
+    lv_tensor_list(L, 2, n, t + n, "grads");
+    lv_tensor_list(L, 3, n, t + 2 * n, "exp_avgs");
+    lv_tensor_list(L, 4, n, t + 3 * n, "exp_avg_sqs");
+    int64_t step = lv_int(L, 5, "step");
+    lv_status(L, vn_adam_step_multi(n, t, (const vn_tensor *const *)(t + n), t + 2 * n, t + 3 * n,
+                                    step, luaL_checknumber(L, 6), luaL_checknumber(L, 7),
+                                    luaL_checknumber(L, 8), luaL_checknumber(L, 9),
+                                    luaL_optnumber(L, 10, 0), lua_toboolean(L, 11)));
     return 0;
 }
 
@@ -1400,6 +1444,7 @@ static const luaL_Reg lv_functions[] = {
     {"dropout", l_dropout},
     {"sgd_step", l_sgd_step},
     {"adam_step", l_adam_step},
+    {"adam_step_multi", l_adam_step_multi},
     {"idx_load", l_idx_load},
     {NULL, NULL},
 };

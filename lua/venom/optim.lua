@@ -288,8 +288,13 @@ function optim.AdamW(params, opts)
   return new_adam("optim.AdamW", params, opts, 0.01, true)
 end
 
+-- CUDA parameters at the same step count are updated together by
+-- venom.adam_step_multi (one kernel launch for up to 48 of them); the rest
+-- one by one.
 function Adam:step()
   local lr, b1, b2 = self.lr, self.betas[1], self.betas[2]
+  local batch = { {}, {}, {}, {} } -- params, grads, exp_avgs, exp_avg_sqs
+  local batch_step
   for i, p in ipairs(self.params) do
     local g = live_param(self, i, p, "step").grad
     if g then
@@ -301,9 +306,19 @@ function Adam:step()
         self.state[p] = st
       end
       st.step = st.step + 1
-      venom.adam_step(p, g, st.exp_avg, st.exp_avg_sq, st.step, lr, b1, b2, self.eps,
-                      self.weight_decay, self.decoupled)
+      if p:is_cuda() and (batch_step == nil or batch_step == st.step) then
+        batch_step = st.step
+        local k = #batch[1] + 1
+        batch[1][k], batch[2][k], batch[3][k], batch[4][k] = p, g, st.exp_avg, st.exp_avg_sq
+      else
+        venom.adam_step(p, g, st.exp_avg, st.exp_avg_sq, st.step, lr, b1, b2, self.eps,
+                        self.weight_decay, self.decoupled)
+      end
     end
+  end
+  if batch_step then
+    venom.adam_step_multi(batch[1], batch[2], batch[3], batch[4], batch_step, lr, b1, b2,
+                          self.eps, self.weight_decay, self.decoupled)
   end
 end
 

@@ -115,6 +115,55 @@ static void expect_error(vn_status s, vn_status want, const char *needle)
         fail_msg("error message \"%s\" lacks \"%s\"", vn_last_error(), needle);
 }
 
+/* adam_step_multi on two parameters gives exactly what two adam_step calls
+ * give, and a bad entry is refused before anything is written. */
+static void test_adam_multi(void **state)
+{
+    float init[N], g[N];
+    for (int i = 0; i < N; i++) init[i] = (float)sin(1.0 + i);
+    vn_tensor *p[2], *q[2], *gr[2], *m[4], *v[4];
+    for (int k = 0; k < 2; k++) {
+        p[k] = vec(init), q[k] = vec(init);
+        make_grad(init, k, g);
+        gr[k] = vec(g);
+        for (int j = 0; j < 2; j++) {
+            m[2 * k + j] = vn_zeros(VN_F32, 1, (int64_t[]){N});
+            v[2 * k + j] = vn_zeros(VN_F32, 1, (int64_t[]){N});
+        }
+    }
+    for (int t = 1; t <= 3; t++) {
+        vn_tensor *ms[2] = {m[0], m[2]}, *vs[2] = {v[0], v[2]};
+        CHECK_OK(vn_adam_step_multi(2, p, (const vn_tensor *const *)gr, ms, vs, t, 1e-2, 0.9, 0.99,
+                                    1e-8, 0.1, true));
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(vn_adam_step(q[k], gr[k], m[2 * k + 1], v[2 * k + 1], t, 1e-2, 0.9, 0.99, 1e-8,
+                                  0.1, true));
+    }
+    for (int k = 0; k < 2; k++)
+        assert_memory_equal(vn_tensor_data(p[k]), vn_tensor_data(q[k]), sizeof(float) * N);
+    /* entry 1's gradient has the wrong shape: entry 0 must stay untouched */
+    float before[N];
+    memcpy(before, vn_tensor_data(p[0]), sizeof before);
+    vn_tensor *bad = vn_zeros(VN_F32, 1, (int64_t[]){N + 1});
+    const vn_tensor *gs[2] = {gr[0], bad};
+    vn_tensor *ms[2] = {m[0], m[2]}, *vs[2] = {v[0], v[2]};
+    expect_error(vn_adam_step_multi(2, p, gs, ms, vs, 4, 1e-2, 0.9, 0.99, 1e-8, 0, false),
+                 VN_ERR_SHAPE, "parameter 1");
+    assert_memory_equal(vn_tensor_data(p[0]), before, sizeof before);
+    expect_error(vn_adam_step_multi(2, NULL, gs, ms, vs, 1, 1e-2, 0.9, 0.99, 1e-8, 0, false),
+                 VN_ERR_ARG, "NULL array");
+    vn_tensor_release(bad);
+    for (int k = 0; k < 2; k++) {
+        vn_tensor_release(p[k]);
+        vn_tensor_release(q[k]);
+        vn_tensor_release(gr[k]);
+    }
+    for (int j = 0; j < 4; j++) {
+        vn_tensor_release(m[j]);
+        vn_tensor_release(v[j]);
+    }
+}
+
 static void test_errors(void **state)
 {
     vn_tensor *p = vn_zeros(VN_F32, 2, (int64_t[]){2, 3}), *g = vn_zeros(VN_F32, 2, (int64_t[]){3, 2});
@@ -168,7 +217,7 @@ int main(void)
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd), cmocka_unit_test(test_adam), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_large),
+        cmocka_unit_test(test_large), cmocka_unit_test(test_adam_multi),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
