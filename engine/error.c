@@ -116,8 +116,12 @@ vn_status vn__check_dtype_for(const vn_tensor *t, vn_dtype want, const char *wha
     vn_status s = vn__check_for(t, what, allow | VN_ALLOW_HALF);
     if (s) return s;
     if (t->dtype != want)
-        return vn__err(VN_ERR_DTYPE, "%s: expected dtype %s, got %s", what,
-                       vn_dtype_name(want), vn_dtype_name(t->dtype));
+        return vn__err(VN_ERR_DTYPE, "%s: expected dtype %s, got %s%s", what, vn_dtype_name(want),
+                       vn_dtype_name(t->dtype),
+                       want == VN_F32 && (t->dtype == VN_BF16 || t->dtype == VN_F16)
+                           ? ", which only stores values; convert it to f32 first (:float() / "
+                             "vn_to_dtype)"
+                           : "");
     return VN_OK;
 }
 

@@ -83,7 +83,10 @@ static vn_tensor *fill_random(int ndim, const int64_t *shape, bool normal)
     int64_t n = vn_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         if (!normal) {
-            p[i] = (float)vn__rng_uniform();
+            /* A double just below 1 rounds to 1.0f (about one draw in 2^25):
+             * keep [0, 1) by taking the largest float below 1 instead. */
+            float u = (float)vn__rng_uniform();
+            p[i] = u < 1.0f ? u : 0x1.fffffep-1f;
             continue;
         }
         /* Box–Muller: two uniforms give two independent normals. */
