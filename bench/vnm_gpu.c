@@ -126,12 +126,18 @@ static void free_dev(const vnk_vnm *w)
  * (cols × ld, ld = rows rounded up to 8), on the device. */
 static void *dev_bf16(const float *a, int64_t rows, int64_t cols, int t, int64_t *ld)
 {
-    int64_t l = t ? (rows + 7) / 8 * 8 : cols, n = t ? cols * l : rows * cols;
-    uint16_t *h = calloc((size_t)n, 2);
+    int64_t l = t ? (rows + 7) / 8 * 8 : cols;
+    size_t n = (size_t)(t ? cols * l : rows * cols);
+    uint16_t *h = calloc(n ? n : 1, 2);
+    if (!h) {
+        fprintf(stderr, "vnm_gpu: out of host memory for a %lld x %lld matrix\n", (long long)rows,
+                (long long)cols);
+        exit(1);
+    }
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             h[t ? j * l + i : i * cols + j] = vn__f32_to_bf16(a[i * cols + j]);
-    void *d = dev_copy(h, (size_t)n * 2);
+    void *d = dev_copy(h, n * 2);
     free(h);
     if (ld) *ld = l;
     return d;

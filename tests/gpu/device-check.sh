@@ -1,0 +1,384 @@
+#!/bin/sh
+# device-check.sh — everything venom checks on a GPU machine, in one run of a
+# few minutes (see ../../../shared/GPU.md and the "GPU (H200)" section of
+# bench/RESULTS.md): unpack the Debian dependencies from .deps/ into a prefix,
+# build with CUDA, run the GPU tests and the C tests, the GPU benchmarks and
+# one timed epoch of the main job on the GPU and on the CPU, then print a
+# short table last.
+#
+#   sh tests/gpu/device-check.sh          # from the repository root
+#   sh tests/gpu/device-check.sh build    # deps + configure + build only
+#
+# The machine needs CUDA (nvcc, cuBLAS), CMake >= 3.20, a C compiler, make
+# and Python; the Debian packages come as .deb files in .deps/ (the list is
+# tests/gpu/deps.txt, which says how to download them) and are unpacked with
+# dpkg-deb, or ar + tar, or Python, into $DEPS (default /tmp/deps), not into /.
+#
+# Every step runs even when an earlier one failed; each step's output goes to
+# its own log under $OUT/device-check (or $BUILD/device-check-log), and the
+# exit status is nonzero when any step failed. Environment: BUILD (build
+# directory, default build-gpu), DEPS, JOBS (16), CPU_LIMIT (images of the
+# CPU epoch, default 60000 = all; the ratio is taken from images/s),
+# GPU_EPOCHS (default 1; the table shows the last epoch, so 2 leaves out the
+# first epoch's one-time CUDA and cuBLAS set-up),
+# DC_BUDGET (seconds for the whole run, default 500: a step that would start
+# later is marked NOTIME, and each step's limit is cut to what is left).
+set -eu
+
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+SELF="$ROOT/tests/gpu/device-check.sh"
+BUILD=${BUILD:-$ROOT/build-gpu}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+DEPS=${DEPS:-/tmp/deps}
+JOBS=${JOBS:-16}
+CPU_LIMIT=${CPU_LIMIT:-60000}
+GPU_EPOCHS=${GPU_EPOCHS:-1}
+if [ -n "${OUT:-}" ]; then LOG="$OUT/device-check"; else LOG="$BUILD/device-check-log"; fi
+ARCH_LIB=lib/x86_64-linux-gnu
+DATA="$DEPS/usr/share/datasets/fashion-mnist"
+export BUILD DEPS JOBS CPU_LIMIT GPU_EPOCHS LOG
+
+# The unpacked prefix for everything below. The .pc files in the packages say
+# prefix=/usr; with PKG_CONFIG_SYSROOT_DIR pkgconf turns -I/usr/include into
+# -I$DEPS/usr/include (and -L likewise); PKG_CONFIG_LIBDIR replaces the
+# default search path so no .pc of the machine itself is mixed in. openblas.pc
+# sits in openblas-pthread/pkgconfig (Debian's alternatives link to it is made
+# by a maintainer script, which dpkg-deb -x does not run).
+export PKG_CONFIG_LIBDIR="$DEPS/usr/$ARCH_LIB/pkgconfig:$DEPS/usr/$ARCH_LIB/openblas-pthread/pkgconfig:$DEPS/usr/share/pkgconfig"
+export PKG_CONFIG_PATH="$PKG_CONFIG_LIBDIR"
+export PKG_CONFIG_SYSROOT_DIR="$DEPS"
+# The machine's own LD_LIBRARY_PATH is kept (DC_ORIG_LD) for the steps that
+# do not run venom (nvidia-smi, PyTorch), so no library of the packages
+# (libz, libtinfo) stands in for one of the machine's there.
+if [ -z "${DC_ORIG_LD+x}" ]; then export DC_ORIG_LD="${LD_LIBRARY_PATH:-}"; fi
+export LD_LIBRARY_PATH="$DEPS/usr/$ARCH_LIB:$DEPS/usr/$ARCH_LIB/openblas-pthread:$DEPS/$ARCH_LIB${DC_ORIG_LD:+:$DC_ORIG_LD}"
+export PATH="$PATH:$DEPS/usr/bin"
+export OMP_WAIT_POLICY=passive
+
+have() { command -v "$1" >/dev/null 2>&1; }
+if ! have timeout; then
+    # No coreutils timeout: run without limits.
+    timeout() { while [ $# -gt 0 ]; do case $1 in -k) shift 2 ;; [0-9]*) shift; break ;; *) break ;; esac; done; "$@"; }
+fi
+
+# ---- steps (each also callable as `sh device-check.sh __name`) -------------
+
+# Unpacks every .deps/*.deb into $DEPS, after checking that each package of
+# tests/gpu/deps.txt has its file; turns the absolute symlinks of the packages
+# (libz.so -> /lib/...) into links inside $DEPS.
+step_deps() {
+    missing=""
+    for p in $(sed 's/#.*//' tests/gpu/deps.txt); do
+        ls .deps/"$p"_*.deb >/dev/null 2>&1 || missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+        echo "device-check: missing in .deps/:$missing (see tests/gpu/deps.txt)"
+        exit 1
+    fi
+    mkdir -p "$DEPS"
+    how=${DC_UNPACK:-}
+    if [ -z "$how" ]; then
+        if have dpkg-deb; then how="dpkg"; elif have ar && have tar && have xz; then how="ar"; else how="python"; fi
+    fi
+    echo "unpacking $(ls .deps/*.deb | wc -l) packages into $DEPS with $how"
+    for f in .deps/*.deb; do
+        case $how in
+        dpkg) dpkg-deb -x "$f" "$DEPS" ;;
+        ar)
+            tmp=$(mktemp -d)
+            (cd "$tmp" && ar x "$ROOT/$f" && tar -xf data.tar.* -C "$DEPS")
+            rm -rf "$tmp"
+            ;;
+        python) python3 - "$f" "$DEPS" <<'EOF'
+import io, sys, tarfile
+deb, dest = sys.argv[1], sys.argv[2]
+blob = open(deb, "rb").read()
+assert blob[:8] == b"!<arch>\n", deb + ": not an ar archive"
+pos = 8
+while pos < len(blob):
+    name, size = blob[pos:pos + 16].decode().strip().rstrip("/"), int(blob[pos + 48:pos + 58])
+    if name.startswith("data.tar"):
+        tf = tarfile.open(fileobj=io.BytesIO(blob[pos + 60:pos + 60 + size]), mode="r:*")
+        try:
+            tf.extractall(dest, filter="fully_trusted")
+        except TypeError:
+            tf.extractall(dest)
+        break
+    pos += 60 + size + (size & 1)
+else:
+    sys.exit(deb + ": no data.tar member")
+EOF
+            ;;
+        *) echo "DC_UNPACK must be dpkg, ar or python"; exit 2 ;;
+        esac
+    done
+    find "$DEPS" -type l | while read -r link; do
+        target=$(readlink "$link")
+        case "$target" in
+        "$DEPS"/*) ;;
+        /*) ln -sfn "$DEPS$target" "$link" ;;
+        esac
+    done
+    test -f "$DATA/train-images-idx3-ubyte.gz" || { echo "no Fashion-MNIST in $DATA"; exit 1; }
+    echo "ok: $DEPS ($(du -sh "$DEPS" | cut -f1))"
+}
+
+# The machine: card and driver, toolchain, glibc (the packages need >= 2.34).
+step_info() {
+    export LD_LIBRARY_PATH="$DC_ORIG_LD"
+    uname -a
+    ldd --version 2>&1 | head -1 || true
+    echo "cores: $(nproc 2>/dev/null || echo '?')"
+    cc --version 2>&1 | head -1 || true
+    cmake --version | head -1 || true
+    find_nvcc && "$NVCC" --version | tail -2 || echo "nvcc: not found"
+    if have nvidia-smi; then
+        nvidia-smi || true
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv || true
+    else
+        echo "nvidia-smi: not found"
+    fi
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 || true
+}
+
+find_nvcc() {
+    NVCC=""
+    if have nvcc; then NVCC=$(command -v nvcc); return 0; fi
+    for d in /usr/local/cuda/bin /usr/local/cuda-*/bin /opt/cuda/bin /usr/lib/cuda/bin; do
+        if [ -x "$d/nvcc" ]; then NVCC="$d/nvcc"; return 0; fi
+    done
+    return 1
+}
+
+# pkgconf from the packages (its own libpkgconf is on LD_LIBRARY_PATH), else the machine's.
+find_pkgconf() {
+    PKGCONF="$DEPS/usr/bin/pkgconf"
+    "$PKGCONF" --version >/dev/null 2>&1 && return 0
+    PKGCONF=$(command -v pkg-config || command -v pkgconf || echo pkg-config)
+}
+
+step_configure() {
+    find_pkgconf
+    echo "pkg-config: $PKGCONF ($("$PKGCONF" --version 2>&1 || true))"
+    for m in luajit openblas libedit cmocka jansson; do
+        echo "  $m: $("$PKGCONF" --cflags --libs "$m" 2>&1 || true)"
+    done
+    set -- -DVENOM_CUDA=ON -DVENOM_FUZZ=OFF -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+        -DPKG_CONFIG_EXECUTABLE="$PKGCONF" -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+        -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" \
+        -DCMAKE_LIBRARY_PATH="$DEPS/usr/$ARCH_LIB;$DEPS/$ARCH_LIB"
+    if find_nvcc; then set -- "$@" -DCMAKE_CUDA_COMPILER="$NVCC"; fi
+    if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+        if have make; then set -- "$@" -G "Unix Makefiles"; elif have ninja; then set -- "$@" -G Ninja; fi
+    fi
+    cmake -S . -B "$BUILD" "$@"
+    # Where each dependency was found: all of them should be under $DEPS.
+    echo "dependencies found:"
+    grep -E '^(pkgcfg_lib_[A-Z]+_[a-z0-9_.]+|ZLIB_INCLUDE_DIR|ZLIB_LIBRARY_RELEASE|[A-Z]+_INCLUDE_DIRS):' \
+        "$BUILD/CMakeCache.txt" | sed 's/^/  /'
+    outside=$(grep -E '^(pkgcfg_lib_(LUAJIT|OPENBLAS|LIBEDIT|CMOCKA|JANSSON)_[a-z0-9_.]+|ZLIB_INCLUDE_DIR|ZLIB_LIBRARY_RELEASE|(LUAJIT|OPENBLAS|LIBEDIT|CMOCKA|JANSSON)_INCLUDE_DIRS):' \
+        "$BUILD/CMakeCache.txt" | cut -d= -f2- | tr ';' '\n' | grep -v "^$DEPS/" | grep -v '^$' || true)
+    if [ -n "$outside" ]; then echo "note: found outside $DEPS:"; echo "$outside" | sed 's/^/  /'; fi
+}
+
+step_build() {
+    if [ -f "$BUILD/Makefile" ]; then
+        cmake --build "$BUILD" -j "$JOBS" -- -k
+    elif [ -f "$BUILD/build.ninja" ]; then
+        cmake --build "$BUILD" -j "$JOBS" -- -k 0
+    else
+        cmake --build "$BUILD" -j "$JOBS"
+    fi
+}
+
+# Runs the TAP scripts given, PAR at a time, each under a timeout; one line
+# per script and a summary line (also written to $LOG/NAME.summary):
+#   files: P passed, F failed, S skipped; tests: p passed, f failed, s skipped
+step_tap() {
+    name=$1 par=$2 tmo=$3
+    shift 3
+    dir="$LOG/$name"
+    mkdir -p "$dir"
+    if [ $# -eq 0 ] || [ ! -e "$1" ]; then
+        echo "no test scripts"
+        echo "files: 0 passed, 1 failed, 0 skipped; tests: 0 passed, 0 failed, 0 skipped (none found)" \
+            > "$LOG/$name.summary"
+        cat "$LOG/$name.summary"
+        exit 1
+    fi
+    n=0
+    for t in "$@"; do
+        b=$(basename "$t" .t)
+        (
+            s=$(date +%s)
+            rc=0
+            timeout -k 5 "$tmo" "$t" > "$dir/$b.out" 2>&1 < /dev/null || rc=$?
+            echo "$rc $(( $(date +%s) - s ))" > "$dir/$b.rc"
+        ) &
+        n=$((n + 1))
+        if [ "$n" -ge "$par" ]; then wait; n=0; fi
+    done
+    wait
+    for t in "$@"; do
+        b=$(basename "$t" .t)
+        read -r rc secs < "$dir/$b.rc"
+        awk -v rc="$rc" -v secs="$secs" -v name="$b" '
+            /^1\.\.0/ && /# *[Ss][Kk][Ii][Pp]/ { allskip = 1; plan = 0; next }
+            /^1\.\.[0-9]+/ { plan = substr($1, 4) + 0; next }
+            /^not ok/ { notok++; next }
+            /^ok/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) skip++; else ok++; next }
+            END {
+                run = ok + notok + skip
+                if (allskip && rc == 0) st = "SKIP"
+                else if (rc == 0 && notok == 0 && plan > 0 && run == plan) st = "PASS"
+                else st = "FAIL"
+                why = (rc == 124 || rc == 137) ? " (timeout)" : (rc != 0 ? " (exit " rc ")" : "")
+                if (st == "FAIL" && notok == 0 && plan != run) why = why " (ran " run " of " plan ")"
+                printf "%-4s %-40s %3d ok %3d not ok %3d skip %4ds%s\n", st, name, ok, notok, skip, secs, why
+            }' "$dir/$b.out"
+    done > "$dir/results.txt"
+    cat "$dir/results.txt"
+    for t in "$@"; do
+        b=$(basename "$t" .t)
+        if grep -q "^FAIL $b " "$dir/results.txt"; then
+            echo "---- $b (last 30 lines)"
+            tail -n 30 "$dir/$b.out"
+        fi
+    done
+    awk '{ f[$1]++; ok += $3; nok += $5; sk += $8 }
+         END { printf "files: %d passed, %d failed, %d skipped; tests: %d passed, %d failed, %d skipped\n",
+               f["PASS"], f["FAIL"], f["SKIP"], ok, nok, sk }' "$dir/results.txt" > "$LOG/$name.summary"
+    cat "$LOG/$name.summary"
+    ! grep -q '^FAIL' "$dir/results.txt"
+}
+
+# A GPU test that skips on a machine with a GPU has not run: a failure here.
+step_gpu_tests() {
+    rc=0
+    step_tap gpu-tests 4 240 "$BUILD"/t/gpu_*.t || rc=$?
+    if nvidia-smi -L 2>/dev/null | grep -q '^GPU' && grep -q '^SKIP' "$LOG/gpu-tests/results.txt"; then
+        echo "device-check: a GPU is present, yet GPU tests skipped (venom sees no device?)"
+        rc=1
+    fi
+    return "$rc"
+}
+step_c_tests() {
+    export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2
+    step_tap c-tests 8 240 "$BUILD"/t/c_*.t
+}
+
+step_cuda_ops() { "$BUILD/bench/cuda_ops"; }
+step_vnm_gpu() {
+    if [ ! -x "$BUILD/bench/vnm_gpu" ]; then echo "build/bench/vnm_gpu was not built"; exit 1; fi
+    "$BUILD/bench/vnm_gpu"
+}
+step_torch_ops() {
+    export LD_LIBRARY_PATH="$DC_ORIG_LD"
+    if ! python3 -c 'import torch' 2>/dev/null; then echo "no PyTorch: skipped"; exit 0; fi
+    python3 bench/torch_ops.py
+}
+step_epoch_gpu() {
+    "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cuda --epochs "$GPU_EPOCHS" --root "$DATA"
+}
+step_epoch_cpu() {
+    "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cpu --epochs 1 --limit "$CPU_LIMIT" --root "$DATA"
+}
+
+case "${1:-}" in
+__*)
+    fn=step_$(echo "${1#__}" | tr - _)
+    shift
+    "$fn" "$@"
+    exit 0
+    ;;
+esac
+
+# ---- the run ----------------------------------------------------------------
+
+# Re-run under tee so that the whole output lands in $LOG/device-check.log.
+if [ -z "${VENOM_DC_INNER:-}" ]; then
+    mkdir -p "$LOG"
+    rm -f "$LOG/rc"
+    { rc=0; VENOM_DC_INNER=1 sh "$SELF" "$@" || rc=$?; echo "$rc" > "$LOG/rc"; } 2>&1 | tee "$LOG/device-check.log"
+    exit "$(cat "$LOG/rc" 2>/dev/null || echo 1)"
+fi
+
+mkdir -p "$LOG"
+: > "$LOG/steps.txt"
+T0=$(date +%s)
+
+# run NAME TIMEOUT_S: the step __NAME in a child shell (set -e applies there),
+# its output shown and kept in $LOG/NAME.log, its status in $LOG/steps.txt.
+run() {
+    name=$1 tmo=$2
+    left=$((T0 + DC_BUDGET - $(date +%s)))
+    if [ "$left" -lt 15 ]; then
+        printf '\n==== %s: NOTIME (the %ss budget is spent)\n' "$name" "$DC_BUDGET"
+        echo "$name NOTIME - 0" >> "$LOG/steps.txt"
+        return 0
+    fi
+    [ "$tmo" -le "$left" ] || tmo=$left
+    printf '\n==== %s (limit %ss) ====\n' "$name" "$tmo"
+    s=$(date +%s)
+    { rc=0; timeout -k 10 "$tmo" sh "$SELF" "__$name" 2>&1 || rc=$?; echo "$rc" > "$LOG/$name.rc"; } \
+        | tee "$LOG/$name.log"
+    rc=$(cat "$LOG/$name.rc")
+    secs=$(( $(date +%s) - s ))
+    st=ok
+    [ "$rc" -eq 0 ] || st=FAILED
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || st=TIMEOUT
+    echo "$name $st $rc $secs" >> "$LOG/steps.txt"
+    printf '==== %s: %s (exit %s, %ss)\n' "$name" "$st" "$rc" "$secs"
+}
+
+# Most important first; DC_BUDGET (default 500 s) caps the whole run, so that
+# the table comes out before the device runner's own limit.
+DC_BUDGET=${DC_BUDGET:-500}
+run info 60
+run deps 120
+run configure 180
+run build 300
+if [ "${1:-all}" != build ]; then
+    run gpu-tests 240
+    run cuda_ops 180
+    run epoch_gpu 180
+    run epoch_cpu 120
+    run c-tests 120
+    run vnm_gpu 150
+    run torch_ops 120
+fi
+
+# ---- the table ----------------------------------------------------------------
+val() { sed -n "s/^SUMMARY $1=//p" "$LOG"/cuda_ops.log "$LOG"/torch_ops.log 2>/dev/null | head -1; }
+epoch() { # seconds and images/s from the tutorial's "epoch 1/1 ..." line
+    sed -n 's/.* \([0-9.]*\) s\/epoch (\([0-9]*\) images\/s).*/\1 \2/p' "$LOG/$1.log" 2>/dev/null | tail -1
+}
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
+eg=$(epoch epoch_gpu)
+ec=$(epoch epoch_cpu)
+speedup=$(echo "$eg $ec" | awk 'NF == 4 && $4 > 0 { printf "%.1fx (images/s)", $2 / $4 }')
+failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt")
+{
+    echo
+    echo "==== device-check summary ($(( $(date +%s) - T0 )) s) ===="
+    printf '| %-40s | %s\n' "card, driver" "${gpu:-no nvidia-smi}"
+    printf '| %-40s | %s\n' "GPU tests" "$(cat "$LOG/gpu-tests.summary" 2>/dev/null || echo 'not run')"
+    printf '| %-40s | %s\n' "C tests (CPU suite)" "$(cat "$LOG/c-tests.summary" 2>/dev/null || echo 'not run')"
+    printf '| %-40s | %s\n' "GEMM bf16 8192^3 venom autocast" "$(val gemm_bf16_venom_8192x8192x8192) TFLOP/s of 790"
+    printf '| %-40s | %s\n' "GEMM bf16 8192^3 vnk_gemm (bf16 in)" "$(val gemm_bf16_vnk_8192x8192x8192) TFLOP/s of 790"
+    printf '| %-40s | %s\n' "GEMM bf16 8192^3 cuBLAS direct" "$(val gemm_bf16_cublas_8192x8192x8192) TFLOP/s of 790"
+    printf '| %-40s | %s\n' "GEMM bf16 8192^3 torch (bf16 out)" "$(val torch_gemm_bf16_8192x8192x8192) TFLOP/s of 790"
+    printf '| %-40s | %s\n' "copy bandwidth" "$(val copy_tbs) TB/s of 4.3"
+    printf '| %-40s | %s\n' "launch: venom add (1 elt) / kernel" "$(val launch_us_add1) / $(val launch_us_kernel) us"
+    printf '| %-40s | %s\n' "launch: torch add (1 elt)" "$(val torch_launch_us_add1) us"
+    printf '| %-40s | %s\n' "copy bandwidth torch" "$(val torch_copy_tbs) TB/s of 4.3"
+    printf '| %-40s | %s\n' "epoch GPU (s, images/s)" "${eg:-failed}"
+    printf '| %-40s | %s\n' "epoch CPU (s, images/s; --limit $CPU_LIMIT)" "${ec:-failed}"
+    printf '| %-40s | %s\n' "GPU speedup" "${speedup:-n/a}"
+    printf '| %-40s | %s\n' "steps (status, seconds)" "$(awk '{ printf "%s%s %s %ss", sep, $1, $2, $4; sep = ", " }' "$LOG/steps.txt")"
+    printf '| %-40s | %s\n' "steps failed" "${failed:-none}"
+    echo "logs: $LOG"
+} | tee "$LOG/summary.txt"
+[ -z "$failed" ]
