@@ -278,7 +278,7 @@ static int op_arity(vnk_op op)
 static bool arith_dtype(vn_dtype d) { return d == VN_F32 || d == VN_I32 || d == VN_I64 || d == VN_U8; }
 
 /* vn_dtype from the header is a C enum: a bad value is possible from C. */
-static bool known_dtype(vn_dtype d) { return vnk__dtype_size(d) != 0; }
+static bool known_dtype(vn_dtype d) { return vn_dtype_size(d) != 0; }
 
 /* Checks the dtypes of op; returns 1 with a message when they do not fit. */
 static int check_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, int nin)
@@ -296,25 +296,25 @@ static int check_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, int nin)
     case VNK_WHERE: case VNK_MASKED_FILL:
         if (!arith_dtype(dtype))
             return vnk__fail("vnk_map(%s): expected an f32, i32, i64 or u8 input, got %s", name,
-                             vnk__dtype_name(dtype));
+                             vn_dtype_name(dtype));
         break;
     case VNK_EQ: case VNK_NE: case VNK_LT: case VNK_LE: case VNK_GT: case VNK_GE:
         if (!arith_dtype(dtype))
             return vnk__fail("vnk_map(%s): expected f32, i32, i64 or u8 inputs, got %s", name,
-                             vnk__dtype_name(dtype));
+                             vn_dtype_name(dtype));
         want_out = VN_U8;
         break;
     default:
         if (dtype != VN_F32)
             return vnk__fail("vnk_map(%s): expected f32 inputs, got %s", name,
-                             vnk__dtype_name(dtype));
+                             vn_dtype_name(dtype));
         want_out = VN_F32;
         break;
     }
     if (out_dtype != want_out)
         return vnk__fail("vnk_map(%s): the output must be %s for %s inputs, got %s", name,
-                         vnk__dtype_name(want_out), vnk__dtype_name(dtype),
-                         vnk__dtype_name(out_dtype));
+                         vn_dtype_name(want_out), vn_dtype_name(dtype),
+                         vn_dtype_name(out_dtype));
     return 0;
 }
 
@@ -355,7 +355,7 @@ int vnk_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, void *out, int nin,
         if (dtype != out_dtype) {
             convert<<<blocks, VNK_THREADS>>>(out, out_dtype, a, dtype, *L, n);
         } else {
-            switch (vnk__dtype_size(dtype)) {
+            switch (vn_dtype_size(dtype)) {
             case 1: copy_bits<<<blocks, VNK_THREADS>>>((uint8_t *)out, (const uint8_t *)a, *L, n); break;
             case 2: copy_bits<<<blocks, VNK_THREADS>>>((uint16_t *)out, (const uint16_t *)a, *L, n); break;
             case 4: copy_bits<<<blocks, VNK_THREADS>>>((uint32_t *)out, (const uint32_t *)a, *L, n); break;
@@ -395,7 +395,7 @@ static __global__ void fill_bits(U *out, int64_t n, U v)
 
 int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value)
 {
-    size_t size = vnk__dtype_size(dtype);
+    size_t size = vn_dtype_size(dtype);
     if (!size) return vnk__fail("vnk_fill: unknown dtype %d", (int)dtype);
     if (n < 0) return vnk__fail("vnk_fill: negative count %lld", (long long)n);
     if (n == 0) return 0;

@@ -70,7 +70,7 @@ int vnk_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float al
     case VN_F16: ab_type = CUDA_R_16F; break;
     default:
         return vnk__fail("vnk_gemm: A and B must be f32, bf16 or f16, got %s",
-                         vnk__dtype_name(ab_dtype));
+                         vn_dtype_name(ab_dtype));
     }
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(batch))
         return vnk__fail("vnk_gemm: m = %lld, n = %lld, k = %lld, batch = %lld: each must be in "

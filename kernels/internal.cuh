@@ -63,19 +63,8 @@ static inline unsigned vnk__blocks(int64_t n, int64_t per_block)
     default: otherwise;                                               \
     }
 
-/* Bytes per element; 0 for an unknown dtype. */
-static inline size_t vnk__dtype_size(vn_dtype d)
-{
-    switch (d) {
-    case VN_F32: case VN_I32: return 4;
-    case VN_I64: return 8;
-    case VN_U8: return 1;
-    case VN_BF16: case VN_F16: return 2;
-    }
-    return 0;
-}
-
-const char *vnk__dtype_name(vn_dtype d);
+/* dtype names and sizes come from the engine: vn_dtype_name, vn_dtype_size
+ * (venom.h; 0 bytes for an unknown dtype). */
 
 /* An i32 or i64 index/target array read as int64 (the caller checked the
  * dtype is one of the two). */

@@ -102,7 +102,7 @@ int vnk_check_targets(const void *target, vn_dtype tdtype, int64_t N, int64_t C,
     *bad_value = 0;
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_check_targets: targets must be i32 or i64, got %s",
-                         vnk__dtype_name(tdtype));
+                         vn_dtype_name(tdtype));
     if (N < 0) return vnk__fail("vnk_check_targets: negative count %lld", (long long)N);
     if (N == 0) return 0;
     if (!target) return vnk__fail("vnk_check_targets: NULL targets");
@@ -159,7 +159,7 @@ int vnk_cross_entropy(const float *x, const void *target, vn_dtype tdtype, int64
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_cross_entropy: targets must be i32 or i64, got %s",
-                         vnk__dtype_name(tdtype));
+                         vn_dtype_name(tdtype));
     if (N < 0 || C < 1)
         return vnk__fail("vnk_cross_entropy: bad shape (%lld, %lld)", (long long)N, (long long)C);
     if (N == 0) return 0;
@@ -187,7 +187,7 @@ int vnk_cross_entropy_backward(const float *x, const float *lse, const void *tar
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_cross_entropy_backward: targets must be i32 or i64, got %s",
-                         vnk__dtype_name(tdtype));
+                         vn_dtype_name(tdtype));
     if (N < 0 || C < 0 || gstride < 0)
         return vnk__fail("vnk_cross_entropy_backward: bad shape (%lld, %lld) or gstride %lld",
                          (long long)N, (long long)C, (long long)gstride);
@@ -213,7 +213,7 @@ static __global__ void nll_rows(const float *logp, const void *target, bool is64
 int vnk_nll(const float *logp, const void *target, vn_dtype tdtype, int64_t N, int64_t C, float *loss)
 {
     if (!target_dtype_ok(tdtype))
-        return vnk__fail("vnk_nll: targets must be i32 or i64, got %s", vnk__dtype_name(tdtype));
+        return vnk__fail("vnk_nll: targets must be i32 or i64, got %s", vn_dtype_name(tdtype));
     if (N < 0 || C < 1) return vnk__fail("vnk_nll: bad shape (%lld, %lld)", (long long)N, (long long)C);
     if (N == 0) return 0;
     if (!logp || !target || !loss) return vnk__fail("vnk_nll: NULL pointer");
@@ -235,7 +235,7 @@ int vnk_nll_backward(const void *target, vn_dtype tdtype, int64_t N, int64_t C, 
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_nll_backward: targets must be i32 or i64, got %s",
-                         vnk__dtype_name(tdtype));
+                         vn_dtype_name(tdtype));
     if (N < 0 || C < 0 || gstride < 0)
         return vnk__fail("vnk_nll_backward: bad shape (%lld, %lld) or gstride %lld", (long long)N,
                          (long long)C, (long long)gstride);
@@ -269,7 +269,7 @@ static int check_index_args(const char *op, vn_dtype idtype, int64_t outer, int6
                             int64_t inner, int64_t n_idx)
 {
     if (!target_dtype_ok(idtype))
-        return vnk__fail("%s: indices must be i32 or i64, got %s", op, vnk__dtype_name(idtype));
+        return vnk__fail("%s: indices must be i32 or i64, got %s", op, vn_dtype_name(idtype));
     if (outer < 0 || n_in < 0 || inner < 0 || n_idx < 0)
         return vnk__fail("%s: negative extent (outer %lld, n_in %lld, inner %lld, n_idx %lld)", op,
                          (long long)outer, (long long)n_in, (long long)inner, (long long)n_idx);
@@ -280,7 +280,7 @@ int vnk_index_select(void *out, const void *in, vn_dtype dtype, int64_t outer, i
                      int64_t inner, const void *index, vn_dtype idtype, int64_t n_idx)
 {
     if (check_index_args("vnk_index_select", idtype, outer, n_in, inner, n_idx)) return 1;
-    size_t size = vnk__dtype_size(dtype);
+    size_t size = vn_dtype_size(dtype);
     if (!size) return vnk__fail("vnk_index_select: unknown dtype %d", (int)dtype);
     int64_t total = outer * n_idx * inner;
     if (total == 0) return 0;

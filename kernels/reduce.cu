@@ -294,7 +294,7 @@ int vnk_reduce(vnk_red kind, vn_dtype dtype, const void *in, void *out, int64_t 
                          (long long)outer, (long long)R, (long long)inner);
     if (dtype != VN_F32 && dtype != VN_I32 && dtype != VN_I64 && dtype != VN_U8)
         return vnk__fail("vnk_reduce: expected an f32, i32, i64 or u8 input, got %s",
-                         vnk__dtype_name(dtype));
+                         vn_dtype_name(dtype));
     if (kind != VNK_RED_SUM && kind != VNK_RED_MEAN && kind != VNK_RED_MAX && kind != VNK_RED_MIN)
         return vnk__fail("vnk_reduce: unknown reduction %d", (int)kind);
     if (outer * inner == 0) return 0;

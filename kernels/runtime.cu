@@ -38,19 +38,6 @@ int vnk__cuda(cudaError_t e, const char *what, ...)
     return vnk__fail("%s: %s (%s)", buf, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-const char *vnk__dtype_name(vn_dtype d)
-{
-    switch (d) {
-    case VN_F32: return "f32";
-    case VN_I32: return "i32";
-    case VN_I64: return "i64";
-    case VN_U8: return "u8";
-    case VN_BF16: return "bf16";
-    case VN_F16: return "f16";
-    }
-    return "unknown dtype";
-}
-
 /* ---- devices ------------------------------------------------------------------ */
 
 int vnk_device_count(void)

@@ -310,7 +310,7 @@ static int check_matrix(const char *op, const vnk_vnm *w)
     if (!w || !w->values || !w->meta || !w->gather)
         return vnk__fail("%s: expected a packed V:N:M matrix on the device, got NULL", op);
     if (w->dtype != VN_BF16 && w->dtype != VN_F16)
-        return vnk__fail("%s: expected dtype bf16 or f16, got %s", op, vnk__dtype_name(w->dtype));
+        return vnk__fail("%s: expected dtype bf16 or f16, got %s", op, vn_dtype_name(w->dtype));
     if (w->V % 16 != 0)
         return vnk__fail("%s: V must be a multiple of 16 (one mma tile of rows), got V=%lld", op,
                          (long long)w->V);
