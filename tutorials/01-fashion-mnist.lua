@@ -71,6 +71,10 @@ local opts = util.parse_cli(arg, {
   if o.device ~= "cpu" and o.device ~= "cuda" then
     util.fail("--device must be cpu or cuda, got " .. o.device)
   end
+  if o.device == "cuda" and o.sparse ~= "" then
+    util.fail("--sparse runs on the CPU only so far (the Sparse Tensor Core kernels are not wired "
+      .. "into SparseLinear yet); drop --device cuda or --sparse")
+  end
   if o.device == "cuda" and not venom.cuda.is_available() then
     util.fail("--device cuda: no CUDA device is available (a GPU, its driver and a venom built "
       .. "with CUDA are needed)")
