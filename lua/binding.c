@@ -740,6 +740,9 @@ static int l_detach(lua_State *L) { return lv_push(L, vn_detach(lv_check(L, 1)))
 static int l_to(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
+    if (lua_gettop(L) > 2)
+        return luaL_error(L, "to: expected one dtype or device, found %d arguments",
+                          lua_gettop(L) - 1);
     if (lua_type(L, 2) == LUA_TSTRING && lv_device_name_at(L, 2) >= 0)
         return lv_push(L, vn_to_device(t, (vn_device)lv_device_name_at(L, 2)));
     bool known = false;
