@@ -277,6 +277,7 @@ void vn_vnm_free(vn_vnm *s)
     if (!s) return;
     vn_tensor_release(s->blob);
     vn_tensor_release(s->values);
+    vn_tensor_release(atomic_load(&s->device_pattern));
     free(s);
 }
 
@@ -309,34 +310,46 @@ vn_status vn_vnm_stats(const vn_vnm *s, vn_vnm_summary *out)
 }
 
 /* A new R × K tensor, zero except at the kept positions of real columns:
- * there the value (f32: to_dense) or 1 (u8: mask). */
+ * there the value (f32: to_dense) or 1 (u8: mask). Values on the GPU are
+ * copied to the CPU and the dense result goes back: to_dense is for
+ * inspection and pruning, not for the training step. */
 static vn_tensor *scatter(const vn_vnm *s, vn_dtype dtype, const char *op)
 {
     if (!s) return vn__errp(VN_ERR_ARG, "%s: the matrix is NULL", op);
     char what[64];
     snprintf(what, sizeof what, "%s: values", op);
-    if (dtype == VN_F32 && vn__check(s->values, what)) return NULL;
+    bool values = dtype == VN_F32, on_cuda = values && vn__is_cuda(s->values);
+    if (values && vn__check_for(s->values, what, VN_ALLOW_CUDA)) return NULL;
     int64_t shape[2] = {s->R, s->K};
     vn_tensor *out = vn_zeros(dtype, 2, shape);
     if (!out) return NULL;
     vnm_pattern p = vnm__pattern_of(s);
-    vn_tensor *vc = dtype == VN_F32 ? vn_contiguous(s->values) : NULL;
-    if (dtype == VN_F32 && !vc) {
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *host = values ? vn_to_device(s->values, VN_CPU) : NULL;
+    vn_tensor *vc = host ? vn_contiguous(host) : NULL;
+    vn_tensor_release(host);
+    if (values && !vc) {
         vn_tensor_release(out);
-        return NULL;
+        out = NULL;
     }
     const float *val = vc ? vn_tensor_data(vc) : NULL;
-    for (int64_t r = 0; r < p.R; r++)
+    for (int64_t r = 0; out && r < p.R; r++)
         for (int64_t g = 0; g < p.G; g++)
             for (int slot = 0; slot < 2; slot++) {
                 int64_t c = g * p.M + p.cols[((r / p.V) * p.G + g) * 4 + vnm__index(&p, r, g, slot)];
                 if (c >= p.K) continue;
-                if (dtype == VN_F32)
+                if (values)
                     ((float *)vn_tensor_data(out))[r * p.K + c] = val[r * 2 * p.G + 2 * g + slot];
                 else
                     ((uint8_t *)vn_tensor_data(out))[r * p.K + c] = 1;
             }
     vn_tensor_release(vc);
+    if (out && on_cuda) {
+        vn_tensor *moved = vn_to_device(out, VN_CUDA);
+        vn_tensor_release(out);
+        out = moved;
+    }
+    vn_set_grad_enabled(was);
     return out;
 }
 

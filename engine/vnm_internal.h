@@ -30,6 +30,8 @@
 
 #include "internal.h"
 
+#include <stdatomic.h>
+
 typedef struct {
     int64_t R, K, V, M;
     int64_t G, Kp, nblocks, idx_stride; /* derived: ⌈K/M⌉, G·M, ⌈R/V⌉, ⌈G/2⌉ */
@@ -41,7 +43,11 @@ typedef struct {
 struct vn_vnm {
     int64_t R, K, V, M;
     vn_tensor *blob;   /* u8: the pattern arrays, laid out by vnm__layout */
-    vn_tensor *values; /* f32 (R, 2G): the kept weights */
+    vn_tensor *values; /* f32 (R, 2G): the kept weights, on the CPU or CUDA */
+    /* The pattern packed for the Sparse Tensor Core kernels, on the device
+     * (vnm_cuda.c): built on first CUDA use and then only read, so threads
+     * sharing the matrix set it once with a compare-and-swap. */
+    _Atomic(vn_tensor *) device_pattern;
 };
 
 /* Fills the derived sizes of p from R, K, V, M and returns the blob's size
@@ -92,5 +98,14 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
  * when needed). */
 vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, const float *xt,
                      int64_t B, float *dvalues);
+
+/* ---- the CUDA path (vnm_cuda.c) ---------------------------------------------
+ * vn_vnm_linear and the three plain calls with x, values (and bias) on the
+ * GPU, after the callers' shape and dtype checks. */
+vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
+                            const vn_tensor *bias);
+vn_tensor *vnm__cuda_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x);
+vn_tensor *vnm__cuda_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
+vn_tensor *vnm__cuda_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);
 
 #endif

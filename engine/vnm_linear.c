@@ -20,7 +20,7 @@ static vn_status check_values(const vn_vnm *s, const vn_tensor *values, const ch
 {
     char what[64], got[128];
     snprintf(what, sizeof what, "%s: values", op);
-    vn_status st = vn__check_dtype(values, VN_F32, what);
+    vn_status st = vn__check_dtype_for(values, VN_F32, what, VN_ALLOW_CUDA);
     if (st) return st;
     int64_t cols = 2 * ((s->K + s->M - 1) / s->M);
     if (values->ndim != 2 || values->shape[0] != s->R || values->shape[1] != cols)
@@ -38,7 +38,7 @@ static vn_status check_rows(const vn_tensor *t, int64_t width, const char *op, c
 {
     char name[96], got[128];
     snprintf(name, sizeof name, "%s: %s", op, what);
-    vn_status st = vn__check_dtype(t, VN_F32, name);
+    vn_status st = vn__check_dtype_for(t, VN_F32, name, VN_ALLOW_CUDA);
     if (st) return st;
     if (t->ndim == 0 || t->shape[t->ndim - 1] != width)
         return vn__err(VN_ERR_SHAPE, "%s: %s of shape %s has %lld features (last dim), expected "
@@ -47,6 +47,15 @@ static vn_status check_rows(const vn_tensor *t, int64_t width, const char *op, c
                        width_name);
     *rows = vn_tensor_numel(t) / width; /* width >= 1: a matrix has rows and M >= 4 columns */
     return VN_OK;
+}
+
+/* Whether the operands (NULLs skipped) are on the GPU; VN_ERR_DEVICE naming
+ * both devices when they differ. */
+static vn_status device_of(const char *op, const vn_tensor *a, const vn_tensor *b,
+                           const vn_tensor *c, bool *cuda)
+{
+    const vn_tensor *ts[3] = {a, b, c};
+    return vn__same_device(op, 3, ts, cuda);
 }
 
 /* A contiguous copy of t (or t itself, retained) that is never recorded. */
@@ -81,9 +90,12 @@ static vn_tensor *like_rows(const vn_tensor *t, int64_t last)
 vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x)
 {
     int64_t B;
+    bool cuda;
     if (check_matrix(s, "vnm_spmm") || check_values(s, values, "vnm_spmm") ||
-        check_rows(x, s->K, "vnm_spmm", "input", "the matrix's columns", &B))
+        check_rows(x, s->K, "vnm_spmm", "input", "the matrix's columns", &B) ||
+        device_of("vnm_spmm", values, x, NULL, &cuda))
         return NULL;
+    if (cuda) return vnm__cuda_spmm(s, values, x);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
     vn_tensor *xt = vc ? packed(xc, B, p.K, p.Kp) : NULL;
@@ -117,9 +129,12 @@ static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const vn
 vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy)
 {
     int64_t B;
+    bool cuda;
     if (check_matrix(s, "vnm_spmm_t") || check_values(s, values, "vnm_spmm_t") ||
-        check_rows(dy, s->R, "vnm_spmm_t", "gradient", "the matrix's rows", &B))
+        check_rows(dy, s->R, "vnm_spmm_t", "gradient", "the matrix's rows", &B) ||
+        device_of("vnm_spmm_t", values, dy, NULL, &cuda))
         return NULL;
+    if (cuda) return vnm__cuda_spmm_t(s, values, dy);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *vc = dyc ? plain(values) : NULL;
     vn_tensor *dyt = vc ? packed(dyc, B, p.R, p.R) : NULL;
@@ -154,6 +169,9 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
     if (B != Bx)
         return vn__errp(VN_ERR_SHAPE, "vnm_sddmm: the gradient has %lld rows and the input %lld; "
                         "they must match", (long long)B, (long long)Bx);
+    bool cuda;
+    if (device_of("vnm_sddmm", dy, x, NULL, &cuda)) return NULL;
+    if (cuda) return vnm__cuda_sddmm(s, dy, x);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *xc = dyc ? plain(x) : NULL;
     vn_tensor *xt = xc ? packed(xc, B, p.K, p.Kp) : NULL;
@@ -210,7 +228,7 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
     int64_t B;
     if (check_matrix(s, "vnm_linear") || check_values(s, values, "vnm_linear") ||
         check_rows(x, s->K, "vnm_linear", "input", "the layer's in features", &B) ||
-        (bias && vn__check_dtype(bias, VN_F32, "vnm_linear: bias")))
+        (bias && vn__check_dtype_for(bias, VN_F32, "vnm_linear: bias", VN_ALLOW_CUDA)))
         return NULL;
     if (bias && (bias->ndim != 1 || bias->shape[0] != s->R)) {
         char got[128], want[64];
@@ -218,6 +236,9 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
                         vn_shape_str(bias->ndim, bias->shape, got, sizeof got),
                         vn_shape_str(1, &s->R, want, sizeof want));
     }
+    bool cuda;
+    if (device_of("vnm_linear", x, values, bias, &cuda)) return NULL;
+    if (cuda) return vnm__cuda_linear(x, s, values, bias);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
     vn_tensor *bc = vc && bias ? plain(bias) : NULL;

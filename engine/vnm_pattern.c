@@ -31,11 +31,11 @@ vn_tensor *vn_vnm_indices(const vn_vnm *s)
 
 /* VN_ERR_SHAPE/DTYPE unless t is a `dtype` tensor of the given shape. */
 static vn_status check_array(const vn_tensor *t, vn_dtype dtype, int ndim, const int64_t *shape,
-                             const char *what)
+                             const char *what, unsigned allow)
 {
     char name[64], got[128], want[128];
     snprintf(name, sizeof name, "vnm_from_pattern: %s", what);
-    vn_status st = vn__check_dtype(t, dtype, name);
+    vn_status st = vn__check_dtype_for(t, dtype, name, allow);
     if (st) return st;
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
@@ -89,9 +89,10 @@ vn_vnm *vn_vnm_from_pattern(int64_t R, int64_t K, int64_t V, int64_t N, int64_t 
     vnm_pattern p;
     int64_t nbytes = (int64_t)vnm__layout(&p, R, K, V, M, NULL);
     int64_t cshape[3] = {p.nblocks, p.G, 4}, ishape[2] = {R, p.idx_stride}, vshape[2] = {R, 2 * p.G};
-    if (check_array(columns, VN_I32, 3, cshape, "columns") ||
-        check_array(indices, VN_U8, 2, ishape, "indices") ||
-        (values && check_array(values, VN_F32, 2, vshape, "values")))
+    /* The values are only referenced, so they may live on the GPU. */
+    if (check_array(columns, VN_I32, 3, cshape, "columns", 0) ||
+        check_array(indices, VN_U8, 2, ishape, "indices", 0) ||
+        (values && check_array(values, VN_F32, 2, vshape, "values", VN_ALLOW_CUDA)))
         return NULL;
     if (values && !vn_tensor_is_contiguous(values))
         return vn__errp(VN_ERR_ARG, "vnm_from_pattern: values must be contiguous");

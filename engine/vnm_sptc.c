@@ -10,17 +10,14 @@
  * both), a pair the hardware accepts. */
 #define PAD_NIBBLE 0x4u
 
-/* Bits of value h (0/1) of group g of row r, rounded to p's dtype; 0 for a
- * padding row or group or a value whose column is padding. */
-static uint16_t packed_value(const vnm_sptc *p, const vnm_pattern *pat, const float *values,
-                             int64_t r, int64_t g, int h)
+/* Where value h (0/1) of group g of row r comes from in the values array,
+ * or −1 for a padding row or group or a value whose column is padding. */
+static int32_t value_source(const vnm_sptc *p, const vnm_pattern *pat, int64_t r, int64_t g, int h)
 {
-    if (r >= p->R || g >= p->G) return 0;
+    if (r >= p->R || g >= p->G) return -1;
     int j = vnm__index(pat, r, g, h);
     int64_t col = g * p->M + pat->cols[((r / p->V) * p->G + g) * 4 + j];
-    if (col >= p->K) return 0;
-    float v = values[r * 2 * p->G + 2 * g + h];
-    return p->dtype == VN_BF16 ? vn__f32_to_bf16(v) : vn__f32_to_f16(v);
+    return col < p->K ? (int32_t)(r * 2 * p->G + 2 * g + h) : -1;
 }
 
 /* The metadata nibble of group g of row r: first position in bits 0–1,
@@ -31,19 +28,19 @@ static uint32_t packed_nibble(const vnm_sptc *p, const vnm_pattern *pat, int64_t
     return (uint32_t)(vnm__index(pat, r, g, 0) | vnm__index(pat, r, g, 1) << 2);
 }
 
-/* Fills tile (rt, kt): 32 lanes × 4 registers × 2 values, and the 16
- * metadata words of the lanes with tig 0 and 1 (see vnm_sptc.h). */
-static void pack_tile(vnm_sptc *p, const vnm_pattern *pat, const float *values, int64_t rt,
-                      int64_t kt)
+/* Fills tile (rt, kt): the sources of its 32 lanes × 4 registers × 2
+ * values, and the 16 metadata words of the lanes with tig 0 and 1 (see
+ * vnm_sptc.h). */
+static void layout_tile(vnm_sptc *p, const vnm_pattern *pat, int64_t rt, int64_t kt)
 {
     int64_t t = rt * p->k_tiles + kt;
-    uint16_t *tv = p->values + t * VNM_SPTC_TILE_VALUES;
+    int32_t *ts = p->src + t * VNM_SPTC_TILE_VALUES;
     for (int lane = 0; lane < 32; lane++) {
         int gid = lane >> 2, tig = lane & 3;
         for (int i = 0; i < 4; i++) {
             int64_t r = rt * VNM_SPTC_ROWS + gid + 8 * (i & 1);
             int64_t g = kt * VNM_SPTC_GROUPS + tig + 4 * (i >> 1);
-            for (int h = 0; h < 2; h++) tv[lane * 8 + 2 * i + h] = packed_value(p, pat, values, r, g, h);
+            for (int h = 0; h < 2; h++) ts[lane * 8 + 2 * i + h] = value_source(p, pat, r, g, h);
         }
     }
     uint32_t *tm = p->meta + t * VNM_SPTC_TILE_META;
@@ -61,32 +58,36 @@ static void pack_tile(vnm_sptc *p, const vnm_pattern *pat, const float *values, 
     }
 }
 
-vnm_sptc *vnm_sptc_pack(const vn_vnm *s, vn_dtype dtype)
+static size_t packed_count(const vnm_sptc *p)
 {
-    if (!s) return vn__errp(VN_ERR_ARG, "vnm_sptc_pack: expected a V:N:M matrix, got NULL");
+    return (size_t)(p->row_tiles * p->k_tiles) * VNM_SPTC_TILE_VALUES;
+}
+
+vnm_sptc *vnm_sptc_layout(const vn_vnm *s, vn_dtype dtype)
+{
+    if (!s) return vn__errp(VN_ERR_ARG, "vnm_sptc_layout: expected a V:N:M matrix, got NULL");
     if (dtype != VN_BF16 && dtype != VN_F16)
-        return vn__errp(VN_ERR_DTYPE, "vnm_sptc_pack: expected dtype bf16 or f16 (the inputs of "
-                        "mma.sp), got %s", vn_dtype_name(dtype));
+        return vn__errp(VN_ERR_DTYPE, "vnm_sptc_layout: expected dtype bf16 or f16 (the inputs "
+                        "of mma.sp), got %s", vn_dtype_name(dtype));
     vnm_pattern pat = vnm__pattern_of(s);
     vnm_sptc *p = calloc(1, sizeof *p);
-    if (!p) return vn__errp(VN_ERR_MEMORY, "vnm_sptc_pack: out of memory");
+    if (!p) return vn__errp(VN_ERR_MEMORY, "vnm_sptc_layout: out of memory");
     p->R = s->R, p->K = s->K, p->V = s->V, p->M = s->M, p->G = pat.G, p->nblocks = pat.nblocks;
     p->row_tiles = (s->R + VNM_SPTC_ROWS - 1) / VNM_SPTC_ROWS;
     p->k_tiles = (pat.G + VNM_SPTC_GROUPS - 1) / VNM_SPTC_GROUPS;
     p->dtype = dtype;
     size_t tiles = (size_t)(p->row_tiles * p->k_tiles);
     size_t ngather = (size_t)(p->nblocks * p->k_tiles * VNM_SPTC_COLS);
-    p->values = malloc(tiles * VNM_SPTC_TILE_VALUES * sizeof *p->values);
+    p->src = malloc(packed_count(p) * sizeof *p->src);
     p->meta = malloc(tiles * VNM_SPTC_TILE_META * sizeof *p->meta);
     p->gather = malloc(ngather * sizeof *p->gather);
-    if (!p->values || !p->meta || !p->gather) {
+    if (!p->src || !p->meta || !p->gather) {
         vnm_sptc_free(p);
-        return vn__errp(VN_ERR_MEMORY, "vnm_sptc_pack: out of memory for %zu tiles of a %lld × "
-                        "%lld matrix", tiles, (long long)s->R, (long long)s->K);
+        return vn__errp(VN_ERR_MEMORY, "vnm_sptc_layout: out of memory for %zu tiles of a %lld "
+                        "× %lld matrix", tiles, (long long)s->R, (long long)s->K);
     }
-    const float *values = vn_tensor_data(s->values);
     for (int64_t rt = 0; rt < p->row_tiles; rt++)
-        for (int64_t kt = 0; kt < p->k_tiles; kt++) pack_tile(p, &pat, values, rt, kt);
+        for (int64_t kt = 0; kt < p->k_tiles; kt++) layout_tile(p, &pat, rt, kt);
     for (int64_t b = 0; b < p->nblocks; b++)
         for (int64_t c = 0; c < p->k_tiles * VNM_SPTC_COLS; c++) {
             int64_t g = c / 4, col = -1;
@@ -96,12 +97,36 @@ vnm_sptc *vnm_sptc_pack(const vn_vnm *s, vn_dtype dtype)
     return p;
 }
 
+vn_status vnm_sptc_pack_values(vnm_sptc *p, const float *values)
+{
+    size_t n = packed_count(p);
+    if (!p->values && !(p->values = malloc(n * sizeof *p->values)))
+        return vn__err(VN_ERR_MEMORY, "vnm_sptc_pack_values: out of memory for %zu values", n);
+    for (size_t j = 0; j < n; j++) {
+        float v = p->src[j] >= 0 ? values[p->src[j]] : 0.0f;
+        p->values[j] = p->dtype == VN_BF16 ? vn__f32_to_bf16(v) : vn__f32_to_f16(v);
+    }
+    return VN_OK;
+}
+
+vnm_sptc *vnm_sptc_pack(const vn_vnm *s, vn_dtype dtype)
+{
+    if (s && vn__check(s->values, "vnm_sptc_pack: values")) return NULL;
+    vnm_sptc *p = vnm_sptc_layout(s, dtype);
+    if (p && vnm_sptc_pack_values(p, vn_tensor_data(s->values))) {
+        vnm_sptc_free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 void vnm_sptc_free(vnm_sptc *p)
 {
     if (!p) return;
     free(p->values);
     free(p->meta);
     free(p->gather);
+    free(p->src);
     free(p);
 }
 

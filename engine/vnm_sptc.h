@@ -45,7 +45,11 @@
  *   gather  int32, nblocks × 32·k_tiles: the original column of block b's
  *           condensed column c, or −1 for padding (group ≥ G or column
  *           ≥ K). Kernels gather the dense operand's columns with it and
- *           scatter dX into them. */
+ *           scatter dX into them.
+ *   src     int32, like values: where each packed value comes from in the
+ *           f32 values array (R × 2G), r·2G + 2g + h for value h of group
+ *           g of row r, or −1 for a value that is 0 (padding row or group,
+ *           or a kept column ≥ K). */
 #ifndef VENOM_VNM_SPTC_H
 #define VENOM_VNM_SPTC_H
 
@@ -63,15 +67,26 @@ typedef struct {
     int64_t R, K, V, M, G, nblocks;
     int64_t row_tiles, k_tiles; /* ⌈R/16⌉, ⌈G/8⌉ */
     vn_dtype dtype;             /* VN_BF16 or VN_F16 */
-    uint16_t *values;           /* row_tiles·k_tiles·256 */
+    uint16_t *values;           /* row_tiles·k_tiles·256; NULL until packed */
     uint32_t *meta;             /* row_tiles·k_tiles·16 */
     int32_t *gather;            /* nblocks·k_tiles·32 */
+    int32_t *src;               /* row_tiles·k_tiles·256 */
 } vnm_sptc;
 
-/* Packs s with its current values rounded to dtype (VN_BF16 or VN_F16,
- * round to nearest even) into a new vnm_sptc (free with vnm_sptc_free).
- * Errors: VN_ERR_ARG for a NULL s, VN_ERR_DTYPE for another dtype,
+/* The pattern part of s's packing, in a new vnm_sptc (free with
+ * vnm_sptc_free): meta, gather and src; values stays NULL. It depends on
+ * the pattern only, so the engine uploads it once per matrix and refreshes
+ * the values from src after every optimizer step. Errors: VN_ERR_ARG for a
+ * NULL s, VN_ERR_DTYPE for a dtype other than VN_BF16 or VN_F16,
  * VN_ERR_MEMORY. */
+vnm_sptc *vnm_sptc_layout(const vn_vnm *s, vn_dtype dtype);
+/* p->values[j] = values[src[j]] rounded to p->dtype (round to nearest
+ * even), or 0 where src[j] < 0, for the f32 values array (R × 2G) of the
+ * matrix p was laid out from; allocates p->values on first use. The host
+ * twin of vnk_vnm_pack_values. Errors: VN_ERR_MEMORY. */
+vn_status vnm_sptc_pack_values(vnm_sptc *p, const float *values);
+/* vnm_sptc_layout then vnm_sptc_pack_values with s's own values, which must
+ * be on the CPU (VN_ERR_DEVICE otherwise). */
 vnm_sptc *vnm_sptc_pack(const vn_vnm *s, vn_dtype dtype);
 void vnm_sptc_free(vnm_sptc *p);
 

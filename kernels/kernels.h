@@ -234,6 +234,18 @@ int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx);
 int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx, int64_t B,
                   float *dvalues);
 
+/* The two conversions the engine runs before the kernels (dtype bf16 or
+ * f16, f32 rounded to nearest even):
+ *   pack_values:     out[j] = values[src[j]], or 0 where src[j] < 0, for
+ *                    j < n: the packed values refreshed from the f32
+ *                    trainable array (src from vnm_sptc_layout);
+ *   transpose_input: xt (K × ldx) = xᵀ for x (B × K f32, row-major), with
+ *                    columns B..ldx−1 of xt set to 0. */
+int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,
+                        void *out);
+int vnk_vnm_transpose_input(const float *x, int64_t B, int64_t K, vn_dtype dtype, void *xt,
+                            int64_t ldx);
+
 #ifdef __cplusplus
 }
 #endif

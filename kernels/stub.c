@@ -153,3 +153,15 @@ int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
 {
     NO_CUDA;
 }
+
+int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,
+                        void *out)
+{
+    NO_CUDA;
+}
+
+int vnk_vnm_transpose_input(const float *x, int64_t B, int64_t K, vn_dtype dtype, void *xt,
+                            int64_t ldx)
+{
+    NO_CUDA;
+}

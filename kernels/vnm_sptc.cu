@@ -303,6 +303,43 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
     }
 }
 
+/* ---- conversions before the kernels ----------------------------------------------- */
+
+template <typename T> static __device__ inline T round_to(float v);
+template <> __device__ inline __nv_bfloat16 round_to<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ inline __half round_to<__half>(float v) { return __float2half_rn(v); }
+
+/* out[j] = values[src[j]] (0 where src[j] < 0), grid-stride. */
+template <typename T>
+__global__ void k_pack_values(const int32_t *src, int64_t n, const float *values, T *out)
+{
+    for (int64_t j = VNK_GRID_START; j < n; j += VNK_GRID_STEP)
+        out[j] = round_to<T>(src[j] >= 0 ? values[src[j]] : 0.0f);
+}
+
+/* Grid: (⌈ldx/32⌉, ⌈K/32⌉), 32 × 8 threads. A 32 × 32 tile goes through
+ * shared memory so that both the reads of x and the writes of xt are
+ * coalesced; the extra column of the tile keeps the transposed reads off
+ * one bank. */
+template <typename T>
+__global__ void k_transpose_input(const float *x, int64_t B, int64_t K, T *xt, int64_t ldx)
+{
+    __shared__ float tile[32][33];
+    const int64_t b0 = (int64_t)blockIdx.x * 32, k0 = (int64_t)blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        int64_t b = b0 + i, k = k0 + threadIdx.x;
+        tile[i][threadIdx.x] = b < B && k < K ? x[b * K + k] : 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        int64_t k = k0 + i, b = b0 + threadIdx.x;
+        if (k < K && b < ldx) xt[k * ldx + b] = round_to<T>(tile[threadIdx.x][i]);
+    }
+}
+
 /* ---- host side ------------------------------------------------------------------ */
 
 static int check_matrix(const char *op, const vnk_vnm *w)
@@ -324,6 +361,7 @@ static int check_matrix(const char *op, const vnk_vnm *w)
 
 static int check_xt(const char *op, const void *xt, int64_t ldx, int64_t B)
 {
+    if (B == 0) return 0; /* nothing is read */
     if (!xt) return vnk__fail("%s: xt is NULL", op);
     if (ldx < (B + 7) / 8 * 8 || ldx % 8 != 0 || ((uintptr_t)xt & 15) != 0)
         return vnk__fail("%s: xt needs a row stride that is a multiple of 8 and at least B=%lld "
@@ -419,4 +457,40 @@ int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx)
     if (16 * per_col <= TX_SMEM - rest) return launch_spmm_t<16, 1>(w, d, B, dx);
     return vnk__fail("vnk_vnm_spmm_t: M=%lld is too large for the shared-memory accumulator "
                      "(at most %lld)", (long long)w->M, (long long)((TX_SMEM - rest) / 16 / 32));
+}
+
+int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,
+                        void *out)
+{
+    if (!src || !values || !out) return vnk__fail("vnk_vnm_pack_values: an array is NULL");
+    if (dtype != VN_BF16 && dtype != VN_F16)
+        return vnk__fail("vnk_vnm_pack_values: expected dtype bf16 or f16, got %s",
+                         vn_dtype_name(dtype));
+    if (n == 0) return 0;
+    unsigned blocks = vnk__blocks(n, VNK_THREADS);
+    if (dtype == VN_BF16)
+        k_pack_values<<<blocks, VNK_THREADS>>>(src, n, values, (__nv_bfloat16 *)out);
+    else
+        k_pack_values<<<blocks, VNK_THREADS>>>(src, n, values, (__half *)out);
+    return vnk__launched("vnk_vnm_pack_values (k_pack_values)");
+}
+
+int vnk_vnm_transpose_input(const float *x, int64_t B, int64_t K, vn_dtype dtype, void *xt,
+                            int64_t ldx)
+{
+    if (!x || !xt) return vnk__fail("vnk_vnm_transpose_input: x or xt is NULL");
+    if (dtype != VN_BF16 && dtype != VN_F16)
+        return vnk__fail("vnk_vnm_transpose_input: expected dtype bf16 or f16, got %s",
+                         vn_dtype_name(dtype));
+    if (ldx < B) return vnk__fail("vnk_vnm_transpose_input: ldx=%lld is less than B=%lld",
+                                  (long long)ldx, (long long)B);
+    if (ldx == 0 || K == 0) return 0;
+    if ((K + 31) / 32 > 65535)
+        return vnk__fail("vnk_vnm_transpose_input: K=%lld needs more than 65535 tiles", (long long)K);
+    dim3 grid((unsigned)((ldx + 31) / 32), (unsigned)((K + 31) / 32)), block(32, 8);
+    if (dtype == VN_BF16)
+        k_transpose_input<<<grid, block>>>(x, B, K, (__nv_bfloat16 *)xt, ldx);
+    else
+        k_transpose_input<<<grid, block>>>(x, B, K, (__half *)xt, ldx);
+    return vnk__launched("vnk_vnm_transpose_input (k_transpose_input)");
 }

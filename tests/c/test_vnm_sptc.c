@@ -257,6 +257,49 @@ static void test_layout_by_hand(void **state)
     vn_tensor_release(vals);
 }
 
+/* Refreshing the values of a packed matrix after they changed in place (an
+ * optimizer step) gives what a fresh pack gives, and src names each real
+ * value exactly once: what the GPU path relies on to repack per call. */
+static void test_repack(void **state)
+{
+    vn_vnm *s = random_vnm(50, 77, 16, 6, 91);
+    vnm_sptc *p = vnm_sptc_pack(s, VN_BF16);
+    CHECK_PTR(p);
+    vn_tensor *vals = vn_vnm_values(s);
+    float *v = vn_tensor_data(vals);
+    int64_t nv = vn_tensor_numel(vals), n = p->row_tiles * p->k_tiles * VNM_SPTC_TILE_VALUES;
+    uint32_t seed = 3;
+    for (int64_t i = 0; i < nv; i++) v[i] = random_value(&seed);
+    CHECK_OK(vnm_sptc_pack_values(p, v));
+    vnm_sptc *fresh = vnm_sptc_pack(s, VN_BF16);
+    CHECK_PTR(fresh);
+    assert_memory_equal(p->values, fresh->values, (size_t)n * sizeof *p->values);
+    check_roundtrip(s, VN_BF16);
+
+    /* Each value whose column is real (K = 77 leaves group 12 with columns
+     * 72..77: one padding column) is a source once; the rest never. */
+    vn_tensor *mask = vn_vnm_mask(s);
+    CHECK_PTR(mask);
+    int *uses = calloc((size_t)nv, sizeof *uses);
+    int64_t used = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (p->src[j] < 0) continue;
+        assert_in_range(p->src[j], 0, nv - 1);
+        uses[p->src[j]]++, used++;
+    }
+    int64_t kept = 0;
+    const uint8_t *m = vn_tensor_data(mask);
+    for (int64_t e = 0; e < 50 * 77; e++) kept += m[e];
+    assert_int_equal(used, kept);
+    for (int64_t i = 0; i < nv; i++) assert_in_range(uses[i], 0, 1);
+    free(uses);
+    vn_tensor_release(mask);
+    vn_tensor_release(vals);
+    vnm_sptc_free(fresh);
+    vnm_sptc_free(p);
+    vn_vnm_free(s);
+}
+
 /* Round to nearest even at the edges the packing meets. */
 static void test_conversions(void **state)
 {
@@ -299,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_random), cmocka_unit_test(test_roundtrip_from_dense),
         cmocka_unit_test(test_corruption),       cmocka_unit_test(test_layout_by_hand),
         cmocka_unit_test(test_conversions),      cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_repack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

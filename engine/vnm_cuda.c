@@ -1,0 +1,307 @@
+/* vnm_cuda.c — vn_vnm_linear and the plain V:N:M calls on CUDA tensors,
+ * through the Sparse Tensor Core kernels of kernels/vnm_sptc.cu.
+ *
+ * What goes to the device when:
+ *   - the pattern (metadata words, gather table and the source of each
+ *     packed value, from vnm_sptc_layout) once per matrix, on first use,
+ *     cached in the vn_vnm. A pattern never changes (GMP's recompression
+ *     builds a new matrix, whose cache starts empty), so it cannot go stale;
+ *   - the values are packed from the f32 trainable tensor at every call
+ *     (one gather kernel over the R·2G values), so every optimizer step is
+ *     seen; the backward uses the copy its forward packed;
+ *   - the input is rounded and transposed per call (Xᵀ, K × ldx, the
+ *     layout the kernels gather from) and kept for the values' gradient.
+ * Precision: operands in bf16 (f16 under autocast f16), products summed in
+ * f32, f32 outputs and gradients; the trainable values stay f32 (master
+ * weights), as in mixed-precision training. */
+#include "vnm_sptc.h"
+
+/* The 16-bit dtype of the operands: f16 under autocast f16, else bf16 (the
+ * wider exponent: activations and gradients need no loss scaling). */
+static vn_dtype operand_dtype(void) { return vn__autocast() == VN_F16 ? VN_F16 : VN_BF16; }
+
+/* What the kernels cannot do, refused before any work with the layout
+ * named: V a multiple of 16 always; V ≤ 128 and M ≤ 128 when dX is needed. */
+static vn_status check_layout(const char *op, const vn_vnm *s, bool input_grad)
+{
+    if (s->V % VNM_SPTC_ROWS)
+        return vn__err(VN_ERR_ARG, "%s: on CUDA, V must be a multiple of 16 (the rows of one "
+                       "Sparse Tensor Core tile), got V=%lld; build the layer with V = 16, 32, 64 "
+                       "or 128, or run it on the CPU", op, (long long)s->V);
+    if (input_grad && (s->V > 128 || s->M > 128))
+        return vn__err(VN_ERR_ARG, "%s: the input gradient on CUDA needs V <= 128 and M <= 128 "
+                       "(its accumulators live in shared memory), got V=%lld, M=%lld", op,
+                       (long long)s->V, (long long)s->M);
+    return VN_OK;
+}
+
+/* ---- the device pattern ------------------------------------------------------ */
+
+/* Byte offsets of the three arrays in the device pattern tensor. */
+typedef struct {
+    int64_t meta, gather, src, nbytes, npacked;
+} dev_offsets;
+
+static dev_offsets offsets_of(const vnk_vnm *w)
+{
+    int64_t tiles = w->row_tiles * w->k_tiles;
+    dev_offsets o = {.meta = 0, .npacked = tiles * VNM_SPTC_TILE_VALUES};
+    o.gather = tiles * VNM_SPTC_TILE_META * 4;
+    o.src = o.gather + w->nblocks * w->k_tiles * VNM_SPTC_COLS * 4;
+    o.nbytes = o.src + o.npacked * 4;
+    return o;
+}
+
+/* Sizes of s as the kernels see them (pointers unset). */
+static vnk_vnm sizes_of(const vn_vnm *s, vn_dtype dtype)
+{
+    int64_t G = (s->K + s->M - 1) / s->M;
+    return (vnk_vnm){.R = s->R, .K = s->K, .V = s->V, .M = s->M, .G = G,
+                     .nblocks = (s->R + s->V - 1) / s->V,
+                     .row_tiles = (s->R + VNM_SPTC_ROWS - 1) / VNM_SPTC_ROWS,
+                     .k_tiles = (G + VNM_SPTC_GROUPS - 1) / VNM_SPTC_GROUPS, .dtype = dtype};
+}
+
+/* The pattern of s laid out on the host and copied to the device as one u8
+ * tensor (meta, gather, src at offsets_of). */
+static vn_tensor *upload_pattern(const vn_vnm *s)
+{
+    vnm_sptc *p = vnm_sptc_layout(s, VN_BF16); /* the pattern arrays do not depend on dtype */
+    if (!p) return NULL;
+    vnk_vnm w = sizes_of(s, VN_BF16);
+    dev_offsets o = offsets_of(&w);
+    vn_tensor *host = vn__new(VN_U8, 1, &o.nbytes), *dev = NULL;
+    if (host) {
+        uint8_t *b = vn_tensor_data(host);
+        memcpy(b + o.meta, p->meta, (size_t)(o.gather - o.meta));
+        memcpy(b + o.gather, p->gather, (size_t)(o.src - o.gather));
+        memcpy(b + o.src, p->src, (size_t)(o.nbytes - o.src));
+        dev = vn_to_device(host, VN_CUDA);
+    }
+    vn_tensor_release(host);
+    vnm_sptc_free(p);
+    return dev;
+}
+
+/* s's device pattern (borrowed: s holds it), uploaded on first use. Two
+ * threads may race to build it; the loser frees its copy. */
+static const vn_tensor *device_pattern(const vn_vnm *s)
+{
+    _Atomic(vn_tensor *) *slot = (_Atomic(vn_tensor *) *)&s->device_pattern; /* a cache */
+    vn_tensor *d = atomic_load(slot);
+    if (d) return d;
+    vn_tensor *mine = upload_pattern(s), *none = NULL;
+    if (!mine) return NULL;
+    if (atomic_compare_exchange_strong(slot, &none, mine)) return mine;
+    vn_tensor_release(mine);
+    return none; /* the winner's */
+}
+
+/* The kernels' view of s: device pattern `pat`, packed values `packed`
+ * (NULL when the call reads no weights). */
+static vnk_vnm kernel_matrix(const vn_vnm *s, const vn_tensor *pat, const vn_tensor *packed,
+                             vn_dtype dtype)
+{
+    vnk_vnm w = sizes_of(s, dtype);
+    dev_offsets o = offsets_of(&w);
+    const uint8_t *b = vn__ptr(pat);
+    w.meta = (const uint32_t *)(b + o.meta);
+    w.gather = (const int32_t *)(b + o.gather);
+    w.values = packed ? vn__ptr(packed) : b; /* sddmm reads no values; any non-NULL will do */
+    return w;
+}
+
+/* ---- per-call conversions ---------------------------------------------------- */
+
+/* The values (f32 (R, 2G) on the device) packed in the mma.sp order as a
+ * new 16-bit device tensor. */
+static vn_tensor *pack_values(const vn_vnm *s, const vn_tensor *pat, const vn_tensor *values,
+                              vn_dtype dtype)
+{
+    vnk_vnm w = sizes_of(s, dtype);
+    dev_offsets o = offsets_of(&w);
+    vn_tensor *vc = vn__plain_contiguous(values);
+    vn_tensor *packed = vc ? vn__new_on(true, dtype, 1, &o.npacked) : NULL;
+    if (packed && vnk_vnm_pack_values((const int32_t *)((const uint8_t *)vn__ptr(pat) + o.src),
+                                      o.npacked, vn__ptr(vc), dtype, vn__ptr(packed))) {
+        vn_tensor_release(packed);
+        packed = vn__cuda_errp("vnm_linear: packing the values");
+    }
+    vn_tensor_release(vc);
+    return packed;
+}
+
+/* Xᵀ (K × ldx, 16-bit) of x (..., K) with B rows; *ldx = B rounded up to 8. */
+static vn_tensor *transposed_input(const vn_tensor *x, int64_t B, int64_t K, vn_dtype dtype,
+                                   int64_t *ldx)
+{
+    *ldx = (B + 7) / 8 * 8;
+    int64_t shape[2] = {K, *ldx};
+    vn_tensor *xc = vn__plain_contiguous(x);
+    vn_tensor *xt = xc ? vn__new_on(true, dtype, 2, shape) : NULL;
+    if (xt && vnk_vnm_transpose_input(vn__ptr(xc), B, K, dtype, vn__ptr(xt), *ldx)) {
+        vn_tensor_release(xt);
+        xt = vn__cuda_errp("vnm_linear: converting the input");
+    }
+    vn_tensor_release(xc);
+    return xt;
+}
+
+/* dy (..., R) f32 on the device as a contiguous 16-bit tensor. */
+static vn_tensor *half_rows(const vn_tensor *dy, vn_dtype dtype)
+{
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *h = vn_to_dtype(dy, dtype);
+    vn_tensor *hc = h ? vn__plain_contiguous(h) : NULL;
+    vn_set_grad_enabled(was);
+    vn_tensor_release(h);
+    return hc;
+}
+
+/* A new f32 device tensor shaped like t with its last dim replaced. */
+static vn_tensor *like_rows(const vn_tensor *t, int64_t last)
+{
+    int64_t shape[VN_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    shape[t->ndim - 1] = last;
+    return vn__new_on(true, VN_F32, t->ndim, shape);
+}
+
+/* ---- the three products --------------------------------------------------------- */
+
+/* y (..., R) = X·Wᵀ + bias from Xᵀ. */
+static vn_tensor *forward(const vnk_vnm *w, const vn_tensor *xt, int64_t ldx, const vn_tensor *x,
+                          int64_t B, const vn_tensor *bias)
+{
+    vn_tensor *bc = bias ? vn__plain_contiguous(bias) : NULL;
+    vn_tensor *y = !bias || bc ? like_rows(x, w->R) : NULL;
+    if (y && vnk_vnm_spmm(w, vn__ptr(xt), ldx, B, bc ? vn__ptr(bc) : NULL, vn__ptr(y))) {
+        vn_tensor_release(y);
+        y = vn__cuda_errp("vnm_linear: forward (spmm)");
+    }
+    vn_tensor_release(bc);
+    return y;
+}
+
+/* dX (shaped like `like`, K features) = dY·W from the 16-bit dY. */
+static vn_tensor *input_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_tensor *like,
+                             int64_t B)
+{
+    vn_tensor *dx = like_rows(like, w->K);
+    if (dx && vnk_vnm_spmm_t(w, vn__ptr(dy16), B, vn__ptr(dx))) {
+        vn_tensor_release(dx);
+        dx = vn__cuda_errp("vnm_linear: input gradient (spmm_t)");
+    }
+    return dx;
+}
+
+/* dvalues (R, 2G) = dYᵀ·X at the kept positions. */
+static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_tensor *xt,
+                              int64_t ldx, int64_t B)
+{
+    int64_t shape[2] = {w->R, 2 * w->G};
+    vn_tensor *dv = vn__new_on(true, VN_F32, 2, shape);
+    if (dv && vnk_vnm_sddmm(w, vn__ptr(dy16), vn__ptr(xt), ldx, B, vn__ptr(dv))) {
+        vn_tensor_release(dv);
+        dv = vn__cuda_errp("vnm_linear: values gradient (sddmm)");
+    }
+    return dv;
+}
+
+/* ---- the differentiable op ------------------------------------------------------- */
+
+/* Node: inputs x, values, bias; saved[0] the device pattern, saved[1] the
+ * packed values (when x needs a gradient), saved[2] Xᵀ (when the values
+ * do); i[] = R, K, V, M, operand dtype, ldx. */
+static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
+{
+    vn_vnm shape = {.R = nd->i[0], .K = nd->i[1], .V = nd->i[2], .M = nd->i[3]};
+    vn_dtype dtype = (vn_dtype)nd->i[4];
+    int64_t B = vn_tensor_numel(gout) / shape.R;
+    vnk_vnm w = kernel_matrix(&shape, nd->saved[0], nd->saved[1], dtype);
+    vn_tensor *dy16 = half_rows(gout, dtype);
+    if (!dy16) return vn_last_status();
+    vn_status st = VN_OK;
+    if (vn__input_needs_grad(nd, 0)) st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
+    if (!st && vn__input_needs_grad(nd, 1))
+        st = vn__accum(nd, 1, values_grad(&w, dy16, nd->saved[2], nd->i[5], B));
+    if (!st && nd->ninputs == 3 && vn__input_needs_grad(nd, 2))
+        st = vn__accum(nd, 2, vn__sum_to(gout, 1, &shape.R));
+    vn_tensor_release(dy16);
+    return st;
+}
+
+vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
+                            const vn_tensor *bias)
+{
+    bool dx = vn__needs_grad(x), dvalues = vn__needs_grad(values);
+    if (check_layout("vnm_linear", s, dx)) return NULL;
+    vn_dtype dtype = operand_dtype();
+    int64_t B = vn_tensor_numel(x) / s->K, ldx;
+    const vn_tensor *pat = device_pattern(s);
+    vn_tensor *packed = pat ? pack_values(s, pat, values, dtype) : NULL;
+    vn_tensor *xt = packed ? transposed_input(x, B, s->K, dtype, &ldx) : NULL;
+    vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
+    vn_tensor *y = xt ? forward(&w, xt, ldx, x, B, bias) : NULL;
+    if (y) {
+        const vn_tensor *ins[3] = {x, values, bias};
+        vn_node *nd = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
+        if (nd) {
+            nd->i[0] = s->R, nd->i[1] = s->K, nd->i[2] = s->V, nd->i[3] = s->M;
+            nd->i[4] = dtype, nd->i[5] = ldx;
+            nd->saved[0] = vn_tensor_retain((vn_tensor *)pat);
+            if (dx) nd->saved[1] = vn_tensor_retain(packed);
+            if (dvalues) nd->saved[2] = vn_tensor_retain(xt);
+        }
+    }
+    vn_tensor_release(packed);
+    vn_tensor_release(xt);
+    return y;
+}
+
+/* ---- the plain calls ----------------------------------------------------------------- */
+
+vn_tensor *vnm__cuda_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x)
+{
+    if (check_layout("vnm_spmm", s, false)) return NULL;
+    vn_dtype dtype = operand_dtype();
+    int64_t B = vn_tensor_numel(x) / s->K, ldx;
+    const vn_tensor *pat = device_pattern(s);
+    vn_tensor *packed = pat ? pack_values(s, pat, values, dtype) : NULL;
+    vn_tensor *xt = packed ? transposed_input(x, B, s->K, dtype, &ldx) : NULL;
+    vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
+    vn_tensor *y = xt ? forward(&w, xt, ldx, x, B, NULL) : NULL;
+    vn_tensor_release(packed);
+    vn_tensor_release(xt);
+    return y;
+}
+
+vn_tensor *vnm__cuda_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy)
+{
+    if (check_layout("vnm_spmm_t", s, true)) return NULL;
+    vn_dtype dtype = operand_dtype();
+    int64_t B = vn_tensor_numel(dy) / s->R;
+    const vn_tensor *pat = device_pattern(s);
+    vn_tensor *packed = pat ? pack_values(s, pat, values, dtype) : NULL;
+    vn_tensor *dy16 = packed ? half_rows(dy, dtype) : NULL;
+    vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
+    vn_tensor *dx = dy16 ? input_grad(&w, dy16, dy, B) : NULL;
+    vn_tensor_release(packed);
+    vn_tensor_release(dy16);
+    return dx;
+}
+
+vn_tensor *vnm__cuda_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x)
+{
+    if (check_layout("vnm_sddmm", s, false)) return NULL;
+    vn_dtype dtype = operand_dtype();
+    int64_t B = vn_tensor_numel(x) / s->K, ldx;
+    const vn_tensor *pat = device_pattern(s);
+    vn_tensor *xt = pat ? transposed_input(x, B, s->K, dtype, &ldx) : NULL;
+    vn_tensor *dy16 = xt ? half_rows(dy, dtype) : NULL;
+    vnk_vnm w = pat ? kernel_matrix(s, pat, NULL, dtype) : (vnk_vnm){0};
+    vn_tensor *dv = dy16 ? values_grad(&w, dy16, xt, ldx, B) : NULL;
+    vn_tensor_release(xt);
+    vn_tensor_release(dy16);
+    return dv;
+}
