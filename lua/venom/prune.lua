@@ -320,6 +320,13 @@ local function weight_param(L)
   return L.module.values or L.module.weight
 end
 
+-- Devices. The masks applied after every step (vmask, and alive in the
+-- masked modes) live on the layer's device. Pattern selection and
+-- recompression of vnm layers run on the CPU, as do their alive masks (only
+-- recompression reads them): the weight comes down once per stage, and the
+-- new values, vmask and optimizer state go up.
+local function device_of(L) return weight_param(L):device() end
+
 -- vnm -------------------------------------------------------------------------------
 
 -- A state tensor of the old parameter as dense (R, K).
@@ -332,8 +339,8 @@ end
 
 -- Rebuilds layer L as a V:2:M SparseLinear from its surviving weights.
 function GMP:_vnm_stage(L, M)
-  local opt, old = self.opt, weight_param(L)
-  local w = dense_weight(L)
+  local opt, old, dev = self.opt, weight_param(L), device_of(L)
+  local w = dense_weight(L):cpu()
   if L.alive then w = w * L.alive end
   local new = sparse.SparseLinear(L.cols, L.rows,
     { V = self.layout.V, N = 2, M = M, weight = w, bias = L.module.bias or false })
@@ -351,13 +358,15 @@ function GMP:_vnm_stage(L, M)
     state = {}
     for k, v in pairs(st) do
       if is_tensor(v) then
-        local d = dense_state(L, v) * alive
-        state[k] = gather(new.matrix, d)
+        local d = dense_state(L, v:cpu()) * alive
+        state[k] = gather(new.matrix, d):to(dev)
       else
         state[k] = v
       end
     end
   end
+  new:to(dev)
+  if vmask then vmask = vmask:to(dev) end
   L.parent[L.key] = new
   opt:replace_parameter(old, new.values, state)
   L.module, L.alive, L.vmask, L.M, L.live = new, alive, vmask, M, live
@@ -373,8 +382,9 @@ function GMP:_nm_mask(L, keep)
   local score = L.module.weight:detach():abs()
   if L.alive then score = score:masked_fill(L.alive:eq(0), -1) end -- pruned: never chosen
   score = score:reshape(R, K / M, M)
-  local positions = venom.arange(M):long():reshape(1, 1, M)
-  local mask = venom.zeros(R, K / M, M)
+  local dev = score:device()
+  local positions = venom.arange(M):long():reshape(1, 1, M):to(dev)
+  local mask = venom.zeros(R, K / M, M, { device = dev })
   for _ = 1, keep do
     local idx = score:argmax(3) - 1 -- 0-based, like positions
     local pick = positions:eq(idx:unsqueeze(3))
@@ -638,12 +648,16 @@ function GMP:load_state_dict(sd)
       -- saved pattern and values into this layout.
       local old = weight_param(L)
       local new = sparse.SparseLinear(L.cols, L.rows,
-        { V = self.layout.V, N = 2, M = p.M, weight = dense_weight(L),
+        { V = self.layout.V, N = 2, M = p.M, weight = dense_weight(L):cpu(),
           bias = L.module.bias or false })
+      new:to(device_of(L))
       L.parent[L.key] = new
       self.opt:replace_parameter(old, new.values, nil)
       L.module = new
     end
+    local dev = device_of(L)
+    if p.vmask then p.vmask = p.vmask:to(dev) end
+    if p.alive and not p.M then p.alive = p.alive:to(dev) end -- masked modes apply it
     L.M, L.keep, L.alive, L.vmask = p.M, p.keep, p.alive, p.vmask
     L.live = p.M and p.alive:sum():item() or nil
   end

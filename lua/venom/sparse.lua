@@ -160,7 +160,16 @@ function SparseLinear:forward(x)
   return core.vnm_linear(x, self.matrix, self.values, self.bias)
 end
 
---- The current weight as a dense (out, in) tensor (zeros where pruned).
+-- For Module:to(): the parameters have just moved, so the matrix is rebuilt
+-- around the moved `values` (same pattern), keeping the two one tensor.
+function SparseLinear:_to_device()
+  local m = self.matrix
+  self.matrix = core.vnm_from_pattern(self.out_features, self.in_features, self.V, self.N,
+                                      self.M, m:columns(), m:indices(), self.values)
+end
+
+--- The current weight as a dense (out, in) tensor (zeros where pruned), on
+-- the layer's device.
 function SparseLinear:to_dense() return self.matrix:to_dense() end
 --- u8 (out, in): 1 where a weight is kept.
 function SparseLinear:mask() return self.matrix:mask() end

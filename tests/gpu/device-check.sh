@@ -3,8 +3,8 @@
 # few minutes (see ../../../shared/GPU.md and the "GPU (H200)" section of
 # bench/RESULTS.md): unpack the Debian dependencies from .deps/ into a prefix,
 # build with CUDA, run the GPU tests and the C tests, the GPU benchmarks and
-# one timed epoch of the main job on the GPU and on the CPU, then print a
-# short table last.
+# one timed epoch of the main job on the GPU (dense and --sparse 64:2:8) and
+# on the CPU, then print a short table last.
 #
 #   sh tests/gpu/device-check.sh          # from the repository root
 #   sh tests/gpu/device-check.sh build    # deps + configure + build only
@@ -282,6 +282,10 @@ step_torch_ops() {
 step_epoch_gpu() {
     "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cuda --epochs "$GPU_EPOCHS" --root "$DATA"
 }
+step_epoch_gpu_sparse() {
+    "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cuda --sparse 64:2:8 --epochs "$GPU_EPOCHS" --root "$DATA"
+}
+step_sparse_layer() { "$BUILD/venom" bench/sparse_layer.lua --device cuda; }
 step_epoch_cpu() {
     "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cpu --epochs 1 --limit "$CPU_LIMIT" --root "$DATA"
 }
@@ -344,9 +348,11 @@ if [ "${1:-all}" != build ]; then
     run gpu-tests 240
     run cuda_ops 180
     run epoch_gpu 180
+    run epoch_gpu_sparse 120
     run epoch_cpu 120
     run c-tests 120
     run vnm_gpu 150
+    run sparse_layer 90
     run torch_ops 120
 fi
 
@@ -357,6 +363,7 @@ epoch() { # seconds and images/s from the tutorial's "epoch 1/1 ..." line
 }
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 eg=$(epoch epoch_gpu)
+es=$(epoch epoch_gpu_sparse)
 ec=$(epoch epoch_cpu)
 speedup=$(echo "$eg $ec" | awk 'NF == 4 && $4 > 0 { printf "%.1fx (images/s)", $2 / $4 }')
 failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt")
@@ -375,6 +382,7 @@ failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt
     printf '| %-40s | %s\n' "launch: torch add (1 elt)" "$(val torch_launch_us_add1) us"
     printf '| %-40s | %s\n' "copy bandwidth torch" "$(val torch_copy_tbs) TB/s of 4.3"
     printf '| %-40s | %s\n' "epoch GPU (s, images/s)" "${eg:-failed}"
+    printf '| %-40s | %s\n' "epoch GPU --sparse 64:2:8 (s, images/s)" "${es:-failed}"
     printf '| %-40s | %s\n' "epoch CPU (s, images/s; --limit $CPU_LIMIT)" "${ec:-failed}"
     printf '| %-40s | %s\n' "GPU speedup" "${speedup:-n/a}"
     printf '| %-40s | %s\n' "steps (status, seconds)" "$(awk '{ printf "%s%s %s %ss", sep, $1, $2, $4; sep = ", " }' "$LOG/steps.txt")"

@@ -459,9 +459,6 @@ do
     "causal_attention on CUDA: a 'cpu only' error naming the op")
   tap.error_like(function() return venom.vnm_from_dense(venom.randn(8, 16):cuda(), 4, 2, 8) end,
     "vnm_from_dense.*cuda", "vnm_from_dense of a CUDA weight: a 'cpu only' error naming the op")
-  local s = venom.vnm_from_dense(venom.randn(8, 16), 4, 2, 8)
-  tap.error_like(function() return venom.vnm_linear(venom.randn(3, 16):cuda(), s, s:values()) end,
-    "vnm_linear.*cuda", "vnm_linear with a CUDA input: a 'cpu only' error naming the op")
 
   local a, b = venom.randn(3):cuda(), venom.randn(3)
   tap.error_like(function() return a + b end, "add: .*argument 2 on cpu and another on cuda", "cuda + cpu: an error naming both devices")
