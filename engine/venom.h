@@ -482,7 +482,8 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
  * The values are an ordinary f32 tensor (the trainable parameter of a sparse
  * layer, updated in place by the optimizer steps); the pattern is fixed once
  * built. A vn_vnm is read-only after vn_vnm_from_dense and may be shared by
- * threads. */
+ * threads (its one cache, the pattern's copy on the GPU, is set once,
+ * atomically). */
 typedef struct vn_vnm vn_vnm;
 
 typedef struct {
@@ -513,7 +514,9 @@ vn_vnm *vn_vnm_from_dense(const vn_tensor *w, int64_t V, int64_t N, int64_t M);
 void vn_vnm_free(vn_vnm *s);
 /* New reference to s's values tensor, f32 (R, 2·⌈K/M⌉). */
 vn_tensor *vn_vnm_values(const vn_vnm *s);
-/* Dense R × K f32 copy of s with its current values (zeros elsewhere). */
+/* Dense R × K f32 copy of s with its current values (zeros elsewhere), on
+ * the values' device (values on CUDA are copied to the CPU, scattered and
+ * the result copied back: for inspection and pruning, not per step). */
 vn_tensor *vn_vnm_to_dense(const vn_vnm *s);
 /* u8 R × K: 1 at the kept positions, 0 elsewhere (R·K/M·2 ones when M
  * divides K). */
@@ -529,9 +532,10 @@ vn_status vn_vnm_stats(const vn_vnm *s, vn_vnm_summary *out);
 vn_tensor *vn_vnm_columns(const vn_vnm *s);
 vn_tensor *vn_vnm_indices(const vn_vnm *s);
 /* Rebuilds a R × K matrix from a saved pattern (columns and indices as
- * above). The matrix keeps a reference to `values` (f32 (R, 2·⌈K/M⌉),
- * contiguous) as its values tensor, not a copy, so a parameter an
- * optimizer already holds stays the same tensor; NULL gives zeros.
+ * above, on the CPU). The matrix keeps a reference to `values` (f32
+ * (R, 2·⌈K/M⌉), contiguous, on the CPU or CUDA) as its values tensor, not
+ * a copy, so a parameter an optimizer already holds stays the same tensor;
+ * NULL gives zeros on the CPU.
  * Errors: those of vn_vnm_from_dense for R, K, V, N, M; VN_ERR_SHAPE or
  * VN_ERR_DTYPE for arrays of the wrong shape or dtype; VN_ERR_ARG for a
  * column location out of range or out of order, or an index pair that is
@@ -549,15 +553,26 @@ const char *vn_vnm_isa(void);
  * compressed `values` (f32 (R, 2·⌈K/M⌉), e.g. vn_vnm_values(s)): x (..., K)
  * → y (..., R); bias (R) or NULL. Differentiable in x, values and bias; the
  * gradient of values is dY ᵀ·X sampled at the kept positions only (SDDMM),
- * that of x is dY·W. Errors: VN_ERR_SHAPE naming the shapes when x's last
- * dim is not K, values are not (R, 2·⌈K/M⌉) or bias is not (R);
- * VN_ERR_DTYPE; VN_ERR_ARG for a NULL s. */
+ * that of x is dY·W. All f32 on the CPU.
+ * On CUDA (x, values and bias all on the GPU; s's pattern stays on the CPU
+ * and is copied to the device once, on first use) the products run on
+ * Sparse Tensor Cores (mma.sp, VENOM's condensed 2:4 form): x, the values
+ * and dY are rounded to bf16 (f16 under vn_set_autocast(VN_F16), round to
+ * nearest even), products are summed in f32, and y and every gradient are
+ * f32; the values are repacked from `values` at each call, so in-place
+ * optimizer updates are always seen. CUDA needs V a multiple of 16, and
+ * V ≤ 128 and M ≤ 128 when x needs a gradient (VN_ERR_ARG naming V and M).
+ * Errors: VN_ERR_SHAPE naming the shapes when x's last dim is not K,
+ * values are not (R, 2·⌈K/M⌉) or bias is not (R); VN_ERR_DTYPE;
+ * VN_ERR_DEVICE when the tensors are on different devices (both named) or
+ * a CUDA call fails (CUDA's message); VN_ERR_ARG for a NULL s. */
 vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
                          const vn_tensor *bias);
 /* The three kernels of vn_vnm_linear as plain calls (not recorded), same
- * shape rules: forward SpMM y = x·Wᵀ (..., R); input gradient dx = dy·W
- * (..., K) for dy (..., R); SDDMM dvalues = dyᵀ·x at the kept positions,
- * (R, 2·⌈K/M⌉), for dy and x with the same number of rows. */
+ * shape, device and precision rules: forward SpMM y = x·Wᵀ (..., R); input
+ * gradient dx = dy·W (..., K) for dy (..., R); SDDMM dvalues = dyᵀ·x at the
+ * kept positions, (R, 2·⌈K/M⌉), for dy and x with the same number of rows.
+ * On CUDA spmm_t needs V ≤ 128 and M ≤ 128. */
 vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x);
 vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
 vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);

@@ -56,6 +56,7 @@ local opts = util.parse_cli(arg, {
   save = "",
   resume = "",
   stop_after = 0,
+  device = "cpu",
 }, {
   epochs = "passes over the training set",
   batch_size = "images per optimizer step",
@@ -75,6 +76,7 @@ local opts = util.parse_cli(arg, {
   save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch",
   resume = "continue from a checkpoint written by --save (same options), with the next epoch",
   stop_after = "stop after this epoch, saving first with --save (0: run all --epochs)",
+  device = "cpu or cuda: where the model trains (sparse layers on Sparse Tensor Cores)",
 }, function(o)
   util.check_arg_int(o, "epochs", 1)
   util.check_arg_int(o, "batch_size", 1)
@@ -93,6 +95,18 @@ local opts = util.parse_cli(arg, {
   end
   if not (o.sparsity >= 0 and o.sparsity < 1) then
     util.fail("--sparsity must be in [0, 1), got " .. tostring(o.sparsity))
+  end
+  if o.device ~= "cpu" and o.device ~= "cuda" then
+    util.fail("--device must be cpu or cuda, got " .. o.device)
+  end
+  if o.device == "cuda" and not venom.cuda.is_available() then
+    util.fail("--device cuda: no CUDA device is available (a GPU, its driver and a venom built "
+      .. "with CUDA are needed)")
+  end
+  local V = o.mode == "vnm" and tonumber((o.target ~= "" and o.target or "64:2:8"):match("^(%d+):"))
+  if o.device == "cuda" and V and (V % 16 ~= 0 or V > 128) then
+    util.fail("--device cuda needs V in --target to be a multiple of 16 up to 128 (the Sparse "
+      .. "Tensor Core kernels), got " .. o.target)
   end
   if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
@@ -125,8 +139,8 @@ train.images:free()
 test.images:free()
 
 local train_loader = data.DataLoader({ x_train, y_train },
-  { batch_size = opts.batch_size, shuffle = true })
-local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+  { batch_size = opts.batch_size, shuffle = true, device = opts.device })
+local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000, device = opts.device })
 
 -- 3. Model and optimizer (as in tutorial 1) ------------------------------------------
 local H = opts.hidden
@@ -136,6 +150,9 @@ local model = nn.Sequential(
   nn.Linear(H, 10))
 local criterion = nn.CrossEntropyLoss()
 local dense_bytes = 4 * model:num_parameters()
+-- --device cuda: the parameters go to the GPU before the optimizer is built;
+-- GMP then picks patterns on the CPU and sends the new layers back.
+model:to(opts.device)
 print(model)
 
 local total_steps = opts.epochs * #train_loader

@@ -20,13 +20,16 @@ f:close()
 
 local exe = os.getenv("VENOM_EXE") or arg[-1]
 
-local function tutorial(device, extra)
+local function run(script, device, extra)
   local t0 = venom.clock()
-  local p = io.popen(("'%s' tutorials/01-fashion-mnist.lua --device %s --epochs 1 --limit 6000 %s 2>&1; "
-    .. "echo \"rc=$?\""):format(exe, device, extra))
+  local p = io.popen(("'%s' tutorials/%s --device %s --limit 6000 %s 2>&1; echo \"rc=$?\"")
+    :format(exe, script, device, extra))
   local out = p:read("*a")
   p:close()
   return out, tonumber(out:match("rc=(%d+)\n$")), venom.clock() - t0
+end
+local function tutorial(device, extra)
+  return run("01-fashion-mnist.lua", device, "--epochs 1 " .. extra)
 end
 
 -- The dense model, then the hidden layers V:N:M sparse (on the GPU: the
@@ -52,5 +55,20 @@ for _, extra in ipairs({ "", "--sparse 64:2:8" }) do
   tap.ok(loss_cpu and loss_gpu and math.abs(loss_gpu - loss_cpu) <= 0.02 * loss_cpu,
     what .. ": the GPU run's train loss is within 2% of the CPU run's")
 end
+
+-- Tutorial 2 (GMP to 64:2:8 during training) on a CUDA model: the layers
+-- turn sparse on the GPU as on the CPU, and the accuracies agree.
+local gmp_args = "--epochs 2 --prune-start 0.1 --prune-end 0.5"
+local out_cpu, rc_cpu = run("02-sparse-fashion-mnist.lua", "cpu", gmp_args)
+local out_gpu, rc_gpu = run("02-sparse-fashion-mnist.lua", "cuda", gmp_args)
+tap.is(rc_cpu, 0, "tutorial 2 on the CPU" .. (rc_cpu ~= 0 and ": " .. out_cpu or ""))
+tap.is(rc_gpu, 0, "tutorial 2 with --device cuda" .. (rc_gpu ~= 0 and ": " .. out_gpu or ""))
+-- The last "test accuracy" line is the final one.
+local acc_cpu = tonumber(out_cpu:match(".*test accuracy ([%d.]+)%%"))
+local acc_gpu = tonumber(out_gpu:match(".*test accuracy ([%d.]+)%%"))
+tap.diag("tutorial 2: CPU %s%%, GPU %s%%", tostring(acc_cpu), tostring(acc_gpu))
+tap.ok(acc_cpu and acc_gpu and math.abs(acc_gpu - acc_cpu) <= 2,
+  "tutorial 2: the GPU run's final test accuracy is within 2 points of the CPU run's")
+tap.is(out_gpu:match("\n1%s+(64:2:8)"), "64:2:8", "tutorial 2 on CUDA: layer 1 ends 64:2:8")
 
 tap.done()
