@@ -518,8 +518,8 @@ vn_tensor *vn_vnm_values(const vn_vnm *s);
  * the values' device (values on CUDA are copied to the CPU, scattered and
  * the result copied back: for inspection and pruning, not per step). */
 vn_tensor *vn_vnm_to_dense(const vn_vnm *s);
-/* u8 R × K: 1 at the kept positions, 0 elsewhere (R·K/M·2 ones when M
- * divides K). */
+/* u8 R × K on the CPU (the pattern's device, whatever the values'): 1 at
+ * the kept positions, 0 elsewhere (R·K/M·2 ones when M divides K). */
 vn_tensor *vn_vnm_mask(const vn_vnm *s);
 /* Sizes and counts of s (see vn_vnm_summary). */
 vn_status vn_vnm_stats(const vn_vnm *s, vn_vnm_summary *out);

@@ -211,8 +211,10 @@ static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_
 /* ---- the differentiable op ------------------------------------------------------- */
 
 /* Node: inputs x, values, bias; saved[0] the device pattern, saved[1] the
- * packed values (when x needs a gradient), saved[2] Xᵀ (when the values
- * do); i[] = R, K, V, M, operand dtype, ldx. */
+ * packed values (when x needed a gradient at the forward), saved[2] Xᵀ
+ * (when the values did); i[] = R, K, V, M, operand dtype, ldx. An input
+ * that starts to require a gradient after the forward gets none (as in
+ * PyTorch, where the graph is fixed by the forward). */
 static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
 {
     vn_vnm shape = {.R = nd->i[0], .K = nd->i[1], .V = nd->i[2], .M = nd->i[3]};
@@ -222,8 +224,9 @@ static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
     vn_tensor *dy16 = half_rows(gout, dtype);
     if (!dy16) return vn_last_status();
     vn_status st = VN_OK;
-    if (vn__input_needs_grad(nd, 0)) st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
-    if (!st && vn__input_needs_grad(nd, 1))
+    if (nd->saved[1] && vn__input_needs_grad(nd, 0))
+        st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
+    if (!st && nd->saved[2] && vn__input_needs_grad(nd, 1))
         st = vn__accum(nd, 1, values_grad(&w, dy16, nd->saved[2], nd->i[5], B));
     if (!st && nd->ninputs == 3 && vn__input_needs_grad(nd, 2))
         st = vn__accum(nd, 2, vn__sum_to(gout, 1, &shape.R));

@@ -185,7 +185,8 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
 /* ---- the differentiable op --------------------------------------------------------- */
 
 /* Node: inputs x, values, bias; saved[0] the pattern blob, saved[1] the
- * packed X (when the values need a gradient); i[] = R, K, V, M. */
+ * packed X (when the values needed a gradient at the forward: values that
+ * start to require one later get none, as in PyTorch); i[] = R, K, V, M. */
 static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
 {
     vnm_pattern p;
@@ -205,7 +206,7 @@ static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
         vn_tensor_release(vc);
         s = vn__accum(nd, 0, dx);
     }
-    if (!s && vn__input_needs_grad(nd, 1))
+    if (!s && nd->saved[1] && vn__input_needs_grad(nd, 1))
         s = vn__accum(nd, 1, values_grad(&p, dy, dyt, nd->saved[1], B));
     if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
         vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);

@@ -413,11 +413,17 @@ int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
     return vnk__launched("vnk_vnm_sddmm (k_sddmm)");
 }
 
+/* Shared memory of k_spmm_t<BN, KT>: the f32 accumulator, dys and wc. */
+static size_t spmm_t_smem(const vnk_vnm *w, int BN, int KT)
+{
+    return (size_t)BN * KT * 8 * w->M * 4 + (size_t)(BN + KT * 32) * (w->V + SP_PAD) * 2;
+}
+
 /* Launches k_spmm_t<BN, KT> after raising its shared-memory limit. */
 template <int BN, int KT>
 static int launch_spmm_t(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
 {
-    size_t smem = (size_t)BN * KT * 8 * w->M * 4 + (size_t)(BN + KT * 32) * (w->V + SP_PAD) * 2;
+    size_t smem = spmm_t_smem(w, BN, KT);
     dim3 grid((unsigned)((w->k_tiles + KT - 1) / KT), (unsigned)((B + BN - 1) / BN));
     if ((B + BN - 1) / BN > 65535)
         return vnk__fail("vnk_vnm_spmm_t: B=%lld needs more than 65535 batch tiles", (long long)B);
@@ -445,18 +451,17 @@ int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx)
     if (w->V > 128)
         return vnk__fail("vnk_vnm_spmm_t: V must be at most 128 (a block's dY columns sit in "
                          "shared memory), got V=%lld", (long long)w->V);
-    /* The accumulator holds BN × KT·8·M floats: as many k-tiles (and then
-     * batch rows) as fit TX_SMEM with the weights and dY beside them. */
+    /* As many k-tiles (and then batch rows) per CTA as fit TX_SMEM, which
+     * every sm_90 part allows (V, M ≤ 128 always fit at 16 rows). */
     const uint16_t *d = (const uint16_t *)dy;
-    int64_t per_col = 8 * w->M * 4; /* accumulator bytes per batch row and k-tile */
-    int64_t rest = 64 * 1024 / 2;   /* headroom for dys and wc (≤ 2·(64+128)·136 bytes) */
-    if (TX_BN * 4 * per_col <= TX_SMEM - rest) return launch_spmm_t<TX_BN, 4>(w, d, B, dx);
-    if (TX_BN * 2 * per_col <= TX_SMEM - rest) return launch_spmm_t<TX_BN, 2>(w, d, B, dx);
-    if (TX_BN * per_col <= TX_SMEM - rest) return launch_spmm_t<TX_BN, 1>(w, d, B, dx);
-    if (32 * per_col <= TX_SMEM - rest) return launch_spmm_t<32, 1>(w, d, B, dx);
-    if (16 * per_col <= TX_SMEM - rest) return launch_spmm_t<16, 1>(w, d, B, dx);
-    return vnk__fail("vnk_vnm_spmm_t: M=%lld is too large for the shared-memory accumulator "
-                     "(at most %lld)", (long long)w->M, (long long)((TX_SMEM - rest) / 16 / 32));
+    if (spmm_t_smem(w, TX_BN, 4) <= TX_SMEM) return launch_spmm_t<TX_BN, 4>(w, d, B, dx);
+    if (spmm_t_smem(w, TX_BN, 2) <= TX_SMEM) return launch_spmm_t<TX_BN, 2>(w, d, B, dx);
+    if (spmm_t_smem(w, TX_BN, 1) <= TX_SMEM) return launch_spmm_t<TX_BN, 1>(w, d, B, dx);
+    if (spmm_t_smem(w, 32, 1) <= TX_SMEM) return launch_spmm_t<32, 1>(w, d, B, dx);
+    if (spmm_t_smem(w, 16, 1) <= TX_SMEM) return launch_spmm_t<16, 1>(w, d, B, dx);
+    return vnk__fail("vnk_vnm_spmm_t: M=%lld with V=%lld needs %zu bytes of shared memory even "
+                     "at 16 batch rows per block, more than the %d budgeted (M <= 128 fits)",
+                     (long long)w->M, (long long)w->V, spmm_t_smem(w, 16, 1), TX_SMEM);
 }
 
 int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,

@@ -176,7 +176,8 @@ end
 --- The current weight as a dense (out, in) tensor (zeros where pruned), on
 -- the layer's device.
 function SparseLinear:to_dense() return self.matrix:to_dense() end
---- u8 (out, in): 1 where a weight is kept.
+--- u8 (out, in) on the CPU, where the pattern lives (whatever the layer's
+-- device): 1 where a weight is kept.
 function SparseLinear:mask() return self.matrix:mask() end
 --- The matrix's stats (see S:stats()).
 function SparseLinear:stats() return self.matrix:stats() end
