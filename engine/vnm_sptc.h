@@ -21,7 +21,9 @@
  * valid for the hardware.
  *
  * PTX facts used (PTX ISA, "Matrix Fragments for sparse mma.m16n8k32 with
- * .f16 and .bf16 types" and "Sparse matrix storage"); for lane l,
+ * .f16 and .bf16 types" and "Sparse matrix storage"; the lane assignment
+ * matches the per-thread loads of LLVM's sparse-mma-2-4-f16 MLIR
+ * integration test, which runs on sm_80 hardware); for lane l,
  * gid = l >> 2 and tig = l & 3:
  *   A (4 × .b32): register i holds two 16-bit values, the first (lower
  *     index) in bits 0–15; registers 0 and 2 are row gid, 1 and 3 row
