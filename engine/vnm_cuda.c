@@ -213,23 +213,31 @@ static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_
 /* Node: inputs x, values, bias; saved[0] the device pattern, saved[1] the
  * packed values (when x needed a gradient at the forward), saved[2] Xᵀ
  * (when the values did); i[] = R, K, V, M, operand dtype, ldx. An input
- * that starts to require a gradient after the forward gets none (as in
- * PyTorch, where the graph is fixed by the forward). */
+ * that starts to require a gradient after the forward has its operand
+ * rebuilt from the inputs here (every op decides at backward time; the
+ * inputs' versions are checked, so they are those of the forward). */
 static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
 {
     vn_vnm shape = {.R = nd->i[0], .K = nd->i[1], .V = nd->i[2], .M = nd->i[3]};
     vn_dtype dtype = (vn_dtype)nd->i[4];
-    int64_t B = vn_tensor_numel(gout) / shape.R;
-    vnk_vnm w = kernel_matrix(&shape, nd->saved[0], nd->saved[1], dtype);
-    vn_tensor *dy16 = half_rows(gout, dtype);
-    if (!dy16) return vn_last_status();
-    vn_status st = VN_OK;
-    if (nd->saved[1] && vn__input_needs_grad(nd, 0))
-        st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
-    if (!st && nd->saved[2] && vn__input_needs_grad(nd, 1))
-        st = vn__accum(nd, 1, values_grad(&w, dy16, nd->saved[2], nd->i[5], B));
+    int64_t B = vn_tensor_numel(gout) / shape.R, ldx = nd->i[5];
+    bool dx = vn__input_needs_grad(nd, 0), dvalues = vn__input_needs_grad(nd, 1);
+    if (dx && !nd->saved[1] && check_layout("vnm_linear backward", &shape, true))
+        return vn_last_status();
+    const vn_tensor *pat = nd->saved[0];
+    vn_tensor *packed = !dx ? NULL : nd->saved[1] ? vn_tensor_retain(nd->saved[1])
+                                   : pack_values(&shape, pat, nd->inputs[1], dtype);
+    vn_tensor *xt = !dvalues ? NULL : nd->saved[2] ? vn_tensor_retain(nd->saved[2])
+                                    : transposed_input(nd->inputs[0], B, shape.K, dtype, &ldx);
+    vn_tensor *dy16 = (!dx || packed) && (!dvalues || xt) ? half_rows(gout, dtype) : NULL;
+    vnk_vnm w = kernel_matrix(&shape, pat, packed, dtype);
+    vn_status st = dy16 ? VN_OK : vn_last_status();
+    if (!st && dx) st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
+    if (!st && dvalues) st = vn__accum(nd, 1, values_grad(&w, dy16, xt, ldx, B));
     if (!st && nd->ninputs == 3 && vn__input_needs_grad(nd, 2))
         st = vn__accum(nd, 2, vn__sum_to(gout, 1, &shape.R));
+    vn_tensor_release(packed);
+    vn_tensor_release(xt);
     vn_tensor_release(dy16);
     return st;
 }

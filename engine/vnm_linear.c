@@ -89,7 +89,7 @@ static vn_tensor *like_rows(const vn_tensor *t, int64_t last)
 
 vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x)
 {
-    int64_t B;
+    int64_t B = 0;
     bool cuda;
     if (check_matrix(s, "vnm_spmm") || check_values(s, values, "vnm_spmm") ||
         check_rows(x, s->K, "vnm_spmm", "input", "the matrix's columns", &B) ||
@@ -128,7 +128,7 @@ static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const vn
 
 vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy)
 {
-    int64_t B;
+    int64_t B = 0;
     bool cuda;
     if (check_matrix(s, "vnm_spmm_t") || check_values(s, values, "vnm_spmm_t") ||
         check_rows(dy, s->R, "vnm_spmm_t", "gradient", "the matrix's rows", &B) ||
@@ -161,7 +161,7 @@ static vn_tensor *values_grad(const vnm_pattern *p, const vn_tensor *dy, const v
 
 vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x)
 {
-    int64_t B, Bx;
+    int64_t B = 0, Bx = 0;
     if (check_matrix(s, "vnm_sddmm") ||
         check_rows(dy, s->R, "vnm_sddmm", "gradient", "the matrix's rows", &B) ||
         check_rows(x, s->K, "vnm_sddmm", "input", "the matrix's columns", &Bx))
@@ -185,8 +185,9 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
 /* ---- the differentiable op --------------------------------------------------------- */
 
 /* Node: inputs x, values, bias; saved[0] the pattern blob, saved[1] the
- * packed X (when the values needed a gradient at the forward: values that
- * start to require one later get none, as in PyTorch); i[] = R, K, V, M. */
+ * packed X (when the values needed a gradient at the forward; values that
+ * start to require one later have X packed again from the input, as every
+ * op here decides at backward time); i[] = R, K, V, M. */
 static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
 {
     vnm_pattern p;
@@ -206,8 +207,14 @@ static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
         vn_tensor_release(vc);
         s = vn__accum(nd, 0, dx);
     }
-    if (!s && nd->saved[1] && vn__input_needs_grad(nd, 1))
-        s = vn__accum(nd, 1, values_grad(&p, dy, dyt, nd->saved[1], B));
+    if (!s && vn__input_needs_grad(nd, 1)) {
+        vn_tensor *xc = nd->saved[1] ? NULL : plain(nd->inputs[0]);
+        vn_tensor *xt = nd->saved[1] ? vn_tensor_retain(nd->saved[1])
+                        : xc ? packed(xc, B, p.K, p.Kp) : NULL;
+        s = vn__accum(nd, 1, xt ? values_grad(&p, dy, dyt, xt, B) : NULL);
+        vn_tensor_release(xc);
+        vn_tensor_release(xt);
+    }
     if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
         vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);
         if (db) {
@@ -226,7 +233,7 @@ static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
 vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
                          const vn_tensor *bias)
 {
-    int64_t B;
+    int64_t B = 0;
     if (check_matrix(s, "vnm_linear") || check_values(s, values, "vnm_linear") ||
         check_rows(x, s->K, "vnm_linear", "input", "the layer's in features", &B) ||
         (bias && vn__check_dtype_for(bias, VN_F32, "vnm_linear: bias", VN_ALLOW_CUDA)))

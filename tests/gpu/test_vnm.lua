@@ -91,6 +91,30 @@ do
   if wy then close(wy, venom.vnm_linear(wx, wide, wv), TOL, "M=256: the forward runs on CUDA") end
 end
 
+-- Inputs that start to require a gradient after the forward: the backward
+-- rebuilds what the forward did not keep (the packed values, Xᵀ).
+do
+  local s = venom.vnm_from_dense(G.randn_nz(40, 70), 16, 2, 8)
+  local v, x = round(s:values(), "bf16"), round(G.randn_nz(9, 70), "bf16")
+  local gy = round(G.randn_nz(9, 40), "bf16")
+  local vc, xc = v:clone():requires_grad_(true), x:clone():requires_grad_(true)
+  venom.vnm_linear(xc, s, vc):backward(gy)
+  for _, late in ipairs({ "x", "values" }) do
+    local vg, xg = v:cuda(), x:cuda()
+    if late == "x" then vg:requires_grad_(true) else xg:requires_grad_(true) end
+    local y = try("late " .. late, function() return venom.vnm_linear(xg, s, vg) end)
+    if y then
+      if late == "x" then xg:requires_grad_(true) else vg:requires_grad_(true) end
+      local ok, err = pcall(function() y:backward(gy:cuda()) end)
+      tap.ok(ok, late .. " made trainable after the forward: backward runs" .. (ok and "" or ": " .. tostring(err)))
+      if ok then
+        close(xg.grad, xc.grad, TOL, late .. " made trainable after the forward: dx")
+        close(vg.grad, vc.grad, TOL, late .. " made trainable after the forward: dvalues")
+      end
+    end
+  end
+end
+
 -- Layouts the kernels refuse, and mixed devices -----------------------------------------
 do
   local s8 = venom.vnm_from_dense(G.randn_nz(16, 32), 8, 2, 8)
