@@ -72,7 +72,8 @@ local opts = util.parse_cli(arg, {
   sparsity = "final sparsity for --mode unstructured",
   prune_start = "fraction of the training steps after which pruning starts",
   prune_end = "fraction of the training steps at which the final pattern is reached",
-  every = "optimizer steps between two pruning events (0: 20 events over the pruning span)",
+  every = "optimizer steps between two pruning events (0: 20 events over the pruning span, "
+    .. "or one every step if it is shorter)",
   save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch",
   resume = "continue from a checkpoint written by --save (same options), with the next epoch",
   stop_after = "stop after this epoch, saving first with --save (0: run all --epochs)",
@@ -103,10 +104,13 @@ local opts = util.parse_cli(arg, {
     util.fail("--device cuda: no CUDA device is available (a GPU, its driver and a venom built "
       .. "with CUDA are needed)")
   end
-  local V = o.mode == "vnm" and tonumber((o.target ~= "" and o.target or "64:2:8"):match("^(%d+):"))
-  if o.device == "cuda" and V and (V % 16 ~= 0 or V > 128) then
-    util.fail("--device cuda needs V in --target to be a multiple of 16 up to 128 (the Sparse "
-      .. "Tensor Core kernels), got " .. o.target)
+  if o.device == "cuda" and o.mode == "vnm" then
+    local V, M = (o.target ~= "" and o.target or "64:2:8"):match("^(%d+):%d+:(%d+)$")
+    V, M = tonumber(V), tonumber(M)
+    if V and M and (V % 16 ~= 0 or V > 128 or M > 128) then
+      util.fail("--device cuda needs V:2:M with V a multiple of 16 up to 128 and M <= 128 (the "
+        .. "Sparse Tensor Core kernels), e.g. 64:2:8; got " .. o.target)
+    end
   end
   if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")

@@ -339,26 +339,44 @@ function Module:load_state_dict(sd, opts)
     fail(("%s: the state dict does not match the model (%s)"):format(who, table.concat(parts, "; ")))
   end
 
-  for _, e in ipairs(extra) do
-    local m, prefix, state = e[1], e[2], {}
-    for _, k in ipairs(e[3]) do state[k] = sd[prefix .. k] end
-    m:_load_extra_state(state)
-  end
-  params = self:named_parameters() -- extra state may have replaced some
-  local copies = {}
-  for _, np in ipairs(params) do
-    local name, p = np[1], np[2]
-    local v = sd[name]
-    if v ~= nil then
-      if not is_tensor(v) then
-        fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
-      end
-      if fmt_shape(v) ~= fmt_shape(p) then
-        fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
-          :format(who, name, fmt_shape(v), fmt_shape(p)))
-      end
-      copies[#copies + 1] = { p, v }
+  -- Extra state may rebuild a module (a sparse layer's pattern) before the
+  -- parameters are checked; if anything below fails, every module so far
+  -- gets its own fields back, so a failed load changes nothing.
+  local saved = {}
+  local ok, copies = pcall(function()
+    for _, e in ipairs(extra) do
+      local m, prefix, state = e[1], e[2], {}
+      for _, k in ipairs(e[3]) do state[k] = sd[prefix .. k] end
+      local fields = {}
+      for k, v in pairs(m) do fields[k] = v end
+      saved[#saved + 1] = { m, fields, { unpack(m._params) } }
+      m:_load_extra_state(state)
     end
+    local copies = {}
+    for _, np in ipairs(self:named_parameters()) do -- extra state may have replaced some
+      local name, p = np[1], np[2]
+      local v = sd[name]
+      if v ~= nil then
+        if not is_tensor(v) then
+          fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
+        end
+        if fmt_shape(v) ~= fmt_shape(p) then
+          fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
+            :format(who, name, fmt_shape(v), fmt_shape(p)))
+        end
+        copies[#copies + 1] = { p, v }
+      end
+    end
+    return copies
+  end)
+  if not ok then
+    for i = #saved, 1, -1 do
+      local m, fields, plist = saved[i][1], saved[i][2], saved[i][3]
+      for k in pairs(m) do m[k] = nil end
+      for k, v in pairs(fields) do m[k] = v end
+      m._params = plist
+    end
+    error(copies, 0)
   end
   venom.no_grad(function()
     for _, c in ipairs(copies) do c[1]:copy_(c[2]) end

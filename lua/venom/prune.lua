@@ -53,8 +53,10 @@ local prune = {}
 local GMP = {}
 GMP.__index = GMP
 
+-- Integers up to 2^53 (beyond, a float no longer counts steps exactly, and
+-- math.huge would silently mean "never").
 local function check_int(who, name, v, min)
-  if type(v) ~= "number" or v ~= math.floor(v) or v < min then
+  if type(v) ~= "number" or v ~= math.floor(v) or v < min or v > 2 ^ 53 then
     fail(("%s: %s must be an integer >= %d, got %s"):format(who, name, min, tostring(v)))
   end
   return v
@@ -71,9 +73,25 @@ end
 --- The smallest M ≥ 4 with 1 − 2/M ≥ s (s in [0, 1)); the 1e-12 absorbs the
 -- rounding of s computed from a pattern (1 − 2/M itself).
 function prune.vnm_M(s)
-  local M = 4
+  -- The closed form, then a few steps to undo its rounding (near s = 1 the
+  -- subtraction 1 − 2/M loses digits); past 2^40 no layout fits anyway.
+  local M = math.max(4, math.floor(2 / (1 - s + 1e-12)))
+  if M > 2 ^ 40 then return M end
+  while M > 4 and 1 - 2 / (M - 1) >= s - 1e-12 do M = M - 1 end
   while 1 - 2 / M < s - 1e-12 do M = M + 1 end
   return M
+end
+
+-- The largest V and M the V:N:M format takes (the engine's limits: block
+-- rows in int32, column offsets in uint16).
+local MAX_V, MAX_M = 2 ^ 31 - 1, 65535
+
+local function check_layout(who, V, M, what)
+  if V > MAX_V or M > MAX_M then
+    fail(("%s: %s gives V = %s and M = %s; the V:N:M format takes V <= %d and M <= %d")
+      :format(who, what, tostring(V), tostring(M), MAX_V, MAX_M))
+  end
+  return { V = V, M = M }
 end
 
 -- The final layout from opts.pattern / opts.s_f, per mode. Returns s_f and
@@ -94,14 +112,14 @@ local function parse_target(who, mode, opts)
         fail(("%s: pattern must be V:2:M with V >= 1 and M >= 4 (e.g. \"64:2:8\"), got %q")
           :format(who, pat))
       end
-      return 1 - 2 / M, { V = V, M = M }
+      return 1 - 2 / M, check_layout(who, V, M, ("pattern %q"):format(pat))
     end
     if s_f == nil then
       fail(who .. ": give the final sparsity s_f or a pattern such as \"64:2:8\"")
     end
     check_sparsity(who, "s_f", s_f)
     local V = check_int(who, "V", opts.V or 64, 1)
-    return s_f, { V = V, M = prune.vnm_M(s_f) }
+    return s_f, check_layout(who, V, prune.vnm_M(s_f), "s_f = " .. tostring(s_f))
   elseif mode == "nm" then
     if not pat then
       fail(who .. ": mode \"nm\" needs a pattern N:M such as \"2:4\"")

@@ -197,8 +197,9 @@ end
 function SparseLinear:_load_extra_state(st)
   local who = "nn.SparseLinear: load_state_dict"
   local V, N, M = tonumber(st.V), tonumber(st.N), tonumber(st.M)
-  if not (V and N and M) then
-    fail(("%s: V, N and M must be numbers, got %s, %s, %s"):format(who, tostring(st.V),
+  local function int(v) return v and v == math.floor(v) and math.abs(v) < 2 ^ 53 end
+  if not (int(V) and int(N) and int(M)) then
+    fail(("%s: V, N and M must be integers, got %s, %s, %s"):format(who, tostring(st.V),
       tostring(st.N), tostring(st.M)))
   end
   -- A different layout would need a new values tensor, which an optimizer

@@ -221,6 +221,14 @@ do
     "t0 < 0")
   tap.error_like(gmp({ pattern = "8:2:8", n = 0 }), "n·dt must be positive", "n = 0")
   tap.error_like(gmp({ pattern = "8:2:8", dt = 0 }), "n·dt must be positive", "dt = 0")
+  tap.error_like(gmp({ pattern = "8:2:8", n = math.huge }), "n must be an integer >= 0, got inf",
+    "n = inf (pruning would never finish)")
+  tap.error_like(gmp({ pattern = "99999999999999999999:2:8" }), "takes V <= 2147483647",
+    "a V beyond the format's range")
+  tap.error_like(gmp({ pattern = "8:2:70000" }), "M = 70000; the V:N:M format takes",
+    "an M beyond the format's range")
+  tap.error_like(gmp({ s_f = 0.9999999999999 }), "s_f = 0.9999999999999 gives .* M <= 65535",
+    "s_f just below 1: the M it needs is out of range")
   tap.error_like(gmp({ pattern = "8:2" }), "pattern must be V:2:M .* got \"8:2\"",
     "vnm pattern 8:2")
   tap.error_like(gmp({ pattern = "8:3:8" }), "pattern must be V:2:M", "vnm pattern with N = 3")

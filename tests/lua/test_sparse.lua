@@ -239,6 +239,33 @@ do
   bad["1.columns"] = bad["1.columns"]:narrow(1, 1, 2)
   tap.error_like(function() make(24):load_state_dict(bad) end, "columns of shape",
     "a state dict whose arrays do not match its layout is refused")
+
+  -- A load that fails at a later layer leaves the earlier ones as they were
+  -- (their pattern would otherwise be the file's, their values their own).
+  local function two(seed, V3)
+    venom.manual_seed(seed)
+    return nn.Sequential(nn.SparseLinear(32, 16, { V = 8, M = 8 }), nn.ReLU(),
+      nn.SparseLinear(16, 8, { V = V3, M = 8 }))
+  end
+  local src, dst = two(31, 8), two(32, 4)
+  local mask, dense = dst[1]:mask(), dst[1]:to_dense()
+  tap.error_like(function() dst:load_state_dict(src:state_dict()) end,
+    "holds a 8:2:8 layer but this one is 4:2:8", "a layout mismatch in layer 3 is refused")
+  tap.ok(max_diff(dst[1]:mask():totable(), mask:totable()) == 0 and
+    max_diff(dst[1]:to_dense():totable(), dense:totable()) == 0,
+    "... and layer 1 keeps its own pattern and weights")
+  local wrong = src:state_dict()
+  wrong["3.values"] = venom.zeros(8, 3)
+  local src2 = two(33, 8)
+  mask = src2[1]:mask()
+  tap.error_like(function() src2:load_state_dict(wrong) end, "shape mismatch for '3.values'",
+    "values of the wrong shape are refused")
+  tap.ok(max_diff(src2[1]:mask():totable(), mask:totable()) == 0,
+    "... after the patterns were read, yet no layer changed")
+  local bad_v = a:state_dict()
+  bad_v["1.V"] = 4.5
+  tap.error_like(function() make(24):load_state_dict(bad_v) end,
+    "V, N and M must be integers, got 4.5, 2, 8", "a fractional V in a state dict")
 end
 
 -- Bad input ---------------------------------------------------------------------------------
