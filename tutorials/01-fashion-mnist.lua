@@ -206,6 +206,11 @@ if opts.resume ~= "" then
     os.exit(1)
   end
   first_epoch = tonumber(meta.epoch) + 1
+  if first_epoch > opts.epochs then
+    io.stderr:write(("error: %s is from the end of epoch %d; --epochs %d leaves nothing to "
+      .. "train (raise --epochs)\n"):format(opts.resume, first_epoch - 1, opts.epochs))
+    os.exit(1)
+  end
   print(("resumed from %s after epoch %d"):format(opts.resume, first_epoch - 1))
 end
 

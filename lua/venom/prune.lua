@@ -253,9 +253,14 @@ function prune.GMP(model, opts)
   end
 
   local layers = select_layers(who, model, opts.layers)
-  local held = {}
+  local held, owner = {}, {}
   for _, p in ipairs(opt.params) do held[p] = true end
   for _, L in ipairs(layers) do
+    if owner[L.module.weight] then
+      fail(("%s: layers '%s' and '%s' share one weight; each is pruned on its own, so list "
+        .. "only one of them in layers (or untie them)"):format(who, owner[L.module.weight], L.path))
+    end
+    owner[L.module.weight] = L.path
     if not held[L.module.weight] then
       fail(("%s: the optimizer does not hold layer '%s''s weight; build it over "
         .. "model:parameters()"):format(who, L.path))

@@ -44,7 +44,8 @@ end
 
 local function check_int(who, what, v)
   if type(v) ~= "number" or v ~= math.floor(v) then
-    fail(("%s: %s must be an integer, got %s"):format(who, what, tostring(v)))
+    fail(("%s: %s must be an integer, got %s"):format(who, what,
+      type(v) == "number" and tostring(v) or ("%s %q"):format(type(v), tostring(v))))
   end
   return v
 end
@@ -231,6 +232,10 @@ end
 --- A SparseLinear holding the magnitude-pruned weight of nn.Linear `lin`
 -- (and the same bias tensor). opts: V, M, N as for nn.SparseLinear.
 function SparseLinear.from_linear(lin, opts)
+  if getmetatable(lin) ~= nn.Linear then
+    fail(("SparseLinear.from_linear: expected an nn.Linear, got %s"):format(
+      type(lin) == "table" and getmetatable(lin) and getmetatable(lin).__name or type(lin)))
+  end
   local V, N, M = layout("SparseLinear.from_linear", opts)
   return SparseLinear(lin.in_features, lin.out_features,
     { V = V, N = N, M = M, weight = lin.weight, bias = lin.bias or false })
@@ -278,6 +283,16 @@ function sparse.sparsify(model, opts)
     if not seen then
       fail(("%s: skip names '%s', which is not a module of the model"):format(who, name))
     end
+  end
+  -- Tied weights would silently become two independent sparse layers.
+  local owner = {}
+  for _, f in ipairs(found) do
+    local other = owner[f.child.weight]
+    if other then
+      fail(("%s: layers '%s' and '%s' share one weight; each sparse layer has its own values, "
+        .. "so skip one of them or untie them first"):format(who, other, f.path))
+    end
+    owner[f.child.weight] = f.path
   end
   local replaced = {}
   for i, f in ipairs(found) do

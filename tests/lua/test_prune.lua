@@ -227,6 +227,12 @@ do
     "a V beyond the format's range")
   tap.error_like(gmp({ pattern = "8:2:70000" }), "M = 70000; the V:N:M format takes",
     "an M beyond the format's range")
+  local tied = mlp(16, 16, 16, 4)
+  tied[3].weight = tied[1].weight
+  tap.error_like(function()
+    prune.GMP(tied, { optimizer = optim.SGD(tied:parameters(), { lr = 0.1 }), pattern = "8:2:8",
+                      n = 2, layers = { "1", "3" } })
+  end, "layers '1' and '3' share one weight", "tied weights are refused up front")
   tap.error_like(gmp({ s_f = 0.9999999999999 }), "s_f = 0.9999999999999 gives .* M <= 65535",
     "s_f just below 1: the M it needs is out of range")
   tap.error_like(gmp({ pattern = "8:2" }), "pattern must be V:2:M .* got \"8:2\"",

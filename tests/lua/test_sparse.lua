@@ -193,6 +193,15 @@ do
     "sparsify names the layer it cannot convert")
   tap.ok(getmetatable(m[1]) == nn.Linear and getmetatable(m[2]) == nn.Linear,
     "a failed sparsify changes no layer")
+  local tied = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+  tied[3].weight = tied[1].weight
+  tap.error_like(function() sparse.sparsify(tied, { V = 4, M = 4 }) end,
+    "layers '1' and '3' share one weight", "sparsify refuses tied weights (they would untie)")
+  tap.ok(getmetatable(tied[1]) == nn.Linear, "... and leaves them dense")
+  tap.error_like(function() nn.SparseLinear.from_linear(nil) end,
+    "from_linear: expected an nn.Linear, got nil", "from_linear(nil)")
+  tap.error_like(function() sparse.sparsify(m, { M = "8" }) end,
+    "M must be an integer, got string \"8\"", "a string M names its type")
 end
 
 -- Saving and loading: the pattern travels with the values ------------------------------------
