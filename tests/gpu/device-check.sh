@@ -346,13 +346,13 @@ run configure 180
 run build 300
 if [ "${1:-all}" != build ]; then
     run gpu-tests 240
-    run cuda_ops 180
+    run vnm_gpu 150
     run epoch_gpu 180
     run epoch_gpu_sparse 120
+    run sparse_layer 90
+    run cuda_ops 180
     run epoch_cpu 120
     run c-tests 120
-    run vnm_gpu 150
-    run sparse_layer 90
     run torch_ops 120
 fi
 
