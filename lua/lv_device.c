@@ -95,6 +95,9 @@ static int l_cuda_set_allow_tf32(lua_State *L)
 /* set_autocast(dtype | nil | false) → the previous dtype name ("f32" = off). */
 static int l_set_autocast(lua_State *L)
 {
+    const char *s = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+    if (s && strcmp(s, "f32") && strcmp(s, "bf16") && strcmp(s, "f16"))
+        return lv_argfail(L, 1, "autocast takes 'bf16', 'f16' or 'f32' (off), got '%s'", s);
     vn_dtype d = lua_isnoneornil(L, 1) || (lua_isboolean(L, 1) && !lua_toboolean(L, 1))
                      ? VN_F32 : lv_dtype(L, 1);
     vn_dtype prev;

@@ -36,8 +36,9 @@ venom.cuda = {
   set_allow_tf32 = core.cuda_set_allow_tf32,
 }
 
---- venom.autocast(dtype, fn, ...) → fn(...)'s results, with matmul and
--- linear on CUDA tensors computed from `dtype` ("bf16" or "f16") operands
+--- venom.autocast(dtype, fn, ...) → fn(...)'s results, with matmul, linear
+-- and the V:N:M layers on CUDA tensors computed from `dtype` ("bf16" or
+-- "f16"; V:N:M layers use bf16 unless it is "f16") operands
 -- with f32 accumulation while fn runs (mixed precision, Micikevicius et al.
 -- 2018): parameters, gradients and all other ops stay f32, and the backward
 -- of those products runs at the same precision even outside fn. The
