@@ -12,6 +12,7 @@
 --     venom tutorials/01-fashion-mnist.lua --save run.safetensors    # later: --resume run.safetensors
 --     venom tutorials/01-fashion-mnist.lua --sparse 64:2:8  # V:N:M sparse hidden layers
 --     venom tutorials/01-fashion-mnist.lua --device cuda    # train on the GPU
+--     venom tutorials/01-fashion-mnist.lua --device cuda --sparse 64:2:8  # Sparse Tensor Cores
 --     venom tutorials/01-fashion-mnist.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist, which puts the

@@ -21,6 +21,7 @@
 --     venom tutorials/02-sparse-fashion-mnist.lua --mode nm --target 2:4
 --     venom tutorials/02-sparse-fashion-mnist.lua --mode unstructured --sparsity 0.75
 --     venom tutorials/02-sparse-fashion-mnist.lua --save run.st    # later: --resume run.st
+--     venom tutorials/02-sparse-fashion-mnist.lua --device cuda    # on the GPU
 --     venom tutorials/02-sparse-fashion-mnist.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist, as in
