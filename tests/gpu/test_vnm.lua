@@ -3,7 +3,7 @@
 -- gradient and the values' gradient (SDDMM) for every V in {16, 32, 64, 128}
 -- and M in {4, 5, 8, 16, 32, 64}, with rows, columns and batch rows that
 -- fill no tile; f16 under autocast; the plain calls; SparseLinear on CUDA
--- (the packed values follow optimizer steps, to_dense, checkpoints); GMP
+-- (the packed values follow optimizer steps, to_dense, checkpoints); GMP (vnm, nm, unstructured)
 -- recompressing a CUDA model; the layouts the kernels refuse.
 local venom = require "venom"
 if not venom.cuda.is_available() then print("1..0 # SKIP no CUDA device") os.exit(0) end
@@ -172,7 +172,9 @@ local function gmp_run(device, mode, pattern, init)
   model:load_state_dict(init)
   model:to(device)
   local opt = optim.AdamW(model:parameters(), { lr = 0 })
-  local gmp = prune.GMP(model, { optimizer = opt, mode = mode, pattern = pattern, t0 = 1, n = 3 })
+  local o = { optimizer = opt, mode = mode, t0 = 1, n = 3 }
+  if mode == "unstructured" then o.s_f = pattern else o.pattern = pattern end
+  local gmp = prune.GMP(model, o)
   local x = venom.randn(16, 64):to(device)
   for _ = 1, 5 do
     local loss = model(x):sum()
@@ -184,7 +186,7 @@ local function gmp_run(device, mode, pattern, init)
   return model, opt, gmp
 end
 
-for _, case in ipairs({ { "vnm", "16:2:8" }, { "nm", "2:4" } }) do
+for _, case in ipairs({ { "vnm", "16:2:8" }, { "nm", "2:4" }, { "unstructured", 0.75 } }) do
   local mode, pattern = case[1], case[2]
   local init = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 96), nn.ReLU(),
     nn.Linear(96, 10)):state_dict()
@@ -202,7 +204,7 @@ for _, case in ipairs({ { "vnm", "16:2:8" }, { "nm", "2:4" } }) do
         tap.ok(held, "GMP vnm: the optimizer holds layer " .. key .. "'s new values")
         G.same(g:to_dense(), c:to_dense(), "GMP vnm: layer " .. key .. " has the CPU run's weights")
       else
-        G.same(g.weight, c.weight:detach(), "GMP nm: layer " .. key .. " has the CPU run's masked weights")
+        G.same(g.weight, c.weight:detach(), "GMP " .. mode .. ": layer " .. key .. " has the CPU run's masked weights")
       end
     end
     -- The masks applied after every step: on cuda, equal to the CPU run's.
