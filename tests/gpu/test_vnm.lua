@@ -3,8 +3,9 @@
 -- gradient and the values' gradient (SDDMM) for every V in {16, 32, 64, 128}
 -- and M in {4, 5, 8, 16, 32, 64}, with rows, columns and batch rows that
 -- fill no tile; f16 under autocast; the plain calls; SparseLinear on CUDA
--- (the packed values follow optimizer steps, to_dense, checkpoints); GMP (vnm, nm, unstructured)
--- recompressing a CUDA model; the layouts the kernels refuse.
+-- (the packed values follow optimizer steps, to_dense, checkpoints); GMP
+-- (vnm, nm, unstructured) pruning a CUDA model; the layouts the kernels
+-- refuse.
 local venom = require "venom"
 if not venom.cuda.is_available() then print("1..0 # SKIP no CUDA device") os.exit(0) end
 package.path = "tests/gpu/?.lua;tests/lua/?.lua;" .. package.path
