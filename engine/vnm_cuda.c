@@ -242,31 +242,48 @@ static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
     return st;
 }
 
+/* What a forward call makes on the device, kept by the node or released. */
+typedef struct {
+    const vn_tensor *pat; /* borrowed from s */
+    vn_tensor *packed, *xt;
+    int64_t ldx;
+} fwd_operands;
+
+/* y = X·Wᵀ + bias (bias may be NULL) with the operands made in *o (the
+ * caller releases o->packed and o->xt, also on failure). */
+static vn_tensor *spmm_forward(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x,
+                               const vn_tensor *bias, vn_dtype dtype, fwd_operands *o)
+{
+    int64_t B = vn_tensor_numel(x) / s->K;
+    *o = (fwd_operands){.pat = device_pattern(s)};
+    o->packed = o->pat ? pack_values(s, o->pat, values, dtype) : NULL;
+    o->xt = o->packed ? transposed_input(x, B, s->K, dtype, &o->ldx) : NULL;
+    if (!o->xt) return NULL;
+    vnk_vnm w = kernel_matrix(s, o->pat, o->packed, dtype);
+    return forward(&w, o->xt, o->ldx, x, B, bias);
+}
+
 vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
                             const vn_tensor *bias)
 {
     bool dx = vn__needs_grad(x), dvalues = vn__needs_grad(values);
     if (check_layout("vnm_linear", s, dx)) return NULL;
     vn_dtype dtype = operand_dtype();
-    int64_t B = vn_tensor_numel(x) / s->K, ldx;
-    const vn_tensor *pat = device_pattern(s);
-    vn_tensor *packed = pat ? pack_values(s, pat, values, dtype) : NULL;
-    vn_tensor *xt = packed ? transposed_input(x, B, s->K, dtype, &ldx) : NULL;
-    vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
-    vn_tensor *y = xt ? forward(&w, xt, ldx, x, B, bias) : NULL;
+    fwd_operands o;
+    vn_tensor *y = spmm_forward(s, values, x, bias, dtype, &o);
     if (y) {
         const vn_tensor *ins[3] = {x, values, bias};
         vn_node *nd = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
         if (nd) {
             nd->i[0] = s->R, nd->i[1] = s->K, nd->i[2] = s->V, nd->i[3] = s->M;
-            nd->i[4] = dtype, nd->i[5] = ldx;
-            nd->saved[0] = vn_tensor_retain((vn_tensor *)pat);
-            if (dx) nd->saved[1] = vn_tensor_retain(packed);
-            if (dvalues) nd->saved[2] = vn_tensor_retain(xt);
+            nd->i[4] = dtype, nd->i[5] = o.ldx;
+            nd->saved[0] = vn_tensor_retain((vn_tensor *)o.pat);
+            if (dx) nd->saved[1] = vn_tensor_retain(o.packed);
+            if (dvalues) nd->saved[2] = vn_tensor_retain(o.xt);
         }
     }
-    vn_tensor_release(packed);
-    vn_tensor_release(xt);
+    vn_tensor_release(o.packed);
+    vn_tensor_release(o.xt);
     return y;
 }
 
@@ -275,15 +292,10 @@ vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor
 vn_tensor *vnm__cuda_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x)
 {
     if (check_layout("vnm_spmm", s, false)) return NULL;
-    vn_dtype dtype = operand_dtype();
-    int64_t B = vn_tensor_numel(x) / s->K, ldx;
-    const vn_tensor *pat = device_pattern(s);
-    vn_tensor *packed = pat ? pack_values(s, pat, values, dtype) : NULL;
-    vn_tensor *xt = packed ? transposed_input(x, B, s->K, dtype, &ldx) : NULL;
-    vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
-    vn_tensor *y = xt ? forward(&w, xt, ldx, x, B, NULL) : NULL;
-    vn_tensor_release(packed);
-    vn_tensor_release(xt);
+    fwd_operands o;
+    vn_tensor *y = spmm_forward(s, values, x, NULL, operand_dtype(), &o);
+    vn_tensor_release(o.packed);
+    vn_tensor_release(o.xt);
     return y;
 }
 

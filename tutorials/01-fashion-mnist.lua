@@ -69,22 +69,15 @@ local opts = util.parse_cli(arg, {
   util.check_arg_int(o, "seed", 0)
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
-  if o.device ~= "cpu" and o.device ~= "cuda" then
-    util.fail("--device must be cpu or cuda, got " .. o.device)
-  end
-  if o.device == "cuda" and not venom.cuda.is_available() then
-    util.fail("--device cuda: no CUDA device is available (a GPU, its driver and a venom built "
-      .. "with CUDA are needed)")
-  end
+  util.check_arg_device(o, "device")
   if o.sparse ~= "" then
     local V, N, M = o.sparse:match("^(%d+):(%d+):(%d+)$")
     if not (V and tonumber(V) >= 1 and tonumber(N) == 2 and tonumber(M) >= 4) then
       util.fail("--sparse must be V:2:M with V >= 1 and M >= 4, e.g. 64:2:8; got " .. o.sparse)
     end
-    V, M = tonumber(V), tonumber(M)
-    if o.device == "cuda" and (V % 16 ~= 0 or V > 128 or M > 128) then
-      util.fail("--sparse on --device cuda needs V a multiple of 16 up to 128 and M <= 128 "
-        .. "(the Sparse Tensor Core kernels), e.g. 64:2:8; got " .. o.sparse)
+    local why = require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))
+    if o.device == "cuda" and why then
+      util.fail(("--sparse %s with --device cuda: %s, e.g. 64:2:8"):format(o.sparse, why))
     end
   end
 end)

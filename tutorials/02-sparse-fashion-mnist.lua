@@ -98,19 +98,12 @@ local opts = util.parse_cli(arg, {
   if not (o.sparsity >= 0 and o.sparsity < 1) then
     util.fail("--sparsity must be in [0, 1), got " .. tostring(o.sparsity))
   end
-  if o.device ~= "cpu" and o.device ~= "cuda" then
-    util.fail("--device must be cpu or cuda, got " .. o.device)
-  end
-  if o.device == "cuda" and not venom.cuda.is_available() then
-    util.fail("--device cuda: no CUDA device is available (a GPU, its driver and a venom built "
-      .. "with CUDA are needed)")
-  end
+  util.check_arg_device(o, "device")
   if o.device == "cuda" and o.mode == "vnm" then
     local V, M = (o.target ~= "" and o.target or "64:2:8"):match("^(%d+):%d+:(%d+)$")
-    V, M = tonumber(V), tonumber(M)
-    if V and M and (V % 16 ~= 0 or V > 128 or M > 128) then
-      util.fail("--device cuda needs V:2:M with V a multiple of 16 up to 128 and M <= 128 (the "
-        .. "Sparse Tensor Core kernels), e.g. 64:2:8; got " .. o.target)
+    local why = V and require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))
+    if why then
+      util.fail(("--target %s with --device cuda: %s, e.g. 64:2:8"):format(o.target, why))
     end
   end
   if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then

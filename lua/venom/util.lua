@@ -393,4 +393,18 @@ function util.check_arg_number(opts, key, min, inclusive)
   return v
 end
 
+--- For parse_cli's check: opts[key] must be "cpu" or "cuda", and "cuda"
+-- needs a usable device.
+function util.check_arg_device(opts, key)
+  local v = opts[key]
+  if v ~= "cpu" and v ~= "cuda" then
+    fail(("%s must be cpu or cuda, got %s"):format(option_name(key), tostring(v)))
+  end
+  if v == "cuda" and not venom.cuda.is_available() then
+    fail(("%s cuda: no CUDA device is available (a GPU, its driver and a venom built with CUDA "
+      .. "are needed)"):format(option_name(key)))
+  end
+  return v
+end
+
 return util

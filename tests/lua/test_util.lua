@@ -2,6 +2,7 @@
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local util = require "venom.util"
+local venom = require "venom"
 
 local defaults = { epochs = 5, lr = 1e-3, batch_size = 128, cosine = false, name = "run" }
 
@@ -129,6 +130,19 @@ do
   model:train()
   tap.near(util.accuracy(model, loader), 0.6, 1e-12, "accuracy: 3 of 5 over uneven batches")
   tap.ok(model.training, "accuracy restores training mode")
+end
+
+-- check_arg_device: cpu always; cuda only with a device; anything else named.
+do
+  tap.is(util.check_arg_device({ device = "cpu" }, "device"), "cpu", "check_arg_device: cpu")
+  tap.error_like(function() util.check_arg_device({ device = "gpu" }, "device") end,
+    "%-%-device must be cpu or cuda, got gpu", "check_arg_device: an unknown device")
+  if venom.cuda.is_available() then
+    tap.is(util.check_arg_device({ device = "cuda" }, "device"), "cuda", "check_arg_device: cuda")
+  else
+    tap.error_like(function() util.check_arg_device({ device = "cuda" }, "device") end,
+      "%-%-device cuda: no CUDA device is available", "check_arg_device: cuda without a device")
+  end
 end
 
 tap.done()
