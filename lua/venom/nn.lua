@@ -347,10 +347,28 @@ function Module:load_state_dict(sd, opts)
     for _, e in ipairs(extra) do
       local m, prefix, state = e[1], e[2], {}
       for _, k in ipairs(e[3]) do state[k] = sd[prefix .. k] end
-      local fields = {}
-      for k, v in pairs(m) do fields[k] = v end
-      saved[#saved + 1] = { m, fields, { unpack(m._params) } }
-      m:_load_extra_state(state)
+      -- The extra state and the module's parameters go together (a pattern
+      -- without its values would put old numbers in new places): all of
+      -- them, or none (strict = false) and the module is left alone.
+      local names, absent = {}, {}
+      for _, k in ipairs(e[3]) do names[#names + 1] = prefix .. k end
+      for _, k in ipairs(m._params) do
+        if m[k] ~= nil then names[#names + 1] = prefix .. k end
+      end
+      for _, name in ipairs(names) do
+        if sd[name] == nil then absent[#absent + 1] = name end
+      end
+      table.sort(absent)
+      if #absent > 0 and #absent < #names then
+        fail(("%s: the state dict has part of module '%s' but not %s; its state loads whole "
+          .. "or not at all"):format(who, prefix:sub(1, -2), table.concat(absent, ", ")))
+      end
+      if #absent == 0 then
+        local fields = {}
+        for k, v in pairs(m) do fields[k] = v end
+        saved[#saved + 1] = { m, fields, { unpack(m._params) } }
+        m:_load_extra_state(state)
+      end
     end
     local copies = {}
     for _, np in ipairs(self:named_parameters()) do -- extra state may have replaced some

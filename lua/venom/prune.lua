@@ -73,6 +73,7 @@ end
 --- The smallest M ≥ 4 with 1 − 2/M ≥ s (s in [0, 1)); the 1e-12 absorbs the
 -- rounding of s computed from a pattern (1 − 2/M itself).
 function prune.vnm_M(s)
+  check_sparsity("prune.vnm_M", "s", s)
   -- The closed form, then a few steps to undo its rounding (near s = 1 the
   -- subtraction 1 − 2/M loses digits); past 2^40 no layout fits anyway.
   local M = math.max(4, math.floor(2 / (1 - s + 1e-12)))
@@ -126,8 +127,9 @@ local function parse_target(who, mode, opts)
     end
     local N, M = pat:match("^(%d+):(%d+)$")
     N, M = tonumber(N), tonumber(M)
-    if not (N and M and N >= 1 and N < M) then
-      fail(("%s: pattern must be N:M with 1 <= N < M (e.g. \"2:4\"), got %q"):format(who, pat))
+    if not (N and M and N >= 1 and N < M and M <= MAX_M) then
+      fail(("%s: pattern must be N:M with 1 <= N < M <= %d (e.g. \"2:4\"), got %q")
+        :format(who, MAX_M, pat))
     end
     return 1 - N / M, { N = N, M = M }
   else
@@ -253,14 +255,28 @@ function prune.GMP(model, opts)
   end
 
   local layers = select_layers(who, model, opts.layers)
-  local held, owner = {}, {}
+  -- A pruned layer gets a weight of its own, so a weight it shares with any
+  -- other module (pruned or not) would silently stop being trained there.
+  local held, users = {}, {}
   for _, p in ipairs(opt.params) do held[p] = true end
-  for _, L in ipairs(layers) do
-    if owner[L.module.weight] then
-      fail(("%s: layers '%s' and '%s' share one weight; each is pruned on its own, so list "
-        .. "only one of them in layers (or untie them)"):format(who, owner[L.module.weight], L.path))
+  for _, e in ipairs(all_modules(model)) do
+    for _, name in ipairs(e.module._params) do
+      local t = e.module[name]
+      if t ~= nil then
+        users[t] = users[t] or {}
+        table.insert(users[t], e.path)
+      end
     end
-    owner[L.module.weight] = L.path
+  end
+  for _, L in ipairs(layers) do
+    local others = {}
+    for _, path in ipairs(users[L.module.weight] or {}) do
+      if path ~= L.path then others[#others + 1] = path end
+    end
+    if #others > 0 then
+      fail(("%s: layers '%s' and '%s' share one weight; a pruned layer gets a weight of its "
+        .. "own, so untie them first"):format(who, L.path, table.concat(others, "', '")))
+    end
     if not held[L.module.weight] then
       fail(("%s: the optimizer does not hold layer '%s''s weight; build it over "
         .. "model:parameters()"):format(who, L.path))

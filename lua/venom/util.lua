@@ -7,7 +7,7 @@ local util = {}
 
 -- The pure-Lua modules of venom (lua/venom/<name>.lua).
 local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
-                   checkpoint = true, sparse = true }
+                   checkpoint = true, sparse = true, prune = true }
 
 --- Raises `msg` as a Lua error positioned at the first caller outside
 -- venom's own Lua files, so that "nn.Linear: in_features must be ..." points
@@ -398,7 +398,7 @@ end
 function util.check_arg_device(opts, key)
   local v = opts[key]
   if v ~= "cpu" and v ~= "cuda" then
-    fail(("%s must be cpu or cuda, got %s"):format(option_name(key), tostring(v)))
+    fail(("%s must be cpu or cuda, got %q"):format(option_name(key), tostring(v)))
   end
   if v == "cuda" and not venom.cuda.is_available() then
     fail(("%s cuda: no CUDA device is available (a GPU, its driver and a venom built with CUDA "

@@ -233,6 +233,12 @@ do
     prune.GMP(tied, { optimizer = optim.SGD(tied:parameters(), { lr = 0.1 }), pattern = "8:2:8",
                       n = 2, layers = { "1", "3" } })
   end, "layers '1' and '3' share one weight", "tied weights are refused up front")
+  tap.error_like(function()
+    prune.GMP(tied, { optimizer = optim.SGD(tied:parameters(), { lr = 0.1 }), pattern = "8:2:8",
+                      n = 2, layers = { "1" } })
+  end, "layers '1' and '3' share one weight",
+    "... also when only one of them is pruned (the other would stop training)")
+  tap.error_like(function() prune.vnm_M(1.5) end, "s must be a sparsity", "vnm_M(1.5) is refused")
   tap.error_like(gmp({ s_f = 0.9999999999999 }), "s_f = 0.9999999999999 gives .* M <= 65535",
     "s_f just below 1: the M it needs is out of range")
   tap.error_like(gmp({ pattern = "8:2" }), "pattern must be V:2:M .* got \"8:2\"",

@@ -275,6 +275,22 @@ do
     "values of the wrong shape are refused")
   tap.ok(max_diff(src2[1]:mask():totable(), mask:totable()) == 0,
     "... after the patterns were read, yet no layer changed")
+  local partial = a:state_dict()
+  partial["1.values"] = nil
+  local keep = make(25)
+  mask = keep[1]:mask()
+  tap.error_like(function() keep:load_state_dict(partial, { strict = false }) end,
+    "has part of module '1' but not 1.values",
+    "strict = false: a pattern without its values is refused (old numbers, new places)")
+  tap.ok(max_diff(keep[1]:mask():totable(), mask:totable()) == 0, "... and the layer is unchanged")
+  local none = a:state_dict()
+  for _, k in ipairs({ "1.values", "1.bias", "1.columns", "1.indices", "1.V", "1.N", "1.M" }) do
+    none[k] = nil
+  end
+  keep:load_state_dict(none, { strict = false })
+  tap.ok(max_diff(keep[1]:mask():totable(), mask:totable()) == 0 and
+    max_diff(keep[3].weight:totable(), a[3].weight:totable()) == 0,
+    "strict = false without any of layer 1: layer 1 stays, the others load")
   local bad_v = a:state_dict()
   bad_v["1.V"] = 4.5
   tap.error_like(function() make(24):load_state_dict(bad_v) end,

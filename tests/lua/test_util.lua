@@ -136,7 +136,7 @@ end
 do
   tap.is(util.check_arg_device({ device = "cpu" }, "device"), "cpu", "check_arg_device: cpu")
   tap.error_like(function() util.check_arg_device({ device = "gpu" }, "device") end,
-    "%-%-device must be cpu or cuda, got gpu", "check_arg_device: an unknown device")
+    "%-%-device must be cpu or cuda, got \"gpu\"", "check_arg_device: an unknown device")
   if venom.cuda.is_available() then
     tap.is(util.check_arg_device({ device = "cuda" }, "device"), "cuda", "check_arg_device: cuda")
   else
