@@ -1487,7 +1487,7 @@ int luaopen_venom_core(lua_State *L)
     lua_newtable(L); /* the module */
     luaL_setfuncs(L, lv_functions, 0);
     luaL_setfuncs(L, lv_sparse_functions, 0);
-    luaL_setfuncs(L, lv_gpt_functions, 0);
+    luaL_setfuncs(L, lv_transformer_functions, 0);
     luaL_setfuncs(L, lv_checkpoint_functions, 0);
     luaL_setfuncs(L, lv_device_functions, 0);
     for (const luaL_Reg *r = lv_methods; r->name; r++) {

@@ -62,8 +62,8 @@ int l_cpu(lua_State *L);
 int l_device(lua_State *L);
 int l_is_cuda(lua_State *L);
 
-/* lv_gpt.c: embedding, layer_norm and causal_attention. */
-extern const luaL_Reg lv_gpt_functions[];
+/* lv_transformer.c: embedding, layer_norm and causal_attention. */
+extern const luaL_Reg lv_transformer_functions[];
 
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */

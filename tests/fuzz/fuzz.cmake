@@ -3,7 +3,7 @@
 #
 # libFuzzer comes with clang, while the project may be built with gcc, so the
 # target is compiled by a direct clang command: the fuzz harness, the parser
-# (engine/safetensors_parse.c) and the error helpers it uses (engine/error.c),
+# (engine/io/safetensors_parse.c) and the error helpers it uses (engine/error.c),
 # with ASan + UBSan, against Jansson. VENOM_FUZZ defaults to ON when such a
 # clang is found (a probe program links with -fsanitize=fuzzer), so the suite
 # runs the fuzzer for 5 s (tests/fuzz/run.sh, a TAP skip otherwise).
@@ -27,20 +27,18 @@ if(VENOM_FUZZ)
     message(FATAL_ERROR "VENOM_FUZZ needs clang (with libFuzzer): apt-get install clang")
   endif()
   set(fuzz_exe ${CMAKE_BINARY_DIR}/tests/fuzz_safetensors)
-  set(fuzz_sources tests/fuzz/fuzz_safetensors.c engine/safetensors_parse.c engine/error.c)
+  set(fuzz_sources tests/fuzz/fuzz_safetensors.c engine/io/safetensors_parse.c engine/error.c)
   add_custom_command(OUTPUT ${fuzz_exe}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/tests
     COMMAND ${VENOM_CLANG} -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined
-            -I${PROJECT_SOURCE_DIR}/engine -I${PROJECT_SOURCE_DIR}/kernels ${JANSSON_CFLAGS} ${fuzz_sources}
+            -I${PROJECT_SOURCE_DIR}/engine -I${PROJECT_SOURCE_DIR}/engine/include -I${PROJECT_SOURCE_DIR}/engine/io -I${PROJECT_SOURCE_DIR}/kernels ${JANSSON_CFLAGS} ${fuzz_sources}
             ${JANSSON_LDFLAGS} -o ${fuzz_exe}
-    DEPENDS ${fuzz_sources} engine/safetensors.h engine/internal.h engine/venom.h kernels/kernels.h
+    DEPENDS ${fuzz_sources} engine/io/safetensors.h engine/internal.h engine/include/venom.h kernels/kernels.h
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     COMMENT "Building the libFuzzer target fuzz_safetensors with ${VENOM_CLANG}"
     VERBATIM)
   add_custom_target(fuzz_safetensors ALL DEPENDS ${fuzz_exe})
 endif()
 
-file(WRITE ${VENOM_T_DIR}/fuzz_safetensors.t
-  "#!/bin/sh\nexec sh \"${PROJECT_SOURCE_DIR}/tests/fuzz/run.sh\" \"${CMAKE_BINARY_DIR}/tests/fuzz_safetensors\"\n")
-file(CHMOD ${VENOM_T_DIR}/fuzz_safetensors.t PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE
-  GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+venom_tap_script(fuzz_safetensors
+  "exec sh \"${PROJECT_SOURCE_DIR}/tests/fuzz/run.sh\" \"${CMAKE_BINARY_DIR}/tests/fuzz_safetensors\"")

@@ -40,7 +40,7 @@ awk_true() {
     if awk "BEGIN { exit !($2) }"; then ok "$1"; else not_ok "$1" "false: $2"; fi
 }
 
-echo "1..21"
+echo "1..23"
 
 check "cmake --install into a temporary prefix" cmake --install "$build" --prefix "$prefix"
 missing=
@@ -52,6 +52,29 @@ done
 if [ -z "$missing" ]; then ok "installed files in place"; else not_ok "installed files in place" "missing:$missing"; fi
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+
+# ---- venom.h (and the bridge's venom_lua.h) are the only public headers ----
+# Installed: include/ holds just those two, and a program compiled with the
+# package's flags cannot include the library's internal.h.
+extra=$(cd "$prefix/include" && ls | grep -vx 'venom.h' | grep -vx 'venom_lua.h' | tr '\n' ' ')
+printf '#include "internal.h"\nint main(void) { return 0; }\n' > "$tmp/internal.c"
+if [ -z "$extra" ] && ! $cc $(pkg-config --cflags venom-lua) -c "$tmp/internal.c" -o "$tmp/internal.o" 2>/dev/null; then
+    ok "an installed consumer cannot include internal.h"
+else
+    not_ok "an installed consumer cannot include internal.h" "extra headers: $extra"
+fi
+# In the build tree: no directory on the venom target's public include path
+# holds internal.h or a wing's header.
+leaks=
+while read -r dir; do
+    [ -n "$dir" ] || continue
+    for h in internal.h vnm_internal.h safetensors.h kernels.h; do [ -e "$dir/$h" ] && leaks="$leaks $dir/$h"; done
+done < "$build/venom-interface-includes.txt"
+if [ -s "$build/venom-interface-includes.txt" ] && [ -z "$leaks" ]; then
+    ok "the build tree's public include path holds only venom.h ($(tr '\n' ' ' < "$build/venom-interface-includes.txt"))"
+else
+    not_ok "the build tree's public include path holds only venom.h" "reachable:$leaks"
+fi
 rpath="-Wl,-rpath,$prefix/lib"
 
 # ---- train_classifier through pkg-config, shared libvenom ----

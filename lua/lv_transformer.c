@@ -1,4 +1,4 @@
-/* lv_gpt.c — the transformer ops of the venom.core Lua module (engine/
+/* lv_transformer.c — the transformer ops of the venom.core Lua module (engine/
  * ops_transformer.c), all differentiable:
  *
  *   venom.embedding(weight, ids) → out            weight (V, D), ids (...) of
@@ -38,7 +38,7 @@ static int l_causal_attention(lua_State *L)
     return lv_push(L, vn_causal_attention(q, k, v));
 }
 
-const luaL_Reg lv_gpt_functions[] = {
+const luaL_Reg lv_transformer_functions[] = {
     {"embedding", l_embedding},
     {"layer_norm", l_layer_norm},
     {"causal_attention", l_causal_attention},
