@@ -454,6 +454,40 @@ vn_tensor *vn_min(const vn_tensor *t, int dim, bool keepdim);
 vn_tensor *vn_argmax(const vn_tensor *t, int dim, bool keepdim);
 vn_tensor *vn_argmin(const vn_tensor *t, int dim, bool keepdim);
 
+/* Statistics (f32, CPU or CUDA; gradients through the ops they are made of).
+ * var: Σ(x − mean)² / (n − correction) over dim (or all elements), n the
+ * number of elements reduced; correction 1 is Bessel's (the unbiased
+ * sample variance, PyTorch's default), 0 the population variance; n ≤
+ * correction gives inf or nan, as in PyTorch. std = √var. VN_ERR_ARG for a
+ * negative or NaN correction or a bad dim. */
+vn_tensor *vn_var(const vn_tensor *t, int dim, double correction, bool keepdim);
+vn_tensor *vn_var_all(const vn_tensor *t, double correction);
+vn_tensor *vn_std(const vn_tensor *t, int dim, double correction, bool keepdim);
+vn_tensor *vn_std_all(const vn_tensor *t, double correction);
+/* Vector p-norm over dim (or all elements): p = 1 (Σ|x|), 2 (√Σx²) or
+ * INFINITY (max|x|); VN_ERR_ARG for another p. The 2-norm's gradient is
+ * x/‖x‖ and 0 at the zero vector; the inf-norm's goes to the first largest
+ * |x|. */
+vn_tensor *vn_norm(const vn_tensor *t, double p, int dim, bool keepdim);
+vn_tensor *vn_norm_all(const vn_tensor *t, double p);
+
+/* ---- ordering ------------------------------------------------------------ */
+
+/* Sort along dim (CPU; f32, i32, i64, u8): *values has t's shape and dtype,
+ * *indices (i64, 0-based) says where each value was along dim, so that
+ * values = gather(t, dim, indices). Ascending unless descending. NaN sorts
+ * as the largest value; equal values keep their order (stable), so the
+ * result is the same on every run. A 0-d tensor sorts as one element.
+ * f32 values carry a gradient: dL/dt gets dL/dvalues at the indices. Both
+ * outputs are new references (NULL on error). Errors: VN_ERR_ARG (NULL
+ * outputs, bad dim), VN_ERR_DEVICE (CUDA), VN_ERR_DTYPE (bf16/f16). */
+vn_status vn_sort(const vn_tensor *t, int dim, bool descending, vn_tensor **values, vn_tensor **indices);
+/* The k largest (or smallest, !largest) along dim, in order (largest first
+ * when largest), as vn_sort's first k; ties go to the lower index. dim has
+ * size k in both outputs. VN_ERR_ARG unless 0 <= k <= size of dim. */
+vn_status vn_topk(const vn_tensor *t, int64_t k, int dim, bool largest, vn_tensor **values,
+                  vn_tensor **indices);
+
 /* ---- linear algebra ------------------------------------------------------ */
 
 /* Matrix product (f32, OpenBLAS sgemm).
