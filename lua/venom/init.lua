@@ -57,7 +57,7 @@ function venom.autocast(dtype, fn, ...)
 end
 
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
-                     checkpoint = true, sparse = true, plot = true, metrics = true }
+                     checkpoint = true, sparse = true, plot = true, metrics = true, help = true }
 
 return setmetatable(venom, {
   __index = function(t, k)

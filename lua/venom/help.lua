@@ -1,0 +1,200 @@
+--- venom.help — the documentation of a function, read from the docstrings
+-- that are already in the code: the comment above a `vn_*` declaration in
+-- venom.h for the C-backed functions, and the `---` comment above a
+-- definition in lua/venom/*.lua for the Lua ones.
+--
+--     help(venom.matmul)      help(x.sum)      help(nn.Linear)
+--     help("venom.topk")      ?venom.topk      (in the REPL)
+--
+-- An unknown name gets the closest known names ("did you mean ...?").
+local venom = require "venom"
+
+local help = {}
+
+-- This file's directory: lua/venom in the source tree, or
+-- PREFIX/share/lua/5.1/venom once installed.
+local here = (debug.getinfo(1, "S").source:match("^@(.*)[/\\]") or ".")
+
+local function read(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- venom.h's comment blocks, keyed by the C name of each function declared
+-- right below them (one comment may cover several declarations).
+local function c_docs()
+  local text = read(here .. "/../../engine/include/venom.h") or read(here .. "/../../../../include/venom.h")
+  local docs = {}
+  if not text then return docs end
+  local comment, last_was_decl = nil, false
+  local in_comment, buf = false, {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    if in_comment then
+      buf[#buf + 1] = line
+      if line:find("%*/") then
+        in_comment = false
+        comment, last_was_decl = table.concat(buf, "\n"), false
+      end
+    elseif line:match("^%s*/%*") then
+      buf = { line }
+      if line:find("%*/") then comment, last_was_decl = line, false else in_comment = true end
+    elseif line:match("^%s*$") or line:match("^#") then
+      comment = nil
+    else
+      local name = line:match("[%s%*]vn_([%w_]+)%(")
+      if name and comment then docs[name] = { comment = comment, decl = line } end
+      if not name and not last_was_decl and not line:match("^%s") then comment = nil end
+      last_was_decl = name ~= nil or line:match("^%s") ~= nil
+    end
+  end
+  for name, d in pairs(docs) do
+    local body = d.comment:gsub("^%s*/%*+%s?", ""):gsub("%s*%*/%s*$", ""):gsub("\n%s*%* ?", "\n")
+    docs[name] = d.decl:gsub("^%s+", "") .. "\n" .. body
+  end
+  return docs
+end
+
+-- `---` blocks of one Lua module, keyed by the name they document:
+-- "Linear" for `local Linear = ...`, "Linear:forward" / "nn.Linear" for
+-- functions.
+local function lua_docs(module)
+  local text = read(here .. "/" .. module .. ".lua")
+  local docs = {}
+  if not text then return docs end
+  local block = nil
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    local doc = line:match("^%-%-%-? ?(.*)$")
+    if line:match("^%-%-%-") then
+      block = { doc }
+    elseif block and doc then
+      block[#block + 1] = doc
+    else
+      if block then
+        local name = line:match("^function ([%w_.:]+)%(") or line:match("^local ([%w_]+) = ")
+          or line:match("^([%w_]+%.[%w_]+) = ")
+        if name then
+          local text_block = table.concat(block, "\n")
+          docs[name] = text_block
+          docs[name:gsub("^[%w_]+[.:]", "")] = docs[name:gsub("^[%w_]+[.:]", "")] or text_block
+        end
+      end
+      block = nil
+    end
+  end
+  return docs
+end
+
+local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
+                  "nn_init", "nn_utils", "help" }
+local index -- name → {qualified name, value}
+
+-- Every documented function reachable from venom, by qualified name.
+local function build_index()
+  index = {}
+  local function add(prefix, t)
+    for k, v in pairs(t) do
+      if type(k) == "string" and (type(v) == "function" or (type(v) == "table" and getmetatable(v))) then
+        index[prefix .. k] = v
+      end
+    end
+  end
+  add("venom.", venom.core)
+  add("venom.", venom)
+  -- Tensor methods (x.sum is not the same closure as venom.sum).
+  local mt = getmetatable(venom.ones(1))
+  if mt and type(mt.__methods) == "table" then add("venom.", mt.__methods) end
+  if type(venom.Tensor) == "table" then add("venom.Tensor.", venom.Tensor) end
+  add("venom.cuda.", venom.cuda)
+  for _, m in ipairs(modules) do
+    local ok, t = pcall(require, "venom." .. m)
+    if ok and type(t) == "table" then add("venom." .. m:gsub("_", ".") .. ".", t) end
+  end
+end
+
+local cdocs, ldocs
+
+local function doc_of(qualified)
+  cdocs = cdocs or c_docs()
+  if not ldocs then
+    ldocs = {}
+    for _, m in ipairs(modules) do ldocs[m] = lua_docs(m) end
+    ldocs.init = lua_docs("init")
+  end
+  local mod, name = qualified:match("^venom%.([%w_.]+)%.([%w_]+)$")
+  if mod then
+    local file = mod:gsub("%.", "_")
+    local d = ldocs[file] and (ldocs[file][name] or ldocs[file][mod .. "." .. name])
+    if d then return d end
+  end
+  name = qualified:match("([%w_]+)$")
+  if ldocs.init["venom." .. name] then return ldocs.init["venom." .. name] end
+  local d = cdocs[name] or cdocs["tensor_" .. name]
+  return d, d ~= nil
+end
+
+-- Edit distance, for "did you mean".
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+--- help.suggest(name) → up to 3 known qualified names closest to `name`.
+function help.suggest(name)
+  if not index then build_index() end
+  local scored = {}
+  local short = name:match("([%w_]+)$") or name
+  for q in pairs(index) do
+    local d = math.min(distance(name, q), distance(short, q:match("([%w_]+)$")) + 1)
+    if d <= math.max(2, math.floor(#short / 3)) then scored[#scored + 1] = { q, d } end
+  end
+  table.sort(scored, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+  local out = {}
+  for i = 1, math.min(3, #scored) do out[i] = scored[i][1] end
+  return out
+end
+
+--- help.text(what) → the documentation of `what` (a function or module
+-- table from venom, or a qualified name such as "venom.topk") as a string,
+-- or nil and a message (with suggestions) when there is none.
+function help.text(what)
+  if not index then build_index() end
+  local qualified
+  if type(what) == "string" then
+    qualified = what:match("^venom%.") and what or "venom." .. what
+    if index[qualified] == nil and rawget(venom, qualified:match("^venom%.(.*)$")) == nil then
+      local s = help.suggest(qualified)
+      return nil, ("no %s in venom%s"):format(qualified, #s > 0 and "; did you mean " .. table.concat(s, ", ") .. "?" or "")
+    end
+  else
+    local best
+    for q, v in pairs(index) do
+      if v == what and (not best or #q < #best or (#q == #best and q < best)) then best = q end
+    end
+    if not best then return nil, ("no documentation for this %s (not a venom function)"):format(type(what)) end
+    qualified = best
+  end
+  local d, from_c = doc_of(qualified)
+  if not d then return nil, ("%s has no docstring"):format(qualified) end
+  return qualified .. (from_c and "  (from the C API in venom.h: indices there are 0-based, 1-based in Lua)" or "")
+    .. "\n\n" .. d
+end
+
+--- help(what): prints help.text(what), or the reason there is none.
+setmetatable(help, { __call = function(_, what)
+  local text, err = help.text(what)
+  print(text or err)
+end })
+
+return help
