@@ -216,26 +216,26 @@ static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_
  * that starts to require a gradient after the forward has its operand
  * rebuilt from the inputs here (every op decides at backward time; the
  * inputs' versions are checked, so they are those of the forward). */
-static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status cuda_linear_backward(vn_node *node, const vn_tensor *gout)
 {
-    vn_vnm shape = {.R = nd->i[0], .K = nd->i[1], .V = nd->i[2], .M = nd->i[3]};
-    vn_dtype dtype = (vn_dtype)nd->i[4];
-    int64_t B = vn_tensor_numel(gout) / shape.R, ldx = nd->i[5];
-    bool dx = vn__input_needs_grad(nd, 0), dvalues = vn__input_needs_grad(nd, 1);
-    if (dx && !nd->saved[1] && check_layout("vnm_linear backward", &shape, true))
+    vn_vnm shape = {.R = node->i[0], .K = node->i[1], .V = node->i[2], .M = node->i[3]};
+    vn_dtype dtype = (vn_dtype)node->i[4];
+    int64_t B = vn_tensor_numel(gout) / shape.R, ldx = node->i[5];
+    bool dx = vn__input_needs_grad(node, 0), dvalues = vn__input_needs_grad(node, 1);
+    if (dx && !node->saved[1] && check_layout("vnm_linear backward", &shape, true))
         return vn_last_status();
-    const vn_tensor *pat = nd->saved[0];
-    vn_tensor *packed = !dx ? NULL : nd->saved[1] ? vn_tensor_retain(nd->saved[1])
-                                   : pack_values(&shape, pat, nd->inputs[1], dtype);
-    vn_tensor *xt = !dvalues ? NULL : nd->saved[2] ? vn_tensor_retain(nd->saved[2])
-                                    : transposed_input(nd->inputs[0], B, shape.K, dtype, &ldx);
+    const vn_tensor *pat = node->saved[0];
+    vn_tensor *packed = !dx ? NULL : node->saved[1] ? vn_tensor_retain(node->saved[1])
+                                   : pack_values(&shape, pat, node->inputs[1], dtype);
+    vn_tensor *xt = !dvalues ? NULL : node->saved[2] ? vn_tensor_retain(node->saved[2])
+                                    : transposed_input(node->inputs[0], B, shape.K, dtype, &ldx);
     vn_tensor *dy16 = (!dx || packed) && (!dvalues || xt) ? half_rows(gout, dtype) : NULL;
     vnk_vnm w = kernel_matrix(&shape, pat, packed, dtype);
     vn_status st = dy16 ? VN_OK : vn_last_status();
-    if (!st && dx) st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
-    if (!st && dvalues) st = vn__accum(nd, 1, values_grad(&w, dy16, xt, ldx, B));
-    if (!st && nd->ninputs == 3 && vn__input_needs_grad(nd, 2))
-        st = vn__accum(nd, 2, vn__sum_to(gout, 1, &shape.R));
+    if (!st && dx) st = vn__accum(node, 0, input_grad(&w, dy16, node->inputs[0], B));
+    if (!st && dvalues) st = vn__accum(node, 1, values_grad(&w, dy16, xt, ldx, B));
+    if (!st && node->ninputs == 3 && vn__input_needs_grad(node, 2))
+        st = vn__accum(node, 2, vn__sum_to(gout, 1, &shape.R));
     vn_tensor_release(packed);
     vn_tensor_release(xt);
     vn_tensor_release(dy16);
@@ -273,13 +273,13 @@ vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor
     vn_tensor *y = spmm_forward(s, values, x, bias, dtype, &o);
     if (y) {
         const vn_tensor *ins[3] = {x, values, bias};
-        vn_node *nd = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
-        if (nd) {
-            nd->i[0] = s->R, nd->i[1] = s->K, nd->i[2] = s->V, nd->i[3] = s->M;
-            nd->i[4] = dtype, nd->i[5] = o.ldx;
-            nd->saved[0] = vn_tensor_retain((vn_tensor *)o.pat);
-            if (dx) nd->saved[1] = vn_tensor_retain(o.packed);
-            if (dvalues) nd->saved[2] = vn_tensor_retain(o.xt);
+        vn_node *node = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
+        if (node) {
+            node->i[0] = s->R, node->i[1] = s->K, node->i[2] = s->V, node->i[3] = s->M;
+            node->i[4] = dtype, node->i[5] = o.ldx;
+            node->saved[0] = vn_tensor_retain((vn_tensor *)o.pat);
+            if (dx) node->saved[1] = vn_tensor_retain(o.packed);
+            if (dvalues) node->saved[2] = vn_tensor_retain(o.xt);
         }
     }
     vn_tensor_release(o.packed);
