@@ -216,12 +216,15 @@ static bool matmul_into(const gemm_ctx *g, const vn_tensor *a, const vn_tensor *
     return ok;
 }
 
+/* What matmul and linear save: the precision of the forward's products. */
+struct gemm_saved { vn_dtype prec; };
+
 /* dA = dC·Bᵀ and dB = Aᵀ·dC on the promoted operands; vn__accum sums away
  * broadcast batch dims. A 1-D operand's gradient loses its promoted dim. */
 static vn_status matmul_backward(vn_node *node, const vn_tensor *g)
 {
     vn_dtype prev; /* the products below run at the forward's precision */
-    vn_set_autocast((vn_dtype)node->i[0], &prev);
+    vn_set_autocast(VN_SAVED_STATE(node, struct gemm_saved)->prec, &prev);
     const vn_tensor *a = node->inputs[0], *b = node->inputs[1];
     int64_t k = a->shape[a->ndim - 1];
     vn_tensor *a2 = a->ndim == 1 ? vn_unsqueeze(a, 0) : vn_tensor_retain((vn_tensor *)a);
@@ -325,7 +328,7 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
     }
     if (!out) return NULL;
     vn_node *node = vn__record(out, "matmul", matmul_backward, 2, ins);
-    if (node) node->i[0] = g.prec;
+    if (node) VN_SAVED_STATE(node, struct gemm_saved)->prec = g.prec;
     return out;
 }
 
@@ -349,7 +352,7 @@ static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
     const vn_tensor *x = node->inputs[0], *w = node->inputs[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1];
     blas_mat DY, W, X;
-    gemm_ctx g = ctx_of(x, (vn_dtype)node->i[0]);
+    gemm_ctx g = ctx_of(x, VN_SAVED_STATE(node, struct gemm_saved)->prec);
     vn_tensor *dy = matrix_view(gout, &DY);
     if (!dy) return VN_ERR_MEMORY;
     const float *pdy = vn__ptr(dy);
@@ -479,6 +482,6 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
         return NULL;
     }
     vn_node *node = vn__record(y, "linear", linear_backward, bias ? 3 : 2, ins);
-    if (node) node->i[0] = g.prec;
+    if (node) VN_SAVED_STATE(node, struct gemm_saved)->prec = g.prec;
     return y;
 }

@@ -78,10 +78,13 @@ static void softmax_rows_backward(const float *y, const float *g, float *dx, int
     }
 }
 
+struct softmax_saved { int dim; bool log; };
+
 static vn_status softmax_backward(vn_node *node, const vn_tensor *gout)
 {
-    int dim = (int)node->i[0];
-    bool log = node->i[1];
+    const struct softmax_saved *saved = VN_SAVED_STATE(node, struct softmax_saved);
+    int dim = saved->dim;
+    bool log = saved->log;
     vn_tensor *y = swap_to_last(node->saved[0], dim), *g = swap_to_last(gout, dim);
     vn_tensor *dx = y && g ? vn__new_like(y, VN_F32, y->ndim, y->shape) : NULL, *res = NULL;
     if (dx) {
@@ -123,8 +126,7 @@ static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
     if (!out) return NULL;
     vn_node *node = vn__record(out, op, softmax_backward, 1, &t);
     if (node) {
-        node->i[0] = dim;
-        node->i[1] = log;
+        *VN_SAVED_STATE(node, struct softmax_saved) = (struct softmax_saved){dim, log};
         /* an alias, not out itself: out owns the node, so a reference back
          * would be a cycle */
         node->saved[0] = vn__alias(out);
@@ -140,6 +142,9 @@ vn_tensor *vn_softmax(const vn_tensor *t, int dim) { return softmax_impl(t, dim,
 vn_tensor *vn_log_softmax(const vn_tensor *t, int dim) { return softmax_impl(t, dim, true); }
 
 /* ---- class-target losses ------------------------------------------------- */
+
+/* What cross_entropy, nll_loss and mse_loss save besides tensors. */
+struct loss_saved { vn_reduction reduction; };
 
 static int64_t target_at(const vn_tensor *t, int64_t n)
 {
@@ -246,7 +251,8 @@ static vn_status cross_entropy_backward(vn_node *node, const vn_tensor *gout)
     const vn_tensor *target = node->saved[0], *lse = node->saved[1];
     vn_tensor *x = vn__plain_contiguous(node->inputs[0]);
     int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1];
-    float *scale = x ? per_sample_scale(gout, N, (vn_reduction)node->i[0]) : NULL;
+    vn_reduction reduction = VN_SAVED_STATE(node, struct loss_saved)->reduction;
+    float *scale = x ? per_sample_scale(gout, N, reduction) : NULL;
     vn_tensor *dx = scale ? vn__new(VN_F32, 2, node->inputs[0]->shape) : NULL;
     if (dx) {
         const float *px = vn_tensor_data(x), *pl = vn_tensor_data(lse);
@@ -290,7 +296,7 @@ static vn_status cross_entropy_backward_cuda(vn_node *node, const vn_tensor *gou
     vn_tensor *x = vn__plain_contiguous(node->inputs[0]);
     int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1], gs;
     float mul;
-    upstream(gout, (vn_reduction)node->i[0], N, &gs, &mul);
+    upstream(gout, VN_SAVED_STATE(node, struct loss_saved)->reduction, N, &gs, &mul);
     vn_tensor *dx = x ? vn__new_like(x, VN_F32, 2, x->shape) : NULL;
     if (dx && vnk_cross_entropy_backward(vn__ptr(x), vn__ptr(lse), vn__ptr(target), target->dtype,
                                          N, C, vn__ptr(gout), gs, mul, vn__ptr(dx))) {
@@ -318,7 +324,7 @@ static vn_tensor *cross_entropy_cuda(const vn_tensor *logits, const vn_tensor *t
     vn_tensor_release(x);
     vn_node *node = out ? vn__record(out, "cross_entropy", cross_entropy_backward_cuda, 1, &logits) : NULL;
     if (node) {
-        node->i[0] = reduction;
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
         node->saved[0] = vn_tensor_retain(t);
         node->saved[1] = vn_tensor_retain(lse);
     }
@@ -332,7 +338,7 @@ static vn_status nll_backward_cuda(vn_node *node, const vn_tensor *gout)
     const vn_tensor *target = node->saved[0];
     int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1], gs;
     float mul;
-    upstream(gout, (vn_reduction)node->i[0], N, &gs, &mul);
+    upstream(gout, VN_SAVED_STATE(node, struct loss_saved)->reduction, N, &gs, &mul);
     vn_tensor *dx = vn__new_like(target, VN_F32, 2, node->inputs[0]->shape);
     if (dx && vnk_nll_backward(vn__ptr(target), target->dtype, N, C, vn__ptr(gout), gs, mul,
                                vn__ptr(dx))) {
@@ -358,7 +364,7 @@ static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
     vn_tensor_release(x);
     vn_node *node = out ? vn__record(out, "nll_loss", nll_backward_cuda, 1, &logp) : NULL;
     if (node) {
-        node->i[0] = reduction;
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
         node->saved[0] = vn_tensor_retain(t);
     }
     vn_tensor_release(t);
@@ -397,7 +403,7 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
     vn_tensor_release(x);
     vn_node *node = out ? vn__record(out, "cross_entropy", cross_entropy_backward, 1, &logits) : NULL;
     if (node) {
-        node->i[0] = reduction;
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
         node->saved[0] = vn_tensor_retain((vn_tensor *)target);
         node->saved[1] = vn_tensor_retain(lse);
     }
@@ -410,7 +416,7 @@ static vn_status nll_backward(vn_node *node, const vn_tensor *gout)
 {
     const vn_tensor *target = node->saved[0];
     int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1];
-    float *scale = per_sample_scale(gout, N, (vn_reduction)node->i[0]);
+    float *scale = per_sample_scale(gout, N, VN_SAVED_STATE(node, struct loss_saved)->reduction);
     vn_tensor *dx = scale ? vn_zeros(VN_F32, 2, node->inputs[0]->shape) : NULL;
     if (dx) {
         float *pd = vn_tensor_data(dx);
@@ -434,7 +440,7 @@ vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduct
     free(per);
     vn_node *node = out ? vn__record(out, "nll_loss", nll_backward, 1, &logp) : NULL;
     if (node) {
-        node->i[0] = reduction;
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
         node->saved[0] = vn_tensor_retain((vn_tensor *)target);
     }
     return out;
@@ -446,7 +452,7 @@ vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduct
  * the incoming gradient of each element (none). */
 static vn_status mse_backward(vn_node *node, const vn_tensor *gout)
 {
-    vn_reduction r = (vn_reduction)node->i[0];
+    vn_reduction r = VN_SAVED_STATE(node, struct loss_saved)->reduction;
     vn_tensor *a = vn__plain_contiguous(node->inputs[0]), *b = vn__plain_contiguous(node->inputs[1]);
     vn_tensor *g = a && b ? vn__plain_contiguous(gout) : NULL;
     vn_tensor *da = g ? vn__new(VN_F32, a->ndim, a->shape) : NULL;
@@ -517,7 +523,7 @@ vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction redu
     if (out) {
         const vn_tensor *ins[2] = {a, b};
         vn_node *node = vn__record(out, "mse_loss", mse_backward, 2, ins);
-        if (node) node->i[0] = reduction;
+        if (node) VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
     }
     return out;
 }

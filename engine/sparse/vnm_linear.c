@@ -184,14 +184,19 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
 
 /* ---- the differentiable op --------------------------------------------------------- */
 
-/* Node: inputs x, values, bias; saved[0] the pattern blob, saved[1] the
+/* Node: inputs x, values, bias; saved tensors the pattern blob and the
  * packed X (when the values needed a gradient at the forward; values that
  * start to require one later have X packed again from the input, as every
- * op here decides at backward time); i[] = R, K, V, M. */
+ * op here decides at backward time); saved state the matrix's shape. */
+enum { SAVED_BLOB, SAVED_XT };
+struct vnm_linear_saved { int64_t R, K, V, M; };
+
 static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
 {
+    const struct vnm_linear_saved *saved = VN_SAVED_STATE(node, struct vnm_linear_saved);
     vnm_pattern p;
-    vnm__layout(&p, node->i[0], node->i[1], node->i[2], node->i[3], vn_tensor_data(node->saved[0]));
+    vnm__layout(&p, saved->R, saved->K, saved->V, saved->M,
+                vn_tensor_data(node->saved[SAVED_BLOB]));
     int64_t B = p.R ? vn_tensor_numel(gout) / p.R : 0;
     vn_tensor *dy = plain(gout);
     /* dYt feeds dX = dY·W, so it is packed only when x wants a gradient. */
@@ -208,8 +213,8 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
         s = vn__accum(node, 0, dx);
     }
     if (!s && vn__input_needs_grad(node, 1)) {
-        vn_tensor *xc = node->saved[1] ? NULL : plain(node->inputs[0]);
-        vn_tensor *xt = node->saved[1] ? vn_tensor_retain(node->saved[1])
+        vn_tensor *xc = node->saved[SAVED_XT] ? NULL : plain(node->inputs[0]);
+        vn_tensor *xt = node->saved[SAVED_XT] ? vn_tensor_retain(node->saved[SAVED_XT])
                         : xc ? packed(xc, B, p.K, p.Kp) : NULL;
         s = vn__accum(node, 1, xt ? values_grad(&p, dy, dyt, xt, B) : NULL);
         vn_tensor_release(xc);
@@ -261,9 +266,10 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
         const vn_tensor *ins[3] = {x, values, bias};
         vn_node *node = vn__record(y, "vnm_linear", vnm_linear_backward, bias ? 3 : 2, ins);
         if (node) {
-            node->i[0] = p.R, node->i[1] = p.K, node->i[2] = p.V, node->i[3] = p.M;
-            node->saved[0] = vn_tensor_retain(s->blob);
-            if (vn__input_needs_grad(node, 1)) node->saved[1] = vn_tensor_retain(xt);
+            *VN_SAVED_STATE(node, struct vnm_linear_saved) =
+                (struct vnm_linear_saved){p.R, p.K, p.V, p.M};
+            node->saved[SAVED_BLOB] = vn_tensor_retain(s->blob);
+            if (vn__input_needs_grad(node, 1)) node->saved[SAVED_XT] = vn_tensor_retain(xt);
         }
     }
     vn_tensor_release(xc);
