@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h> /* max_align_t */
 #include <string.h>
 
 /* Refcounts of tensors and storages are atomic: threads that share a
@@ -43,6 +44,7 @@ struct vn_tensor {
  * grad mode off, so it may use the public ops freely. */
 #define VN_NODE_INPUTS 3
 #define VN_NODE_SAVED 4
+#define VN_NODE_STATE_BYTES 64
 typedef vn_status (*vn_backward_fn)(vn_node *n, const vn_tensor *gout);
 
 struct vn_node {
@@ -52,8 +54,8 @@ struct vn_node {
     int ninputs;
     vn_tensor *inputs[VN_NODE_INPUTS]; /* retained; their values are saved */
     vn_tensor *saved[VN_NODE_SAVED];   /* retained extras (outputs as aliases, masks, indices) */
-    double f[4];                       /* op parameters */
-    int64_t i[VN_MAX_DIMS];
+    /* The op's own parameters (dims, sizes, a reduction); see VN_SAVED_STATE. */
+    _Alignas(max_align_t) unsigned char saved_state[VN_NODE_STATE_BYTES];
     int out_ndim;
     int64_t out_shape[VN_MAX_DIMS];
     vn_tensor *gacc;  /* dL/d(output), summed over the output's uses */
@@ -66,6 +68,16 @@ struct vn_node {
     const vn_storage *out_storage; /* compared only, never dereferenced */
     uint32_t out_version;
 };
+
+/* The non-tensor values an op saves for its backward rule live inside the
+ * node, so recording allocates nothing more. Each op names them in a struct
+ * of its own beside its rule, e.g. struct narrow_saved { int64_t dim, start,
+ * length; }, and reaches them as VN_SAVED_STATE(node, struct narrow_saved)
+ * (zeroed by vn__record). A struct larger than VN_NODE_STATE_BYTES fails the
+ * build here: the array size in the sizeof goes negative. */
+#define VN_SAVED_STATE(node, type)                                                      \
+    ((type *)(void *)((node)->saved_state +                                             \
+                      0 * sizeof(char[sizeof(type) <= VN_NODE_STATE_BYTES ? 1 : -1])))
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -182,7 +194,7 @@ void vn__written(vn_tensor *t);
  * requires_grad, or the output of a recorded op). */
 bool vn__needs_grad(const vn_tensor *t);
 /* If any of the inputs needs a gradient, create a node for `out`, retain the
- * inputs in it and return it (for the caller to fill f/i/saved);
+ * inputs in it and return it (for the caller to fill saved and saved_state);
  * otherwise return NULL and record nothing. */
 vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward,
                     int ninputs, const vn_tensor *const *inputs);

@@ -216,13 +216,16 @@ static bool matmul_into(const gemm_ctx *g, const vn_tensor *a, const vn_tensor *
     return ok;
 }
 
+/* What matmul and linear save: the precision of the forward's products. */
+struct gemm_saved { vn_dtype prec; };
+
 /* dA = dC·Bᵀ and dB = Aᵀ·dC on the promoted operands; vn__accum sums away
  * broadcast batch dims. A 1-D operand's gradient loses its promoted dim. */
-static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
+static vn_status matmul_backward(vn_node *node, const vn_tensor *g)
 {
     vn_dtype prev; /* the products below run at the forward's precision */
-    vn_set_autocast((vn_dtype)nd->i[0], &prev);
-    const vn_tensor *a = nd->inputs[0], *b = nd->inputs[1];
+    vn_set_autocast(VN_SAVED_STATE(node, struct gemm_saved)->prec, &prev);
+    const vn_tensor *a = node->inputs[0], *b = node->inputs[1];
     int64_t k = a->shape[a->ndim - 1];
     vn_tensor *a2 = a->ndim == 1 ? vn_unsqueeze(a, 0) : vn_tensor_retain((vn_tensor *)a);
     vn_tensor *b2 = b->ndim == 1 ? vn_unsqueeze(b, 1) : vn_tensor_retain((vn_tensor *)b);
@@ -235,7 +238,7 @@ static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
     vn_tensor *g2 = a2 && b2 ? vn_reshape(g, gn, gshape) : NULL;
     vn_status s = g2 ? VN_OK : VN_ERR_MEMORY; /* the failed call set the message */
 
-    if (!s && vn__input_needs_grad(nd, 0)) {
+    if (!s && vn__input_needs_grad(node, 0)) {
         vn_tensor *bt = vn_transpose(b2, -1, -2);
         vn_tensor *da = bt ? vn_matmul(g2, bt) : NULL;
         if (da && a->ndim == 1) {
@@ -244,9 +247,9 @@ static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
             da = sq;
         }
         vn_tensor_release(bt);
-        s = vn__accum(nd, 0, da);
+        s = vn__accum(node, 0, da);
     }
-    if (!s && vn__input_needs_grad(nd, 1)) {
+    if (!s && vn__input_needs_grad(node, 1)) {
         vn_tensor *db;
         if (b2->ndim == 2 && a2->ndim > 2) {
             /* b was one matrix for the whole batch: Σ_batch Aᵀ·dC is one gemm
@@ -268,7 +271,7 @@ static vn_status matmul_backward(vn_node *nd, const vn_tensor *g)
             vn_tensor_release(db);
             db = sq;
         }
-        s = vn__accum(nd, 1, db);
+        s = vn__accum(node, 1, db);
     }
     vn_tensor_release(a2);
     vn_tensor_release(b2);
@@ -324,8 +327,8 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
         return NULL;
     }
     if (!out) return NULL;
-    vn_node *nd = vn__record(out, "matmul", matmul_backward, 2, ins);
-    if (nd) nd->i[0] = g.prec;
+    vn_node *node = vn__record(out, "matmul", matmul_backward, 2, ins);
+    if (node) VN_SAVED_STATE(node, struct gemm_saved)->prec = g.prec;
     return out;
 }
 
@@ -344,19 +347,19 @@ static vn_tensor *matrix_view(const vn_tensor *t, blas_mat *m)
 
 /* dx = dy·w, dw = dyᵀ·x (rows of every leading dim merged), db = column sums
  * of dy: three straight sgemm calls and one pass over dy. */
-static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *x = nd->inputs[0], *w = nd->inputs[1];
+    const vn_tensor *x = node->inputs[0], *w = node->inputs[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1];
     blas_mat DY, W, X;
-    gemm_ctx g = ctx_of(x, (vn_dtype)nd->i[0]);
+    gemm_ctx g = ctx_of(x, VN_SAVED_STATE(node, struct gemm_saved)->prec);
     vn_tensor *dy = matrix_view(gout, &DY);
     if (!dy) return VN_ERR_MEMORY;
     const float *pdy = vn__ptr(dy);
     int64_t rows = DY.rows;
     vn_status s = VN_OK;
 
-    if (vn__input_needs_grad(nd, 0)) {
+    if (vn__input_needs_grad(node, 0)) {
         vn_tensor *wv = matrix_view(w, &W);
         vn_tensor *dx = wv ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL;
         if (dx && !gemm(&g, &DY, pdy, &W, vn__ptr(wv), DY.trans, W.trans, rows, in_f, out_f, 0,
@@ -365,9 +368,9 @@ static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
             dx = NULL;
         }
         vn_tensor_release(wv);
-        s = vn__accum(nd, 0, dx);
+        s = vn__accum(node, 0, dx);
     }
-    if (!s && vn__input_needs_grad(nd, 1)) {
+    if (!s && vn__input_needs_grad(node, 1)) {
         vn_tensor *xv = matrix_view(x, &X);
         vn_tensor *dw = xv ? vn__new_like(x, VN_F32, 2, w->shape) : NULL;
         if (dw && !gemm(&g, &DY, pdy, &X, vn__ptr(xv), !DY.trans, X.trans, out_f, in_f, rows, 0,
@@ -376,11 +379,11 @@ static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
             dw = NULL;
         }
         vn_tensor_release(xv);
-        s = vn__accum(nd, 1, dw);
+        s = vn__accum(node, 1, dw);
     }
-    if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2) && g.cuda) {
-        s = vn__accum(nd, 2, vn__sum_to(gout, 1, &out_f)); /* column sums on the GPU */
-    } else if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
+    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2) && g.cuda) {
+        s = vn__accum(node, 2, vn__sum_to(gout, 1, &out_f)); /* column sums on the GPU */
+    } else if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) {
         vn_tensor *db = vn_zeros(VN_F32, 1, &out_f);
         if (db) {
             float *restrict acc = vn_tensor_data(db);
@@ -398,7 +401,7 @@ static vn_status linear_backward(vn_node *nd, const vn_tensor *gout)
                 }
             }
         }
-        s = vn__accum(nd, 2, db);
+        s = vn__accum(node, 2, db);
     }
     vn_tensor_release(dy);
     return s;
@@ -478,7 +481,7 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
         vn_tensor_release(y);
         return NULL;
     }
-    vn_node *nd = vn__record(y, "linear", linear_backward, bias ? 3 : 2, ins);
-    if (nd) nd->i[0] = g.prec;
+    vn_node *node = vn__record(y, "linear", linear_backward, bias ? 3 : 2, ins);
+    if (node) VN_SAVED_STATE(node, struct gemm_saved)->prec = g.prec;
     return y;
 }

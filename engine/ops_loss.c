@@ -78,11 +78,14 @@ static void softmax_rows_backward(const float *y, const float *g, float *dx, int
     }
 }
 
-static vn_status softmax_backward(vn_node *nd, const vn_tensor *gout)
+struct softmax_saved { int dim; bool log; };
+
+static vn_status softmax_backward(vn_node *node, const vn_tensor *gout)
 {
-    int dim = (int)nd->i[0];
-    bool log = nd->i[1];
-    vn_tensor *y = swap_to_last(nd->saved[0], dim), *g = swap_to_last(gout, dim);
+    const struct softmax_saved *saved = VN_SAVED_STATE(node, struct softmax_saved);
+    int dim = saved->dim;
+    bool log = saved->log;
+    vn_tensor *y = swap_to_last(node->saved[0], dim), *g = swap_to_last(gout, dim);
     vn_tensor *dx = y && g ? vn__new_like(y, VN_F32, y->ndim, y->shape) : NULL, *res = NULL;
     if (dx) {
         int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1, rows = D ? vn_tensor_numel(y) / D : 0;
@@ -91,12 +94,12 @@ static vn_status softmax_backward(vn_node *nd, const vn_tensor *gout)
         if (!vn__is_cuda(y) || !vnk_softmax_backward(vn__ptr(y), vn__ptr(g), vn__ptr(dx), rows, D, log))
             res = swap_to_last(dx, dim);
         else
-            vn__cuda_err(nd->name);
+            vn__cuda_err(node->name);
     }
     vn_tensor_release(y);
     vn_tensor_release(g);
     vn_tensor_release(dx);
-    return vn__accum(nd, 0, res);
+    return vn__accum(node, 0, res);
 }
 
 static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
@@ -121,14 +124,13 @@ static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
     vn_tensor_release(x);
     vn_tensor_release(y);
     if (!out) return NULL;
-    vn_node *nd = vn__record(out, op, softmax_backward, 1, &t);
-    if (nd) {
-        nd->i[0] = dim;
-        nd->i[1] = log;
+    vn_node *node = vn__record(out, op, softmax_backward, 1, &t);
+    if (node) {
+        *VN_SAVED_STATE(node, struct softmax_saved) = (struct softmax_saved){dim, log};
         /* an alias, not out itself: out owns the node, so a reference back
          * would be a cycle */
-        nd->saved[0] = vn__alias(out);
-        if (!nd->saved[0]) {
+        node->saved[0] = vn__alias(out);
+        if (!node->saved[0]) {
             vn_tensor_release(out);
             return NULL;
         }
@@ -140,6 +142,9 @@ vn_tensor *vn_softmax(const vn_tensor *t, int dim) { return softmax_impl(t, dim,
 vn_tensor *vn_log_softmax(const vn_tensor *t, int dim) { return softmax_impl(t, dim, true); }
 
 /* ---- class-target losses ------------------------------------------------- */
+
+/* What cross_entropy, nll_loss and mse_loss save besides tensors. */
+struct loss_saved { vn_reduction reduction; };
 
 static int64_t target_at(const vn_tensor *t, int64_t n)
 {
@@ -241,13 +246,14 @@ static float *per_sample_scale(const vn_tensor *gout, int64_t N, vn_reduction re
 
 /* d logits = (softmax(logits) − onehot(target)) · scale_n, with softmax
  * rebuilt from the saved (max, log Σ exp(x − max)) of each row. */
-static vn_status cross_entropy_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status cross_entropy_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *target = nd->saved[0], *lse = nd->saved[1];
-    vn_tensor *x = vn__plain_contiguous(nd->inputs[0]);
-    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1];
-    float *scale = x ? per_sample_scale(gout, N, (vn_reduction)nd->i[0]) : NULL;
-    vn_tensor *dx = scale ? vn__new(VN_F32, 2, nd->inputs[0]->shape) : NULL;
+    const vn_tensor *target = node->saved[0], *lse = node->saved[1];
+    vn_tensor *x = vn__plain_contiguous(node->inputs[0]);
+    int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1];
+    vn_reduction reduction = VN_SAVED_STATE(node, struct loss_saved)->reduction;
+    float *scale = x ? per_sample_scale(gout, N, reduction) : NULL;
+    vn_tensor *dx = scale ? vn__new(VN_F32, 2, node->inputs[0]->shape) : NULL;
     if (dx) {
         const float *px = vn_tensor_data(x), *pl = vn_tensor_data(lse);
         float *pd = vn_tensor_data(dx);
@@ -261,7 +267,7 @@ static vn_status cross_entropy_backward(vn_node *nd, const vn_tensor *gout)
     }
     free(scale);
     vn_tensor_release(x);
-    return vn__accum(nd, 0, dx);
+    return vn__accum(node, 0, dx);
 }
 
 /* ---- the CUDA path of the class-target losses -------------------------------
@@ -284,21 +290,21 @@ static void upstream(const vn_tensor *g, vn_reduction r, int64_t N, int64_t *str
     *mul = r == VN_REDUCE_MEAN ? (float)(1.0 / (double)N) : 1.0f;
 }
 
-static vn_status cross_entropy_backward_cuda(vn_node *nd, const vn_tensor *gout)
+static vn_status cross_entropy_backward_cuda(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *target = nd->saved[0], *lse = nd->saved[1];
-    vn_tensor *x = vn__plain_contiguous(nd->inputs[0]);
-    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1], gs;
+    const vn_tensor *target = node->saved[0], *lse = node->saved[1];
+    vn_tensor *x = vn__plain_contiguous(node->inputs[0]);
+    int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1], gs;
     float mul;
-    upstream(gout, (vn_reduction)nd->i[0], N, &gs, &mul);
+    upstream(gout, VN_SAVED_STATE(node, struct loss_saved)->reduction, N, &gs, &mul);
     vn_tensor *dx = x ? vn__new_like(x, VN_F32, 2, x->shape) : NULL;
     if (dx && vnk_cross_entropy_backward(vn__ptr(x), vn__ptr(lse), vn__ptr(target), target->dtype,
                                          N, C, vn__ptr(gout), gs, mul, vn__ptr(dx))) {
         vn_tensor_release(dx);
-        dx = vn__cuda_errp(nd->name);
+        dx = vn__cuda_errp(node->name);
     }
     vn_tensor_release(x);
-    return vn__accum(nd, 0, dx);
+    return vn__accum(node, 0, dx);
 }
 
 static vn_tensor *cross_entropy_cuda(const vn_tensor *logits, const vn_tensor *target,
@@ -316,30 +322,30 @@ static vn_tensor *cross_entropy_cuda(const vn_tensor *logits, const vn_tensor *t
     }
     vn_tensor_release(per);
     vn_tensor_release(x);
-    vn_node *nd = out ? vn__record(out, "cross_entropy", cross_entropy_backward_cuda, 1, &logits) : NULL;
-    if (nd) {
-        nd->i[0] = reduction;
-        nd->saved[0] = vn_tensor_retain(t);
-        nd->saved[1] = vn_tensor_retain(lse);
+    vn_node *node = out ? vn__record(out, "cross_entropy", cross_entropy_backward_cuda, 1, &logits) : NULL;
+    if (node) {
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
+        node->saved[0] = vn_tensor_retain(t);
+        node->saved[1] = vn_tensor_retain(lse);
     }
     vn_tensor_release(t);
     vn_tensor_release(lse);
     return out;
 }
 
-static vn_status nll_backward_cuda(vn_node *nd, const vn_tensor *gout)
+static vn_status nll_backward_cuda(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *target = nd->saved[0];
-    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1], gs;
+    const vn_tensor *target = node->saved[0];
+    int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1], gs;
     float mul;
-    upstream(gout, (vn_reduction)nd->i[0], N, &gs, &mul);
-    vn_tensor *dx = vn__new_like(target, VN_F32, 2, nd->inputs[0]->shape);
+    upstream(gout, VN_SAVED_STATE(node, struct loss_saved)->reduction, N, &gs, &mul);
+    vn_tensor *dx = vn__new_like(target, VN_F32, 2, node->inputs[0]->shape);
     if (dx && vnk_nll_backward(vn__ptr(target), target->dtype, N, C, vn__ptr(gout), gs, mul,
                                vn__ptr(dx))) {
         vn_tensor_release(dx);
-        dx = vn__cuda_errp(nd->name);
+        dx = vn__cuda_errp(node->name);
     }
-    return vn__accum(nd, 0, dx);
+    return vn__accum(node, 0, dx);
 }
 
 static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
@@ -356,10 +362,10 @@ static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
     }
     vn_tensor_release(per);
     vn_tensor_release(x);
-    vn_node *nd = out ? vn__record(out, "nll_loss", nll_backward_cuda, 1, &logp) : NULL;
-    if (nd) {
-        nd->i[0] = reduction;
-        nd->saved[0] = vn_tensor_retain(t);
+    vn_node *node = out ? vn__record(out, "nll_loss", nll_backward_cuda, 1, &logp) : NULL;
+    if (node) {
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
+        node->saved[0] = vn_tensor_retain(t);
     }
     vn_tensor_release(t);
     return out;
@@ -395,29 +401,29 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
     }
     free(per);
     vn_tensor_release(x);
-    vn_node *nd = out ? vn__record(out, "cross_entropy", cross_entropy_backward, 1, &logits) : NULL;
-    if (nd) {
-        nd->i[0] = reduction;
-        nd->saved[0] = vn_tensor_retain((vn_tensor *)target);
-        nd->saved[1] = vn_tensor_retain(lse);
+    vn_node *node = out ? vn__record(out, "cross_entropy", cross_entropy_backward, 1, &logits) : NULL;
+    if (node) {
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
+        node->saved[0] = vn_tensor_retain((vn_tensor *)target);
+        node->saved[1] = vn_tensor_retain(lse);
     }
     vn_tensor_release(lse);
     return out;
 }
 
 /* d logp[n, target[n]] = −scale_n; zero elsewhere. */
-static vn_status nll_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status nll_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *target = nd->saved[0];
-    int64_t N = nd->inputs[0]->shape[0], C = nd->inputs[0]->shape[1];
-    float *scale = per_sample_scale(gout, N, (vn_reduction)nd->i[0]);
-    vn_tensor *dx = scale ? vn_zeros(VN_F32, 2, nd->inputs[0]->shape) : NULL;
+    const vn_tensor *target = node->saved[0];
+    int64_t N = node->inputs[0]->shape[0], C = node->inputs[0]->shape[1];
+    float *scale = per_sample_scale(gout, N, VN_SAVED_STATE(node, struct loss_saved)->reduction);
+    vn_tensor *dx = scale ? vn_zeros(VN_F32, 2, node->inputs[0]->shape) : NULL;
     if (dx) {
         float *pd = vn_tensor_data(dx);
         for (int64_t n = 0; n < N; n++) pd[n * C + target_at(target, n)] = -scale[n];
     }
     free(scale);
-    return vn__accum(nd, 0, dx);
+    return vn__accum(node, 0, dx);
 }
 
 vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduction reduction)
@@ -432,10 +438,10 @@ vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduct
         per[n] = -p[n * logp->strides[0] + target_at(target, n) * logp->strides[1]];
     vn_tensor *out = reduce_losses(per, N, reduction);
     free(per);
-    vn_node *nd = out ? vn__record(out, "nll_loss", nll_backward, 1, &logp) : NULL;
-    if (nd) {
-        nd->i[0] = reduction;
-        nd->saved[0] = vn_tensor_retain((vn_tensor *)target);
+    vn_node *node = out ? vn__record(out, "nll_loss", nll_backward, 1, &logp) : NULL;
+    if (node) {
+        VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
+        node->saved[0] = vn_tensor_retain((vn_tensor *)target);
     }
     return out;
 }
@@ -444,10 +450,10 @@ vn_tensor *vn_nll_loss(const vn_tensor *logp, const vn_tensor *target, vn_reduct
 
 /* da = 2(a − b) · scale, db = −da, with scale 1/numel (mean), 1 (sum) or
  * the incoming gradient of each element (none). */
-static vn_status mse_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status mse_backward(vn_node *node, const vn_tensor *gout)
 {
-    vn_reduction r = (vn_reduction)nd->i[0];
-    vn_tensor *a = vn__plain_contiguous(nd->inputs[0]), *b = vn__plain_contiguous(nd->inputs[1]);
+    vn_reduction r = VN_SAVED_STATE(node, struct loss_saved)->reduction;
+    vn_tensor *a = vn__plain_contiguous(node->inputs[0]), *b = vn__plain_contiguous(node->inputs[1]);
     vn_tensor *g = a && b ? vn__plain_contiguous(gout) : NULL;
     vn_tensor *da = g ? vn__new(VN_F32, a->ndim, a->shape) : NULL;
     vn_status s = VN_ERR_MEMORY; /* unless all went well; the failed call set the message */
@@ -461,8 +467,8 @@ static vn_status mse_backward(vn_node *nd, const vn_tensor *gout)
             float k = (float)(2.0 * pg[0] / (r == VN_REDUCE_MEAN ? (double)n : 1.0));
             for (int64_t i = 0; i < n; i++) pd[i] = k * (pa[i] - pb[i]);
         }
-        s = vn__input_needs_grad(nd, 1) ? vn__accum(nd, 1, vn_neg(da)) : VN_OK;
-        if (!s) s = vn__accum(nd, 0, da); /* hands da over */
+        s = vn__input_needs_grad(node, 1) ? vn__accum(node, 1, vn_neg(da)) : VN_OK;
+        if (!s) s = vn__accum(node, 0, da); /* hands da over */
         else vn_tensor_release(da);
     }
     vn_tensor_release(a);
@@ -516,8 +522,8 @@ vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction redu
     vn_tensor_release(bc);
     if (out) {
         const vn_tensor *ins[2] = {a, b};
-        vn_node *nd = vn__record(out, "mse_loss", mse_backward, 2, ins);
-        if (nd) nd->i[0] = reduction;
+        vn_node *node = vn__record(out, "mse_loss", mse_backward, 2, ins);
+        if (node) VN_SAVED_STATE(node, struct loss_saved)->reduction = reduction;
     }
     return out;
 }

@@ -391,6 +391,8 @@ vn_tensor *vn_ge(const vn_tensor *a, const vn_tensor *b) { return compare("ge", 
 
 /* ---- unary ops ----------------------------------------------------------- */
 
+struct unary_saved { double p0, p1; }; /* the forward's kparams p0, p1 (exponent, clamp bounds) */
+
 /* Checks t (f32 unless any_dtype), maps k over it and records the op with
  * its output saved (as an alias, so the node does not own its own output)
  * when save_out is set. */
@@ -407,8 +409,7 @@ static vn_tensor *unary(const char *op, kernel_fn k, int cost, bool any_dtype, d
     if (!out) return NULL;
     vn_node *node = vn__record(out, op, bw, 1, &t);
     if (node) {
-        node->f[0] = p0;
-        node->f[1] = p1;
+        *VN_SAVED_STATE(node, struct unary_saved) = (struct unary_saved){p0, p1};
         if (save_out && !(node->saved[0] = vn__alias(out))) {
             vn_tensor_release(out);
             return NULL;
@@ -422,7 +423,8 @@ static vn_tensor *unary(const char *op, kernel_fn k, int cost, bool any_dtype, d
 static vn_status unary_backward(vn_node *n, const vn_tensor *g, kernel_fn kern)
 {
     const vn_tensor *in[2] = {g, n->saved[0] ? n->saved[0] : n->inputs[0]};
-    kparams p = {.dtype = VN_F32, .p0 = n->f[0], .p1 = n->f[1]};
+    const struct unary_saved *saved = VN_SAVED_STATE(n, struct unary_saved);
+    kparams p = {.dtype = VN_F32, .p0 = saved->p0, .p1 = saved->p1};
     return give(n, 0, kern, &p, 2, in);
 }
 

@@ -170,13 +170,19 @@ static vn_status sum_f32_on(const vn_tensor *x, vn_tensor *y, int64_t outer, int
 
 /* ---- backward rules -------------------------------------------------------- */
 
+/* The input seen as (outer, R, inner) with R the reduced dim; scale is
+ * 1/R for mean, 1 otherwise. */
+struct reduce_saved { int64_t outer, R, inner; double scale; };
+
 /* sum/mean: dL/dx[o, r, j] = scale · g[o, j]. */
 static vn_status sum_backward_cuda(vn_node *n, const vn_tensor *gout)
 {
+    const struct reduce_saved *saved = VN_SAVED_STATE(n, struct reduce_saved);
     const vn_tensor *x = n->inputs[0];
-    int64_t kept[3] = {n->i[0], 1, n->i[2]}, full[3] = {n->i[0], n->i[1], n->i[2]};
+    int64_t outer = saved->outer, R = saved->R, inner = saved->inner;
+    int64_t kept[3] = {outer, 1, inner}, full[3] = {outer, R, inner};
     vn_tensor *g = vn_reshape(gout, 3, kept), *e = g ? vn_expand(g, 3, full) : NULL;
-    vn_tensor *scale = e ? vn_full(VN_F32, 0, NULL, n->f[0]) : NULL;
+    vn_tensor *scale = e ? vn_full(VN_F32, 0, NULL, saved->scale) : NULL;
     vn_tensor *gx = scale ? vn_mul(e, scale) : NULL; /* contiguous (outer, R, inner) */
     vn_tensor *shaped = gx ? vn_reshape(gx, x->ndim, x->shape) : NULL;
     vn_tensor_release(g);
@@ -188,9 +194,10 @@ static vn_status sum_backward_cuda(vn_node *n, const vn_tensor *gout)
 
 static vn_status sum_backward(vn_node *n, const vn_tensor *gout)
 {
+    const struct reduce_saved *saved = VN_SAVED_STATE(n, struct reduce_saved);
     const vn_tensor *x = n->inputs[0];
-    int64_t outer = n->i[0], R = n->i[1], inner = n->i[2];
-    float scale = (float)n->f[0];
+    int64_t outer = saved->outer, R = saved->R, inner = saved->inner;
+    float scale = (float)saved->scale;
     if (vn__is_cuda(x)) return sum_backward_cuda(n, gout);
     vn_tensor *g = vn_contiguous(gout);
     vn_tensor *gx = g ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
@@ -219,8 +226,9 @@ static vn_status sum_backward(vn_node *n, const vn_tensor *gout)
 /* max/min: the gradient goes to the first extremum, 0 elsewhere. */
 static vn_status extreme_backward(vn_node *n, const vn_tensor *gout)
 {
+    const struct reduce_saved *saved = VN_SAVED_STATE(n, struct reduce_saved);
     const vn_tensor *x = n->inputs[0];
-    int64_t outer = n->i[0], R = n->i[1], inner = n->i[2];
+    int64_t outer = saved->outer, R = saved->R, inner = saved->inner;
     vn_tensor *g = vn_contiguous(gout);
     if (g && vn__is_cuda(x)) { /* the kernel zeroes gx and scatters */
         vn_tensor *gx = vn__new_like(x, VN_F32, x->ndim, x->shape);
@@ -347,10 +355,7 @@ static vn_tensor *reduce(const char *op, red_kind kind, const vn_tensor *t, cons
     if (!is_arg && od == VN_F32) {
         vn_node *n = vn__record(out, op, is_extreme ? extreme_backward : sum_backward, 1, &t);
         if (n) {
-            n->i[0] = outer;
-            n->i[1] = R;
-            n->i[2] = inner;
-            n->f[0] = scale;
+            *VN_SAVED_STATE(n, struct reduce_saved) = (struct reduce_saved){outer, R, inner, scale};
             if (is_extreme) {
                 n->saved[0] = aux;
                 aux = NULL;

@@ -14,13 +14,13 @@
 
 /* dW = zeros(V, D); dW[ids[n]] += dL/dout[n] for every position n, so an id
  * used twice gets both rows. Sequential: two positions may share a row. */
-static vn_status embedding_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status embedding_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *ids = nd->saved[0];
+    const vn_tensor *ids = node->saved[0];
     vn_tensor *g = vn__plain_contiguous(gout);
-    vn_tensor *dw = g ? vn_zeros(VN_F32, 2, nd->inputs[0]->shape) : NULL;
+    vn_tensor *dw = g ? vn_zeros(VN_F32, 2, node->inputs[0]->shape) : NULL;
     if (dw) {
-        int64_t D = nd->inputs[0]->shape[1], n = vn_tensor_numel(ids);
+        int64_t D = node->inputs[0]->shape[1], n = vn_tensor_numel(ids);
         const int64_t *pi = vn_tensor_data(ids);
         const float *pg = vn_tensor_data(g);
         float *pw = vn_tensor_data(dw);
@@ -31,7 +31,7 @@ static vn_status embedding_backward(vn_node *nd, const vn_tensor *gout)
         }
     }
     vn_tensor_release(g);
-    return vn__accum(nd, 0, dw);
+    return vn__accum(node, 0, dw);
 }
 
 vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
@@ -82,8 +82,8 @@ vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
             memcpy(po + p * D, pw + pi[p] * D, sizeof(float) * (size_t)D);
     }
     vn_tensor_release(w);
-    vn_node *nd = out ? vn__record(out, "embedding", embedding_backward, 1, &weight) : NULL;
-    if (nd) nd->saved[0] = vn_tensor_retain(idx);
+    vn_node *node = out ? vn__record(out, "embedding", embedding_backward, 1, &weight) : NULL;
+    if (node) node->saved[0] = vn_tensor_retain(idx);
     vn_tensor_release(idx);
     return out;
 }
@@ -109,22 +109,22 @@ static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, c
  * ĝ = g ⊙ gamma:
  *   dx = (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)) / σ,
  *   dgamma = Σ_rows g ⊙ x̂,  dbeta = Σ_rows g. */
-static vn_status layer_norm_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *xin = nd->inputs[0];
+    const vn_tensor *xin = node->inputs[0];
     int64_t D = xin->shape[xin->ndim - 1], rows = D ? vn_tensor_numel(xin) / D : 0;
-    bool want_x = vn__input_needs_grad(nd, 0), want_g = vn__input_needs_grad(nd, 1),
-         want_b = vn__input_needs_grad(nd, 2);
+    bool want_x = vn__input_needs_grad(node, 0), want_g = vn__input_needs_grad(node, 1),
+         want_b = vn__input_needs_grad(node, 2);
     vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
-    vn_tensor *gamma = g && nd->inputs[1] ? vn__plain_contiguous(nd->inputs[1]) : NULL;
+    vn_tensor *gamma = g && node->inputs[1] ? vn__plain_contiguous(node->inputs[1]) : NULL;
     vn_tensor *dx = g && want_x ? vn__new(VN_F32, xin->ndim, xin->shape) : NULL;
     vn_tensor *dgamma = g && want_g ? vn_zeros(VN_F32, 1, &D) : NULL;
     vn_tensor *dbeta = g && want_b ? vn_zeros(VN_F32, 1, &D) : NULL;
-    bool ok = g && (!nd->inputs[1] || gamma) && (!want_x || dx) && (!want_g || dgamma) &&
+    bool ok = g && (!node->inputs[1] || gamma) && (!want_x || dx) && (!want_g || dgamma) &&
               (!want_b || dbeta);
     if (ok) {
         const float *px = vn_tensor_data(x), *pg = vn_tensor_data(g),
-                    *stats = vn_tensor_data(nd->saved[0]),
+                    *stats = vn_tensor_data(node->saved[0]),
                     *pgam = gamma ? vn_tensor_data(gamma) : NULL;
         float *pdx = dx ? vn_tensor_data(dx) : NULL, *pdg = dgamma ? vn_tensor_data(dgamma) : NULL,
               *pdb = dbeta ? vn_tensor_data(dbeta) : NULL;
@@ -161,7 +161,7 @@ static vn_status layer_norm_backward(vn_node *nd, const vn_tensor *gout)
     for (int i = 0; i < 3; i++) {
         if (!d[i]) continue;
         if (s) vn_tensor_release(d[i]);
-        else s = vn__accum(nd, i, d[i]);
+        else s = vn__accum(node, i, d[i]);
     }
     return s;
 }
@@ -216,8 +216,8 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
     vn_tensor_release(gc);
     vn_tensor_release(bc);
     const vn_tensor *inputs[3] = {x, gamma, beta};
-    vn_node *nd = out ? vn__record(out, "layer_norm", layer_norm_backward, 3, inputs) : NULL;
-    if (nd) nd->saved[0] = vn_tensor_retain(stats);
+    vn_node *node = out ? vn__record(out, "layer_norm", layer_norm_backward, 3, inputs) : NULL;
+    if (node) node->saved[0] = vn_tensor_retain(stats);
     vn_tensor_release(stats);
     return out;
 }
@@ -261,27 +261,27 @@ static void causal_softmax(float *S, int64_t T)
  *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
  *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
  * Masked entries have P = 0, so they get dS = 0 with no extra test. */
-static vn_status attention_backward(vn_node *nd, const vn_tensor *gout)
+static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *qi = nd->inputs[0];
+    const vn_tensor *qi = node->inputs[0];
     int nd_ = qi->ndim;
     int64_t T = qi->shape[nd_ - 2], Dh = qi->shape[nd_ - 1];
-    int64_t BH = nd->saved[0]->shape[0];
+    int64_t BH = node->saved[0]->shape[0];
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
     bool want[3];
-    for (int i = 0; i < 3; i++) want[i] = vn__input_needs_grad(nd, i);
+    for (int i = 0; i < 3; i++) want[i] = vn__input_needs_grad(node, i);
     vn_tensor *in[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL};
     vn_tensor *g = vn__plain_contiguous(gout);
     bool ok = g != NULL;
     for (int i = 0; i < 3 && ok; i++) {
-        ok = (in[i] = vn__plain_contiguous(nd->inputs[i])) != NULL;
+        ok = (in[i] = vn__plain_contiguous(node->inputs[i])) != NULL;
         if (ok && want[i]) ok = (d[i] = vn__new(VN_F32, nd_, qi->shape)) != NULL;
     }
     float *dP = ok ? malloc(sizeof(float) * (size_t)(T > 0 ? T * T : 1)) : NULL;
     if (ok && !dP) vn__err(VN_ERR_MEMORY, "out of memory for %lld × %lld scores", (long long)T,
                            (long long)T);
     if (dP) {
-        const float *P = vn_tensor_data(nd->saved[0]), *G = vn_tensor_data(g),
+        const float *P = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
                     *Q = vn_tensor_data(in[0]), *K = vn_tensor_data(in[1]),
                     *Vv = vn_tensor_data(in[2]);
         float *dQ = d[0] ? vn_tensor_data(d[0]) : NULL, *dK = d[1] ? vn_tensor_data(d[1]) : NULL,
@@ -313,7 +313,7 @@ static vn_status attention_backward(vn_node *nd, const vn_tensor *gout)
     for (int i = 0; i < 3; i++) {
         if (!want[i]) continue;
         if (s) vn_tensor_release(d[i]);
-        else s = vn__accum(nd, i, d[i]);
+        else s = vn__accum(node, i, d[i]);
     }
     return s;
 }
@@ -360,8 +360,8 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
     vn_tensor_release(kc);
     vn_tensor_release(vc);
     const vn_tensor *inputs[3] = {q, k, v};
-    vn_node *nd = out ? vn__record(out, "causal_attention", attention_backward, 3, inputs) : NULL;
-    if (nd) nd->saved[0] = vn_tensor_retain(probs);
+    vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, inputs) : NULL;
+    if (node) node->saved[0] = vn_tensor_retain(probs);
     vn_tensor_release(probs);
     return out;
 }

@@ -174,10 +174,13 @@ vn_tensor *vn_view(const vn_tensor *t, int ndim, const int64_t *shape)
     return reshape_impl(t, ndim, shape, false, "view");
 }
 
+struct permute_saved { int dims[VN_MAX_DIMS]; }; /* wrapped to [0, ndim) */
+
 static vn_status permute_backward(vn_node *n, const vn_tensor *g)
 {
+    const struct permute_saved *saved = VN_SAVED_STATE(n, struct permute_saved);
     int inverse[VN_MAX_DIMS];
-    for (int d = 0; d < g->ndim; d++) inverse[n->i[d]] = d;
+    for (int d = 0; d < g->ndim; d++) inverse[saved->dims[d]] = d;
     return vn__accum(n, 0, vn_permute(g, inverse));
 }
 
@@ -198,10 +201,11 @@ vn_tensor *vn_permute(const vn_tensor *t, const int *dims)
     vn_tensor *out = make_view(t, t->ndim, shape, strides, t->offset);
     vn_node *n = out ? vn__record(out, "permute", permute_backward, 1, &t) : NULL;
     if (n) {
+        struct permute_saved *saved = VN_SAVED_STATE(n, struct permute_saved);
         for (int d = 0; d < t->ndim; d++) {
             int s = dims[d];
             vn__wrap_dim(t->ndim, &s, "permute");
-            n->i[d] = s;
+            saved->dims[d] = s;
         }
     }
     return out;
@@ -219,15 +223,17 @@ vn_tensor *vn_transpose(const vn_tensor *t, int d0, int d1)
     return vn_permute(t, dims);
 }
 
+struct narrow_saved { int dim; int64_t start, length; };
+
 /* Backward of narrow/select: the gradient lands in a zero tensor of the
  * input's shape, at the positions the view covered. */
 static vn_status narrow_backward(vn_node *n, const vn_tensor *g)
 {
+    const struct narrow_saved *saved = VN_SAVED_STATE(n, struct narrow_saved);
     const vn_tensor *x = n->inputs[0];
     vn_tensor *full = vn_zeros(VN_F32, x->ndim, x->shape);
     if (!full) return VN_ERR_MEMORY;
-    int dim = (int)n->i[0];
-    vn_tensor *part = vn_narrow(full, dim, n->i[1], n->i[2]);
+    vn_tensor *part = vn_narrow(full, saved->dim, saved->start, saved->length);
     vn_status s = VN_ERR_MEMORY;
     if (part) {
         vn_tensor *gv = vn_reshape(g, part->ndim, part->shape); /* select: re-add the dim */
@@ -261,11 +267,7 @@ static vn_tensor *narrow_impl(const vn_tensor *t, int dim, int64_t start, int64_
     }
     vn_tensor *out = make_view(t, nd, shape, strides, t->offset + start * t->strides[dim]);
     vn_node *n = out ? vn__record(out, op, narrow_backward, 1, &t) : NULL;
-    if (n) {
-        n->i[0] = dim;
-        n->i[1] = start;
-        n->i[2] = length;
-    }
+    if (n) *VN_SAVED_STATE(n, struct narrow_saved) = (struct narrow_saved){dim, start, length};
     return out;
 }
 
@@ -380,9 +382,12 @@ vn_tensor *vn_to_dtype(const vn_tensor *t, vn_dtype dtype)
     return out;
 }
 
+/* What cat and index_select save: the dim they work along. */
+struct dim_saved { int dim; };
+
 static vn_status cat_backward(vn_node *n, const vn_tensor *g)
 {
-    int dim = (int)n->i[0];
+    int dim = VN_SAVED_STATE(n, struct dim_saved)->dim;
     int64_t start = 0;
     vn_status s = VN_OK;
     for (int k = 0; k < n->ninputs && !s; k++) {
@@ -465,7 +470,7 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
     /* A node holds at most VN_NODE_INPUTS inputs: record cat only then. */
     if (n <= VN_NODE_INPUTS) {
         vn_node *node = vn__record(out, "cat", cat_backward, n, (const vn_tensor *const *)ts);
-        if (node) node->i[0] = dim;
+        if (node) VN_SAVED_STATE(node, struct dim_saved)->dim = dim;
     } else {
         for (int k = 0; k < n; k++)
             if (vn__needs_grad(ts[k])) {
@@ -489,7 +494,7 @@ static void around(const vn_tensor *t, int dim, int64_t *outer, int64_t *inner)
 static vn_status index_select_backward_cuda(vn_node *n, const vn_tensor *g)
 {
     const vn_tensor *x = n->inputs[0], *idx = n->saved[0];
-    int dim = (int)n->i[0];
+    int dim = VN_SAVED_STATE(n, struct dim_saved)->dim;
     int64_t outer, inner;
     around(x, dim, &outer, &inner);
     vn_tensor *gc = vn__plain_contiguous(g);
@@ -534,7 +539,7 @@ static vn_tensor *index_select_cuda(const vn_tensor *t, int dim, const vn_tensor
     const vn_tensor *in[2] = {t, index};
     vn_node *n = out ? vn__record(out, "index_select", index_select_backward_cuda, 2, in) : NULL;
     if (n) {
-        n->i[0] = dim;
+        VN_SAVED_STATE(n, struct dim_saved)->dim = dim;
         n->saved[0] = vn_tensor_retain(idx);
     }
     vn_tensor_release(idx);
@@ -547,7 +552,7 @@ static vn_status index_select_backward(vn_node *n, const vn_tensor *g)
     const vn_tensor *x = n->inputs[0], *idx = n->inputs[1];
     vn_tensor *full = vn_zeros(VN_F32, x->ndim, x->shape);
     if (!full) return VN_ERR_MEMORY;
-    int dim = (int)n->i[0];
+    int dim = VN_SAVED_STATE(n, struct dim_saved)->dim;
     vn_status s = VN_OK;
     for (int64_t k = 0; k < idx->shape[0] && !s; k++) { /* scatter-add: repeats accumulate */
         int64_t row = (int64_t)vn__load(idx, vn__offset_of(idx, k));
@@ -625,6 +630,6 @@ vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)
     }
     const vn_tensor *in[2] = {t, index};
     vn_node *n = vn__record(out, "index_select", index_select_backward, 2, in);
-    if (n) n->i[0] = dim;
+    if (n) VN_SAVED_STATE(n, struct dim_saved)->dim = dim;
     return out;
 }

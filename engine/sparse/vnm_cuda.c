@@ -210,32 +210,38 @@ static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_
 
 /* ---- the differentiable op ------------------------------------------------------- */
 
-/* Node: inputs x, values, bias; saved[0] the device pattern, saved[1] the
- * packed values (when x needed a gradient at the forward), saved[2] Xᵀ
- * (when the values did); i[] = R, K, V, M, operand dtype, ldx. An input
- * that starts to require a gradient after the forward has its operand
- * rebuilt from the inputs here (every op decides at backward time; the
- * inputs' versions are checked, so they are those of the forward). */
-static vn_status cuda_linear_backward(vn_node *nd, const vn_tensor *gout)
+/* Node: inputs x, values, bias; saved tensors the device pattern, the
+ * packed values (when x needed a gradient at the forward) and Xᵀ (when the
+ * values did); saved state the matrix's shape, the operand dtype and Xᵀ's
+ * leading dimension. An input that starts to require a gradient after the
+ * forward has its operand rebuilt from the inputs here (every op decides at
+ * backward time; the inputs' versions are checked, so they are those of the
+ * forward). */
+enum { SAVED_PATTERN, SAVED_PACKED, SAVED_XT };
+struct cuda_linear_saved { int64_t R, K, V, M; vn_dtype dtype; int64_t ldx; };
+
+static vn_status cuda_linear_backward(vn_node *node, const vn_tensor *gout)
 {
-    vn_vnm shape = {.R = nd->i[0], .K = nd->i[1], .V = nd->i[2], .M = nd->i[3]};
-    vn_dtype dtype = (vn_dtype)nd->i[4];
-    int64_t B = vn_tensor_numel(gout) / shape.R, ldx = nd->i[5];
-    bool dx = vn__input_needs_grad(nd, 0), dvalues = vn__input_needs_grad(nd, 1);
-    if (dx && !nd->saved[1] && check_layout("vnm_linear backward", &shape, true))
+    const struct cuda_linear_saved *saved = VN_SAVED_STATE(node, struct cuda_linear_saved);
+    vn_vnm shape = {.R = saved->R, .K = saved->K, .V = saved->V, .M = saved->M};
+    vn_dtype dtype = saved->dtype;
+    int64_t B = vn_tensor_numel(gout) / shape.R, ldx = saved->ldx;
+    bool dx = vn__input_needs_grad(node, 0), dvalues = vn__input_needs_grad(node, 1);
+    vn_tensor *saved_packed = node->saved[SAVED_PACKED], *saved_xt = node->saved[SAVED_XT];
+    if (dx && !saved_packed && check_layout("vnm_linear backward", &shape, true))
         return vn_last_status();
-    const vn_tensor *pat = nd->saved[0];
-    vn_tensor *packed = !dx ? NULL : nd->saved[1] ? vn_tensor_retain(nd->saved[1])
-                                   : pack_values(&shape, pat, nd->inputs[1], dtype);
-    vn_tensor *xt = !dvalues ? NULL : nd->saved[2] ? vn_tensor_retain(nd->saved[2])
-                                    : transposed_input(nd->inputs[0], B, shape.K, dtype, &ldx);
+    const vn_tensor *pat = node->saved[SAVED_PATTERN];
+    vn_tensor *packed = !dx ? NULL : saved_packed ? vn_tensor_retain(saved_packed)
+                                   : pack_values(&shape, pat, node->inputs[1], dtype);
+    vn_tensor *xt = !dvalues ? NULL : saved_xt ? vn_tensor_retain(saved_xt)
+                                    : transposed_input(node->inputs[0], B, shape.K, dtype, &ldx);
     vn_tensor *dy16 = (!dx || packed) && (!dvalues || xt) ? half_rows(gout, dtype) : NULL;
     vnk_vnm w = kernel_matrix(&shape, pat, packed, dtype);
     vn_status st = dy16 ? VN_OK : vn_last_status();
-    if (!st && dx) st = vn__accum(nd, 0, input_grad(&w, dy16, nd->inputs[0], B));
-    if (!st && dvalues) st = vn__accum(nd, 1, values_grad(&w, dy16, xt, ldx, B));
-    if (!st && nd->ninputs == 3 && vn__input_needs_grad(nd, 2))
-        st = vn__accum(nd, 2, vn__sum_to(gout, 1, &shape.R));
+    if (!st && dx) st = vn__accum(node, 0, input_grad(&w, dy16, node->inputs[0], B));
+    if (!st && dvalues) st = vn__accum(node, 1, values_grad(&w, dy16, xt, ldx, B));
+    if (!st && node->ninputs == 3 && vn__input_needs_grad(node, 2))
+        st = vn__accum(node, 2, vn__sum_to(gout, 1, &shape.R));
     vn_tensor_release(packed);
     vn_tensor_release(xt);
     vn_tensor_release(dy16);
@@ -273,13 +279,13 @@ vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor
     vn_tensor *y = spmm_forward(s, values, x, bias, dtype, &o);
     if (y) {
         const vn_tensor *ins[3] = {x, values, bias};
-        vn_node *nd = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
-        if (nd) {
-            nd->i[0] = s->R, nd->i[1] = s->K, nd->i[2] = s->V, nd->i[3] = s->M;
-            nd->i[4] = dtype, nd->i[5] = o.ldx;
-            nd->saved[0] = vn_tensor_retain((vn_tensor *)o.pat);
-            if (dx) nd->saved[1] = vn_tensor_retain(o.packed);
-            if (dvalues) nd->saved[2] = vn_tensor_retain(o.xt);
+        vn_node *node = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
+        if (node) {
+            *VN_SAVED_STATE(node, struct cuda_linear_saved) =
+                (struct cuda_linear_saved){s->R, s->K, s->V, s->M, dtype, o.ldx};
+            node->saved[SAVED_PATTERN] = vn_tensor_retain((vn_tensor *)o.pat);
+            if (dx) node->saved[SAVED_PACKED] = vn_tensor_retain(o.packed);
+            if (dvalues) node->saved[SAVED_XT] = vn_tensor_retain(o.xt);
         }
     }
     vn_tensor_release(o.packed);

@@ -184,38 +184,43 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
 
 /* ---- the differentiable op --------------------------------------------------------- */
 
-/* Node: inputs x, values, bias; saved[0] the pattern blob, saved[1] the
+/* Node: inputs x, values, bias; saved tensors the pattern blob and the
  * packed X (when the values needed a gradient at the forward; values that
  * start to require one later have X packed again from the input, as every
- * op here decides at backward time); i[] = R, K, V, M. */
-static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
+ * op here decides at backward time); saved state the matrix's shape. */
+enum { SAVED_BLOB, SAVED_XT };
+struct vnm_linear_saved { int64_t R, K, V, M; };
+
+static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
 {
+    const struct vnm_linear_saved *saved = VN_SAVED_STATE(node, struct vnm_linear_saved);
     vnm_pattern p;
-    vnm__layout(&p, nd->i[0], nd->i[1], nd->i[2], nd->i[3], vn_tensor_data(nd->saved[0]));
+    vnm__layout(&p, saved->R, saved->K, saved->V, saved->M,
+                vn_tensor_data(node->saved[SAVED_BLOB]));
     int64_t B = p.R ? vn_tensor_numel(gout) / p.R : 0;
     vn_tensor *dy = plain(gout);
     /* dYt feeds dX = dY·W, so it is packed only when x wants a gradient. */
-    vn_tensor *dyt = dy && vn__input_needs_grad(nd, 0) ? packed(dy, B, p.R, p.R) : NULL;
-    if (!dy || (vn__input_needs_grad(nd, 0) && !dyt)) {
+    vn_tensor *dyt = dy && vn__input_needs_grad(node, 0) ? packed(dy, B, p.R, p.R) : NULL;
+    if (!dy || (vn__input_needs_grad(node, 0) && !dyt)) {
         vn_tensor_release(dy);
         return VN_ERR_MEMORY;
     }
     vn_status s = VN_OK;
-    if (vn__input_needs_grad(nd, 0)) {
-        vn_tensor *vc = plain(nd->inputs[1]);
-        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), dyt, nd->inputs[0], B) : NULL;
+    if (vn__input_needs_grad(node, 0)) {
+        vn_tensor *vc = plain(node->inputs[1]);
+        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), dyt, node->inputs[0], B) : NULL;
         vn_tensor_release(vc);
-        s = vn__accum(nd, 0, dx);
+        s = vn__accum(node, 0, dx);
     }
-    if (!s && vn__input_needs_grad(nd, 1)) {
-        vn_tensor *xc = nd->saved[1] ? NULL : plain(nd->inputs[0]);
-        vn_tensor *xt = nd->saved[1] ? vn_tensor_retain(nd->saved[1])
+    if (!s && vn__input_needs_grad(node, 1)) {
+        vn_tensor *xc = node->saved[SAVED_XT] ? NULL : plain(node->inputs[0]);
+        vn_tensor *xt = node->saved[SAVED_XT] ? vn_tensor_retain(node->saved[SAVED_XT])
                         : xc ? packed(xc, B, p.K, p.Kp) : NULL;
-        s = vn__accum(nd, 1, xt ? values_grad(&p, dy, dyt, xt, B) : NULL);
+        s = vn__accum(node, 1, xt ? values_grad(&p, dy, dyt, xt, B) : NULL);
         vn_tensor_release(xc);
         vn_tensor_release(xt);
     }
-    if (!s && nd->ninputs == 3 && vn__input_needs_grad(nd, 2)) {
+    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) {
         vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);
         if (db) {
             float *restrict acc = vn_tensor_data(db);
@@ -223,7 +228,7 @@ static vn_status vnm_linear_backward(vn_node *nd, const vn_tensor *gout)
             for (int64_t b = 0; b < B; b++)
                 for (int64_t r = 0; r < p.R; r++) acc[r] += pdy[b * p.R + r];
         }
-        s = vn__accum(nd, 2, db);
+        s = vn__accum(node, 2, db);
     }
     vn_tensor_release(dy);
     vn_tensor_release(dyt);
@@ -259,11 +264,12 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
     }
     if (y) {
         const vn_tensor *ins[3] = {x, values, bias};
-        vn_node *nd = vn__record(y, "vnm_linear", vnm_linear_backward, bias ? 3 : 2, ins);
-        if (nd) {
-            nd->i[0] = p.R, nd->i[1] = p.K, nd->i[2] = p.V, nd->i[3] = p.M;
-            nd->saved[0] = vn_tensor_retain(s->blob);
-            if (vn__input_needs_grad(nd, 1)) nd->saved[1] = vn_tensor_retain(xt);
+        vn_node *node = vn__record(y, "vnm_linear", vnm_linear_backward, bias ? 3 : 2, ins);
+        if (node) {
+            *VN_SAVED_STATE(node, struct vnm_linear_saved) =
+                (struct vnm_linear_saved){p.R, p.K, p.V, p.M};
+            node->saved[SAVED_BLOB] = vn_tensor_retain(s->blob);
+            if (vn__input_needs_grad(node, 1)) node->saved[SAVED_XT] = vn_tensor_retain(xt);
         }
     }
     vn_tensor_release(xc);
