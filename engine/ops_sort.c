@@ -33,13 +33,18 @@ static int cmp_descending(const void *pa, const void *pb)
     return c ? c : (a->pos > b->pos) - (a->pos < b->pos);
 }
 
+/* What sort/topk's backward needs besides the indices (saved[0]). */
+struct sort_saved {
+    int dim;
+};
+
 /* g (the values' gradient) scattered into zeros of the input's shape at the
  * saved indices, along the saved dim. Works in the "dim last" layout the
  * forward used, then views it back. */
 static vn_status sort_backward(vn_node *node, const vn_tensor *gout)
 {
     const vn_tensor *x = node->inputs[0], *idx = node->saved[0];
-    int dim = (int)node->i[0];
+    int dim = VN_SAVED_STATE(node, struct sort_saved)->dim;
     int64_t one = 1, k = idx->shape[idx->ndim - 1], n = x->ndim ? x->shape[dim] : 1;
     int64_t rows = k ? vn_tensor_numel(idx) / k : 0;
     /* A 0-d input was ordered as one element. */
@@ -125,7 +130,7 @@ static vn_status order(const char *op, const vn_tensor *t, int64_t k, int dim, b
     if (iout && t->dtype == VN_F32) {
         vn_node *node = vn__record(vout, op, sort_backward, 1, &t);
         if (node) {
-            node->i[0] = dim;
+            VN_SAVED_STATE(node, struct sort_saved)->dim = dim;
             node->saved[0] = vn_tensor_retain(ix); /* the "dim last" indices backward scatters with */
         }
     }
