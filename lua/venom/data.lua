@@ -176,10 +176,7 @@ function data.DataLoader(tensors, opts)
         :format(who, n, i, ni))
     end
   end
-  local bs = opts.batch_size or 64
-  if type(bs) ~= "number" or bs < 1 or bs ~= math.floor(bs) then
-    fail(who .. ": batch_size must be a positive integer, got " .. tostring(bs))
-  end
+  local bs = util.check_int(opts.batch_size or 64, "batch_size", { min = 1, who = who })
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     fail(who .. ": transform must be a function, got " .. type(opts.transform))
   end
@@ -351,11 +348,8 @@ function data.random_windows(tokens, batch_size, block_size)
     fail(("%s: tokens must be a 1-D tensor, got %s"):format(who,
       venom.is_tensor(tokens) and ("a %d-d tensor"):format(tokens:dim()) or type(tokens)))
   end
-  for what, v in pairs({ batch_size = batch_size, block_size = block_size }) do
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-      fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
-    end
-  end
+  util.check_int(batch_size, "batch_size", { min = 1, who = who })
+  util.check_int(block_size, "block_size", { min = 1, who = who })
   local n = tokens:size(1)
   if n < block_size + 1 then
     fail(("%s: %d tokens are fewer than a window of block_size + 1 = %d")

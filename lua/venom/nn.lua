@@ -24,15 +24,10 @@ local fail = util.fail
 local nn = {}
 
 local is_tensor = venom.is_tensor
-
-local function fmt_shape(t)
-  return "(" .. table.concat(t:shape(), ", ") .. ")"
-end
+local fmt_shape = util.format_shape
 
 local function check_positive_int(who, what, v)
-  if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-    fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
-  end
+  util.check_int(v, what, { min = 1, who = who })
 end
 
 local check_opts = util.check_options -- (opts, known names, who)
@@ -43,6 +38,19 @@ local check_opts = util.check_options -- (opts, known names, who)
 local Module = { __name = "Module" }
 Module.__index = Module
 nn.Module = Module
+
+--- True when `x` is a module: an instance of nn.Module or of a class made
+-- with extend (its class chain leads to nn.Module; a class is not a module).
+function nn.is_module(x)
+  local cls, seen = type(x) == "table" and getmetatable(x), {}
+  while type(cls) == "table" and not seen[cls] do -- (a metatable may be its own __index)
+    if cls == Module then return true end
+    seen[cls] = true
+    local mt = getmetatable(cls)
+    cls = type(mt) == "table" and rawget(mt, "__index")
+  end
+  return false
+end
 
 -- Metamethods are looked up with rawget, so every class carries its own copy.
 local function module_call(self, ...) return self:forward(...) end
@@ -117,8 +125,7 @@ function Module:add_module(name, m)
   if type(name) ~= "string" and type(name) ~= "number" then
     fail("add_module: name must be a string or a number, got " .. type(name))
   end
-  local mt = type(m) == "table" and getmetatable(m)
-  if not (mt and mt.forward) then
+  if not nn.is_module(m) then
     fail(("add_module(%s): expected a module, got %s"):format(tostring(name), type(m)))
   end
   check_init(self, "add_module")
@@ -522,8 +529,7 @@ function Sequential:__init(...)
   Module.__init(self)
   for i = 1, select("#", ...) do
     local m = select(i, ...)
-    local mt = type(m) == "table" and getmetatable(m)
-    if not (mt and mt.forward) then
+    if not nn.is_module(m) then
       fail(("nn.Sequential: argument %d is not a module (got %s)"):format(i, type(m)))
     end
     self:add_module(i, m)

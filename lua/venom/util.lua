@@ -8,6 +8,26 @@ local util = {}
 -- The pure-Lua modules of venom (lua/venom/<name>.lua).
 local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
                    checkpoint = true, sparse = true, prune = true }
+-- Patterns of other sources util.fail passes over (util.add_internal_source).
+local internal_sources = {}
+
+--- Makes util.fail pass over the frames of files whose source (a path)
+-- matches `pattern` as it does venom's own: a library built on venom, such
+-- as models/gpt.lua, calls this once so that its errors, too, point at its
+-- user's line.
+function util.add_internal_source(pattern)
+  internal_sources[#internal_sources + 1] = pattern
+end
+
+local function is_internal(info)
+  if info.what == "C" or INTERNAL[info.source:match("[/\\]venom[/\\]([%w_]+)%.lua$")] then
+    return true
+  end
+  for _, pattern in ipairs(internal_sources) do
+    if info.source:match(pattern) then return true end
+  end
+  return false
+end
 
 --- Raises `msg` as a Lua error positioned at the first caller outside
 -- venom's own Lua files, so that "nn.Linear: in_features must be ..." points
@@ -20,14 +40,69 @@ function util.fail(msg)
       level = 0 -- no user frame: no position prefix
       break
     end
-    local mod = info.source:match("[/\\]venom[/\\]([%w_]+)%.lua$")
-    local internal = info.what == "C" or INTERNAL[mod]
-    if not internal then break end
+    if not is_internal(info) then break end
     level = level + 1
   end
   error(msg, level)
 end
 local fail = util.fail
+
+--- The text of error value `err` without the "file:line: " position that
+-- error() puts in front of a message, for showing it to a user.
+function util.error_text(err)
+  return (tostring(err):gsub("^[^:\n]*:%d+: ", ""))
+end
+
+-- Numbers ------------------------------------------------------------------------
+
+local function number_text(v)
+  return v ~= v and "nan" or tostring(v)
+end
+
+-- A value as a message shows it: numbers plainly (nan for NaN), anything
+-- else with its type (`string "8"`), so that "8" and 8 read differently.
+local function shown(v)
+  if type(v) == "number" then return number_text(v) end
+  if type(v) == "string" then return ("string %q"):format(v) end
+  return tostring(v)
+end
+
+--- True when `v` is a number holding an integer that a double represents
+-- exactly: |v| <= 2^53, so NaN and ±inf are not integers (math.huge would
+-- otherwise pass v == math.floor(v) and mean "never" as a step count).
+function util.is_int(v)
+  return type(v) == "number" and v == math.floor(v) and v >= -2 ^ 53 and v <= 2 ^ 53
+end
+
+--- Checks that `v` is an integer (util.is_int) in [opts.min, opts.max]
+-- (either bound optional) and returns it; otherwise fails with
+-- "<who>: <name> must be <what>, got <v>". `what` says the range
+-- ("a positive integer", "a non-negative integer", "an integer >= 4", "an
+-- integer in [4, 8]", "an integer"); opts.what replaces it where a caller's
+-- words are better ("an integer greater than warmup_steps (10)").
+function util.check_int(v, name, opts)
+  opts = opts or {}
+  local min, max = opts.min, opts.max
+  if util.is_int(v) and (min == nil or v >= min) and (max == nil or v <= max) then
+    return v
+  end
+  local what = opts.what
+  if what == nil then
+    if min and max then
+      what = ("an integer in [%d, %d]"):format(min, max)
+    elseif min == 1 then
+      what = "a positive integer"
+    elseif min == 0 then
+      what = "a non-negative integer"
+    elseif min then
+      what = ("an integer >= %d"):format(min)
+    else
+      what = "an integer"
+    end
+  end
+  fail(("%s%s must be %s, got %s"):format(opts.who and opts.who .. ": " or "", name, what,
+    shown(v)))
+end
 
 --- Checks an options table against the names it may hold: nil gives {}, a
 -- non-table is an error, and so is a key not in the list `known` (a typo
@@ -89,6 +164,12 @@ function util.accuracy(model, loader)
   end)
   model:train(was_training)
   return seen > 0 and correct / seen or 0
+end
+
+--- A tensor's shape, or a list of sizes, as "(2, 3)" (a 1-d shape: "(4)").
+function util.format_shape(t)
+  local sizes = type(t) == "table" and t or t:shape()
+  return "(" .. table.concat(sizes, ", ") .. ")"
 end
 
 --- Seconds as "MM:SS", or "H:MM:SS" from one hour on; "?" for unknown.
@@ -335,6 +416,26 @@ local function parse(args, defaults, help, positional)
   return opts
 end
 
+-- util.die with the script's name given (for the --help hint).
+local function exit_error(err, status, script)
+  io.stderr:write("error: ", util.error_text(err), "\n")
+  if status == 2 then
+    io.stderr:write(script and ("run '%s --help' to list the options\n"):format(script)
+      or "run with --help to list the options\n")
+  end
+  os.exit(status, true) -- true: close the Lua state, so finalizers free the tensors
+end
+
+--- Ends a script on an error, the way command-line tools do: prints
+-- "error: <msg>" on stderr (a caught error's "file:line: " position
+-- removed, util.error_text) and exits with `status`: 1 (the default) when
+-- the run itself failed (missing data, a diverged loss, a checkpoint that
+-- does not fit), 2 for a usage error (a bad option), which adds a hint to
+-- run the script with --help. Never returns.
+function util.die(msg, status)
+  exit_error(msg, status or 1, arg and arg[0])
+end
+
 --- Parses `--name value`, `--name=value`, `--flag` and `--no-flag` arguments
 -- against `defaults` (a table of option values: their types are the expected
 -- types; dashes in names map to underscores, so --batch-size sets
@@ -360,25 +461,14 @@ function util.parse_cli(args, defaults, help, check)
     return opts
   end)
   if ok then return res end
-  local msg = tostring(res):gsub("^[^\n]-:%d+: ", "") -- the "file:line: " prefix
-  local script = args and args[0]
-  io.stderr:write("error: ", msg, "\n", script and ("run '%s --help' to list the options\n")
-    :format(script) or "run with --help to list the options\n")
-  os.exit(2, true)
+  exit_error(res, 2, args and args[0])
 end
 
-local function number_text(v)
-  return v ~= v and "nan" or tostring(v)
-end
-
---- For parse_cli's check: opts[key] must be a whole number >= min; the
--- error names the option as typed (--batch-size).
+--- For parse_cli's check: opts[key] must be a whole number >= min
+-- (util.check_int); the error names the option as typed (--batch-size).
 function util.check_arg_int(opts, key, min)
-  local v = opts[key]
-  if type(v) ~= "number" or v ~= math.floor(v) or v < min or v == math.huge then
-    fail(("%s must be a whole number >= %d, got %s"):format(option_name(key), min, number_text(v)))
-  end
-  return v
+  return util.check_int(opts[key], option_name(key),
+    { min = min, what = ("a whole number >= %d"):format(min) })
 end
 
 --- For parse_cli's check: opts[key] must be a finite number > min, or >= min

@@ -168,7 +168,7 @@ tap.error_like(function() nn.Linear(-3, 2) end,
 tap.error_like(function() nn.Linear(2, 2.5) end,
   "out_features must be a positive integer, got 2%.5", "Linear: fractional out_features")
 tap.error_like(function() nn.Linear("4", 2) end,
-  "in_features must be a positive integer, got 4", "Linear: string in_features")
+  "in_features must be a positive integer, got string \"4\"", "Linear: string in_features")
 local line = debug.getinfo(1, "l").currentline + 1
 tap.error_like(function() nn.Linear(-3, 2) end, "test_nn%.lua:" .. line .. ": nn%.Linear",
   "constructor errors point at the caller's line")
