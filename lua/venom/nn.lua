@@ -143,12 +143,13 @@ function Module:children()
   return out
 end
 
---- Ordered list of {name, tensor} pairs with dotted names such as
--- "layers.1.weight". A tensor shared by several modules appears once, under
--- the first name it was reached by.
-function Module:named_parameters()
+-- named_parameters() of root, with the modules in `staged` (module → the
+-- staged copy load_state_dict checks before it writes) read in place of
+-- the real ones.
+local function collect_parameters(root, staged)
   local out, seen = {}, {}
   local function walk(m, prefix)
+    m = staged and staged[m] or m
     for _, name in ipairs(m._params) do
       local t = m[name]
       if t ~= nil and not seen[t] then
@@ -160,8 +161,15 @@ function Module:named_parameters()
       walk(m[name], prefix .. tostring(name) .. ".")
     end
   end
-  walk(self, "")
+  walk(root, "")
   return out
+end
+
+--- Ordered list of {name, tensor} pairs with dotted names such as
+-- "layers.1.weight". A tensor shared by several modules appears once, under
+-- the first name it was reached by.
+function Module:named_parameters()
+  return collect_parameters(self)
 end
 
 --- Moves every parameter to `device` ("cpu" or "cuda") in place and returns
@@ -248,7 +256,11 @@ end
 --                                 under the module's prefix;
 --   m:_load_extra_state(state) ← the same names, read back (values from a
 --                                 file arrive as strings); called before the
---                                 parameters are copied, so it may reshape them;
+--                                 parameters are checked, so it may reshape
+--                                 them, on a staged copy of the module that
+--                                 replaces it once the whole load is checked:
+--                                 it must set fields and register parameters,
+--                                 never write into tensors it shares with m;
 --   m:_dense_state()           → {name = tensor}: plain dense weights that
 --                                 replace the module's own parameters in
 --                                 dense_state_dict().
@@ -303,13 +315,26 @@ local function sorted_list(set)
   return out
 end
 
+-- A copy of module m to load extra state into: the same fields (tensors and
+-- child modules shared, not copied) and its own lists of names, so that the
+-- hook may replace fields and register parameters without touching m.
+local function stage(m)
+  local s = {}
+  for k, v in pairs(m) do s[k] = v end
+  s._params, s._modules = { unpack(m._params) }, { unpack(m._modules) }
+  return setmetatable(s, getmetatable(m))
+end
+
+local FLOAT = { f32 = true, bf16 = true, f16 = true }
+
 --- Copies a state dict (from state_dict() or venom.load) into this model's
 -- parameters, in place. opts.strict (default true): every name the model has
 -- must be present and no other; otherwise missing and unexpected names are
 -- skipped. Returns the lists of missing and unexpected names. Errors name the
--- tensor: a value that is not a tensor, or a shape that differs from the
--- parameter's (both shapes are given). A strict load that finds missing or
--- unexpected names changes nothing.
+-- tensor: a value that is not a tensor, a shape that differs from the
+-- parameter's (both shapes are given), an integer tensor for a float
+-- parameter (or the reverse). The load is planned and checked whole before
+-- anything is written, so a load that fails changes nothing.
 function Module:load_state_dict(sd, opts)
   local who = "load_state_dict"
   if type(sd) ~= "table" then
@@ -318,8 +343,8 @@ function Module:load_state_dict(sd, opts)
   opts = check_opts(opts, { "strict" }, who)
   local strict = opts.strict ~= false
 
-  -- Every name the model wants: extra state first, then parameters.
-  local extra, params, wanted = {}, self:named_parameters(), {}
+  -- 1. Names: every name the model wants, extra state first, then parameters.
+  local extra, wanted = {}, {}
   each_module(self, "", function(m, prefix)
     if m._extra_state and m._load_extra_state then
       local keys = {}
@@ -327,10 +352,10 @@ function Module:load_state_dict(sd, opts)
         keys[#keys + 1] = k
         wanted[prefix .. k] = true
       end
-      extra[#extra + 1] = { m, prefix, keys }
+      extra[#extra + 1] = { module = m, prefix = prefix, keys = keys }
     end
   end)
-  for _, np in ipairs(params) do wanted[np[1]] = true end
+  for _, np in ipairs(self:named_parameters()) do wanted[np[1]] = true end
   local missing, unexpected = {}, {}
   for name in pairs(wanted) do
     if sd[name] == nil then missing[name] = true end
@@ -346,62 +371,63 @@ function Module:load_state_dict(sd, opts)
     fail(("%s: the state dict does not match the model (%s)"):format(who, table.concat(parts, "; ")))
   end
 
-  -- Extra state may rebuild a module (a sparse layer's pattern) before the
-  -- parameters are checked; if anything below fails, every module so far
-  -- gets its own fields back, so a failed load changes nothing.
-  local saved = {}
-  local ok, copies = pcall(function()
-    for _, e in ipairs(extra) do
-      local m, prefix, state = e[1], e[2], {}
-      for _, k in ipairs(e[3]) do state[k] = sd[prefix .. k] end
-      -- The extra state and the module's parameters go together (a pattern
-      -- without its values would put old numbers in new places): all of
-      -- them, or none (strict = false) and the module is left alone.
-      local names, absent = {}, {}
-      for _, k in ipairs(e[3]) do names[#names + 1] = prefix .. k end
-      for _, k in ipairs(m._params) do
-        if m[k] ~= nil then names[#names + 1] = prefix .. k end
-      end
-      for _, name in ipairs(names) do
-        if sd[name] == nil then absent[#absent + 1] = name end
-      end
-      table.sort(absent)
-      if #absent > 0 and #absent < #names then
-        fail(("%s: the state dict has part of module '%s' but not %s; its state loads whole "
-          .. "or not at all"):format(who, prefix:sub(1, -2), table.concat(absent, ", ")))
-      end
-      if #absent == 0 then
-        local fields = {}
-        for k, v in pairs(m) do fields[k] = v end
-        saved[#saved + 1] = { m, fields, { unpack(m._params) } }
-        m:_load_extra_state(state)
-      end
+  -- 2. Extra state, loaded into staged copies of its modules (it may rebuild
+  -- a module, e.g. a sparse layer's pattern, and reshape its parameters).
+  local staged, order = {}, {}
+  for _, e in ipairs(extra) do
+    local m, prefix = e.module, e.prefix
+    -- The extra state and the module's parameters go together (a pattern
+    -- without its values would put old numbers in new places): all of
+    -- them, or none (strict = false) and the module is left alone.
+    local names, absent = {}, {}
+    for _, k in ipairs(e.keys) do names[#names + 1] = prefix .. k end
+    for _, k in ipairs(m._params) do
+      if m[k] ~= nil then names[#names + 1] = prefix .. k end
     end
-    local copies = {}
-    for _, np in ipairs(self:named_parameters()) do -- extra state may have replaced some
-      local name, p = np[1], np[2]
-      local v = sd[name]
-      if v ~= nil then
-        if not is_tensor(v) then
-          fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
-        end
-        if fmt_shape(v) ~= fmt_shape(p) then
-          fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
-            :format(who, name, fmt_shape(v), fmt_shape(p)))
-        end
-        copies[#copies + 1] = { p, v }
+    for _, name in ipairs(names) do
+      if sd[name] == nil then absent[#absent + 1] = name end
+    end
+    table.sort(absent)
+    if #absent > 0 and #absent < #names then
+      fail(("%s: the state dict has part of module '%s' but not %s; its state loads whole "
+        .. "or not at all"):format(who, prefix:sub(1, -2), table.concat(absent, ", ")))
+    end
+    if #absent == 0 then
+      local state = {}
+      for _, k in ipairs(e.keys) do state[k] = sd[prefix .. k] end
+      staged[m] = stage(m)
+      staged[m]:_load_extra_state(state)
+      order[#order + 1] = m
+    end
+  end
+
+  -- 3. Parameters, as the staged modules have them.
+  local copies = {}
+  for _, np in ipairs(collect_parameters(self, staged)) do
+    local name, p = np[1], np[2]
+    local v = sd[name]
+    if v ~= nil then
+      if not is_tensor(v) then
+        fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
       end
+      if fmt_shape(v) ~= fmt_shape(p) then
+        fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
+          :format(who, name, fmt_shape(v), fmt_shape(p)))
+      end
+      if FLOAT[v:dtype()] ~= FLOAT[p:dtype()] then
+        fail(("%s: dtype mismatch for '%s': the state dict has %s, the model has %s")
+          :format(who, name, v:dtype(), p:dtype()))
+      end
+      copies[#copies + 1] = { p, v }
     end
-    return copies
-  end)
-  if not ok then
-    for i = #saved, 1, -1 do
-      local m, fields, plist = saved[i][1], saved[i][2], saved[i][3]
-      for k in pairs(m) do m[k] = nil end
-      for k, v in pairs(fields) do m[k] = v end
-      m._params = plist
-    end
-    error(copies, 0)
+  end
+
+  -- 4. Everything checked: the staged modules take their place, then the
+  -- values are copied in.
+  for _, m in ipairs(order) do
+    local s = staged[m]
+    for k in pairs(m) do m[k] = nil end
+    for k, v in pairs(s) do m[k] = v end
   end
   venom.no_grad(function()
     for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
