@@ -132,6 +132,29 @@ data.FASHION_MNIST_CLASSES = {
   "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 }
 
+--- Fashion-MNIST ready to train a multilayer perceptron on, as the
+-- tutorials and benchmarks do: both splits (data.fashion_mnist), each image
+-- a row of 784 f32 values normalized with the training set's mean and
+-- standard deviation (data.flatten_images), in two DataLoaders: the first
+-- `limit` training images (0: all) shuffled in batches of batch_size, and
+-- the test images in batches of 1000. opts: root, limit = 0,
+-- batch_size = 128, device = "cpu". Returns the train and test loaders.
+function data.fashion_mnist_loaders(opts)
+  opts = util.check_options(opts, { "root", "limit", "batch_size", "device" },
+    "data.fashion_mnist_loaders")
+  local train = data.fashion_mnist("train", { root = opts.root })
+  local test = data.fashion_mnist("test", { root = opts.root })
+  local mean, std = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
+  local x_train, n_train = data.flatten_images(train.images, mean, std, opts.limit)
+  local y_train = train.labels:narrow(1, 1, n_train)
+  local x_test = data.flatten_images(test.images, mean, std)
+  train.images:free()
+  test.images:free()
+  return data.DataLoader({ x_train, y_train },
+           { batch_size = opts.batch_size or 128, shuffle = true, device = opts.device }),
+         data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device })
+end
+
 -- DataLoader -------------------------------------------------------------------
 
 local Loader = {}

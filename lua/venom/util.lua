@@ -314,6 +314,50 @@ function ProgressBar:close()
   end
 end
 
+-- Training ------------------------------------------------------------------------------
+
+--- One pass of classification training over `loader` (batches of inputs
+-- and targets), in training mode: for each batch the logits model(x), the
+-- loss criterion(logits, y), cleared gradients, backward, opt:step(), then
+-- opts.after_step(bar) (learning-rate schedules, pruning; `bar`, the
+-- ProgressBar showing the smoothed loss, lets it print over the bar's
+-- line). The batch, the logits and the loss are freed at once, so their
+-- memory goes back to the allocator's cache without waiting for Lua's
+-- garbage collector. A NaN or infinite loss ends the script (util.die,
+-- status 1), naming opts.epoch and the step, with a hint to use a lower
+-- --lr than opts.lr: every later step would be NaN too.
+-- opts: desc (the bar's label), epoch, lr, after_step.
+-- Returns the mean loss over the samples, their number and the seconds taken.
+function util.train_epoch(model, loader, criterion, opt, opts)
+  opts = util.check_options(opts, { "desc", "epoch", "lr", "after_step" }, "util.train_epoch")
+  model:train()
+  local bar = util.ProgressBar(#loader, { desc = opts.desc })
+  local start = venom.clock()
+  local loss_sum, seen, smooth = 0, 0, nil
+  for xb, yb in loader:iter() do
+    local logits = model(xb)
+    local loss = criterion(logits, yb)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+    if opts.after_step then opts.after_step(bar) end
+
+    local l, b = loss:item(), xb:size(1)
+    if l ~= l or l == math.huge or l == -math.huge then
+      bar:close()
+      util.die(("the training loss is %s at %sstep %d; the run diverged%s"):format(number_text(l),
+        opts.epoch and ("epoch %d, "):format(opts.epoch) or "", bar.n + 1,
+        opts.lr and (" (try a lower --lr than %g)"):format(opts.lr) or ""))
+    end
+    loss_sum, seen = loss_sum + l * b, seen + b
+    smooth = smooth and 0.95 * smooth + 0.05 * l or l
+    bar:update(1, { loss = smooth })
+    xb:free(); yb:free(); logits:free(); loss:free()
+  end
+  bar:close()
+  return loss_sum / seen, seen, venom.clock() - start
+end
+
 -- Command-line arguments ----------------------------------------------------------------
 
 local function option_name(key)
