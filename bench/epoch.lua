@@ -25,8 +25,7 @@ if not ok then util.die(loader) end
 local n = loader.n
 
 local H = opts.hidden
-local model = nn.Sequential(nn.Linear(784, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
-                            nn.Linear(H, 10))
+local model = nn.mlp({ 784, H, H, 10 })
 local criterion = nn.CrossEntropyLoss()
 local opt = optim.AdamW(model:parameters(), { lr = 1e-3, weight_decay = 0.01 })
 

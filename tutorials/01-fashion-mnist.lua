@@ -30,46 +30,19 @@ local checkpoint = require "venom.checkpoint"
 -- option's type, so `--epochs five` is an error rather than a surprise, and
 -- the function at the end refuses values out of range before any data is
 -- loaded. A bad command line prints "error: ..." on stderr and exits with
--- status 2.
-local opts = util.parse_cli(arg, {
-  epochs = 5,
-  batch_size = 128,
-  lr = 1e-3,
-  hidden = 1024,
-  seed = 0,
-  weight_decay = 0.01,
-  cosine = true,
-  limit = 0,
-  root = data.FASHION_MNIST_ROOT,
-  save = "",
-  resume = "",
-  export_dense = "",
-  sparse = "",
-  device = "cpu",
-}, {
-  epochs = "passes over the training set",
-  batch_size = "images per optimizer step",
-  lr = "AdamW learning rate (the peak of the schedule)",
-  hidden = "width of the two hidden layers",
-  seed = "seed of the engine RNG (weights, shuffling)",
-  weight_decay = "AdamW decoupled weight decay",
-  cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
-  limit = "train on the first N images only (0 = all)",
-  root = "directory holding the IDX files",
-  save = "write a checkpoint (weights, optimizer, schedule, RNG) to FILE after every epoch",
-  resume = "continue from a checkpoint written by --save, with the epoch after it",
-  export_dense = "write the trained weights as plain dense tensors (safetensors) to FILE",
-  sparse = "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)",
-  device = "cpu or cuda: where the model trains (see section 3)",
-}, function(o)
-  util.check_arg_int(o, "epochs", 1)
-  util.check_arg_int(o, "batch_size", 1)
-  util.check_arg_int(o, "hidden", 1)
-  util.check_arg_int(o, "limit", 0)
-  util.check_arg_int(o, "seed", 0)
-  util.check_arg_number(o, "lr", 0)
-  util.check_arg_number(o, "weight_decay", 0, true)
-  util.check_arg_device(o, "device")
+-- status 2. data.fashion_mnist_options gives the defaults, help texts and
+-- checks of the options every script that trains this MLP takes (--epochs,
+-- --batch-size, --lr, --hidden, --seed, --weight-decay, --cosine, --limit,
+-- --root, --device); the table below adds this tutorial's own.
+local defaults, help, check_shared = data.fashion_mnist_options({
+  save = { "", "write a checkpoint (weights, optimizer, schedule, RNG) to FILE after every epoch" },
+  resume = { "", "continue from a checkpoint written by --save, with the epoch after it" },
+  export_dense = { "", "write the trained weights as plain dense tensors (safetensors) to FILE" },
+  sparse = { "", "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)" },
+  device = { "cpu", "cpu or cuda: where the model trains (see section 3)" },
+})
+local opts = util.parse_cli(arg, defaults, help, function(o)
+  check_shared(o)
   if o.sparse ~= "" then
     local V, N, M = o.sparse:match("^(%d+):(%d+):(%d+)$")
     if not (V and tonumber(V) >= 1 and tonumber(N) == 2 and tonumber(M) >= 4) then
@@ -112,15 +85,14 @@ if not ok then util.die(train_loader) end
 
 -- 3. Model -------------------------------------------------------------------------
 --
--- Two hidden layers with ReLU between them. nn.Linear(in, out) holds W (out,
--- in) and b (out), initialized from U(−1/√in, 1/√in) as in PyTorch, and
--- computes x·Wᵀ + b. The last layer outputs 10 logits, one per class; the
--- softmax is folded into the loss.
-local H = opts.hidden
-local model = nn.Sequential(
-  nn.Linear(28 * 28, H), nn.ReLU(),
-  nn.Linear(H, H), nn.ReLU(),
-  nn.Linear(H, 10))
+-- Two hidden layers of H = --hidden units with ReLU between them:
+-- nn.mlp({784, H, H, 10}) is
+-- nn.Sequential(nn.Linear(784, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
+-- nn.Linear(H, 10)). nn.Linear(in, out) holds W (out, in) and b (out),
+-- initialized from U(−1/√in, 1/√in) as in PyTorch, and computes x·Wᵀ + b.
+-- The last layer outputs 10 logits, one per class; the softmax is folded
+-- into the loss.
+local model = nn.mlp({ 28 * 28, opts.hidden, opts.hidden, 10 })
 local criterion = nn.CrossEntropyLoss()
 
 -- --sparse V:N:M turns the two hidden layers into nn.SparseLinear (VENOM,

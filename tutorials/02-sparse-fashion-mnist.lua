@@ -38,57 +38,24 @@ local checkpoint = require "venom.checkpoint"
 --
 -- Tutorial 1's options, plus the pruning ones. The check function refuses
 -- bad values before any data is loaded ("error: ..." and status 2).
-local opts = util.parse_cli(arg, {
-  epochs = 5,
-  batch_size = 128,
-  lr = 1e-3,
-  hidden = 1024,
-  seed = 0,
-  weight_decay = 0.01,
-  cosine = true,
-  limit = 0,
-  root = data.FASHION_MNIST_ROOT,
-  mode = "vnm",
-  target = "",
-  sparsity = 0.75,
-  prune_start = 0.2,
-  prune_end = 0.6,
-  every = 0,
-  save = "",
-  resume = "",
-  stop_after = 0,
-  device = "cpu",
-}, {
-  epochs = "passes over the training set",
-  batch_size = "images per optimizer step",
-  lr = "AdamW learning rate (the peak of the schedule)",
-  hidden = "width of the two hidden layers",
-  seed = "seed of the engine RNG (weights, shuffling)",
-  weight_decay = "AdamW decoupled weight decay",
-  cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
-  limit = "train on the first N images only (0 = all)",
-  root = "directory holding the IDX files",
-  mode = "vnm (V:2:M sparse layers), nm (N:M masks) or unstructured (magnitude masks)",
-  target = "final pattern: V:2:M for vnm (default 64:2:8), N:M for nm (default 2:4)",
-  sparsity = "final sparsity for --mode unstructured",
-  prune_start = "fraction of the training steps after which pruning starts",
-  prune_end = "fraction of the training steps at which the final pattern is reached",
-  every = "optimizer steps between two pruning events (0: 20 events over the pruning span, "
-    .. "or one every step if it is shorter)",
-  save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch",
-  resume = "continue from a checkpoint written by --save (same options), with the next epoch",
-  stop_after = "stop after this epoch, saving first with --save (0: run all --epochs)",
-  device = "cpu or cuda: where the model trains (sparse layers on Sparse Tensor Cores)",
-}, function(o)
-  util.check_arg_int(o, "epochs", 1)
-  util.check_arg_int(o, "batch_size", 1)
-  util.check_arg_int(o, "hidden", 1)
-  util.check_arg_int(o, "limit", 0)
-  util.check_arg_int(o, "seed", 0)
+local defaults, help, check_shared = data.fashion_mnist_options({
+  mode = { "vnm", "vnm (V:2:M sparse layers), nm (N:M masks) or unstructured (magnitude masks)" },
+  target = { "", "final pattern: V:2:M for vnm (default 64:2:8), N:M for nm (default 2:4)" },
+  sparsity = { 0.75, "final sparsity for --mode unstructured" },
+  prune_start = { 0.2, "fraction of the training steps after which pruning starts" },
+  prune_end = { 0.6, "fraction of the training steps at which the final pattern is reached" },
+  every = { 0, "optimizer steps between two pruning events (0: 20 events over the pruning "
+    .. "span, or one every step if it is shorter)" },
+  save = { "", "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch" },
+  resume = { "", "continue from a checkpoint written by --save (same options), with the next "
+    .. "epoch" },
+  stop_after = { 0, "stop after this epoch, saving first with --save (0: run all --epochs)" },
+  device = { "cpu", "cpu or cuda: where the model trains (sparse layers on Sparse Tensor Cores)" },
+})
+local opts = util.parse_cli(arg, defaults, help, function(o)
+  check_shared(o)
   util.check_arg_int(o, "every", 0)
   util.check_arg_int(o, "stop_after", 0)
-  util.check_arg_number(o, "lr", 0)
-  util.check_arg_number(o, "weight_decay", 0, true)
   if o.mode ~= "vnm" and o.mode ~= "nm" and o.mode ~= "unstructured" then
     util.fail("--mode must be vnm, nm or unstructured, got " .. o.mode)
   end
@@ -98,7 +65,6 @@ local opts = util.parse_cli(arg, {
   if not (o.sparsity >= 0 and o.sparsity < 1) then
     util.fail("--sparsity must be in [0, 1), got " .. tostring(o.sparsity))
   end
-  util.check_arg_device(o, "device")
   if o.device == "cuda" and o.mode == "vnm" then
     local V, M = (o.target ~= "" and o.target or "64:2:8"):match("^(%d+):%d+:(%d+)$")
     local why = V and require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))
@@ -123,11 +89,7 @@ local ok, train_loader, test_loader = pcall(data.fashion_mnist_loaders, { root =
 if not ok then util.die(train_loader) end
 
 -- 3. Model and optimizer (as in tutorial 1) ------------------------------------------
-local H = opts.hidden
-local model = nn.Sequential(
-  nn.Linear(28 * 28, H), nn.ReLU(),
-  nn.Linear(H, H), nn.ReLU(),
-  nn.Linear(H, 10))
+local model = nn.mlp({ 28 * 28, opts.hidden, opts.hidden, 10 })
 local criterion = nn.CrossEntropyLoss()
 local dense_bytes = 4 * model:num_parameters()
 -- --device cuda: the parameters go to the GPU before the optimizer is built;

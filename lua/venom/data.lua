@@ -155,6 +155,46 @@ function data.fashion_mnist_loaders(opts)
          data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device })
 end
 
+-- The options every script that trains the Fashion-MNIST MLP takes: name →
+-- {default, help text}.
+local FASHION_MNIST_OPTIONS = {
+  epochs = { 5, "passes over the training set" },
+  batch_size = { 128, "images per optimizer step" },
+  lr = { 1e-3, "AdamW learning rate (the peak of the schedule)" },
+  hidden = { 1024, "width of the two hidden layers" },
+  seed = { 0, "seed of the engine RNG (weights, shuffling)" },
+  weight_decay = { 0.01, "AdamW decoupled weight decay" },
+  cosine = { true, "warm-up then cosine decay of the lr (--no-cosine: constant lr)" },
+  limit = { 0, "train on the first N images only (0 = all)" },
+  root = { data.FASHION_MNIST_ROOT, "directory holding the IDX files" },
+  device = { "cpu", "cpu or cuda: where the model trains" },
+}
+
+--- The command line of a script that trains an MLP on Fashion-MNIST with
+-- AdamW (tutorials 1 and 2): the options epochs, batch_size, lr, hidden,
+-- seed, weight_decay, cosine, limit, root and device, plus the script's own
+-- `more` (name → {default, help text}; a shared name given there takes the
+-- script's default and help). Returns the defaults and the help texts for
+-- util.parse_cli, and a function that checks the shared options' values
+-- (util.check_arg_*), to call from the script's own check.
+function data.fashion_mnist_options(more)
+  local defaults, help = {}, {}
+  for _, set in ipairs({ FASHION_MNIST_OPTIONS, more or {} }) do
+    for name, o in pairs(set) do defaults[name], help[name] = o[1], o[2] end
+  end
+  local function check(o)
+    util.check_arg_int(o, "epochs", 1)
+    util.check_arg_int(o, "batch_size", 1)
+    util.check_arg_int(o, "hidden", 1)
+    util.check_arg_int(o, "limit", 0)
+    util.check_arg_int(o, "seed", 0)
+    util.check_arg_number(o, "lr", 0)
+    util.check_arg_number(o, "weight_decay", 0, true)
+    util.check_arg_device(o, "device")
+  end
+  return defaults, help, check
+end
+
 -- DataLoader -------------------------------------------------------------------
 
 local Loader = {}

@@ -575,6 +575,21 @@ function Sequential:forward(x)
   return x
 end
 
+--- A multilayer perceptron: nn.Sequential of nn.Linear(sizes[i], sizes[i + 1])
+-- layers with an nn.ReLU between two of them, so {784, 256, 256, 10} gives
+-- the children 1 to 5 (Linear, ReLU, Linear, ReLU, Linear): logits out.
+function nn.mlp(sizes)
+  if type(sizes) ~= "table" or #sizes < 2 then
+    fail("nn.mlp: sizes must be a list of at least two layer widths, e.g. {784, 256, 10}")
+  end
+  local model = Sequential()
+  for i = 1, #sizes - 1 do
+    if i > 1 then model:add(nn.ReLU()) end
+    model:add(nn.Linear(sizes[i], sizes[i + 1]))
+  end
+  return model
+end
+
 -- Losses --------------------------------------------------------------------------
 
 local REDUCTIONS = { mean = true, sum = true, none = true }
