@@ -1,6 +1,7 @@
---- venom.util — small helpers for training scripts: a progress bar,
--- command-line parsing, human-readable sizes and durations, and the error
--- helper the pure-Lua modules use to blame the user's line.
+--- venom.util — small helpers for training scripts: a progress bar, a
+-- training epoch, command-line parsing, util.die, human-readable sizes,
+-- shapes and durations, and the error helpers the pure-Lua modules use: one
+-- integer check (util.check_int) and util.fail, which blames the user's line.
 local venom = require "venom"
 
 local util = {}
