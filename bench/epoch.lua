@@ -19,24 +19,15 @@ local opts = util.parse_args(arg, {
 })
 venom.manual_seed(opts.seed)
 
-local ok, train = pcall(data.fashion_mnist, "train", { root = opts.root })
-if not ok then
-  io.stderr:write("error: ", (tostring(train):gsub("^[^:]*:%d+: ", "")), "\n")
-  os.exit(1)
-end
-local n = train.n
-local xf = train.images:float()
-local scaled = xf * (1 / (255 * 0.3530))
-local x = (scaled - 0.2860 / 0.3530):reshape(n, 784)
-xf:free(); scaled:free(); train.images:free()
-local y = train.labels
+local ok, loader = pcall(data.fashion_mnist_loaders,
+  { root = opts.root, batch_size = opts.batch_size })
+if not ok then util.die(loader) end
+local n = loader.n
 
 local H = opts.hidden
-local model = nn.Sequential(nn.Linear(784, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
-                            nn.Linear(H, 10))
+local model = nn.mlp({ 784, H, H, 10 })
 local criterion = nn.CrossEntropyLoss()
 local opt = optim.AdamW(model:parameters(), { lr = 1e-3, weight_decay = 0.01 })
-local loader = data.DataLoader({ x, y }, { batch_size = opts.batch_size, shuffle = true })
 
 local function step(xb, yb)
   local logits = model(xb)

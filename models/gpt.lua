@@ -23,30 +23,9 @@ local util = require "venom.util"
 
 -- util.fail blames the first caller outside lua/venom/; skip the frames of
 -- this file as well, so that a bad option points at the user's line.
-local function fail(msg)
-  local level = 2
-  while true do
-    local info = debug.getinfo(level, "S")
-    if not info then
-      level = 0
-      break
-    end
-    local src = info.source
-    if not (info.what == "C" or src:match("[/\\]venom[/\\][%w_]+%.lua$")
-            or src:match("models[/\\]gpt%.lua$")) then
-      break
-    end
-    level = level + 1
-  end
-  error(msg, level)
-end
-
--- util.check_options with its error re-raised by fail.
-local function check_options(opts, known, who)
-  local ok, r = pcall(util.check_options, opts, known, who)
-  if not ok then fail((tostring(r):gsub("^[^:]*:%d+: ", ""))) end
-  return r
-end
+util.add_internal_source("models[/\\]gpt%.lua$")
+local fail = util.fail
+local check_options = util.check_options
 
 -- Draws a (rows, cols) N(0, std) tensor from the engine RNG.
 local function normal(std, rows, cols)
@@ -160,10 +139,7 @@ local function check_config(opts)
     if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
   end
   for _, k in ipairs({ "vocab_size", "block_size", "n_layer", "n_head", "n_embd" }) do
-    local v = cfg[k]
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-      fail(("%s: %s must be a positive integer, got %s"):format(who, k, tostring(v)))
-    end
+    util.check_int(cfg[k], k, { min = 1, who = who })
   end
   if cfg.n_embd % cfg.n_head ~= 0 then
     fail(("%s: n_embd (%d) must be a multiple of n_head (%d)"):format(who, cfg.n_embd, cfg.n_head))
@@ -288,26 +264,21 @@ function GPT:generate(prompt, n_tokens, opts)
   if type(temperature) ~= "number" or not (temperature > 0 and temperature < math.huge) then
     fail(who .. ": temperature must be a positive number, got " .. tostring(temperature))
   end
-  if top_k ~= nil and (type(top_k) ~= "number" or top_k < 1 or top_k ~= math.floor(top_k)) then
-    fail(who .. ": top_k must be a positive integer, got " .. tostring(top_k))
-  end
-  if type(n_tokens) ~= "number" or n_tokens < 0 or n_tokens ~= math.floor(n_tokens)
-      or n_tokens > 2 ^ 31 then
-    fail(who .. ": n_tokens must be an integer in 0..2^31, got " .. tostring(n_tokens))
-  end
+  if top_k ~= nil then util.check_int(top_k, "top_k", { min = 1, who = who }) end
+  util.check_int(n_tokens, "n_tokens", { min = 0, max = 2 ^ 31, who = who })
   local seq = venom.is_tensor(prompt) and prompt:reshape(-1):totable() or prompt
   if type(seq) ~= "table" or #seq == 0 then
     fail(who .. ": prompt must be a non-empty list or 1-D tensor of token ids")
   end
   for k in pairs(seq) do -- a hole ({1, nil, 3}) would silently cut the prompt
-    if type(k) ~= "number" or k < 1 or k > #seq or k ~= math.floor(k) then
+    if not util.is_int(k) or k < 1 or k > #seq then
       fail(("%s: the prompt has a key %s outside 1..%d (a list with a hole?)")
         :format(who, tostring(k), #seq))
     end
   end
   local out = {}
   for i, id in ipairs(seq) do
-    if type(id) ~= "number" or id < 1 or id > cfg.vocab_size or id ~= math.floor(id) then
+    if not util.is_int(id) or id < 1 or id > cfg.vocab_size then
       fail(("%s: prompt token %d is %s, expected an id in 1..%d"):format(who, i, tostring(id),
         cfg.vocab_size))
     end

@@ -30,46 +30,19 @@ local checkpoint = require "venom.checkpoint"
 -- option's type, so `--epochs five` is an error rather than a surprise, and
 -- the function at the end refuses values out of range before any data is
 -- loaded. A bad command line prints "error: ..." on stderr and exits with
--- status 2.
-local opts = util.parse_cli(arg, {
-  epochs = 5,
-  batch_size = 128,
-  lr = 1e-3,
-  hidden = 1024,
-  seed = 0,
-  weight_decay = 0.01,
-  cosine = true,
-  limit = 0,
-  root = data.FASHION_MNIST_ROOT,
-  save = "",
-  resume = "",
-  export_dense = "",
-  sparse = "",
-  device = "cpu",
-}, {
-  epochs = "passes over the training set",
-  batch_size = "images per optimizer step",
-  lr = "AdamW learning rate (the peak of the schedule)",
-  hidden = "width of the two hidden layers",
-  seed = "seed of the engine RNG (weights, shuffling)",
-  weight_decay = "AdamW decoupled weight decay",
-  cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
-  limit = "train on the first N images only (0 = all)",
-  root = "directory holding the IDX files",
-  save = "write a checkpoint (weights, optimizer, schedule, RNG) to FILE after every epoch",
-  resume = "continue from a checkpoint written by --save, with the epoch after it",
-  export_dense = "write the trained weights as plain dense tensors (safetensors) to FILE",
-  sparse = "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)",
-  device = "cpu or cuda: where the model trains (see section 3)",
-}, function(o)
-  util.check_arg_int(o, "epochs", 1)
-  util.check_arg_int(o, "batch_size", 1)
-  util.check_arg_int(o, "hidden", 1)
-  util.check_arg_int(o, "limit", 0)
-  util.check_arg_int(o, "seed", 0)
-  util.check_arg_number(o, "lr", 0)
-  util.check_arg_number(o, "weight_decay", 0, true)
-  util.check_arg_device(o, "device")
+-- status 2. data.fashion_mnist_options gives the defaults, help texts and
+-- checks of the options every script that trains this MLP takes (--epochs,
+-- --batch-size, --lr, --hidden, --seed, --weight-decay, --cosine, --limit,
+-- --root, --device); the table below adds this tutorial's own.
+local defaults, help, check_shared = data.fashion_mnist_options({
+  save = { "", "write a checkpoint (weights, optimizer, schedule, RNG) to FILE after every epoch" },
+  resume = { "", "continue from a checkpoint written by --save, with the epoch after it" },
+  export_dense = { "", "write the trained weights as plain dense tensors (safetensors) to FILE" },
+  sparse = { "", "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)" },
+  device = { "cpu", "cpu or cuda: where the model trains (see section 3)" },
+})
+local opts = util.parse_cli(arg, defaults, help, function(o)
+  check_shared(o)
   if o.sparse ~= "" then
     local V, N, M = o.sparse:match("^(%d+):(%d+):(%d+)$")
     if not (V and tonumber(V) >= 1 and tonumber(N) == 2 and tonumber(M) >= 4) then
@@ -89,52 +62,37 @@ venom.manual_seed(opts.seed)
 -- 2. Data ------------------------------------------------------------------------
 --
 -- data.fashion_mnist returns u8 images (N, 28, 28) and i64 labels (N). Labels
--- count from 1 like everything else in Lua: class 1 is "T-shirt/top". If the
--- files are missing we say where we looked and which package provides them,
--- and exit with a non-zero status so scripts and CI notice.
-local ok, train, test = pcall(function()
-  return data.fashion_mnist("train", { root = opts.root }),
-         data.fashion_mnist("test", { root = opts.root })
-end)
-if not ok then
-  local msg = tostring(train):gsub("^[^:]*:%d+: ", "") -- drop the "file:line: " prefix
-  io.stderr:write("error: ", msg, "\n")
-  os.exit(1)
-end
-
+-- count from 1 like everything else in Lua: class 1 is "T-shirt/top".
+--
 -- The network wants f32 inputs of mean ≈ 0 and variance ≈ 1. The training
 -- images have mean 0.2860 and standard deviation 0.3530 once scaled to
 -- [0, 1], so data.flatten_images maps x ↦ (x/255 − 0.2860) / 0.3530 (one
 -- multiply and one subtract, in place on one f32 copy) and makes each image
 -- a row of 784 values. We convert the whole set once, up front: 60,000 × 784
 -- floats are 188 MB, and every batch afterwards is a plain row gather.
-local MEAN, STD = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
-
-local x_train, n_train = data.flatten_images(train.images, MEAN, STD, opts.limit)
-local y_train = train.labels:narrow(1, 1, n_train)
-local x_test = data.flatten_images(test.images, MEAN, STD)
-local y_test = test.labels
-train.images:free()
-test.images:free()
-
+--
 -- A DataLoader cuts the tensors into batches along their first dimension.
 -- With shuffle = true it draws a new permutation every epoch (from the seeded
 -- RNG), and each batch is gathered with one index_select per tensor.
-local train_loader = data.DataLoader({ x_train, y_train },
-  { batch_size = opts.batch_size, shuffle = true, device = opts.device })
-local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000, device = opts.device })
+--
+-- data.fashion_mnist_loaders does these three steps for both splits (the
+-- next tutorial and bench/epoch.lua train on the same data). If the files
+-- are missing, util.die says where we looked and which package provides
+-- them, and exits with status 1 so that scripts and CI notice.
+local ok, train_loader, test_loader = pcall(data.fashion_mnist_loaders, { root = opts.root,
+  limit = opts.limit, batch_size = opts.batch_size, device = opts.device })
+if not ok then util.die(train_loader) end
 
 -- 3. Model -------------------------------------------------------------------------
 --
--- Two hidden layers with ReLU between them. nn.Linear(in, out) holds W (out,
--- in) and b (out), initialized from U(−1/√in, 1/√in) as in PyTorch, and
--- computes x·Wᵀ + b. The last layer outputs 10 logits, one per class; the
--- softmax is folded into the loss.
-local H = opts.hidden
-local model = nn.Sequential(
-  nn.Linear(28 * 28, H), nn.ReLU(),
-  nn.Linear(H, H), nn.ReLU(),
-  nn.Linear(H, 10))
+-- Two hidden layers of H = --hidden units with ReLU between them:
+-- nn.mlp({784, H, H, 10}) is
+-- nn.Sequential(nn.Linear(784, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
+-- nn.Linear(H, 10)). nn.Linear(in, out) holds W (out, in) and b (out),
+-- initialized from U(−1/√in, 1/√in) as in PyTorch, and computes x·Wᵀ + b.
+-- The last layer outputs 10 logits, one per class; the softmax is folded
+-- into the loss.
+local model = nn.mlp({ 28 * 28, opts.hidden, opts.hidden, 10 })
 local criterion = nn.CrossEntropyLoss()
 
 -- --sparse V:N:M turns the two hidden layers into nn.SparseLinear (VENOM,
@@ -153,10 +111,7 @@ if opts.sparse ~= "" then
   local V, N, M = opts.sparse:match("^(%d+):(%d+):(%d+)$")
   local ok, err = pcall(require("venom.sparse").sparsify, model,
     { V = tonumber(V), N = tonumber(N), M = tonumber(M), skip = { "5" } })
-  if not ok then -- e.g. M wider than the layers: --sparse 64:2:2048
-    io.stderr:write("error: ", tostring(err):gsub("^[^:]*:%d+: ", ""), "\n")
-    os.exit(1)
-  end
+  if not ok then util.die(err) end -- e.g. M wider than the layers: --sparse 64:2:2048
 end
 
 -- --device cuda moves the parameters to the GPU (model:to copies each one
@@ -167,7 +122,7 @@ model:to(opts.device)
 
 print(model)
 print(("%d parameters; %d training images, %d test images")
-  :format(model:num_parameters(), n_train, x_test:size(1)))
+  :format(model:num_parameters(), train_loader.n, test_loader.n))
 
 -- 4. Optimizer --------------------------------------------------------------------
 --
@@ -195,15 +150,11 @@ local parts = { model = model, optim = opt, sched = sched }
 local first_epoch = 1
 if opts.resume ~= "" then
   local ok, meta = pcall(checkpoint.load, opts.resume, parts)
-  if not ok then
-    io.stderr:write("error: ", tostring(meta):gsub("^[^:]*:%d+: ", ""), "\n")
-    os.exit(1)
-  end
+  if not ok then util.die(meta) end
   first_epoch = tonumber(meta.epoch) + 1
   if first_epoch > opts.epochs then
-    io.stderr:write(("error: %s is from the end of epoch %d; --epochs %d leaves nothing to "
-      .. "train (raise --epochs)\n"):format(opts.resume, first_epoch - 1, opts.epochs))
-    os.exit(1)
+    util.die(("%s is from the end of epoch %d; --epochs %d leaves nothing to train (raise "
+      .. "--epochs)"):format(opts.resume, first_epoch - 1, opts.epochs))
   end
   print(("resumed from %s after epoch %d"):format(opts.resume, first_epoch - 1))
 end
@@ -217,44 +168,22 @@ local function accuracy() return util.accuracy(model, test_loader) end
 -- 6. Training ------------------------------------------------------------------------
 --
 -- One step: forward, loss, clear the old gradients, backward (which
--- accumulates into each parameter's .grad), update. The tape frees what it
--- saved once backward is done; we also free the batch, the logits and the
--- loss right away so the memory goes back to the allocator's cache without
--- waiting for Lua's garbage collector.
+-- accumulates into each parameter's .grad), update, and the learning-rate
+-- schedule. util.train_epoch runs these steps over the loader, behind a
+-- progress bar. The tape frees what it saved once backward is done; the
+-- batch, the logits and the loss are freed right away too, so the memory
+-- goes back to the allocator's cache without waiting for Lua's garbage
+-- collector. If the loss turns NaN or infinite, training has diverged
+-- (every later step would be NaN too): the run stops there with an error.
 local epoch_times, final_acc = {}, nil
 for epoch = first_epoch, opts.epochs do
-  model:train()
-  local bar = util.ProgressBar(#train_loader, { desc = ("epoch %d/%d"):format(epoch, opts.epochs) })
-  local start = venom.clock()
-  local loss_sum, seen, smooth = 0, 0, nil
-  for xb, yb in train_loader:iter() do
-    local logits = model(xb)
-    local loss = criterion(logits, yb)
-    opt:zero_grad()
-    loss:backward()
-    opt:step()
-    if sched then sched:step() end
-
-    local l, b = loss:item(), xb:size(1)
-    if l ~= l or l == math.huge or l == -math.huge then
-      -- Training has diverged: every later step would be NaN too.
-      bar:close()
-      io.stderr:write(("error: the training loss is %s at epoch %d, step %d; the run diverged "
-        .. "(try a lower --lr than %g)\n"):format(l ~= l and "nan" or tostring(l), epoch,
-        bar.n + 1, opts.lr))
-      os.exit(1, true) -- true: close the Lua state, freeing the tensors
-    end
-    loss_sum, seen = loss_sum + l * b, seen + b
-    smooth = smooth and 0.95 * smooth + 0.05 * l or l
-    bar:update(1, { loss = smooth })
-    xb:free(); yb:free(); logits:free(); loss:free()
-  end
-  bar:close()
-  local train_time = venom.clock() - start
+  local loss, seen, train_time = util.train_epoch(model, train_loader, criterion, opt, {
+    desc = ("epoch %d/%d"):format(epoch, opts.epochs), epoch = epoch, lr = opts.lr,
+    after_step = function() if sched then sched:step() end end })
   local acc = accuracy()
   epoch_times[#epoch_times + 1], final_acc = train_time, acc
   print(("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch (%.0f images/s)")
-    :format(epoch, opts.epochs, loss_sum / seen, 100 * acc, train_time, seen / train_time))
+    :format(epoch, opts.epochs, loss, 100 * acc, train_time, seen / train_time))
   if opts.save ~= "" then
     checkpoint.save(opts.save, parts, { epoch = epoch })
   end

@@ -38,57 +38,24 @@ local checkpoint = require "venom.checkpoint"
 --
 -- Tutorial 1's options, plus the pruning ones. The check function refuses
 -- bad values before any data is loaded ("error: ..." and status 2).
-local opts = util.parse_cli(arg, {
-  epochs = 5,
-  batch_size = 128,
-  lr = 1e-3,
-  hidden = 1024,
-  seed = 0,
-  weight_decay = 0.01,
-  cosine = true,
-  limit = 0,
-  root = data.FASHION_MNIST_ROOT,
-  mode = "vnm",
-  target = "",
-  sparsity = 0.75,
-  prune_start = 0.2,
-  prune_end = 0.6,
-  every = 0,
-  save = "",
-  resume = "",
-  stop_after = 0,
-  device = "cpu",
-}, {
-  epochs = "passes over the training set",
-  batch_size = "images per optimizer step",
-  lr = "AdamW learning rate (the peak of the schedule)",
-  hidden = "width of the two hidden layers",
-  seed = "seed of the engine RNG (weights, shuffling)",
-  weight_decay = "AdamW decoupled weight decay",
-  cosine = "warm-up then cosine decay of the lr (--no-cosine: constant lr)",
-  limit = "train on the first N images only (0 = all)",
-  root = "directory holding the IDX files",
-  mode = "vnm (V:2:M sparse layers), nm (N:M masks) or unstructured (magnitude masks)",
-  target = "final pattern: V:2:M for vnm (default 64:2:8), N:M for nm (default 2:4)",
-  sparsity = "final sparsity for --mode unstructured",
-  prune_start = "fraction of the training steps after which pruning starts",
-  prune_end = "fraction of the training steps at which the final pattern is reached",
-  every = "optimizer steps between two pruning events (0: 20 events over the pruning span, "
-    .. "or one every step if it is shorter)",
-  save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch",
-  resume = "continue from a checkpoint written by --save (same options), with the next epoch",
-  stop_after = "stop after this epoch, saving first with --save (0: run all --epochs)",
-  device = "cpu or cuda: where the model trains (sparse layers on Sparse Tensor Cores)",
-}, function(o)
-  util.check_arg_int(o, "epochs", 1)
-  util.check_arg_int(o, "batch_size", 1)
-  util.check_arg_int(o, "hidden", 1)
-  util.check_arg_int(o, "limit", 0)
-  util.check_arg_int(o, "seed", 0)
+local defaults, help, check_shared = data.fashion_mnist_options({
+  mode = { "vnm", "vnm (V:2:M sparse layers), nm (N:M masks) or unstructured (magnitude masks)" },
+  target = { "", "final pattern: V:2:M for vnm (default 64:2:8), N:M for nm (default 2:4)" },
+  sparsity = { 0.75, "final sparsity for --mode unstructured" },
+  prune_start = { 0.2, "fraction of the training steps after which pruning starts" },
+  prune_end = { 0.6, "fraction of the training steps at which the final pattern is reached" },
+  every = { 0, "optimizer steps between two pruning events (0: 20 events over the pruning "
+    .. "span, or one every step if it is shorter)" },
+  save = { "", "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch" },
+  resume = { "", "continue from a checkpoint written by --save (same options), with the next "
+    .. "epoch" },
+  stop_after = { 0, "stop after this epoch, saving first with --save (0: run all --epochs)" },
+  device = { "cpu", "cpu or cuda: where the model trains (sparse layers on Sparse Tensor Cores)" },
+})
+local opts = util.parse_cli(arg, defaults, help, function(o)
+  check_shared(o)
   util.check_arg_int(o, "every", 0)
   util.check_arg_int(o, "stop_after", 0)
-  util.check_arg_number(o, "lr", 0)
-  util.check_arg_number(o, "weight_decay", 0, true)
   if o.mode ~= "vnm" and o.mode ~= "nm" and o.mode ~= "unstructured" then
     util.fail("--mode must be vnm, nm or unstructured, got " .. o.mode)
   end
@@ -98,7 +65,6 @@ local opts = util.parse_cli(arg, {
   if not (o.sparsity >= 0 and o.sparsity < 1) then
     util.fail("--sparsity must be in [0, 1), got " .. tostring(o.sparsity))
   end
-  util.check_arg_device(o, "device")
   if o.device == "cuda" and o.mode == "vnm" then
     local V, M = (o.target ~= "" and o.target or "64:2:8"):match("^(%d+):%d+:(%d+)$")
     local why = V and require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))
@@ -118,34 +84,12 @@ end
 venom.manual_seed(opts.seed)
 
 -- 2. Data (as in tutorial 1) ---------------------------------------------------------
-local ok, train, test = pcall(function()
-  return data.fashion_mnist("train", { root = opts.root }),
-         data.fashion_mnist("test", { root = opts.root })
-end)
-if not ok then
-  io.stderr:write("error: ", (tostring(train):gsub("^[^:]*:%d+: ", "")), "\n")
-  os.exit(1, true)
-end
-
-local MEAN, STD = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
-
-local x_train, n_train = data.flatten_images(train.images, MEAN, STD, opts.limit)
-local y_train = train.labels:narrow(1, 1, n_train)
-local x_test = data.flatten_images(test.images, MEAN, STD)
-local y_test = test.labels
-train.images:free()
-test.images:free()
-
-local train_loader = data.DataLoader({ x_train, y_train },
-  { batch_size = opts.batch_size, shuffle = true, device = opts.device })
-local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000, device = opts.device })
+local ok, train_loader, test_loader = pcall(data.fashion_mnist_loaders, { root = opts.root,
+  limit = opts.limit, batch_size = opts.batch_size, device = opts.device })
+if not ok then util.die(train_loader) end
 
 -- 3. Model and optimizer (as in tutorial 1) ------------------------------------------
-local H = opts.hidden
-local model = nn.Sequential(
-  nn.Linear(28 * 28, H), nn.ReLU(),
-  nn.Linear(H, H), nn.ReLU(),
-  nn.Linear(H, 10))
+local model = nn.mlp({ 28 * 28, opts.hidden, opts.hidden, 10 })
 local criterion = nn.CrossEntropyLoss()
 local dense_bytes = 4 * model:num_parameters()
 -- --device cuda: the parameters go to the GPU before the optimizer is built;
@@ -181,9 +125,7 @@ else
 end
 local ok_gmp, gmp = pcall(prune.GMP, model, gmp_opts)
 if not ok_gmp then -- e.g. --target 64:2:2048, wider than the layers, or too short a run
-  io.stderr:write("error: ", (tostring(gmp):gsub("^[^:]*:%d+: ", "")), "\n",
-    "run '", arg[0], " --help' to list the options\n")
-  os.exit(2, true) -- true: close the Lua state, freeing the tensors
+  util.die(gmp, 2) -- 2: a usage error
 end
 print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)")
   :format(opts.mode, opts.mode == "unstructured" and ("%g%%"):format(100 * opts.sparsity)
@@ -209,10 +151,7 @@ if opts.resume ~= "" then
     ok_load, meta = false, ("%s is from the end of the run (epoch %s of %d); nothing left to "
       .. "train"):format(opts.resume, tostring(meta.epoch), opts.epochs)
   end
-  if not ok_load then
-    io.stderr:write("error: ", (tostring(meta):gsub("^[^:]*:%d+: ", "")), "\n")
-    os.exit(1, true)
-  end
+  if not ok_load then util.die(meta) end
   first_epoch, step = tonumber(meta.epoch) + 1, tonumber(meta.step)
   print(("resumed from %s after epoch %d"):format(opts.resume, first_epoch - 1))
 end
@@ -222,49 +161,30 @@ local function accuracy() return util.accuracy(model, test_loader) end
 
 -- 6. Training ------------------------------------------------------------------------
 --
--- The loop of tutorial 1 with one more line: gmp:step() after the
--- optimizer step. It re-zeroes what was pruned and, at the schedule's
--- events, prunes further and returns the event, which we print.
+-- The loop of tutorial 1 with one more call after each optimizer step:
+-- gmp:step() re-zeroes what was pruned and, at the schedule's events,
+-- prunes further and returns the event, which we print.
 local phase_times = { dense = {}, pruning = {}, sparse = {} }
 local final_acc
 local last = opts.epochs
 if opts.stop_after > 0 and opts.stop_after < last then last = opts.stop_after end
 for epoch = first_epoch, last do
   local first = step + 1
-  local bar = util.ProgressBar(#train_loader, { desc = ("epoch %d/%d"):format(epoch, opts.epochs) })
-  local start = venom.clock()
-  local loss_sum, seen, smooth = 0, 0, nil
-  for xb, yb in train_loader:iter() do
-    local logits = model(xb)
-    local loss = criterion(logits, yb)
-    opt:zero_grad()
-    loss:backward()
-    opt:step()
+  local function after_step(bar)
     if lr_sched then lr_sched:step() end
     local ev = gmp:step()
     step = step + 1
     if ev then
-      local parts = {}
-      for _, l in ipairs(ev.layers) do parts[#parts + 1] = l.name .. " " .. l.pattern end
+      local names = {}
+      for _, l in ipairs(ev.layers) do names[#names + 1] = l.name .. " " .. l.pattern end
       if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
       print(("step %5d  target sparsity %6.2f%%  %s"):format(ev.step, 100 * ev.sparsity,
-        table.concat(parts, ", ")))
+        table.concat(names, ", ")))
     end
-
-    local l, b = loss:item(), xb:size(1)
-    if l ~= l or l == math.huge or l == -math.huge then
-      bar:close()
-      io.stderr:write(("error: the training loss is %s at epoch %d; the run diverged (try a "
-        .. "lower --lr than %g)\n"):format(l ~= l and "nan" or tostring(l), epoch, opts.lr))
-      os.exit(1, true)
-    end
-    loss_sum, seen = loss_sum + l * b, seen + b
-    smooth = smooth and 0.95 * smooth + 0.05 * l or l
-    bar:update(1, { loss = smooth })
-    xb:free(); yb:free(); logits:free(); loss:free()
   end
-  bar:close()
-  local train_time = venom.clock() - start
+  local loss, _, train_time = util.train_epoch(model, train_loader, criterion, opt, {
+    desc = ("epoch %d/%d"):format(epoch, opts.epochs), epoch = epoch, lr = opts.lr,
+    after_step = after_step })
   -- The phase of the epoch: dense before any pruning, sparse once the final
   -- pattern is in place, pruning in between.
   local phase = step <= t0 and "dense" or first > t0 + gmp.n * dt and "sparse" or "pruning"
@@ -272,7 +192,7 @@ for epoch = first_epoch, last do
   times[#times + 1] = train_time
   final_acc = accuracy()
   print(("epoch %d/%d  %-7s  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch")
-    :format(epoch, opts.epochs, phase, loss_sum / seen, 100 * final_acc, train_time))
+    :format(epoch, opts.epochs, phase, loss, 100 * final_acc, train_time))
   if opts.save ~= "" then
     checkpoint.save(opts.save, parts, { epoch = epoch, step = step, epochs = opts.epochs })
   end

@@ -116,10 +116,8 @@ end)
 
 venom.manual_seed(opts.seed)
 
-local function die(msg)
-  io.stderr:write("error: ", (tostring(msg):gsub("^[^:]*:%d+: ", "")), "\n")
-  os.exit(1, true) -- true: close the Lua state, freeing the tensors
-end
+-- A failure from here on prints "error: <message>" and exits with status 1.
+local die = util.die
 
 -- 2. Data ---------------------------------------------------------------------------
 --

@@ -19,7 +19,8 @@
 -- leaves the previous file intact.
 local venom = require "venom"
 local nn = require "venom.nn"
-local fail = require("venom.util").fail
+local util = require "venom.util"
+local fail = util.fail
 
 local checkpoint = {}
 
@@ -28,18 +29,8 @@ local RNG = "rng_state"
 -- Calls a venom.core function and re-raises its error at the user's line.
 local function call(fn, ...)
   local ok, a, b = pcall(fn, ...)
-  if not ok then fail((tostring(a):gsub("^[^:]*:%d+: ", ""))) end
+  if not ok then fail(util.error_text(a)) end
   return a, b
-end
-
-local function is_module(x)
-  local cls = getmetatable(x)
-  while cls do
-    if cls == nn.Module then return true end
-    local mt = getmetatable(cls)
-    cls = mt and mt.__index
-  end
-  return false
 end
 
 local function check_parts(who, parts)
@@ -65,7 +56,7 @@ local function check_parts(who, parts)
   -- state may have just changed.
   local function rank(obj)
     if obj.load_before_model then return 0 end
-    return is_module(obj) and 1 or 2
+    return nn.is_module(obj) and 1 or 2
   end
   table.sort(names, function(a, b)
     local ra, rb = rank(parts[a]), rank(parts[b])

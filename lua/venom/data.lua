@@ -132,6 +132,69 @@ data.FASHION_MNIST_CLASSES = {
   "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
 }
 
+--- Fashion-MNIST ready to train a multilayer perceptron on, as the
+-- tutorials and benchmarks do: both splits (data.fashion_mnist), each image
+-- a row of 784 f32 values normalized with the training set's mean and
+-- standard deviation (data.flatten_images), in two DataLoaders: the first
+-- `limit` training images (0: all) shuffled in batches of batch_size, and
+-- the test images in batches of 1000. opts: root, limit = 0,
+-- batch_size = 128, device = "cpu". Returns the train and test loaders.
+function data.fashion_mnist_loaders(opts)
+  opts = util.check_options(opts, { "root", "limit", "batch_size", "device" },
+    "data.fashion_mnist_loaders")
+  local train = data.fashion_mnist("train", { root = opts.root })
+  local test = data.fashion_mnist("test", { root = opts.root })
+  local mean, std = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
+  local x_train, n_train = data.flatten_images(train.images, mean, std, opts.limit)
+  local y_train = train.labels:narrow(1, 1, n_train)
+  local x_test = data.flatten_images(test.images, mean, std)
+  train.images:free()
+  test.images:free()
+  return data.DataLoader({ x_train, y_train },
+           { batch_size = opts.batch_size or 128, shuffle = true, device = opts.device }),
+         data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device })
+end
+
+-- The options every script that trains the Fashion-MNIST MLP takes: name →
+-- {default, help text}.
+local FASHION_MNIST_OPTIONS = {
+  epochs = { 5, "passes over the training set" },
+  batch_size = { 128, "images per optimizer step" },
+  lr = { 1e-3, "AdamW learning rate (the peak of the schedule)" },
+  hidden = { 1024, "width of the two hidden layers" },
+  seed = { 0, "seed of the engine RNG (weights, shuffling)" },
+  weight_decay = { 0.01, "AdamW decoupled weight decay" },
+  cosine = { true, "warm-up then cosine decay of the lr (--no-cosine: constant lr)" },
+  limit = { 0, "train on the first N images only (0 = all)" },
+  root = { data.FASHION_MNIST_ROOT, "directory holding the IDX files" },
+  device = { "cpu", "cpu or cuda: where the model trains" },
+}
+
+--- The command line of a script that trains an MLP on Fashion-MNIST with
+-- AdamW (tutorials 1 and 2): the options epochs, batch_size, lr, hidden,
+-- seed, weight_decay, cosine, limit, root and device, plus the script's own
+-- `more` (name → {default, help text}; a shared name given there takes the
+-- script's default and help). Returns the defaults and the help texts for
+-- util.parse_cli, and a function that checks the shared options' values
+-- (util.check_arg_*), to call from the script's own check.
+function data.fashion_mnist_options(more)
+  local defaults, help = {}, {}
+  for _, set in ipairs({ FASHION_MNIST_OPTIONS, more or {} }) do
+    for name, o in pairs(set) do defaults[name], help[name] = o[1], o[2] end
+  end
+  local function check(o)
+    util.check_arg_int(o, "epochs", 1)
+    util.check_arg_int(o, "batch_size", 1)
+    util.check_arg_int(o, "hidden", 1)
+    util.check_arg_int(o, "limit", 0)
+    util.check_arg_int(o, "seed", 0)
+    util.check_arg_number(o, "lr", 0)
+    util.check_arg_number(o, "weight_decay", 0, true)
+    util.check_arg_device(o, "device")
+  end
+  return defaults, help, check
+end
+
 -- DataLoader -------------------------------------------------------------------
 
 local Loader = {}
@@ -176,10 +239,7 @@ function data.DataLoader(tensors, opts)
         :format(who, n, i, ni))
     end
   end
-  local bs = opts.batch_size or 64
-  if type(bs) ~= "number" or bs < 1 or bs ~= math.floor(bs) then
-    fail(who .. ": batch_size must be a positive integer, got " .. tostring(bs))
-  end
+  local bs = util.check_int(opts.batch_size or 64, "batch_size", { min = 1, who = who })
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     fail(who .. ": transform must be a function, got " .. type(opts.transform))
   end
@@ -351,11 +411,8 @@ function data.random_windows(tokens, batch_size, block_size)
     fail(("%s: tokens must be a 1-D tensor, got %s"):format(who,
       venom.is_tensor(tokens) and ("a %d-d tensor"):format(tokens:dim()) or type(tokens)))
   end
-  for what, v in pairs({ batch_size = batch_size, block_size = block_size }) do
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-      fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
-    end
-  end
+  util.check_int(batch_size, "batch_size", { min = 1, who = who })
+  util.check_int(block_size, "block_size", { min = 1, who = who })
   local n = tokens:size(1)
   if n < block_size + 1 then
     fail(("%s: %d tokens are fewer than a window of block_size + 1 = %d")

@@ -24,15 +24,10 @@ local fail = util.fail
 local nn = {}
 
 local is_tensor = venom.is_tensor
-
-local function fmt_shape(t)
-  return "(" .. table.concat(t:shape(), ", ") .. ")"
-end
+local fmt_shape = util.format_shape
 
 local function check_positive_int(who, what, v)
-  if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-    fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
-  end
+  util.check_int(v, what, { min = 1, who = who })
 end
 
 local check_opts = util.check_options -- (opts, known names, who)
@@ -43,6 +38,19 @@ local check_opts = util.check_options -- (opts, known names, who)
 local Module = { __name = "Module" }
 Module.__index = Module
 nn.Module = Module
+
+--- True when `x` is a module: an instance of nn.Module or of a class made
+-- with extend (its class chain leads to nn.Module; a class is not a module).
+function nn.is_module(x)
+  local cls, seen = type(x) == "table" and getmetatable(x), {}
+  while type(cls) == "table" and not seen[cls] do -- (a metatable may be its own __index)
+    if cls == Module then return true end
+    seen[cls] = true
+    local mt = getmetatable(cls)
+    cls = type(mt) == "table" and rawget(mt, "__index")
+  end
+  return false
+end
 
 -- Metamethods are looked up with rawget, so every class carries its own copy.
 local function module_call(self, ...) return self:forward(...) end
@@ -117,8 +125,7 @@ function Module:add_module(name, m)
   if type(name) ~= "string" and type(name) ~= "number" then
     fail("add_module: name must be a string or a number, got " .. type(name))
   end
-  local mt = type(m) == "table" and getmetatable(m)
-  if not (mt and mt.forward) then
+  if not nn.is_module(m) then
     fail(("add_module(%s): expected a module, got %s"):format(tostring(name), type(m)))
   end
   check_init(self, "add_module")
@@ -136,12 +143,13 @@ function Module:children()
   return out
 end
 
---- Ordered list of {name, tensor} pairs with dotted names such as
--- "layers.1.weight". A tensor shared by several modules appears once, under
--- the first name it was reached by.
-function Module:named_parameters()
+-- named_parameters() of root, with the modules in `staged` (module → the
+-- staged copy load_state_dict checks before it writes) read in place of
+-- the real ones.
+local function collect_parameters(root, staged)
   local out, seen = {}, {}
   local function walk(m, prefix)
+    m = staged and staged[m] or m
     for _, name in ipairs(m._params) do
       local t = m[name]
       if t ~= nil and not seen[t] then
@@ -153,8 +161,15 @@ function Module:named_parameters()
       walk(m[name], prefix .. tostring(name) .. ".")
     end
   end
-  walk(self, "")
+  walk(root, "")
   return out
+end
+
+--- Ordered list of {name, tensor} pairs with dotted names such as
+-- "layers.1.weight". A tensor shared by several modules appears once, under
+-- the first name it was reached by.
+function Module:named_parameters()
+  return collect_parameters(self)
 end
 
 --- Moves every parameter to `device` ("cpu" or "cuda") in place and returns
@@ -241,7 +256,11 @@ end
 --                                 under the module's prefix;
 --   m:_load_extra_state(state) ← the same names, read back (values from a
 --                                 file arrive as strings); called before the
---                                 parameters are copied, so it may reshape them;
+--                                 parameters are checked, so it may reshape
+--                                 them, on a staged copy of the module that
+--                                 replaces it once the whole load is checked:
+--                                 it must set fields and register parameters,
+--                                 never write into tensors it shares with m;
 --   m:_dense_state()           → {name = tensor}: plain dense weights that
 --                                 replace the module's own parameters in
 --                                 dense_state_dict().
@@ -296,13 +315,26 @@ local function sorted_list(set)
   return out
 end
 
+-- A copy of module m to load extra state into: the same fields (tensors and
+-- child modules shared, not copied) and its own lists of names, so that the
+-- hook may replace fields and register parameters without touching m.
+local function stage(m)
+  local s = {}
+  for k, v in pairs(m) do s[k] = v end
+  s._params, s._modules = { unpack(m._params) }, { unpack(m._modules) }
+  return setmetatable(s, getmetatable(m))
+end
+
+local FLOAT = { f32 = true, bf16 = true, f16 = true }
+
 --- Copies a state dict (from state_dict() or venom.load) into this model's
 -- parameters, in place. opts.strict (default true): every name the model has
 -- must be present and no other; otherwise missing and unexpected names are
 -- skipped. Returns the lists of missing and unexpected names. Errors name the
--- tensor: a value that is not a tensor, or a shape that differs from the
--- parameter's (both shapes are given). A strict load that finds missing or
--- unexpected names changes nothing.
+-- tensor: a value that is not a tensor, a shape that differs from the
+-- parameter's (both shapes are given), an integer tensor for a float
+-- parameter (or the reverse). The load is planned and checked whole before
+-- anything is written, so a load that fails changes nothing.
 function Module:load_state_dict(sd, opts)
   local who = "load_state_dict"
   if type(sd) ~= "table" then
@@ -311,8 +343,8 @@ function Module:load_state_dict(sd, opts)
   opts = check_opts(opts, { "strict" }, who)
   local strict = opts.strict ~= false
 
-  -- Every name the model wants: extra state first, then parameters.
-  local extra, params, wanted = {}, self:named_parameters(), {}
+  -- 1. Names: every name the model wants, extra state first, then parameters.
+  local extra, wanted = {}, {}
   each_module(self, "", function(m, prefix)
     if m._extra_state and m._load_extra_state then
       local keys = {}
@@ -320,10 +352,10 @@ function Module:load_state_dict(sd, opts)
         keys[#keys + 1] = k
         wanted[prefix .. k] = true
       end
-      extra[#extra + 1] = { m, prefix, keys }
+      extra[#extra + 1] = { module = m, prefix = prefix, keys = keys }
     end
   end)
-  for _, np in ipairs(params) do wanted[np[1]] = true end
+  for _, np in ipairs(self:named_parameters()) do wanted[np[1]] = true end
   local missing, unexpected = {}, {}
   for name in pairs(wanted) do
     if sd[name] == nil then missing[name] = true end
@@ -339,62 +371,63 @@ function Module:load_state_dict(sd, opts)
     fail(("%s: the state dict does not match the model (%s)"):format(who, table.concat(parts, "; ")))
   end
 
-  -- Extra state may rebuild a module (a sparse layer's pattern) before the
-  -- parameters are checked; if anything below fails, every module so far
-  -- gets its own fields back, so a failed load changes nothing.
-  local saved = {}
-  local ok, copies = pcall(function()
-    for _, e in ipairs(extra) do
-      local m, prefix, state = e[1], e[2], {}
-      for _, k in ipairs(e[3]) do state[k] = sd[prefix .. k] end
-      -- The extra state and the module's parameters go together (a pattern
-      -- without its values would put old numbers in new places): all of
-      -- them, or none (strict = false) and the module is left alone.
-      local names, absent = {}, {}
-      for _, k in ipairs(e[3]) do names[#names + 1] = prefix .. k end
-      for _, k in ipairs(m._params) do
-        if m[k] ~= nil then names[#names + 1] = prefix .. k end
-      end
-      for _, name in ipairs(names) do
-        if sd[name] == nil then absent[#absent + 1] = name end
-      end
-      table.sort(absent)
-      if #absent > 0 and #absent < #names then
-        fail(("%s: the state dict has part of module '%s' but not %s; its state loads whole "
-          .. "or not at all"):format(who, prefix:sub(1, -2), table.concat(absent, ", ")))
-      end
-      if #absent == 0 then
-        local fields = {}
-        for k, v in pairs(m) do fields[k] = v end
-        saved[#saved + 1] = { m, fields, { unpack(m._params) } }
-        m:_load_extra_state(state)
-      end
+  -- 2. Extra state, loaded into staged copies of its modules (it may rebuild
+  -- a module, e.g. a sparse layer's pattern, and reshape its parameters).
+  local staged, order = {}, {}
+  for _, e in ipairs(extra) do
+    local m, prefix = e.module, e.prefix
+    -- The extra state and the module's parameters go together (a pattern
+    -- without its values would put old numbers in new places): all of
+    -- them, or none (strict = false) and the module is left alone.
+    local names, absent = {}, {}
+    for _, k in ipairs(e.keys) do names[#names + 1] = prefix .. k end
+    for _, k in ipairs(m._params) do
+      if m[k] ~= nil then names[#names + 1] = prefix .. k end
     end
-    local copies = {}
-    for _, np in ipairs(self:named_parameters()) do -- extra state may have replaced some
-      local name, p = np[1], np[2]
-      local v = sd[name]
-      if v ~= nil then
-        if not is_tensor(v) then
-          fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
-        end
-        if fmt_shape(v) ~= fmt_shape(p) then
-          fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
-            :format(who, name, fmt_shape(v), fmt_shape(p)))
-        end
-        copies[#copies + 1] = { p, v }
+    for _, name in ipairs(names) do
+      if sd[name] == nil then absent[#absent + 1] = name end
+    end
+    table.sort(absent)
+    if #absent > 0 and #absent < #names then
+      fail(("%s: the state dict has part of module '%s' but not %s; its state loads whole "
+        .. "or not at all"):format(who, prefix:sub(1, -2), table.concat(absent, ", ")))
+    end
+    if #absent == 0 then
+      local state = {}
+      for _, k in ipairs(e.keys) do state[k] = sd[prefix .. k] end
+      staged[m] = stage(m)
+      staged[m]:_load_extra_state(state)
+      order[#order + 1] = m
+    end
+  end
+
+  -- 3. Parameters, as the staged modules have them.
+  local copies = {}
+  for _, np in ipairs(collect_parameters(self, staged)) do
+    local name, p = np[1], np[2]
+    local v = sd[name]
+    if v ~= nil then
+      if not is_tensor(v) then
+        fail(("%s: '%s' is a %s, expected a tensor"):format(who, name, type(v)))
       end
+      if fmt_shape(v) ~= fmt_shape(p) then
+        fail(("%s: shape mismatch for '%s': the state dict has %s, the model has %s")
+          :format(who, name, fmt_shape(v), fmt_shape(p)))
+      end
+      if FLOAT[v:dtype()] ~= FLOAT[p:dtype()] then
+        fail(("%s: dtype mismatch for '%s': the state dict has %s, the model has %s")
+          :format(who, name, v:dtype(), p:dtype()))
+      end
+      copies[#copies + 1] = { p, v }
     end
-    return copies
-  end)
-  if not ok then
-    for i = #saved, 1, -1 do
-      local m, fields, plist = saved[i][1], saved[i][2], saved[i][3]
-      for k in pairs(m) do m[k] = nil end
-      for k, v in pairs(fields) do m[k] = v end
-      m._params = plist
-    end
-    error(copies, 0)
+  end
+
+  -- 4. Everything checked: the staged modules take their place, then the
+  -- values are copied in.
+  for _, m in ipairs(order) do
+    local s = staged[m]
+    for k in pairs(m) do m[k] = nil end
+    for k, v in pairs(s) do m[k] = v end
   end
   venom.no_grad(function()
     for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
@@ -522,8 +555,7 @@ function Sequential:__init(...)
   Module.__init(self)
   for i = 1, select("#", ...) do
     local m = select(i, ...)
-    local mt = type(m) == "table" and getmetatable(m)
-    if not (mt and mt.forward) then
+    if not nn.is_module(m) then
       fail(("nn.Sequential: argument %d is not a module (got %s)"):format(i, type(m)))
     end
     self:add_module(i, m)
@@ -541,6 +573,21 @@ function Sequential:forward(x)
     x = self[name](x)
   end
   return x
+end
+
+--- A multilayer perceptron: nn.Sequential of nn.Linear(sizes[i], sizes[i + 1])
+-- layers with an nn.ReLU between two of them, so {784, 256, 256, 10} gives
+-- the children 1 to 5 (Linear, ReLU, Linear, ReLU, Linear): logits out.
+function nn.mlp(sizes)
+  if type(sizes) ~= "table" or #sizes < 2 then
+    fail("nn.mlp: sizes must be a list of at least two layer widths, e.g. {784, 256, 10}")
+  end
+  local model = Sequential()
+  for i = 1, #sizes - 1 do
+    if i > 1 then model:add(nn.ReLU()) end
+    model:add(nn.Linear(sizes[i], sizes[i + 1]))
+  end
+  return model
 end
 
 -- Losses --------------------------------------------------------------------------

@@ -90,9 +90,7 @@ function Optimizer:zero_grad()
   end
 end
 
-local function shape_str(t)
-  return "(" .. table.concat(t:shape(), ", ") .. ")"
-end
+local shape_str = util.format_shape
 
 --- Puts parameter `new` in the place of `old` (same position in the list, so
 -- state_dict numbering is unchanged) and drops old's state. `state` (a
@@ -156,11 +154,7 @@ function Optimizer:load_state_dict(sd)
           :format(who, tostring(key), #self.params, self._state_desc))
       end
       if kind == "number" then -- step counts
-        v = tonumber(v)
-        if not v or v < 0 or v ~= math.floor(v) or v > 2 ^ 53 then
-          fail(("%s: '%s' must be a non-negative integer (a step count), got %s")
-            :format(who, key, tostring(sd[key])))
-        end
+        v = util.check_int(tonumber(v) or v, ("'%s'"):format(key), { min = 0, who = who })
       elseif not venom.is_tensor(v) or v:dtype() ~= "f32" or shape_str(v) ~= shape_str(p) then
         fail(("%s: '%s' must be an f32 tensor of parameter %s's shape %s, got %s"):format(who, key,
           i, shape_str(p), venom.is_tensor(v) and v:dtype() .. " " .. shape_str(v) or type(v)))
@@ -335,10 +329,8 @@ local function schedule_load_state_dict(self, sd)
   if type(sd) ~= "table" then
     fail(("%s: expected a table, got %s"):format(who, type(sd)))
   end
-  local t, base = tonumber(sd.t), tonumber(sd.base_lr)
-  if not t or t < 0 or t ~= math.floor(t) then
-    fail(("%s: 't' must be a non-negative integer, got %s"):format(who, tostring(sd.t)))
-  end
+  local t = util.check_int(tonumber(sd.t) or sd.t, "'t'", { min = 0, who = who })
+  local base = tonumber(sd.base_lr)
   if not base then
     fail(("%s: 'base_lr' must be a number, got %s"):format(who, tostring(sd.base_lr)))
   end
@@ -367,10 +359,7 @@ function optim.StepLR(opt, opts)
   local who = "optim.StepLR"
   check_optimizer(who, opt)
   opts = util.check_options(opts, { "step_size", "gamma" }, who)
-  local s = opts.step_size
-  if type(s) ~= "number" or s < 1 or s ~= math.floor(s) then
-    fail(who .. ": step_size must be a positive integer, got " .. tostring(s))
-  end
+  local s = util.check_int(opts.step_size, "step_size", { min = 1, who = who })
   local self = setmetatable({ opt = opt, base_lr = opt.lr, step_size = s, t = 0 }, StepLR)
   self.gamma = check_number(who, "gamma", opts.gamma or 0.1, 0)
   return self
@@ -404,14 +393,9 @@ function optim.CosineWarmup(opt, opts)
   local who = "optim.CosineWarmup"
   check_optimizer(who, opt)
   opts = util.check_options(opts, { "warmup_steps", "total_steps", "min_lr" }, who)
-  local w, T = opts.warmup_steps, opts.total_steps
-  if type(w) ~= "number" or w < 0 or w ~= math.floor(w) then
-    fail(who .. ": warmup_steps must be a non-negative integer, got " .. tostring(w))
-  end
-  if type(T) ~= "number" or T <= w or T ~= math.floor(T) then
-    fail(("%s: total_steps must be an integer greater than warmup_steps (%d), got %s")
-      :format(who, w, tostring(T)))
-  end
+  local w = util.check_int(opts.warmup_steps, "warmup_steps", { min = 0, who = who })
+  local T = util.check_int(opts.total_steps, "total_steps", { min = w + 1, who = who,
+    what = ("an integer greater than warmup_steps (%d)"):format(w) })
   local self = setmetatable({ opt = opt, base_lr = opt.lr, warmup_steps = w,
                               total_steps = T, t = 0 }, CosineWarmup)
   self.min_lr = check_number(who, "min_lr", opts.min_lr or 0, 0, opt.lr)

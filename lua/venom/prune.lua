@@ -53,13 +53,10 @@ local prune = {}
 local GMP = {}
 GMP.__index = GMP
 
--- Integers up to 2^53 (beyond, a float no longer counts steps exactly, and
--- math.huge would silently mean "never").
+-- An integer >= min (util.check_int: up to 2^53, so math.huge, which would
+-- silently mean "never", is refused).
 local function check_int(who, name, v, min)
-  if type(v) ~= "number" or v ~= math.floor(v) or v < min or v > 2 ^ 53 then
-    fail(("%s: %s must be an integer >= %d, got %s"):format(who, name, min, tostring(v)))
-  end
-  return v
+  return util.check_int(v, name, { min = min, who = who, what = ("an integer >= %d"):format(min) })
 end
 
 local function check_sparsity(who, name, v)
@@ -213,8 +210,7 @@ end
 -- Errors name the bad option. With t0 = 0 the first event (s_i) happens here.
 function prune.GMP(model, opts)
   local who = "prune.GMP"
-  local mt = type(model) == "table" and getmetatable(model)
-  if not (mt and mt.forward and model._modules) then
+  if not nn.is_module(model) then
     fail(("%s: expected a module, got %s"):format(who, type(model)))
   end
   opts = util.check_options(opts, { "optimizer", "mode", "pattern", "s_f", "s_i", "V", "t0",
@@ -592,21 +588,18 @@ function GMP:state_dict()
   return sd
 end
 
-local function shape_of(t) return "(" .. table.concat(t:shape(), ", ") .. ")" end
+local shape_of = util.format_shape
 
--- sd[key] as an integer within [lo, hi] (numbers may arrive as strings).
+-- sd[key] as an integer within [lo, hi] (hi optional; numbers may arrive as
+-- strings).
 local function sd_int(who, sd, key, lo, hi)
-  local v = tonumber(sd[key])
-  if not v or v ~= math.floor(v) or v < lo or v > hi then
-    fail(("%s: '%s' must be an integer in [%d, %d], got %s"):format(who, key, lo, hi,
-      tostring(sd[key])))
-  end
-  return v
+  return util.check_int(tonumber(sd[key]) or sd[key], ("'%s'"):format(key),
+    { min = lo, max = hi, who = who })
 end
 
 -- sd[key] as an f32 tensor of the given shape, copied.
 local function sd_mask(who, sd, key, rows, cols)
-  local v, want = sd[key], ("(%d, %d)"):format(rows, cols)
+  local v, want = sd[key], shape_of({ rows, cols })
   if not is_tensor(v) or v:dtype() ~= "f32" or shape_of(v) ~= want then
     fail(("%s: '%s' must be an f32 tensor of shape %s, got %s"):format(who, key, want,
       is_tensor(v) and v:dtype() .. " " .. shape_of(v) or type(v)))
@@ -641,7 +634,7 @@ function GMP:load_state_dict(sd)
     fail(("%s: the checkpoint is for mode %s, this scheduler's is %s"):format(who,
       tostring(sd.mode), self.mode))
   end
-  local t = sd_int(who, sd, "t", 0, 2 ^ 53)
+  local t = sd_int(who, sd, "t", 0)
   local current = tonumber(sd.current)
   if not current or current ~= current or current < 0 or current >= 1 then
     fail(("%s: 'current' must be a sparsity in [0, 1), got %s"):format(who, tostring(sd.current)))

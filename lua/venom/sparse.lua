@@ -38,16 +38,10 @@ local is_tensor = venom.is_tensor
 
 local sparse = {}
 
-local function fmt_shape(t)
-  return "(" .. table.concat(t:shape(), ", ") .. ")"
-end
+local fmt_shape = util.format_shape
 
 local function check_int(who, what, v)
-  if type(v) ~= "number" or v ~= math.floor(v) then
-    fail(("%s: %s must be an integer, got %s"):format(who, what,
-      type(v) == "number" and tostring(v) or ("%s %q"):format(type(v), tostring(v))))
-  end
-  return v
+  return util.check_int(v, what, { who = who })
 end
 
 -- V, N, M from an options table (defaults 64, 2, 8) that may also hold the
@@ -129,11 +123,8 @@ end
 function SparseLinear:__init(in_features, out_features, opts)
   nn.Module.__init(self)
   local who = "nn.SparseLinear"
-  for what, v in pairs({ in_features = in_features, out_features = out_features }) do
-    if type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
-      fail(("%s: %s must be a positive integer, got %s"):format(who, what, tostring(v)))
-    end
-  end
+  util.check_int(in_features, "in_features", { min = 1, who = who })
+  util.check_int(out_features, "out_features", { min = 1, who = who })
   local V, N, M = layout(who, opts, { "bias", "weight" })
   opts = opts or {}
   self.in_features, self.out_features = in_features, out_features
@@ -143,7 +134,7 @@ function SparseLinear:__init(in_features, out_features, opts)
   local w = opts.weight
   if w == nil then
     w = uniform(bound, out_features, in_features)
-  elseif not is_tensor(w) or fmt_shape(w) ~= ("(%d, %d)"):format(out_features, in_features) then
+  elseif not is_tensor(w) or fmt_shape(w) ~= fmt_shape({ out_features, in_features }) then
     fail(("%s: weight must be a tensor of shape (%d, %d), got %s"):format(who, out_features,
       in_features, is_tensor(w) and fmt_shape(w) or type(w)))
   end
@@ -156,7 +147,7 @@ function SparseLinear:__init(in_features, out_features, opts)
     bias = uniform(bound, out_features)
   elseif bias == false then
     bias = nil
-  elseif not is_tensor(bias) or fmt_shape(bias) ~= ("(%d)"):format(out_features) then
+  elseif not is_tensor(bias) or fmt_shape(bias) ~= fmt_shape({ out_features }) then
     fail(("%s: bias must be true, false or a tensor of shape (%d), got %s"):format(who,
       out_features, is_tensor(bias) and fmt_shape(bias) or tostring(bias)))
   end
@@ -208,7 +199,7 @@ end
 function SparseLinear:_load_extra_state(st)
   local who = "nn.SparseLinear: load_state_dict"
   local V, N, M = tonumber(st.V), tonumber(st.N), tonumber(st.M)
-  local function int(v) return v and v == math.floor(v) and math.abs(v) < 2 ^ 53 end
+  local int = util.is_int
   if not (int(V) and int(N) and int(M)) then
     fail(("%s: V, N and M must be integers, got %s, %s, %s"):format(who, tostring(st.V),
       tostring(st.N), tostring(st.M)))
@@ -261,8 +252,7 @@ end
 -- afterwards: the old weights are no longer parameters.
 function sparse.sparsify(model, opts)
   local who = "sparse.sparsify"
-  local mt = type(model) == "table" and getmetatable(model)
-  if not (mt and mt.forward and model._modules) then
+  if not nn.is_module(model) then
     fail(("%s: expected a module, got %s"):format(who, type(model)))
   end
   local V, N, M = layout(who, opts, { "skip" })
@@ -308,7 +298,7 @@ function sparse.sparsify(model, opts)
   for i, f in ipairs(found) do
     local ok, layer = pcall(SparseLinear.from_linear, f.child, { V = V, N = N, M = M })
     if not ok then
-      fail(("%s: layer '%s': %s"):format(who, f.path, tostring(layer):gsub("^[^:]*:%d+: ", "")))
+      fail(("%s: layer '%s': %s"):format(who, f.path, util.error_text(layer)))
     end
     f.layer, replaced[i] = layer, f.path
   end

@@ -1,6 +1,7 @@
---- venom.util — small helpers for training scripts: a progress bar,
--- command-line parsing, human-readable sizes and durations, and the error
--- helper the pure-Lua modules use to blame the user's line.
+--- venom.util — small helpers for training scripts: a progress bar, a
+-- training epoch, command-line parsing, util.die, human-readable sizes,
+-- shapes and durations, and the error helpers the pure-Lua modules use: one
+-- integer check (util.check_int) and util.fail, which blames the user's line.
 local venom = require "venom"
 
 local util = {}
@@ -8,6 +9,26 @@ local util = {}
 -- The pure-Lua modules of venom (lua/venom/<name>.lua).
 local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
                    checkpoint = true, sparse = true, prune = true }
+-- Patterns of other sources util.fail passes over (util.add_internal_source).
+local internal_sources = {}
+
+--- Makes util.fail pass over the frames of files whose source (a path)
+-- matches `pattern` as it does venom's own: a library built on venom, such
+-- as models/gpt.lua, calls this once so that its errors, too, point at its
+-- user's line.
+function util.add_internal_source(pattern)
+  internal_sources[#internal_sources + 1] = pattern
+end
+
+local function is_internal(info)
+  if info.what == "C" or INTERNAL[info.source:match("[/\\]venom[/\\]([%w_]+)%.lua$")] then
+    return true
+  end
+  for _, pattern in ipairs(internal_sources) do
+    if info.source:match(pattern) then return true end
+  end
+  return false
+end
 
 --- Raises `msg` as a Lua error positioned at the first caller outside
 -- venom's own Lua files, so that "nn.Linear: in_features must be ..." points
@@ -20,14 +41,69 @@ function util.fail(msg)
       level = 0 -- no user frame: no position prefix
       break
     end
-    local mod = info.source:match("[/\\]venom[/\\]([%w_]+)%.lua$")
-    local internal = info.what == "C" or INTERNAL[mod]
-    if not internal then break end
+    if not is_internal(info) then break end
     level = level + 1
   end
   error(msg, level)
 end
 local fail = util.fail
+
+--- The text of error value `err` without the "file:line: " position that
+-- error() puts in front of a message, for showing it to a user.
+function util.error_text(err)
+  return (tostring(err):gsub("^[^:\n]*:%d+: ", ""))
+end
+
+-- Numbers ------------------------------------------------------------------------
+
+local function number_text(v)
+  return v ~= v and "nan" or tostring(v)
+end
+
+-- A value as a message shows it: numbers plainly (nan for NaN), anything
+-- else with its type (`string "8"`), so that "8" and 8 read differently.
+local function shown(v)
+  if type(v) == "number" then return number_text(v) end
+  if type(v) == "string" then return ("string %q"):format(v) end
+  return tostring(v)
+end
+
+--- True when `v` is a number holding an integer that a double represents
+-- exactly: |v| <= 2^53, so NaN and ±inf are not integers (math.huge would
+-- otherwise pass v == math.floor(v) and mean "never" as a step count).
+function util.is_int(v)
+  return type(v) == "number" and v == math.floor(v) and v >= -2 ^ 53 and v <= 2 ^ 53
+end
+
+--- Checks that `v` is an integer (util.is_int) in [opts.min, opts.max]
+-- (either bound optional) and returns it; otherwise fails with
+-- "<who>: <name> must be <what>, got <v>". `what` says the range
+-- ("a positive integer", "a non-negative integer", "an integer >= 4", "an
+-- integer in [4, 8]", "an integer"); opts.what replaces it where a caller's
+-- words are better ("an integer greater than warmup_steps (10)").
+function util.check_int(v, name, opts)
+  opts = opts or {}
+  local min, max = opts.min, opts.max
+  if util.is_int(v) and (min == nil or v >= min) and (max == nil or v <= max) then
+    return v
+  end
+  local what = opts.what
+  if what == nil then
+    if min and max then
+      what = ("an integer in [%d, %d]"):format(min, max)
+    elseif min == 1 then
+      what = "a positive integer"
+    elseif min == 0 then
+      what = "a non-negative integer"
+    elseif min then
+      what = ("an integer >= %d"):format(min)
+    else
+      what = "an integer"
+    end
+  end
+  fail(("%s%s must be %s, got %s"):format(opts.who and opts.who .. ": " or "", name, what,
+    shown(v)))
+end
 
 --- Checks an options table against the names it may hold: nil gives {}, a
 -- non-table is an error, and so is a key not in the list `known` (a typo
@@ -89,6 +165,12 @@ function util.accuracy(model, loader)
   end)
   model:train(was_training)
   return seen > 0 and correct / seen or 0
+end
+
+--- A tensor's shape, or a list of sizes, as "(2, 3)" (a 1-d shape: "(4)").
+function util.format_shape(t)
+  local sizes = type(t) == "table" and t or t:shape()
+  return "(" .. table.concat(sizes, ", ") .. ")"
 end
 
 --- Seconds as "MM:SS", or "H:MM:SS" from one hour on; "?" for unknown.
@@ -233,6 +315,50 @@ function ProgressBar:close()
   end
 end
 
+-- Training ------------------------------------------------------------------------------
+
+--- One pass of classification training over `loader` (batches of inputs
+-- and targets), in training mode: for each batch the logits model(x), the
+-- loss criterion(logits, y), cleared gradients, backward, opt:step(), then
+-- opts.after_step(bar) (learning-rate schedules, pruning; `bar`, the
+-- ProgressBar showing the smoothed loss, lets it print over the bar's
+-- line). The batch, the logits and the loss are freed at once, so their
+-- memory goes back to the allocator's cache without waiting for Lua's
+-- garbage collector. A NaN or infinite loss ends the script (util.die,
+-- status 1), naming opts.epoch and the step, with a hint to use a lower
+-- --lr than opts.lr: every later step would be NaN too.
+-- opts: desc (the bar's label), epoch, lr, after_step.
+-- Returns the mean loss over the samples, their number and the seconds taken.
+function util.train_epoch(model, loader, criterion, opt, opts)
+  opts = util.check_options(opts, { "desc", "epoch", "lr", "after_step" }, "util.train_epoch")
+  model:train()
+  local bar = util.ProgressBar(#loader, { desc = opts.desc })
+  local start = venom.clock()
+  local loss_sum, seen, smooth = 0, 0, nil
+  for xb, yb in loader:iter() do
+    local logits = model(xb)
+    local loss = criterion(logits, yb)
+    opt:zero_grad()
+    loss:backward()
+    opt:step()
+    if opts.after_step then opts.after_step(bar) end
+
+    local l, b = loss:item(), xb:size(1)
+    if l ~= l or l == math.huge or l == -math.huge then
+      bar:close()
+      util.die(("the training loss is %s at %sstep %d; the run diverged%s"):format(number_text(l),
+        opts.epoch and ("epoch %d, "):format(opts.epoch) or "", bar.n + 1,
+        opts.lr and (" (try a lower --lr than %g)"):format(opts.lr) or ""))
+    end
+    loss_sum, seen = loss_sum + l * b, seen + b
+    smooth = smooth and 0.95 * smooth + 0.05 * l or l
+    bar:update(1, { loss = smooth })
+    xb:free(); yb:free(); logits:free(); loss:free()
+  end
+  bar:close()
+  return loss_sum / seen, seen, venom.clock() - start
+end
+
 -- Command-line arguments ----------------------------------------------------------------
 
 local function option_name(key)
@@ -335,6 +461,26 @@ local function parse(args, defaults, help, positional)
   return opts
 end
 
+-- util.die with the script's name given (for the --help hint).
+local function exit_error(err, status, script)
+  io.stderr:write("error: ", util.error_text(err), "\n")
+  if status == 2 then
+    io.stderr:write(script and ("run '%s --help' to list the options\n"):format(script)
+      or "run with --help to list the options\n")
+  end
+  os.exit(status, true) -- true: close the Lua state, so finalizers free the tensors
+end
+
+--- Ends a script on an error, the way command-line tools do: prints
+-- "error: <msg>" on stderr (a caught error's "file:line: " position
+-- removed, util.error_text) and exits with `status`: 1 (the default) when
+-- the run itself failed (missing data, a diverged loss, a checkpoint that
+-- does not fit), 2 for a usage error (a bad option), which adds a hint to
+-- run the script with --help. Never returns.
+function util.die(msg, status)
+  exit_error(msg, status or 1, arg and arg[0])
+end
+
 --- Parses `--name value`, `--name=value`, `--flag` and `--no-flag` arguments
 -- against `defaults` (a table of option values: their types are the expected
 -- types; dashes in names map to underscores, so --batch-size sets
@@ -360,25 +506,14 @@ function util.parse_cli(args, defaults, help, check)
     return opts
   end)
   if ok then return res end
-  local msg = tostring(res):gsub("^[^\n]-:%d+: ", "") -- the "file:line: " prefix
-  local script = args and args[0]
-  io.stderr:write("error: ", msg, "\n", script and ("run '%s --help' to list the options\n")
-    :format(script) or "run with --help to list the options\n")
-  os.exit(2, true)
+  exit_error(res, 2, args and args[0])
 end
 
-local function number_text(v)
-  return v ~= v and "nan" or tostring(v)
-end
-
---- For parse_cli's check: opts[key] must be a whole number >= min; the
--- error names the option as typed (--batch-size).
+--- For parse_cli's check: opts[key] must be a whole number >= min
+-- (util.check_int); the error names the option as typed (--batch-size).
 function util.check_arg_int(opts, key, min)
-  local v = opts[key]
-  if type(v) ~= "number" or v ~= math.floor(v) or v < min or v == math.huge then
-    fail(("%s must be a whole number >= %d, got %s"):format(option_name(key), min, number_text(v)))
-  end
-  return v
+  return util.check_int(opts[key], option_name(key),
+    { min = min, what = ("a whole number >= %d"):format(min) })
 end
 
 --- For parse_cli's check: opts[key] must be a finite number > min, or >= min

@@ -210,6 +210,30 @@ do
     "dense_state_dict: the module's dense weight")
 end
 
+-- A failed load changes nothing, even where extra state would reshape a module first.
+do
+  local src = nn.Sequential(nn.Linear(2, 2), Masked(8))
+  local dst = nn.Sequential(nn.Linear(2, 2), Masked(4))
+  local values, mask, w = dst[2].values, dst[2].mask, dst[1].weight:totable()
+  local sd = src:state_dict()
+  sd["1.weight"] = venom.zeros(3, 2)
+  tap.error_like(function() dst:load_state_dict(sd) end, "shape mismatch for '1%.weight'",
+    "a bad parameter after a reshaping extra state is refused")
+  tap.ok(dst[2].M == 4 and dst[2].values == values and dst[2].mask == mask
+    and #dst[2]._params == 1 and same(dst[1].weight:totable(), w),
+    "... and the reshaping module keeps its fields, parameters and values")
+  sd = src:state_dict()
+  sd["1.bias"] = venom.tensor({ 1, 2 }, "i64")
+  tap.error_like(function() dst:load_state_dict(sd) end,
+    "dtype mismatch for '1%.bias': the state dict has i64, the model has f32",
+    "an integer tensor for a float parameter is refused")
+  tap.ok(dst[2].M == 4 and dst[2].values == values, "... before anything is written")
+  sd["1.bias"] = sd["1.bias"]:float()
+  dst:load_state_dict(sd)
+  tap.ok(dst[2].M == 8 and same_tensor(dst[2].values, src[2].values)
+    and same(dst[1].bias:totable(), { 1, 2 }), "the corrected state dict loads whole")
+end
+
 -- optimizer and schedule state -----------------------------------------------------------
 local function quad_step(p, opt, sched)
   local loss = (p * p):sum() + p:sum()

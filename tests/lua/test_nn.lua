@@ -162,13 +162,26 @@ do
   tap.ok(tostring(nn.CrossEntropyLoss()):find("reduction=mean", 1, true), "loss tostring")
 end
 
+-- nn.mlp: Linear layers with a ReLU between two of them ------------------------------------
+do
+  local m = nn.mlp({ 6, 5, 4, 3 })
+  local kinds = {}
+  for i, c in ipairs(m:children()) do kinds[i] = getmetatable(c).__name end
+  tap.is(table.concat(kinds, " "), "Linear ReLU Linear ReLU Linear", "mlp: the layers in order")
+  tap.ok(m[3].in_features == 5 and m[3].out_features == 4, "mlp: the widths")
+  tap.error_like(function() nn.mlp({ 6 }) end, "nn%.mlp: sizes must be a list of at least two",
+    "mlp: one width is refused")
+  tap.error_like(function() nn.mlp({ 6, 0 }) end, "out_features must be a positive integer, got 0",
+    "mlp: a bad width is named")
+end
+
 -- Bad input ---------------------------------------------------------------------------------
 tap.error_like(function() nn.Linear(-3, 2) end,
   "nn%.Linear: in_features must be a positive integer, got %-3", "Linear: negative in_features")
 tap.error_like(function() nn.Linear(2, 2.5) end,
   "out_features must be a positive integer, got 2%.5", "Linear: fractional out_features")
 tap.error_like(function() nn.Linear("4", 2) end,
-  "in_features must be a positive integer, got 4", "Linear: string in_features")
+  "in_features must be a positive integer, got string \"4\"", "Linear: string in_features")
 local line = debug.getinfo(1, "l").currentline + 1
 tap.error_like(function() nn.Linear(-3, 2) end, "test_nn%.lua:" .. line .. ": nn%.Linear",
   "constructor errors point at the caller's line")

@@ -145,4 +145,76 @@ do
   end
 end
 
+-- check_int: one rule for every integer argument --------------------------------------
+do
+  tap.is(util.check_int(3, "n", { min = 1 }), 3, "check_int: returns the value")
+  tap.is(util.check_int(-2 ^ 53, "n"), -2 ^ 53, "check_int: -2^53 is an integer")
+  local bad = { { 1.5, "got 1%.5" }, { 0 / 0, "got nan" }, { math.huge, "got inf" },
+                { -math.huge, "got %-inf" }, { 2 ^ 53 + 2, "got 9%.007" }, { "8", "got string \"8\"" },
+                { nil, "got nil" } }
+  for _, b in ipairs(bad) do
+    tap.error_like(function() util.check_int(b[1], "n", { who = "f" }) end,
+      "f: n must be an integer, " .. b[2], "check_int: refuses " .. b[2]:gsub("%%", ""))
+    tap.ok(not util.is_int(b[1]), "is_int: false for " .. b[2]:gsub("%%", ""))
+  end
+  tap.error_like(function() util.check_int(0, "k", { min = 1 }) end,
+    "k must be a positive integer, got 0", "check_int: min 1 reads 'a positive integer'")
+  tap.error_like(function() util.check_int(-1, "k", { min = 0 }) end,
+    "k must be a non%-negative integer, got %-1", "check_int: min 0 reads 'a non-negative integer'")
+  tap.error_like(function() util.check_int(3, "k", { min = 4 }) end,
+    "k must be an integer >= 4, got 3", "check_int: another min")
+  tap.error_like(function() util.check_int(9, "k", { min = 4, max = 8 }) end,
+    "k must be an integer in %[4, 8%], got 9", "check_int: min and max")
+  tap.error_like(function() util.check_int(2, "k", { min = 3, what = "more than two" }) end,
+    "k must be more than two, got 2", "check_int: the caller's words")
+  tap.error_like(function() util.check_arg_int({ epochs = math.huge }, "epochs", 1) end,
+    "%-%-epochs must be a whole number >= 1, got inf", "check_arg_int: math.huge is not a whole number")
+end
+
+-- format_shape, error_text, nn.is_module ------------------------------------------------
+do
+  tap.is(util.format_shape(venom.zeros(2, 3)), "(2, 3)", "format_shape: a tensor")
+  tap.is(util.format_shape({ 4 }), "(4)", "format_shape: a list of sizes")
+  local _, err = pcall(function() error("boom: at 3:4: here") end)
+  tap.is(util.error_text(err), "boom: at 3:4: here", "error_text: drops the file:line position")
+  tap.is(util.error_text("boom: at 3:4: here"), "boom: at 3:4: here",
+    "error_text: a message without one is kept whole")
+  local nn = require "venom.nn"
+  local Sub = nn.Linear:extend("Sub")
+  tap.ok(nn.is_module(nn.ReLU()) and nn.is_module(Sub(2, 2)), "is_module: instances of subclasses")
+  local selfish = setmetatable({}, {})
+  getmetatable(selfish).__index = getmetatable(selfish)
+  setmetatable(getmetatable(selfish), getmetatable(selfish))
+  tap.ok(not nn.is_module(nn.Linear) and not nn.is_module({ forward = print })
+    and not nn.is_module(selfish) and not nn.is_module(venom.zeros(1)),
+    "is_module: a class, a table with forward, a self-indexing table and a tensor are not modules")
+end
+
+-- util.die: "error: <msg>" on stderr, the given status, a --help hint for status 2 ------
+do
+  local exe = os.getenv("VENOM_EXE") or arg[-1]
+  local script = os.tmpname()
+  local function die(code)
+    local f = assert(io.open(script, "w"))
+    f:write(code)
+    f:close()
+    local p = io.popen(("'%s' '%s' 2>&1; echo \"rc=$?\""):format(exe, script))
+    local out = p:read("*a")
+    p:close()
+    return out:gsub("rc=%d+\n$", ""), tonumber(out:match("rc=(%d+)\n$"))
+  end
+  local out, rc = die([[
+local util = require "venom.util"
+local x = require("venom").zeros(3)
+local ok, err = pcall(error, "no data here")
+util.die(err)]])
+  tap.ok(rc == 1 and out == "error: no data here\n", "die: the message without its position, status 1")
+  if rc ~= 1 then tap.diag("got (status %s): %s", tostring(rc), out) end
+  out, rc = die([[require("venom.util").die("--k must be odd", 2)]])
+  tap.ok(rc == 2 and out == ("error: --k must be odd\nrun '%s --help' to list the options\n")
+    :format(script), "die: status 2 adds the --help hint")
+  if rc ~= 2 then tap.diag("got (status %s): %s", tostring(rc), out) end
+  os.remove(script)
+end
+
 tap.done()
