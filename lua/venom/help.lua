@@ -89,15 +89,18 @@ end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
                   "nn_init", "nn_utils", "help" }
-local index -- name → {qualified name, value}
+local index -- qualified name → true, for every function reachable from venom
+local names   -- function or class → its shortest qualified name
 
--- Every documented function reachable from venom, by qualified name.
 local function build_index()
-  index = {}
+  index, names = {}, {}
   local function add(prefix, t)
     for k, v in pairs(t) do
       if type(k) == "string" and (type(v) == "function" or (type(v) == "table" and getmetatable(v))) then
-        index[prefix .. k] = v
+        local q = prefix .. k
+        index[q] = true
+        local old = names[v]
+        if not old or #q < #old or (#q == #old and q < old) then names[v] = q end
       end
     end
   end
@@ -173,17 +176,13 @@ function help.text(what)
   local qualified
   if type(what) == "string" then
     qualified = what:match("^venom%.") and what or "venom." .. what
-    if index[qualified] == nil and rawget(venom, qualified:match("^venom%.(.*)$")) == nil then
+    if not index[qualified] then
       local s = help.suggest(qualified)
       return nil, ("no %s in venom%s"):format(qualified, #s > 0 and "; did you mean " .. table.concat(s, ", ") .. "?" or "")
     end
   else
-    local best
-    for q, v in pairs(index) do
-      if v == what and (not best or #q < #best or (#q == #best and q < best)) then best = q end
-    end
-    if not best then return nil, ("no documentation for this %s (not a venom function)"):format(type(what)) end
-    qualified = best
+    qualified = names[what]
+    if not qualified then return nil, ("no documentation for this %s (not a venom function)"):format(type(what)) end
   end
   local d, from_c = doc_of(qualified)
   if not d then return nil, ("%s has no docstring"):format(qualified) end

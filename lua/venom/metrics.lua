@@ -20,7 +20,8 @@ local metrics = {}
 local Log = {}
 Log.__index = Log
 
-local function fail(msg) error("MetricsLog: " .. msg, 3) end
+local util = require "venom.util"
+local function fail(msg) util.fail("MetricsLog: " .. msg) end
 
 local function sorted_keys(t)
   local keys = {}

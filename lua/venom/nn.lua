@@ -697,6 +697,8 @@ end
 setmetatable(nn, {
   __index = function(_, k)
     if k == "SparseLinear" then return require("venom.sparse").SparseLinear end
+    -- nn.init (lua/venom/nn_init.lua) and nn.utils (nn_utils.lua), loaded on first use
+    if k == "init" or k == "utils" then return require("venom.nn_" .. k) end
   end,
 })
 

@@ -1,4 +1,5 @@
---- venom.optim — optimizers and learning-rate schedules.
+--- venom.optim — optimizers (SGD, Adam, AdamW) and learning-rate schedules
+-- (StepLR, CosineWarmup, OneCycleLR, ReduceLROnPlateau).
 --
 --     local opt = optim.AdamW(model:parameters(), {lr = 1e-3})
 --     local sched = optim.CosineWarmup(opt, {warmup_steps = 100, total_steps = 2000})
@@ -421,6 +422,179 @@ function CosineWarmup:step()
   self.t = self.t + 1
   self.opt.lr = self:get_lr()
   return self.opt.lr
+end
+
+--- The 1cycle policy (Smith & Topin 2018, "Super-Convergence"), as
+-- PyTorch's OneCycleLR: the lr rises from max_lr/div_factor to max_lr over
+-- the first pct_start of total_steps, then falls to
+-- max_lr/(div_factor·final_div_factor) by step total_steps − 1, each phase
+-- along a half cosine (anneal_strategy "cos") or a line ("linear"). With
+-- cycle_momentum (default true) the momentum moves the other way, from
+-- max_momentum down to base_momentum and back (SGD's momentum, Adam's
+-- beta1); an optimizer without momentum (SGD with momentum 0) is an error
+-- unless cycle_momentum = false. Call sched:step() after each opt:step();
+-- stepping past total_steps is an error.
+-- opts: max_lr (required), total_steps (required), pct_start = 0.3,
+-- anneal_strategy = "cos", div_factor = 25, final_div_factor = 1e4,
+-- cycle_momentum = true, base_momentum = 0.85, max_momentum = 0.95.
+local OneCycleLR = {}
+OneCycleLR.__index = OneCycleLR
+
+function optim.OneCycleLR(opt, opts)
+  local who = "optim.OneCycleLR"
+  check_optimizer(who, opt)
+  opts = util.check_options(opts, { "max_lr", "total_steps", "pct_start", "anneal_strategy", "div_factor",
+                                    "final_div_factor", "cycle_momentum", "base_momentum", "max_momentum" }, who)
+  local max_lr = check_number(who, "max_lr", opts.max_lr, 0, nil, true)
+  local T = util.check_int(opts.total_steps, "total_steps", { min = 1, who = who })
+  local pct = check_number(who, "pct_start", opts.pct_start or 0.3, 0, 1, true, true)
+  local anneal = opts.anneal_strategy or "cos"
+  if anneal ~= "cos" and anneal ~= "linear" then
+    fail(("%s: anneal_strategy must be \"cos\" or \"linear\", got %s"):format(who, tostring(anneal)))
+  end
+  local div = check_number(who, "div_factor", opts.div_factor or 25, 0, nil, true)
+  local final_div = check_number(who, "final_div_factor", opts.final_div_factor or 1e4, 0, nil, true)
+  local self = setmetatable({ opt = opt, total_steps = T, anneal = anneal, t = 0,
+                              initial_lr = max_lr / div, max_lr = max_lr,
+                              min_lr = max_lr / div / final_div }, OneCycleLR)
+  self.base_lr = self.initial_lr
+  -- Phase ends as PyTorch places them: step pct·T − 1, then T − 1.
+  self.peak_step = pct * T - 1
+  if opts.cycle_momentum ~= false then
+    self.base_momentum = check_number(who, "base_momentum", opts.base_momentum or 0.85, 0, 1)
+    self.max_momentum = check_number(who, "max_momentum", opts.max_momentum or 0.95, self.base_momentum, 1)
+    if not (opt.betas or (opt.momentum and opt.momentum > 0)) then
+      fail(who .. ": the optimizer has no momentum to cycle (SGD needs momentum > 0); "
+        .. "pass {cycle_momentum = false}")
+    end
+  end
+  self:apply()
+  return self
+end
+
+local function anneal(kind, from, to, pct)
+  if kind == "linear" then return from + (to - from) * pct end
+  return to + (from - to) / 2 * (math.cos(math.pi * pct) + 1)
+end
+
+-- lr and momentum at step t.
+function OneCycleLR:get_lr()
+  local t, peak, last = self.t, self.peak_step, self.total_steps - 1
+  local lr, mom
+  if t <= peak then
+    local pct = peak > 0 and t / peak or 1
+    lr = anneal(self.anneal, self.initial_lr, self.max_lr, pct)
+    mom = self.base_momentum and anneal(self.anneal, self.max_momentum, self.base_momentum, pct)
+  else
+    local pct = last > peak and (t - peak) / (last - peak) or 1
+    lr = anneal(self.anneal, self.max_lr, self.min_lr, pct)
+    mom = self.base_momentum and anneal(self.anneal, self.base_momentum, self.max_momentum, pct)
+  end
+  return lr, mom
+end
+
+function OneCycleLR:apply()
+  local lr, mom = self:get_lr()
+  self.opt.lr = lr
+  if mom then
+    if self.opt.betas then self.opt.betas[1] = mom else self.opt.momentum = mom end
+  end
+  return lr
+end
+
+function OneCycleLR:step()
+  if self.t + 1 >= self.total_steps then
+    fail(("optim.OneCycleLR: stepped %d times, past total_steps = %d"):format(self.t + 1, self.total_steps))
+  end
+  self.t = self.t + 1
+  return self:apply()
+end
+
+OneCycleLR.state_dict = schedule_state_dict
+function OneCycleLR:load_state_dict(sd)
+  schedule_load_state_dict(self, sd)
+  self:apply()
+end
+
+--- Lower the lr when a metric stops improving (PyTorch's
+-- ReduceLROnPlateau): call sched:step(metric) once per evaluation; after
+-- more than `patience` evaluations without an improvement, lr ← max(lr ·
+-- factor, min_lr) and `cooldown` evaluations pass before counting again.
+-- An improvement is a metric below best·(1 − threshold) (mode "min",
+-- threshold_mode "rel"), above best·(1 + threshold) ("max"), or beyond best
+-- ∓ threshold (threshold_mode "abs"). A NaN metric is an error.
+-- opts: mode = "min", factor = 0.1, patience = 10, threshold = 1e-4,
+-- threshold_mode = "rel", cooldown = 0, min_lr = 0, eps = 1e-8 (a change
+-- smaller than eps is not made).
+local ReduceLROnPlateau = {}
+ReduceLROnPlateau.__index = ReduceLROnPlateau
+
+function optim.ReduceLROnPlateau(opt, opts)
+  local who = "optim.ReduceLROnPlateau"
+  check_optimizer(who, opt)
+  opts = util.check_options(opts, { "mode", "factor", "patience", "threshold", "threshold_mode",
+                                    "cooldown", "min_lr", "eps" }, who)
+  local mode, tmode = opts.mode or "min", opts.threshold_mode or "rel"
+  if mode ~= "min" and mode ~= "max" then fail(("%s: mode must be \"min\" or \"max\", got %s"):format(who, tostring(mode))) end
+  if tmode ~= "rel" and tmode ~= "abs" then
+    fail(("%s: threshold_mode must be \"rel\" or \"abs\", got %s"):format(who, tostring(tmode)))
+  end
+  return setmetatable({
+    opt = opt, mode = mode, threshold_mode = tmode,
+    factor = check_number(who, "factor", opts.factor or 0.1, 0, 1, false, true),
+    patience = util.check_int(opts.patience or 10, "patience", { min = 0, who = who }),
+    threshold = check_number(who, "threshold", opts.threshold or 1e-4, 0),
+    cooldown = util.check_int(opts.cooldown or 0, "cooldown", { min = 0, who = who }),
+    min_lr = check_number(who, "min_lr", opts.min_lr or 0, 0),
+    eps = check_number(who, "eps", opts.eps or 1e-8, 0),
+    best = nil, bad_epochs = 0, cooldown_left = 0,
+  }, ReduceLROnPlateau)
+end
+
+function ReduceLROnPlateau:is_better(m)
+  if self.best == nil then return true end
+  local b, th = self.best, self.threshold
+  if self.mode == "min" then
+    return self.threshold_mode == "rel" and m < b * (1 - th) or self.threshold_mode == "abs" and m < b - th
+  end
+  return self.threshold_mode == "rel" and m > b * (1 + th) or self.threshold_mode == "abs" and m > b + th
+end
+
+--- sched:step(metric) → the lr now.
+function ReduceLROnPlateau:step(metric)
+  if type(metric) ~= "number" or metric ~= metric then
+    fail("optim.ReduceLROnPlateau: step expects the metric (a number, not NaN), got " .. tostring(metric))
+  end
+  if self:is_better(metric) then
+    self.best, self.bad_epochs = metric, 0
+  else
+    self.bad_epochs = self.bad_epochs + 1
+  end
+  if self.cooldown_left > 0 then
+    self.cooldown_left = self.cooldown_left - 1
+    self.bad_epochs = 0
+  end
+  if self.bad_epochs > self.patience then
+    local old = self.opt.lr
+    local new = math.max(old * self.factor, self.min_lr)
+    if old - new > self.eps then self.opt.lr = new end
+    self.cooldown_left, self.bad_epochs = self.cooldown, 0
+  end
+  return self.opt.lr
+end
+
+function ReduceLROnPlateau:state_dict()
+  return { best = self.best, bad_epochs = self.bad_epochs, cooldown_left = self.cooldown_left, lr = self.opt.lr }
+end
+
+function ReduceLROnPlateau:load_state_dict(sd)
+  local who = "optim.ReduceLROnPlateau: load_state_dict"
+  if type(sd) ~= "table" then fail(("%s: expected a table, got %s"):format(who, type(sd))) end
+  local bad = util.check_int(sd.bad_epochs, "bad_epochs", { min = 0, who = who })
+  local cool = util.check_int(sd.cooldown_left, "cooldown_left", { min = 0, who = who })
+  if sd.best ~= nil and type(sd.best) ~= "number" then fail(who .. ": best must be a number or nil") end
+  local lr = check_number(who, "lr", sd.lr, 0)
+  self.best, self.bad_epochs, self.cooldown_left, self.opt.lr = sd.best, bad, cool, lr
 end
 
 return optim

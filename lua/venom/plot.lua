@@ -22,7 +22,8 @@ local plot = {}
 local Figure = {}
 Figure.__index = Figure
 
-local function fail(msg) error("plot: " .. msg, 3) end
+local util = require "venom.util"
+local function fail(msg) util.fail("plot: " .. msg) end
 
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 

@@ -8,7 +8,8 @@ local util = {}
 
 -- The pure-Lua modules of venom (lua/venom/<name>.lua).
 local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
-                   checkpoint = true, sparse = true, prune = true }
+                   checkpoint = true, sparse = true, prune = true, plot = true, metrics = true,
+                   nn_init = true, nn_utils = true, help = true }
 -- Patterns of other sources util.fail passes over (util.add_internal_source).
 local internal_sources = {}
 
@@ -540,6 +541,13 @@ function util.check_arg_device(opts, key)
       .. "are needed)"):format(option_name(key)))
   end
   return v
+end
+
+--- util.MetricsLog(path, opts) → a metrics log writing CSV or JSON Lines
+-- (log:write{step = ..., loss = ...}, log.records, log:close()); see
+-- lua/venom/metrics.lua. Plot it with venom.plot.curves.
+function util.MetricsLog(path, opts)
+  return require("venom.metrics").open(path, opts)
 end
 
 return util

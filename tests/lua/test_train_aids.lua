@@ -119,7 +119,8 @@ do
   -- bad counts: 0 0 1 2 3→cut (cooldown 1) ; next: cooldown resets the count
   tap.is(table.concat(lrs, " "), "1 1 1 1 0.5 0.5 0.5 0.5 0.5 0.5",
          "the lr halves after patience + 1 evaluations without improvement, then cools down")
-  local s2 = optim.ReduceLROnPlateau(opt, { mode = "max", patience = 0, threshold = 0.5, threshold_mode = "abs" })
+  local s2 = optim.ReduceLROnPlateau(opt, { mode = "max", factor = 0.5, patience = 0, threshold = 0.5,
+                                           threshold_mode = "abs" })
   s2:step(1); s2:step(1.4)
   tap.is(opt.lr, 0.25, "mode max, threshold_mode abs: 1.4 is not better than 1 + 0.5")
   tap.error_like(function() s2:step(0 / 0) end, "not NaN", "a NaN metric is an error")
