@@ -125,7 +125,7 @@ static vn_status cuda_run(const char *op, kernel_fn k, const kparams *p, vn_tens
     vnk_loop L;
     const void *ptr[MAX_IN];
     if (!vn__cuda_loop(out, nin, in, &L, ptr)) return VN_OK;
-    if (vnk_map(cuda_op_of(k), p->dtype, out->dtype, vn__ptr(out), nin, ptr, &L, p->p0, p->p1))
+    if (vnk_map(vn__ptr(out), out->dtype, ptr, nin, p->dtype, &L, cuda_op_of(k), p->p0, p->p1))
         return vn__cuda_err(op);
     return VN_OK;
 }

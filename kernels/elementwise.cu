@@ -330,8 +330,8 @@ static bool is_f32_op(vnk_op op)
     }
 }
 
-int vnk_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, void *out, int nin,
-            const void *const *in, const vnk_loop *L, double p0, double p1)
+int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dtype dtype,
+            const vnk_loop *L, vnk_op op, double p0, double p1)
 {
     if (check_map(op, dtype, out_dtype, nin)) return 1;
     if (!L || L->ndim < 1 || L->ndim > VN_MAX_DIMS)
