@@ -68,7 +68,8 @@ typedef struct {
 } vnk_loop;
 
 /* The elementwise ops, with the same formulas as the CPU kernels of
- * engine/ops_pointwise.c (a, b, c are inputs 0, 1, 2; p0, p1 parameters). */
+ * engine/ops_pointwise.c (a, b, c are inputs 0, 1, 2; p0, p1 parameters);
+ * those with more than one line are written once, in kernels/scalar.h. */
 typedef enum {
     /* binary, any of f32/i32/i64/u8 (integers wrap): */
     VNK_ADD, VNK_SUB, VNK_MUL,
@@ -84,7 +85,7 @@ typedef enum {
     /* backward helpers, f32: */
     VNK_DIV_GB,     /* −a·b/c² */
     VNK_POW_GA,     /* a·c·b^(c−1) */
-    VNK_POW_GB,     /* a·b^c·log b, 0 where b == 0 and c ≥ 0, as k_pow_gb */
+    VNK_POW_GB,     /* a·b^c·log b, 0 where b == 0 and c ≥ 0 (pow_grad_exponent) */
     VNK_ABS_B,      /* b > 0 ? a : (b < 0 ? −a : 0) */
     VNK_SQRT_B,     /* 0.5·a/b */
     VNK_POW_SCALAR_B, /* a·p0·b^(p0−1) */
@@ -177,9 +178,10 @@ int vnk_index_add(float *gx, const float *g, const void *index, vn_dtype idtype,
 /* out[i] uniform on [0, 1) (normal = false) or N(0, 1) (Box–Muller). */
 int vnk_random(float *out, int64_t n, uint64_t key, bool normal);
 /* Inverted-dropout mask, bit-identical to the CPU's for the same key
- * (engine/ops_pointwise.c, vn_dropout): with k0, k1 the low and high halves
- * of key, mask[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < threshold ? 0 :
- * scale, where hash32 is lowbias32 and threshold = p·2³² (as uint64). */
+ * (vn_dropout): with k0, k1 the low and high halves of key, mask[i] =
+ * hash32(hash32((uint32_t)i ^ k0) + k1) < threshold ? 0 : scale, where
+ * hash32 is lowbias32 and threshold = p·2³² (as uint64); both devices
+ * compute it with dropout_mask_at in kernels/scalar.h. */
 int vnk_dropout_mask(float *mask, int64_t n, uint64_t key, uint64_t threshold, float scale);
 
 /* ---- optimizer steps (f32, contiguous, in place) ------------------------- */
