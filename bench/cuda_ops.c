@@ -146,8 +146,8 @@ static int run_venom(void *p)
 static int run_vnk(void *p)
 {
     gemm_ctx *g = p;
-    return vnk_gemm(false, false, g->m, g->n, g->k, 1.0f, g->a16, g->k, 0, g->b16, g->n, 0, 0.0f,
-                    g->c32, g->n, 0, 1, VN_BF16, false);
+    return vnk_gemm(g->c32, g->n, 0, g->a16, g->k, 0, g->b16, g->n, 0, VN_BF16, false, false, g->m,
+                    g->n, g->k, 1, 1.0f, 0.0f, false);
 }
 
 /* Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS gets B first. */
@@ -244,10 +244,10 @@ static void bench_gemm(cublasHandle_t h, int64_t m, int64_t n, int64_t k)
     vnk_loop L = {.ndim = 1};
     L.st[0][0] = 1;
     L.shape[0] = (int64_t)na;
-    if (vnk_map(VNK_COPY, VN_F32, VN_BF16, g.a16, 1, (const void *[]){g.a32}, &L, 0, 0))
+    if (vnk_map(g.a16, VN_BF16, (const void *[]){g.a32}, 1, VN_F32, &L, VNK_COPY, 0, 0))
         die("vnk_map", vnk_error());
     L.shape[0] = (int64_t)nb;
-    if (vnk_map(VNK_COPY, VN_F32, VN_BF16, g.b16, 1, (const void *[]){g.b32}, &L, 0, 0))
+    if (vnk_map(g.b16, VN_BF16, (const void *[]){g.b32}, 1, VN_F32, &L, VNK_COPY, 0, 0))
         die("vnk_map", vnk_error());
     vn_tensor *ca = vn_from_data(VN_F32, 2, (int64_t[]){m, k}, ha);
     vn_tensor *cb = vn_from_data(VN_F32, 2, (int64_t[]){k, n}, hb);
@@ -354,7 +354,7 @@ static double us_per_kernel(int which, float *out, const float *a, const float *
             t0 = now();
         }
         int rc = which == 0 ? vnk_fill(out, VN_F32, n, 1.0)
-                            : vnk_map(VNK_ADD, VN_F32, VN_F32, out, 2, (const void *[]){a, b}, &L, 0, 0);
+                            : vnk_map(out, VN_F32, (const void *[]){a, b}, 2, VN_F32, &L, VNK_ADD, 0, 0);
         if (rc) {
             fprintf(stderr, "cuda_ops: kernel failed: %s\n", vnk_error());
             failures++;
@@ -427,7 +427,7 @@ static int run_map_copy(void *p)
     vnk_loop L = {.ndim = 1};
     L.shape[0] = b->n;
     L.st[0][0] = 1;
-    return vnk_map(VNK_COPY, VN_F32, VN_F32, b->dst, 1, (const void *[]){b->src}, &L, 0, 0);
+    return vnk_map(b->dst, VN_F32, (const void *[]){b->src}, 1, VN_F32, &L, VNK_COPY, 0, 0);
 }
 static int run_memcpy(void *p)
 {

@@ -172,9 +172,9 @@ static void verify(const vn_vnm *s, const vnk_vnm *w)
         VN_OK_PTR(ref[k]);
         float *out = vnk_alloc((size_t)n[k] * 4), *host = malloc((size_t)n[k] * 4);
         CUDA_OK(cudaMemset(out, 0xff, (size_t)n[k] * 4)); /* NaN poison */
-        if (k == 0) OK(vnk_vnm_spmm(w, xt_d, ldx, B, NULL, out));
-        if (k == 1) OK(vnk_vnm_spmm_t(w, dy_d, B, out));
-        if (k == 2) OK(vnk_vnm_sddmm(w, dy_d, xt_d, ldx, B, out));
+        if (k == 0) OK(vnk_vnm_spmm(out, w, xt_d, ldx, NULL, B));
+        if (k == 1) OK(vnk_vnm_spmm_t(out, w, dy_d, B));
+        if (k == 2) OK(vnk_vnm_sddmm(out, w, dy_d, xt_d, ldx, B));
         OK(vnk_copy(host, false, out, true, (size_t)n[k] * 4));
         double e = rel_err(host, vn_tensor_data(ref[k]), n[k]);
         printf("  check %-8s %s (relative error %.2e)\n", name[k], e < 1e-3 ? "PASS" : "FAIL", e);
@@ -207,15 +207,15 @@ typedef struct {
 static void run_once(const bench_args *a, int what)
 {
     const vnk_vnm *w = a->w;
-    if (what == 0 || what == 3) OK(vnk_vnm_spmm(w, a->xt, a->ldx, a->B, NULL, a->y));
-    if (what == 1 || what == 3) OK(vnk_vnm_spmm_t(w, a->dy, a->B, a->dx));
-    if (what == 2 || what == 3) OK(vnk_vnm_sddmm(w, a->dy, a->xt, a->ldx, a->B, a->dv));
+    if (what == 0 || what == 3) OK(vnk_vnm_spmm(a->y, w, a->xt, a->ldx, NULL, a->B));
+    if (what == 1 || what == 3) OK(vnk_vnm_spmm_t(a->dx, w, a->dy, a->B));
+    if (what == 2 || what == 3) OK(vnk_vnm_sddmm(a->dv, w, a->dy, a->xt, a->ldx, a->B));
     if (what == 4)
-        OK(vnk_gemm(false, true, a->B, a->R, a->K, 1, a->x, a->K, 0, a->wd, a->K, 0, 0, a->y, a->R, 0, 1, VN_BF16, false));
+        OK(vnk_gemm(a->y, a->R, 0, a->x, a->K, 0, a->wd, a->K, 0, VN_BF16, false, true, a->B, a->R, a->K, 1, 1, 0, false));
     if (what == 5)
-        OK(vnk_gemm(false, false, a->B, a->K, a->R, 1, a->dy, a->R, 0, a->wd, a->K, 0, 0, a->dx, a->K, 0, 1, VN_BF16, false));
+        OK(vnk_gemm(a->dx, a->K, 0, a->dy, a->R, 0, a->wd, a->K, 0, VN_BF16, false, false, a->B, a->K, a->R, 1, 1, 0, false));
     if (what == 6)
-        OK(vnk_gemm(true, false, a->R, a->K, a->B, 1, a->dy, a->R, 0, a->x, a->K, 0, 0, a->dw, a->K, 0, 1, VN_BF16, false));
+        OK(vnk_gemm(a->dw, a->K, 0, a->dy, a->R, 0, a->x, a->K, 0, VN_BF16, true, false, a->R, a->K, a->B, 1, 1, 0, false));
 }
 
 static float time_ms(const bench_args *a, int what)

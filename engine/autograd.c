@@ -121,7 +121,7 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
         vnk_loop L;
         vn_status s = VN_OK;
         if (vn__cuda_loop(*slot, 2, in, &L, ptr) &&
-            vnk_map(VNK_ADD, VN_F32, VN_F32, vn__ptr(*slot), 2, ptr, &L, 0, 0))
+            vnk_map(vn__ptr(*slot), VN_F32, ptr, 2, VN_F32, &L, VNK_ADD, 0, 0))
             s = vn__cuda_err("backward: accumulating a gradient");
         vn_tensor_release(g);
         return s;

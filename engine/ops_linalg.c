@@ -73,7 +73,7 @@ static bool to_half(const float *p, int64_t rows, int64_t cols, int64_t ld, vn_d
     if (!(*buf = vnk_alloc(*nbytes))) return false;
     vnk_loop L = {.ndim = 2, .shape = {rows, cols}, .st = {{ld, 1}}};
     const void *in = p;
-    if (vnk_map(VNK_COPY, VN_F32, prec, *buf, 1, &in, &L, 0, 0)) {
+    if (vnk_map(*buf, prec, &in, 1, VN_F32, &L, VNK_COPY, 0, 0)) {
         vnk_free(*buf, *nbytes);
         return false;
     }
@@ -87,14 +87,14 @@ static bool gemm_cuda(const gemm_ctx *g, const blas_mat *A, const float *a, cons
                       float beta, float *c, int64_t ldc)
 {
     if (g->prec == VN_F32)
-        return !vnk_gemm(ta, tb, m, n, k, 1.0f, a, A->ld, 0, b, B->ld, 0, beta, c, ldc, 0, 1,
-                         VN_F32, vn__allow_tf32());
+        return !vnk_gemm(c, ldc, 0, a, A->ld, 0, b, B->ld, 0, VN_F32, ta, tb, m, n, k, 1, 1.0f,
+                         beta, vn__allow_tf32());
     int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
     void *ha = NULL, *hb = NULL;
     size_t na = 0, nb = 0;
     bool ok = to_half(a, ar, ac, A->ld, g->prec, &ha, &na) &&
               to_half(b, br, bc, B->ld, g->prec, &hb, &nb) &&
-              !vnk_gemm(ta, tb, m, n, k, 1.0f, ha, ac, 0, hb, bc, 0, beta, c, ldc, 0, 1, g->prec,
+              !vnk_gemm(c, ldc, 0, ha, ac, 0, hb, bc, 0, g->prec, ta, tb, m, n, k, 1, 1.0f, beta,
                         false);
     if (ha) vnk_free(ha, na);
     if (hb) vnk_free(hb, nb);
@@ -469,7 +469,7 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
         vnk_loop L;
         const void *pb;
         const vn_tensor *b1 = bv;
-        if (vn__cuda_loop(y, 1, &b1, &L, &pb) && vnk_map(VNK_COPY, VN_F32, VN_F32, py, 1, &pb, &L, 0, 0))
+        if (vn__cuda_loop(y, 1, &b1, &L, &pb) && vnk_map(py, VN_F32, &pb, 1, VN_F32, &L, VNK_COPY, 0, 0))
             ok = !vn__cuda_err("linear");
     }
     ok = ok && gemm(&g, &X, vn__ptr(xv), &W, vn__ptr(wv), X.trans, !W.trans, X.rows, out_f, in_f,

@@ -91,7 +91,7 @@ static vn_status softmax_backward(vn_node *node, const vn_tensor *gout)
         int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1, rows = D ? vn_tensor_numel(y) / D : 0;
         if (!vn__is_cuda(y))
             softmax_rows_backward(vn__ptr(y), vn__ptr(g), vn__ptr(dx), rows, D, log);
-        if (!vn__is_cuda(y) || !vnk_softmax_backward(vn__ptr(y), vn__ptr(g), vn__ptr(dx), rows, D, log))
+        if (!vn__is_cuda(y) || !vnk_softmax_backward(vn__ptr(dx), vn__ptr(y), vn__ptr(g), rows, D, log))
             res = swap_to_last(dx, dim);
         else
             vn__cuda_err(node->name);
@@ -116,7 +116,7 @@ static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
     if (y) {
         int64_t D = x->shape[x->ndim - 1], rows = D ? vn_tensor_numel(x) / D : 0;
         if (!vn__is_cuda(x)) softmax_rows(vn__ptr(x), vn__ptr(y), rows, D, log);
-        if (!vn__is_cuda(x) || !vnk_softmax(vn__ptr(x), vn__ptr(y), rows, D, log))
+        if (!vn__is_cuda(x) || !vnk_softmax(vn__ptr(y), vn__ptr(x), rows, D, log))
             out = swap_to_last(y, dim);
         else
             vn__cuda_err(op);
@@ -188,7 +188,7 @@ static vn_status check_class_args(const char *op, const vn_tensor *scores, const
         vn_tensor *tc = vn__plain_contiguous(target);
         int64_t bad = -1, value = 0;
         if (!tc) return vn_last_status();
-        s = vnk_check_targets(vn__ptr(tc), tc->dtype, N, C, &bad, &value) ? vn__cuda_err(op) : VN_OK;
+        s = vnk_check_targets(&bad, &value, vn__ptr(tc), tc->dtype, N, C) ? vn__cuda_err(op) : VN_OK;
         vn_tensor_release(tc);
         if (!s && bad >= 0)
             s = vn__err(VN_ERR_ARG, "%s: target[%lld] = %lld is out of range for %lld classes "
@@ -298,8 +298,8 @@ static vn_status cross_entropy_backward_cuda(vn_node *node, const vn_tensor *gou
     float mul;
     upstream(gout, VN_SAVED_STATE(node, struct loss_saved)->reduction, N, &gs, &mul);
     vn_tensor *dx = x ? vn__new_like(x, VN_F32, 2, x->shape) : NULL;
-    if (dx && vnk_cross_entropy_backward(vn__ptr(x), vn__ptr(lse), vn__ptr(target), target->dtype,
-                                         N, C, vn__ptr(gout), gs, mul, vn__ptr(dx))) {
+    if (dx && vnk_cross_entropy_backward(vn__ptr(dx), vn__ptr(x), vn__ptr(lse), vn__ptr(target),
+                                         target->dtype, vn__ptr(gout), gs, N, C, mul)) {
         vn_tensor_release(dx);
         dx = vn__cuda_errp(node->name);
     }
@@ -314,7 +314,7 @@ static vn_tensor *cross_entropy_cuda(const vn_tensor *logits, const vn_tensor *t
     vn_tensor *x = vn__plain_contiguous(logits), *t = x ? vn__plain_contiguous(target) : NULL;
     vn_tensor *lse = t ? vn__new_like(x, VN_F32, 1, &N) : NULL;
     vn_tensor *per = lse ? vn__new_like(x, VN_F32, 1, &N) : NULL, *out = NULL;
-    if (per && vnk_cross_entropy(vn__ptr(x), vn__ptr(t), t->dtype, N, C, vn__ptr(lse), vn__ptr(per))) {
+    if (per && vnk_cross_entropy(vn__ptr(lse), vn__ptr(per), vn__ptr(x), vn__ptr(t), t->dtype, N, C)) {
         vn__cuda_err("cross_entropy");
     } else if (per) {
         out = reduce_losses_cuda(per, reduction);
@@ -340,8 +340,8 @@ static vn_status nll_backward_cuda(vn_node *node, const vn_tensor *gout)
     float mul;
     upstream(gout, VN_SAVED_STATE(node, struct loss_saved)->reduction, N, &gs, &mul);
     vn_tensor *dx = vn__new_like(target, VN_F32, 2, node->inputs[0]->shape);
-    if (dx && vnk_nll_backward(vn__ptr(target), target->dtype, N, C, vn__ptr(gout), gs, mul,
-                               vn__ptr(dx))) {
+    if (dx && vnk_nll_backward(vn__ptr(dx), vn__ptr(target), target->dtype, vn__ptr(gout), gs, N,
+                               C, mul)) {
         vn_tensor_release(dx);
         dx = vn__cuda_errp(node->name);
     }
@@ -354,7 +354,7 @@ static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
     int64_t N = logp->shape[0], C = logp->shape[1];
     vn_tensor *x = vn__plain_contiguous(logp), *t = x ? vn__plain_contiguous(target) : NULL;
     vn_tensor *per = t ? vn__new_like(x, VN_F32, 1, &N) : NULL, *out = NULL;
-    if (per && vnk_nll(vn__ptr(x), vn__ptr(t), t->dtype, N, C, vn__ptr(per))) {
+    if (per && vnk_nll(vn__ptr(per), vn__ptr(x), vn__ptr(t), t->dtype, N, C)) {
         vn__cuda_err("nll_loss");
     } else if (per) {
         out = reduce_losses_cuda(per, reduction);

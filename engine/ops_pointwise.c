@@ -7,8 +7,15 @@
  * merged first wherever the layout allows, so a contiguous same-shape op is a
  * single flat run and a bias add (N, C) + (C) is N unit-stride runs of C. A
  * kernel processes one run; its unit-stride and broadcast-scalar cases are
- * separate loops so that GCC vectorizes them. */
+ * separate loops so that GCC vectorizes them.
+ *
+ * Each op is one descriptor (pw_op): its name, CPU kernel, CUDA twin, cost,
+ * dtype rule and backward rule. Most public functions pass theirs to
+ * binary(), unary() or compare(); where, masked_fill and dropout check
+ * their own arguments. Formulas with more than one line, which the CUDA
+ * kernels must compute alike, live in kernels/scalar.h. */
 #include "internal.h"
+#include "scalar.h" /* the formulas shared with the CUDA kernels */
 
 #include <omp.h>
 #include <stdio.h>
@@ -115,29 +122,48 @@ static void loop_run(kernel_fn k, const kparams *p, int cost, vn_tensor *out, in
     for (int c = 0; c < nt; c++) loop_range(&L, total * c / nt, total * (c + 1) / nt);
 }
 
-static vnk_op cuda_op_of(kernel_fn k); /* at the end of the file */
+/* ---- one descriptor per op ------------------------------------------------ */
 
-/* The same on the GPU: kernels/elementwise.cu has each kernel under the
- * vnk_op that cuda_op_of maps it to. */
-static vn_status cuda_run(const char *op, kernel_fn k, const kparams *p, vn_tensor *out, int nin,
-                          const vn_tensor *const *in)
+/* An elementwise op, or a formula a backward rule maps (div_gb, relu_b, ...):
+ * the CPU kernel and its CUDA twin compute the same formula. */
+typedef struct {
+    const char *name;        /* in error messages and on the tape */
+    kernel_fn cpu;           /* one run on the CPU */
+    vnk_op cuda;             /* the same formula in kernels/elementwise.cu */
+    int cost;                /* scalar operations per element (1 add, ~20 tanh), see loop_run */
+    bool f32_only;           /* inputs must be f32 (else f32, i32, i64 or u8) */
+    bool saves_output;       /* the backward reads the output: the node keeps an alias */
+    vn_backward_fn backward; /* NULL: not differentiable, or only a backward formula */
+} pw_op;
+
+/* Where the nodes of this file keep the tensors their backward rule reads
+ * (a unary op's parameters are in struct unary_saved). */
+enum {
+    SAVED_OUTPUT = 0, /* node->saved: an alias of the output (ops that save it) */
+    SAVED_MASK = 0,   /* node->saved: dropout's scaled mask */
+};
+
+/* loop_run's work on the GPU: op's CUDA twin over the same strided loop. */
+static vn_status cuda_run(const char *name, const pw_op *op, const kparams *p, vn_tensor *out,
+                          int nin, const vn_tensor *const *in)
 {
     vnk_loop L;
     const void *ptr[MAX_IN];
     if (!vn__cuda_loop(out, nin, in, &L, ptr)) return VN_OK;
-    if (vnk_map(cuda_op_of(k), p->dtype, out->dtype, vn__ptr(out), nin, ptr, &L, p->p0, p->p1))
-        return vn__cuda_err(op);
+    if (vnk_map(vn__ptr(out), out->dtype, ptr, nin, p->dtype, &L, op->cuda, p->p0, p->p1))
+        return vn__cuda_err(name);
     return VN_OK;
 }
 
 /* A new tensor of dtype out_dtype and the broadcast shape of the inputs,
- * filled by kernel k, on the inputs' device. Arguments are already checked,
- * except shapes and devices. */
-static vn_tensor *map(const char *op, kernel_fn k, int cost, const kparams *p, vn_dtype out_dtype,
+ * filled by op, on the inputs' device. `name` is the op named in errors (a
+ * backward formula runs under its node's name). Arguments are already
+ * checked, except shapes and devices. */
+static vn_tensor *map(const char *name, const pw_op *op, const kparams *p, vn_dtype out_dtype,
                       int nin, const vn_tensor *const *in)
 {
     bool cuda;
-    if (vn__same_device(op, nin, in, &cuda)) return NULL;
+    if (vn__same_device(name, nin, in, &cuda)) return NULL;
     int nd = in[0]->ndim;
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, in[0]->shape, sizeof shape);
@@ -145,11 +171,12 @@ static vn_tensor *map(const char *op, kernel_fn k, int cost, const kparams *p, v
         int64_t prev[VN_MAX_DIMS];
         int pnd = nd;
         memcpy(prev, shape, sizeof prev);
-        if (vn__broadcast_shape(op, pnd, prev, in[i]->ndim, in[i]->shape, &nd, shape)) return NULL;
+        if (vn__broadcast_shape(name, pnd, prev, in[i]->ndim, in[i]->shape, &nd, shape))
+            return NULL;
     }
     if (!cuda) {
         vn_tensor *out = vn__new(out_dtype, nd, shape);
-        if (out) loop_run(k, p, cost, out, nin, in);
+        if (out) loop_run(op->cpu, p, op->cost, out, nin, in);
         return out;
     }
     const vn_tensor *din[MAX_IN];
@@ -160,7 +187,7 @@ static vn_tensor *map(const char *op, kernel_fn k, int cost, const kparams *p, v
         if (!s) s = vn__scalar_to_cuda(&din[i], &hold[i]);
     }
     vn_tensor *out = s ? NULL : vn__new_on(true, out_dtype, nd, shape);
-    if (out && cuda_run(op, k, p, out, nin, din)) {
+    if (out && cuda_run(name, op, p, out, nin, din)) {
         vn_tensor_release(out);
         out = NULL;
     }
@@ -268,149 +295,153 @@ static vn_status check_pair(const char *op, const vn_tensor *a, const vn_tensor 
 }
 
 /* Checks, computes and records a binary op whose output has a's dtype. */
-static vn_tensor *binary(const char *op, kernel_fn k, int cost, bool f32_only, vn_backward_fn bw,
-                         const vn_tensor *a, const vn_tensor *b)
+static vn_tensor *binary(const pw_op *op, const vn_tensor *a, const vn_tensor *b)
 {
-    if (check_pair(op, a, b, f32_only)) return NULL;
+    if (check_pair(op->name, a, b, op->f32_only)) return NULL;
     kparams p = {.dtype = a->dtype};
     const vn_tensor *in[2] = {a, b};
-    vn_tensor *out = map(op, k, cost, &p, a->dtype, 2, in);
-    if (out) vn__record(out, op, bw, 2, in);
+    vn_tensor *out = map(op->name, op, &p, a->dtype, 2, in);
+    if (out) vn__record(out, op->name, op->backward, 2, in);
     return out;
 }
 
-/* Backward helpers: g_k = map over (gout, ...) in f32, handed to input k. */
-static vn_status give(vn_node *n, int k, kernel_fn kern, const kparams *p, int nin,
+/* Backward helper: the gradient of input k is formula f mapped over
+ * (gout, ...) in f32. */
+static vn_status give(vn_node *node, int k, const pw_op *f, const kparams *p, int nin,
                       const vn_tensor *const *in)
 {
-    if (!vn__input_needs_grad(n, k)) return VN_OK;
-    return vn__accum(n, k, map(n->name, kern, 4, p, VN_F32, nin, in));
+    if (!vn__input_needs_grad(node, k)) return VN_OK;
+    return vn__accum(node, k, map(node->name, f, p, VN_F32, nin, in));
 }
 
-static vn_status add_backward(vn_node *n, const vn_tensor *g)
+/* mul, div and neg differentiate through their own formulas (and sub through
+ * neg's), so their rules are declared ahead of the descriptors. */
+static vn_status mul_backward(vn_node *node, const vn_tensor *g);
+static vn_status div_backward(vn_node *node, const vn_tensor *g);
+static vn_status neg_backward(vn_node *node, const vn_tensor *g);
+
+static const pw_op OP_MUL = {.name = "mul", .cpu = k_mul, .cuda = VNK_MUL, .cost = 1,
+                             .backward = mul_backward};
+static const pw_op OP_DIV = {.name = "div", .cpu = k_div, .cuda = VNK_DIV, .cost = 2,
+                             .f32_only = true, .backward = div_backward};
+/* neg and abs take any dtype (wrapping for integers like add/sub). */
+static const pw_op OP_NEG = {.name = "neg", .cpu = k_neg, .cuda = VNK_NEG, .cost = 1,
+                             .backward = neg_backward};
+
+static vn_status add_backward(vn_node *node, const vn_tensor *g)
 {
     vn_status s = VN_OK;
     for (int k = 0; k < 2 && !s; k++)
-        if (vn__input_needs_grad(n, k)) s = vn__accum(n, k, vn_tensor_retain((vn_tensor *)g));
+        if (vn__input_needs_grad(node, k)) s = vn__accum(node, k, vn_tensor_retain((vn_tensor *)g));
     return s;
 }
+static const pw_op OP_ADD = {.name = "add", .cpu = k_add, .cuda = VNK_ADD, .cost = 1,
+                             .backward = add_backward};
 
-static vn_status sub_backward(vn_node *n, const vn_tensor *g)
+static vn_status sub_backward(vn_node *node, const vn_tensor *g)
 {
     vn_status s = VN_OK;
-    if (vn__input_needs_grad(n, 0)) s = vn__accum(n, 0, vn_tensor_retain((vn_tensor *)g));
-    if (!s) s = give(n, 1, k_neg, &F32, 1, &g);
+    if (vn__input_needs_grad(node, 0)) s = vn__accum(node, 0, vn_tensor_retain((vn_tensor *)g));
+    if (!s) s = give(node, 1, &OP_NEG, &F32, 1, &g);
     return s;
 }
+static const pw_op OP_SUB = {.name = "sub", .cpu = k_sub, .cuda = VNK_SUB, .cost = 1,
+                             .backward = sub_backward};
 
-static vn_status mul_backward(vn_node *n, const vn_tensor *g)
+static vn_status mul_backward(vn_node *node, const vn_tensor *g)
 {
-    const vn_tensor *ga[2] = {g, n->inputs[1]}, *gb[2] = {g, n->inputs[0]};
-    vn_status s = give(n, 0, k_mul, &F32, 2, ga);
-    if (!s) s = give(n, 1, k_mul, &F32, 2, gb);
+    const vn_tensor *ga[2] = {g, node->inputs[1]}, *gb[2] = {g, node->inputs[0]};
+    vn_status s = give(node, 0, &OP_MUL, &F32, 2, ga);
+    if (!s) s = give(node, 1, &OP_MUL, &F32, 2, gb);
     return s;
 }
 
 /* d(a/b)/db = -a/b² */
 static void k_div_gb(KARGS) { RUN3(float, float, float, float, -a * b / (c * c)); }
+static const pw_op OP_DIV_GB = {.name = "div_gb", .cpu = k_div_gb, .cuda = VNK_DIV_GB, .cost = 4};
 
-static vn_status div_backward(vn_node *n, const vn_tensor *g)
+static vn_status div_backward(vn_node *node, const vn_tensor *g)
 {
-    const vn_tensor *ga[2] = {g, n->inputs[1]}, *gb[3] = {g, n->inputs[0], n->inputs[1]};
-    vn_status s = give(n, 0, k_div, &F32, 2, ga);
-    if (!s) s = give(n, 1, k_div_gb, &F32, 3, gb);
+    const vn_tensor *ga[2] = {g, node->inputs[1]}, *gb[3] = {g, node->inputs[0], node->inputs[1]};
+    vn_status s = give(node, 0, &OP_DIV, &F32, 2, ga);
+    if (!s) s = give(node, 1, &OP_DIV_GB, &F32, 3, gb);
     return s;
 }
 
-/* d(a^b)/da = b·a^(b-1);  d(a^b)/db = a^b·ln a, taken as 0 where a = 0 and
- * b >= 0 (the limit from a > 0; ln 0 would give nan there). */
+/* d(a^b)/da = b·a^(b-1);  d(a^b)/db = a^b·ln a (pow_grad_exponent). */
 static void k_pow_ga(KARGS) { RUN3(float, float, float, float, a * c * powf(b, c - 1.0f)); }
-static void k_pow_gb(KARGS)
-{
-    RUN3(float, float, float, float, (b == 0.0f && c >= 0.0f) ? 0.0f : a * powf(b, c) * logf(b));
-}
+static void k_pow_gb(KARGS) { RUN3(float, float, float, float, pow_grad_exponent(a, b, c)); }
+static const pw_op OP_POW_GA = {.name = "pow_ga", .cpu = k_pow_ga, .cuda = VNK_POW_GA, .cost = 20};
+static const pw_op OP_POW_GB = {.name = "pow_gb", .cpu = k_pow_gb, .cuda = VNK_POW_GB, .cost = 30};
 
-static vn_status pow_backward(vn_node *n, const vn_tensor *g)
+static vn_status pow_backward(vn_node *node, const vn_tensor *g)
 {
-    const vn_tensor *in[3] = {g, n->inputs[0], n->inputs[1]};
-    vn_status s = give(n, 0, k_pow_ga, &F32, 3, in);
-    if (!s) s = give(n, 1, k_pow_gb, &F32, 3, in);
+    const vn_tensor *in[3] = {g, node->inputs[0], node->inputs[1]};
+    vn_status s = give(node, 0, &OP_POW_GA, &F32, 3, in);
+    if (!s) s = give(node, 1, &OP_POW_GB, &F32, 3, in);
     return s;
 }
+static const pw_op OP_POW = {.name = "pow", .cpu = k_pow, .cuda = VNK_POW, .cost = 20,
+                             .f32_only = true, .backward = pow_backward};
 
-vn_tensor *vn_add(const vn_tensor *a, const vn_tensor *b)
-{
-    return binary("add", k_add, 1, false, add_backward, a, b);
-}
-
-vn_tensor *vn_sub(const vn_tensor *a, const vn_tensor *b)
-{
-    return binary("sub", k_sub, 1, false, sub_backward, a, b);
-}
-
-vn_tensor *vn_mul(const vn_tensor *a, const vn_tensor *b)
-{
-    return binary("mul", k_mul, 1, false, mul_backward, a, b);
-}
-
-vn_tensor *vn_div(const vn_tensor *a, const vn_tensor *b)
-{
-    return binary("div", k_div, 2, true, div_backward, a, b);
-}
-
-vn_tensor *vn_pow(const vn_tensor *a, const vn_tensor *b)
-{
-    return binary("pow", k_pow, 20, true, pow_backward, a, b);
-}
+vn_tensor *vn_add(const vn_tensor *a, const vn_tensor *b) { return binary(&OP_ADD, a, b); }
+vn_tensor *vn_sub(const vn_tensor *a, const vn_tensor *b) { return binary(&OP_SUB, a, b); }
+vn_tensor *vn_mul(const vn_tensor *a, const vn_tensor *b) { return binary(&OP_MUL, a, b); }
+vn_tensor *vn_div(const vn_tensor *a, const vn_tensor *b) { return binary(&OP_DIV, a, b); }
+vn_tensor *vn_pow(const vn_tensor *a, const vn_tensor *b) { return binary(&OP_POW, a, b); }
 
 /* ---- comparisons ----------------------------------------------------------- */
 
-#define CMP_KERNEL(name, OP) \
-    static void name(KARGS) { VN_DTYPE_SWITCH(p->dtype, T, RUN2(uint8_t, T, T, (uint8_t)(a OP b))); }
-CMP_KERNEL(k_eq, ==)
-CMP_KERNEL(k_ne, !=)
-CMP_KERNEL(k_lt, <)
-CMP_KERNEL(k_le, <=)
-CMP_KERNEL(k_gt, >)
-CMP_KERNEL(k_ge, >=)
+/* k_eq and OP_EQ, ...: a u8 result, no gradient. */
+#define COMPARISON(op, OP, CMP)                                                                  \
+    static void k_##op(KARGS)                                                                    \
+    {                                                                                            \
+        VN_DTYPE_SWITCH(p->dtype, T, RUN2(uint8_t, T, T, (uint8_t)(a CMP b)));                   \
+    }                                                                                            \
+    static const pw_op OP_##OP = {.name = #op, .cpu = k_##op, .cuda = VNK_##OP, .cost = 1};
+COMPARISON(eq, EQ, ==)
+COMPARISON(ne, NE, !=)
+COMPARISON(lt, LT, <)
+COMPARISON(le, LE, <=)
+COMPARISON(gt, GT, >)
+COMPARISON(ge, GE, >=)
 
-static vn_tensor *compare(const char *op, kernel_fn k, const vn_tensor *a, const vn_tensor *b)
+static vn_tensor *compare(const pw_op *op, const vn_tensor *a, const vn_tensor *b)
 {
-    if (check_pair(op, a, b, false)) return NULL;
+    if (check_pair(op->name, a, b, false)) return NULL;
     kparams p = {.dtype = a->dtype};
     const vn_tensor *in[2] = {a, b};
-    return map(op, k, 1, &p, VN_U8, 2, in);
+    return map(op->name, op, &p, VN_U8, 2, in);
 }
 
-vn_tensor *vn_eq(const vn_tensor *a, const vn_tensor *b) { return compare("eq", k_eq, a, b); }
-vn_tensor *vn_ne(const vn_tensor *a, const vn_tensor *b) { return compare("ne", k_ne, a, b); }
-vn_tensor *vn_lt(const vn_tensor *a, const vn_tensor *b) { return compare("lt", k_lt, a, b); }
-vn_tensor *vn_le(const vn_tensor *a, const vn_tensor *b) { return compare("le", k_le, a, b); }
-vn_tensor *vn_gt(const vn_tensor *a, const vn_tensor *b) { return compare("gt", k_gt, a, b); }
-vn_tensor *vn_ge(const vn_tensor *a, const vn_tensor *b) { return compare("ge", k_ge, a, b); }
+vn_tensor *vn_eq(const vn_tensor *a, const vn_tensor *b) { return compare(&OP_EQ, a, b); }
+vn_tensor *vn_ne(const vn_tensor *a, const vn_tensor *b) { return compare(&OP_NE, a, b); }
+vn_tensor *vn_lt(const vn_tensor *a, const vn_tensor *b) { return compare(&OP_LT, a, b); }
+vn_tensor *vn_le(const vn_tensor *a, const vn_tensor *b) { return compare(&OP_LE, a, b); }
+vn_tensor *vn_gt(const vn_tensor *a, const vn_tensor *b) { return compare(&OP_GT, a, b); }
+vn_tensor *vn_ge(const vn_tensor *a, const vn_tensor *b) { return compare(&OP_GE, a, b); }
 
 /* ---- unary ops ----------------------------------------------------------- */
 
 struct unary_saved { double p0, p1; }; /* the forward's kparams p0, p1 (exponent, clamp bounds) */
 
-/* Checks t (f32 unless any_dtype), maps k over it and records the op with
- * its output saved (as an alias, so the node does not own its own output)
- * when save_out is set. */
-static vn_tensor *unary(const char *op, kernel_fn k, int cost, bool any_dtype, double p0,
-                        double p1, vn_backward_fn bw, bool save_out, const vn_tensor *t)
+/* Checks t (f32 when op->f32_only), maps op over it with parameters p0, p1
+ * and records it, with its output saved (as an alias, so the node does not
+ * own its own output) when op->saves_output. */
+static vn_tensor *unary(const pw_op *op, const vn_tensor *t, double p0, double p1)
 {
     char what[64];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (any_dtype ? vn__check_for(t, what, VN_ALLOW_CUDA)
-                  : vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA))
+    snprintf(what, sizeof what, "%s: input", op->name);
+    if (op->f32_only ? vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA)
+                     : vn__check_for(t, what, VN_ALLOW_CUDA))
         return NULL;
     kparams p = {.dtype = t->dtype, .p0 = p0, .p1 = p1};
-    vn_tensor *out = map(op, k, cost, &p, t->dtype, 1, &t);
+    vn_tensor *out = map(op->name, op, &p, t->dtype, 1, &t);
     if (!out) return NULL;
-    vn_node *node = vn__record(out, op, bw, 1, &t);
+    vn_node *node = vn__record(out, op->name, op->backward, 1, &t);
     if (node) {
         *VN_SAVED_STATE(node, struct unary_saved) = (struct unary_saved){p0, p1};
-        if (save_out && !(node->saved[0] = vn__alias(out))) {
+        if (op->saves_output && !(node->saved[SAVED_OUTPUT] = vn__alias(out))) {
             vn_tensor_release(out);
             return NULL;
         }
@@ -418,17 +449,31 @@ static vn_tensor *unary(const char *op, kernel_fn k, int cost, bool any_dtype, d
     return out;
 }
 
-/* Backward of y = f(x) as g·f'(·), with f' computed by kern from (g, x) or,
- * when the forward saved its output, from (g, y). */
-static vn_status unary_backward(vn_node *n, const vn_tensor *g, kernel_fn kern)
+/* Backward of y = f(x) as g·f'(·), with f' computed by formula df from
+ * (g, x) or, when the forward saved its output, from (g, y). */
+static vn_status unary_backward(vn_node *node, const vn_tensor *g, const pw_op *df)
 {
-    const vn_tensor *in[2] = {g, n->saved[0] ? n->saved[0] : n->inputs[0]};
-    const struct unary_saved *saved = VN_SAVED_STATE(n, struct unary_saved);
+    const vn_tensor *in[2] = {g, node->saved[SAVED_OUTPUT] ? node->saved[SAVED_OUTPUT]
+                                                           : node->inputs[0]};
+    const struct unary_saved *saved = VN_SAVED_STATE(node, struct unary_saved);
     kparams p = {.dtype = VN_F32, .p0 = saved->p0, .p1 = saved->p1};
-    return give(n, 0, kern, &p, 2, in);
+    return give(node, 0, df, &p, 2, in);
 }
 
-/* neg and abs take any dtype (wrapping for integers like add/sub). */
+/* Defines <name>_backward, the rule of a unary op whose derivative is the
+ * formula DF (see unary_backward). */
+#define UNARY_BACKWARD(name, DF)                                                                 \
+    static vn_status name##_backward(vn_node *node, const vn_tensor *g)                          \
+    {                                                                                            \
+        return unary_backward(node, g, &DF);                                                     \
+    }
+
+static vn_status neg_backward(vn_node *node, const vn_tensor *g)
+{
+    return give(node, 0, &OP_NEG, &F32, 1, &g);
+}
+vn_tensor *vn_neg(const vn_tensor *t) { return unary(&OP_NEG, t, 0, 0); }
+
 static void k_abs(KARGS)
 {
     switch (p->dtype) {
@@ -439,32 +484,37 @@ static void k_abs(KARGS)
     case VN_BF16: case VN_F16: break; /* refused by vn__check */
     }
 }
-
-static vn_status neg_backward(vn_node *n, const vn_tensor *g) { return give(n, 0, k_neg, &F32, 1, &g); }
-
 static void k_abs_b(KARGS) { RUN2(float, float, float, b > 0 ? a : (b < 0 ? -a : 0.0f)); }
-static vn_status abs_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_abs_b); }
-
-vn_tensor *vn_neg(const vn_tensor *t) { return unary("neg", k_neg, 1, true, 0, 0, neg_backward, false, t); }
-vn_tensor *vn_abs(const vn_tensor *t) { return unary("abs", k_abs, 1, true, 0, 0, abs_backward, false, t); }
+static const pw_op OP_ABS_B = {.name = "abs_b", .cpu = k_abs_b, .cuda = VNK_ABS_B, .cost = 1};
+UNARY_BACKWARD(abs, OP_ABS_B)
+static const pw_op OP_ABS = {.name = "abs", .cpu = k_abs, .cuda = VNK_ABS, .cost = 1,
+                             .backward = abs_backward};
+vn_tensor *vn_abs(const vn_tensor *t) { return unary(&OP_ABS, t, 0, 0); }
 
 /* exp: y' = y */
 static void k_exp(KARGS) { RUN1(float, float, expf(a)); }
-static vn_status exp_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_mul); }
-vn_tensor *vn_exp(const vn_tensor *t) { return unary("exp", k_exp, 10, false, 0, 0, exp_backward, true, t); }
+UNARY_BACKWARD(exp, OP_MUL)
+static const pw_op OP_EXP = {.name = "exp", .cpu = k_exp, .cuda = VNK_EXP, .cost = 10,
+                             .f32_only = true, .saves_output = true, .backward = exp_backward};
+vn_tensor *vn_exp(const vn_tensor *t) { return unary(&OP_EXP, t, 0, 0); }
 
 /* log: y' = 1/x */
 static void k_log(KARGS) { RUN1(float, float, logf(a)); }
-static vn_status log_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_div); }
-vn_tensor *vn_log(const vn_tensor *t) { return unary("log", k_log, 10, false, 0, 0, log_backward, false, t); }
+UNARY_BACKWARD(log, OP_DIV)
+static const pw_op OP_LOG = {.name = "log", .cpu = k_log, .cuda = VNK_LOG, .cost = 10,
+                             .f32_only = true, .backward = log_backward};
+vn_tensor *vn_log(const vn_tensor *t) { return unary(&OP_LOG, t, 0, 0); }
 
 /* sqrt: y' = 1/(2y) */
 static void k_sqrt(KARGS) { RUN1(float, float, sqrtf(a)); }
 static void k_sqrt_b(KARGS) { RUN2(float, float, float, 0.5f * a / b); }
-static vn_status sqrt_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_sqrt_b); }
-vn_tensor *vn_sqrt(const vn_tensor *t) { return unary("sqrt", k_sqrt, 2, false, 0, 0, sqrt_backward, true, t); }
+static const pw_op OP_SQRT_B = {.name = "sqrt_b", .cpu = k_sqrt_b, .cuda = VNK_SQRT_B, .cost = 2};
+UNARY_BACKWARD(sqrt, OP_SQRT_B)
+static const pw_op OP_SQRT = {.name = "sqrt", .cpu = k_sqrt, .cuda = VNK_SQRT, .cost = 2,
+                              .f32_only = true, .saves_output = true, .backward = sqrt_backward};
+vn_tensor *vn_sqrt(const vn_tensor *t) { return unary(&OP_SQRT, t, 0, 0); }
 
-/* x^e: y' = e·x^(e-1). Squares, the common case, skip powf. */
+/* x^e (e = p0): y' = e·x^(e-1). Squares, the common case, skip powf. */
 static void k_pows(KARGS)
 {
     float e = (float)p->p0;
@@ -477,78 +527,55 @@ static void k_pows_b(KARGS)
     if (e == 2.0f) RUN2(float, float, float, 2.0f * a * b);
     else RUN2(float, float, float, a * e * powf(b, e - 1.0f));
 }
-static vn_status pows_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_pows_b); }
-vn_tensor *vn_pow_scalar(const vn_tensor *t, double p)
-{
-    return unary("pow_scalar", k_pows, 20, false, p, 0, pows_backward, false, t);
-}
+static const pw_op OP_POW_SCALAR_B = {.name = "pow_scalar_b", .cpu = k_pows_b,
+                                      .cuda = VNK_POW_SCALAR_B, .cost = 20};
+UNARY_BACKWARD(pows, OP_POW_SCALAR_B)
+static const pw_op OP_POW_SCALAR = {.name = "pow_scalar", .cpu = k_pows, .cuda = VNK_POW_SCALAR,
+                                    .cost = 20, .f32_only = true, .backward = pows_backward};
+vn_tensor *vn_pow_scalar(const vn_tensor *t, double p) { return unary(&OP_POW_SCALAR, t, p, 0); }
 
 /* relu: y' = [x > 0]. `a < 0 ? 0 : a` keeps nan as nan. */
 static void k_relu(KARGS) { RUN1(float, float, a < 0.0f ? 0.0f : a); }
 static void k_relu_b(KARGS) { RUN2(float, float, float, b > 0.0f ? a : 0.0f); }
-static vn_status relu_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_relu_b); }
-vn_tensor *vn_relu(const vn_tensor *t) { return unary("relu", k_relu, 1, false, 0, 0, relu_backward, false, t); }
+static const pw_op OP_RELU_B = {.name = "relu_b", .cpu = k_relu_b, .cuda = VNK_RELU_B, .cost = 1};
+UNARY_BACKWARD(relu, OP_RELU_B)
+static const pw_op OP_RELU = {.name = "relu", .cpu = k_relu, .cuda = VNK_RELU, .cost = 1,
+                              .f32_only = true, .backward = relu_backward};
+vn_tensor *vn_relu(const vn_tensor *t) { return unary(&OP_RELU, t, 0, 0); }
 
-/* tanh through expf: glibc's tanhf goes through expm1f and costs ~30 ns on
- * moderate inputs, 7x this. tanh|x| = (1 − e)/(1 + e) with e = exp(−2|x|);
- * below 0.1, where 1 − e cancels, a Taylor polynomial (error < 1e-10).
- * Within 2 ulp of tanh everywhere; nan stays nan. */
-static inline float tanh_f(float x)
-{
-    float ax = fabsf(x);
-    if (ax < 0.1f) {
-        float x2 = x * x;
-        return x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
-    }
-    float e = expf(-2.0f * ax);
-    return copysignf((1.0f - e) / (1.0f + e), x);
-}
-
-/* gelu (tanh form): y = x/2·(1 + tanh u), u = k·(x + c·x³), so
- * y' = (1 + tanh u)/2 + x/2·(1 − tanh² u)·k·(1 + 3c·x²). */
-static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
-static const float GELU_C = 0.044715f;
-
-static inline float gelu_f(float x)
-{
-    float t = tanh_f(GELU_K * (x + GELU_C * x * x * x));
-    return 0.5f * x * (1.0f + t);
-}
-
-static inline float gelu_grad(float x)
-{
-    float t = tanh_f(GELU_K * (x + GELU_C * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-}
-
+/* gelu (tanh form, gelu_f and gelu_grad in kernels/scalar.h) */
 static void k_gelu(KARGS) { RUN1(float, float, gelu_f(a)); }
 static void k_gelu_b(KARGS) { RUN2(float, float, float, a * gelu_grad(b)); }
-static vn_status gelu_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_gelu_b); }
-vn_tensor *vn_gelu(const vn_tensor *t) { return unary("gelu", k_gelu, 20, false, 0, 0, gelu_backward, false, t); }
+static const pw_op OP_GELU_B = {.name = "gelu_b", .cpu = k_gelu_b, .cuda = VNK_GELU_B, .cost = 25};
+UNARY_BACKWARD(gelu, OP_GELU_B)
+static const pw_op OP_GELU = {.name = "gelu", .cpu = k_gelu, .cuda = VNK_GELU, .cost = 20,
+                              .f32_only = true, .backward = gelu_backward};
+vn_tensor *vn_gelu(const vn_tensor *t) { return unary(&OP_GELU, t, 0, 0); }
 
-/* tanh: y' = 1 − y² */
+/* tanh (tanh_f in kernels/scalar.h): y' = 1 − y² */
 static void k_tanh(KARGS) { RUN1(float, float, tanh_f(a)); }
 static void k_tanh_b(KARGS) { RUN2(float, float, float, a * (1.0f - b * b)); }
-static vn_status tanh_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_tanh_b); }
-vn_tensor *vn_tanh(const vn_tensor *t) { return unary("tanh", k_tanh, 20, false, 0, 0, tanh_backward, true, t); }
+static const pw_op OP_TANH_B = {.name = "tanh_b", .cpu = k_tanh_b, .cuda = VNK_TANH_B, .cost = 2};
+UNARY_BACKWARD(tanh, OP_TANH_B)
+static const pw_op OP_TANH = {.name = "tanh", .cpu = k_tanh, .cuda = VNK_TANH, .cost = 20,
+                              .f32_only = true, .saves_output = true, .backward = tanh_backward};
+vn_tensor *vn_tanh(const vn_tensor *t) { return unary(&OP_TANH, t, 0, 0); }
 
 /* sigmoid: y' = y·(1 − y). For very negative x, expf overflows to inf and y
  * is exactly 0, which is the right limit. */
 static void k_sigmoid(KARGS) { RUN1(float, float, 1.0f / (1.0f + expf(-a))); }
 static void k_sigmoid_b(KARGS) { RUN2(float, float, float, a * b * (1.0f - b)); }
-static vn_status sigmoid_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_sigmoid_b); }
-vn_tensor *vn_sigmoid(const vn_tensor *t)
-{
-    return unary("sigmoid", k_sigmoid, 10, false, 0, 0, sigmoid_backward, true, t);
-}
+static const pw_op OP_SIGMOID_B = {.name = "sigmoid_b", .cpu = k_sigmoid_b, .cuda = VNK_SIGMOID_B,
+                                   .cost = 2};
+UNARY_BACKWARD(sigmoid, OP_SIGMOID_B)
+static const pw_op OP_SIGMOID = {.name = "sigmoid", .cpu = k_sigmoid, .cuda = VNK_SIGMOID,
+                                 .cost = 10, .f32_only = true, .saves_output = true,
+                                 .backward = sigmoid_backward};
+vn_tensor *vn_sigmoid(const vn_tensor *t) { return unary(&OP_SIGMOID, t, 0, 0); }
 
-/* clamp: min(max(x, lo), hi); y' = [lo <= x <= hi]. A nan bound is replaced
- * by an infinite one, which leaves that side open. */
-static inline float clamp_f(float x, float lo, float hi)
-{
-    float y = x < lo ? lo : x;
-    return y > hi ? hi : y;
-}
+/* clamp (clamp_f in kernels/scalar.h) to [lo, hi] = [p0, p1]; y' = [lo <= x
+ * <= hi]. A nan bound is replaced by an infinite one, which leaves that side
+ * open. */
 static void k_clamp(KARGS)
 {
     float lo = (float)p->p0, hi = (float)p->p1;
@@ -559,48 +586,66 @@ static void k_clamp_b(KARGS)
     float lo = (float)p->p0, hi = (float)p->p1;
     RUN2(float, float, float, (b >= lo && b <= hi) ? a : 0.0f);
 }
-static vn_status clamp_backward(vn_node *n, const vn_tensor *g) { return unary_backward(n, g, k_clamp_b); }
+static const pw_op OP_CLAMP_B = {.name = "clamp_b", .cpu = k_clamp_b, .cuda = VNK_CLAMP_B,
+                                 .cost = 2};
+UNARY_BACKWARD(clamp, OP_CLAMP_B)
+static const pw_op OP_CLAMP = {.name = "clamp", .cpu = k_clamp, .cuda = VNK_CLAMP, .cost = 2,
+                               .f32_only = true, .backward = clamp_backward};
 vn_tensor *vn_clamp(const vn_tensor *t, double lo, double hi)
 {
     if (isnan(lo)) lo = -INFINITY;
     if (isnan(hi)) hi = INFINITY;
-    return unary("clamp", k_clamp, 2, false, lo, hi, clamp_backward, false, t);
+    return unary(&OP_CLAMP, t, lo, hi);
 }
 
 /* ---- where and masked_fill ---------------------------------------------- */
 
-/* g where the mask is set (k_keep_set) or clear (k_keep_clear), else 0. */
+/* g where the mask is set (keep_set) or clear (keep_clear), else 0. */
 static void k_keep_set(KARGS) { RUN2(float, float, uint8_t, b ? a : 0.0f); }
 static void k_keep_clear(KARGS) { RUN2(float, float, uint8_t, b ? 0.0f : a); }
+static const pw_op OP_KEEP_SET = {.name = "keep_set", .cpu = k_keep_set, .cuda = VNK_KEEP_SET,
+                                  .cost = 1};
+static const pw_op OP_KEEP_CLEAR = {.name = "keep_clear", .cpu = k_keep_clear,
+                                    .cuda = VNK_KEEP_CLEAR, .cost = 1};
 
 static void k_where(KARGS) { VN_DTYPE_SWITCH(p->dtype, T, RUN3(T, uint8_t, T, T, a ? b : c)); }
 
-static vn_status where_backward(vn_node *n, const vn_tensor *g)
+static vn_status where_backward(vn_node *node, const vn_tensor *g)
 {
-    const vn_tensor *in[2] = {g, n->inputs[0]};
-    vn_status s = give(n, 1, k_keep_set, &F32, 2, in);
-    if (!s) s = give(n, 2, k_keep_clear, &F32, 2, in);
+    const vn_tensor *in[2] = {g, node->inputs[0]};
+    vn_status s = give(node, 1, &OP_KEEP_SET, &F32, 2, in);
+    if (!s) s = give(node, 2, &OP_KEEP_CLEAR, &F32, 2, in);
     return s;
 }
+static const pw_op OP_WHERE = {.name = "where", .cpu = k_where, .cuda = VNK_WHERE, .cost = 1,
+                               .backward = where_backward};
 
 vn_tensor *vn_where(const vn_tensor *cond, const vn_tensor *a, const vn_tensor *b)
 {
+    const pw_op *op = &OP_WHERE;
     if (vn__check_dtype_for(cond, VN_U8, "where: condition", VN_ALLOW_CUDA)) return NULL;
-    if (check_pair("where", a, b, false)) return NULL;
+    if (check_pair(op->name, a, b, false)) return NULL;
     kparams p = {.dtype = a->dtype};
     const vn_tensor *in[3] = {cond, a, b};
-    vn_tensor *out = map("where", k_where, 1, &p, a->dtype, 3, in);
-    if (out) vn__record(out, "where", where_backward, 3, in);
+    vn_tensor *out = map(op->name, op, &p, a->dtype, 3, in);
+    if (out) vn__record(out, op->name, op->backward, 3, in);
     return out;
 }
 
-static void k_masked_fill(KARGS) { VN_DTYPE_SWITCH(p->dtype, T, RUN2(T, T, uint8_t, b ? (T)p->p0 : a)); }
-
-static vn_status masked_fill_backward(vn_node *n, const vn_tensor *g)
+/* masked_fill: p0 (the fill value) where the mask is set. */
+static void k_masked_fill(KARGS)
 {
-    const vn_tensor *in[2] = {g, n->inputs[1]};
-    return give(n, 0, k_keep_clear, &F32, 2, in);
+    VN_DTYPE_SWITCH(p->dtype, T, RUN2(T, T, uint8_t, b ? (T)p->p0 : a));
 }
+
+static vn_status masked_fill_backward(vn_node *node, const vn_tensor *g)
+{
+    const vn_tensor *in[2] = {g, node->inputs[1]};
+    return give(node, 0, &OP_KEEP_CLEAR, &F32, 2, in);
+}
+static const pw_op OP_MASKED_FILL = {.name = "masked_fill", .cpu = k_masked_fill,
+                                     .cuda = VNK_MASKED_FILL, .cost = 1,
+                                     .backward = masked_fill_backward};
 
 /* Whether `value` can be stored in dtype d (integers truncate toward zero,
  * as in to_dtype; out-of-range values would be undefined behaviour). */
@@ -618,6 +663,7 @@ static bool fits(vn_dtype d, double value)
 
 vn_tensor *vn_masked_fill(const vn_tensor *t, const vn_tensor *mask, double value)
 {
+    const pw_op *op = &OP_MASKED_FILL;
     if (vn__check_for(t, "masked_fill: input", VN_ALLOW_CUDA)) return NULL;
     if (vn__check_dtype_for(mask, VN_U8, "masked_fill: mask", VN_ALLOW_CUDA)) return NULL;
     if (!fits(t->dtype, value))
@@ -625,7 +671,7 @@ vn_tensor *vn_masked_fill(const vn_tensor *t, const vn_tensor *mask, double valu
                         vn_dtype_name(t->dtype));
     int nd;
     int64_t shape[VN_MAX_DIMS];
-    if (vn__broadcast_shape("masked_fill", t->ndim, t->shape, mask->ndim, mask->shape, &nd, shape))
+    if (vn__broadcast_shape(op->name, t->ndim, t->shape, mask->ndim, mask->shape, &nd, shape))
         return NULL;
     if (nd != t->ndim || memcmp(shape, t->shape, sizeof(int64_t) * (size_t)nd)) {
         char a[128], b[128];
@@ -635,37 +681,28 @@ vn_tensor *vn_masked_fill(const vn_tensor *t, const vn_tensor *mask, double valu
     }
     kparams p = {.dtype = t->dtype, .p0 = value};
     const vn_tensor *in[2] = {t, mask};
-    vn_tensor *out = map("masked_fill", k_masked_fill, 1, &p, t->dtype, 2, in);
-    if (out) vn__record(out, "masked_fill", masked_fill_backward, 2, in);
+    vn_tensor *out = map(op->name, op, &p, t->dtype, 2, in);
+    if (out) vn__record(out, op->name, op->backward, 2, in);
     return out;
 }
 
 /* ---- dropout --------------------------------------------------------------- */
 
 /* The drop decision for element i of one dropout call hashes i with a
- * per-call key drawn from the engine RNG (lowbias32, C. Wellons). That keeps
- * runs repeatable under vn_manual_seed, takes the RNG lock once per call
- * instead of once per element, and is plain 32-bit arithmetic that GCC
- * vectorizes. */
-static inline uint32_t hash32(uint32_t x)
+ * per-call key drawn from the engine RNG (dropout_mask_at in
+ * kernels/scalar.h, which the CUDA kernel shares). That keeps runs repeatable
+ * under vn_manual_seed, takes the RNG lock once per call instead of once per
+ * element, and is plain 32-bit arithmetic that GCC vectorizes. */
+
+static vn_status dropout_backward(vn_node *node, const vn_tensor *g)
 {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
+    const vn_tensor *in[2] = {g, node->saved[SAVED_MASK]};
+    return give(node, 0, &OP_MUL, &F32, 2, in);
 }
 
-static vn_status dropout_backward(vn_node *n, const vn_tensor *g)
+static vn_status identity_backward(vn_node *node, const vn_tensor *g)
 {
-    const vn_tensor *in[2] = {g, n->saved[0]};
-    return give(n, 0, k_mul, &F32, 2, in);
-}
-
-static vn_status identity_backward(vn_node *n, const vn_tensor *g)
-{
-    return vn__accum(n, 0, vn_tensor_retain((vn_tensor *)g));
+    return vn__accum(node, 0, vn_tensor_retain((vn_tensor *)g));
 }
 
 vn_tensor *vn_dropout(const vn_tensor *t, double p, bool training)
@@ -695,40 +732,12 @@ vn_tensor *vn_dropout(const vn_tensor *t, double p, bool training)
     } else {
         float *m = vn_tensor_data(mask);
 #pragma omp parallel for if (numel >= VN_OMP_MIN_WORK)
-        for (int64_t i = 0; i < numel; i++)
-            m[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < thr ? 0.0f : scale;
+        for (int64_t i = 0; i < numel; i++) m[i] = dropout_mask_at((uint32_t)i, k0, k1, thr, scale);
     }
     const vn_tensor *in[2] = {t, mask};
-    vn_tensor *out = map("dropout", k_mul, 1, &F32, VN_F32, 2, in);
+    vn_tensor *out = map("dropout", &OP_MUL, &F32, VN_F32, 2, in);
     vn_node *node = out ? vn__record(out, "dropout", dropout_backward, 1, &t) : NULL;
-    if (node) node->saved[0] = mask;
+    if (node) node->saved[SAVED_MASK] = mask;
     else vn_tensor_release(mask);
     return out;
-}
-
-/* ---- the CUDA twin of each kernel ------------------------------------------ */
-
-static vnk_op cuda_op_of(kernel_fn k)
-{
-    static const struct {
-        kernel_fn k;
-        vnk_op op;
-    } table[] = {
-        {k_add, VNK_ADD},         {k_sub, VNK_SUB},           {k_mul, VNK_MUL},
-        {k_div, VNK_DIV},         {k_pow, VNK_POW},           {k_eq, VNK_EQ},
-        {k_ne, VNK_NE},           {k_lt, VNK_LT},             {k_le, VNK_LE},
-        {k_gt, VNK_GT},           {k_ge, VNK_GE},             {k_neg, VNK_NEG},
-        {k_abs, VNK_ABS},         {k_exp, VNK_EXP},           {k_log, VNK_LOG},
-        {k_sqrt, VNK_SQRT},       {k_pows, VNK_POW_SCALAR},   {k_relu, VNK_RELU},
-        {k_gelu, VNK_GELU},       {k_tanh, VNK_TANH},         {k_sigmoid, VNK_SIGMOID},
-        {k_clamp, VNK_CLAMP},     {k_div_gb, VNK_DIV_GB},     {k_pow_ga, VNK_POW_GA},
-        {k_pow_gb, VNK_POW_GB},   {k_abs_b, VNK_ABS_B},       {k_sqrt_b, VNK_SQRT_B},
-        {k_pows_b, VNK_POW_SCALAR_B}, {k_relu_b, VNK_RELU_B}, {k_gelu_b, VNK_GELU_B},
-        {k_tanh_b, VNK_TANH_B},   {k_sigmoid_b, VNK_SIGMOID_B}, {k_clamp_b, VNK_CLAMP_B},
-        {k_keep_set, VNK_KEEP_SET}, {k_keep_clear, VNK_KEEP_CLEAR}, {k_where, VNK_WHERE},
-        {k_masked_fill, VNK_MASKED_FILL},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].k == k) return table[i].op;
-    return VNK_COPY; /* unreachable: every kernel above has its entry */
 }

@@ -163,7 +163,7 @@ static vn_status sum_f32_on(const vn_tensor *x, vn_tensor *y, int64_t outer, int
         sum_f32(vn__ptr(x), vn__ptr(y), outer, R, inner, scale);
         return VN_OK;
     }
-    if (vnk_reduce(VNK_RED_SUM, VN_F32, vn__ptr(x), vn__ptr(y), NULL, outer, R, inner, scale))
+    if (vnk_reduce(vn__ptr(y), NULL, vn__ptr(x), VN_F32, outer, R, inner, VNK_RED_SUM, scale))
         return vn__cuda_err("sum");
     return VN_OK;
 }
@@ -342,7 +342,7 @@ static vn_tensor *reduce(const char *op, red_kind kind, const vn_tensor *t, cons
                                       [RED_ARGMAX] = VNK_RED_MAX, [RED_ARGMIN] = VNK_RED_MIN};
         void *values = is_arg ? vn__ptr(aux) : vn__ptr(out);
         int64_t *index = is_extreme ? vn__ptr(is_arg ? out : aux) : NULL;
-        if (vnk_reduce(red[kind], t->dtype, xp, values, index, outer, R, inner, scale)) {
+        if (vnk_reduce(values, index, xp, t->dtype, outer, R, inner, red[kind], scale)) {
             vn_tensor_release(x);
             vn_tensor_release(out);
             vn_tensor_release(aux);

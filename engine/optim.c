@@ -59,7 +59,7 @@ vn_status vn_sgd_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *moment
     if (vn__is_cuda(param)) {
         float *p = vn__ptr(param), *buf = momentum != 0 ? vn__ptr(momentum_buf) : NULL;
         const float *g = vn__ptr(grad);
-        if (vnk_sgd_step(1, &p, &g, &buf, &n, (float)lr, (float)momentum, (float)dampening,
+        if (vnk_sgd_step(&p, &buf, &g, &n, 1, (float)lr, (float)momentum, (float)dampening,
                          (float)weight_decay, nesterov, first_step))
             return vn__cuda_err("sgd_step");
         return VN_OK;
@@ -125,7 +125,7 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
     if (vn__is_cuda(param)) {
         float *p = vn__ptr(param), *m = vn__ptr(exp_avg), *v = vn__ptr(exp_avg_sq);
         const float *g = vn__ptr(grad);
-        if (vnk_adam_step(1, &p, &g, &m, &v, &n, (float)lr, (float)beta1, (float)beta2,
+        if (vnk_adam_step(&p, &m, &v, &g, &n, 1, (float)lr, (float)beta1, (float)beta2,
                           (float)eps, (float)weight_decay, decoupled, (float)bc1, (float)bc2))
             return vn__cuda_err("adam_step");
         return VN_OK;
@@ -193,7 +193,7 @@ vn_status vn_adam_step_multi(int n, vn_tensor *const *param, const vn_tensor *co
         size[i] = vn_tensor_numel(param[i]);
     }
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
-    vn_status s = vnk_adam_step(n, p, g, m, v, size, (float)lr, (float)beta1, (float)beta2,
+    vn_status s = vnk_adam_step(p, m, v, g, size, n, (float)lr, (float)beta1, (float)beta2,
                                 (float)eps, (float)weight_decay, decoupled, (float)bc1, (float)bc2)
                       ? vn__cuda_err("adam_step_multi")
                       : VN_OK;

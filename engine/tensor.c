@@ -564,7 +564,7 @@ static vn_status cuda_copy(const char *op, vn_tensor *dst, const vn_tensor *src)
     vnk_loop L;
     const void *in;
     if (!vn__cuda_loop(dst, 1, &src, &L, &in)) return VN_OK;
-    if (vnk_map(VNK_COPY, src->dtype, dst->dtype, vn__ptr(dst), 1, &in, &L, 0, 0))
+    if (vnk_map(vn__ptr(dst), dst->dtype, &in, 1, src->dtype, &L, VNK_COPY, 0, 0))
         return vn__cuda_err(op);
     return VN_OK;
 }

@@ -499,8 +499,8 @@ static vn_status index_select_backward_cuda(vn_node *n, const vn_tensor *g)
     around(x, dim, &outer, &inner);
     vn_tensor *gc = vn__plain_contiguous(g);
     vn_tensor *full = gc ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL;
-    if (full && vnk_index_add(vn__ptr(full), vn__ptr(gc), outer, x->shape[dim], inner, vn__ptr(idx),
-                              idx->dtype, idx->shape[0])) {
+    if (full && vnk_index_add(vn__ptr(full), vn__ptr(gc), vn__ptr(idx), idx->dtype, outer,
+                              x->shape[dim], inner, idx->shape[0])) {
         vn_tensor_release(full);
         full = vn__cuda_errp("index_select backward");
     }
@@ -520,7 +520,7 @@ static vn_tensor *index_select_cuda(const vn_tensor *t, int dim, const vn_tensor
         return NULL;
     }
     vn_tensor *out = NULL;
-    if (vnk_check_targets(vn__ptr(idx), idx->dtype, m, size, &bad, &value)) {
+    if (vnk_check_targets(&bad, &value, vn__ptr(idx), idx->dtype, m, size)) {
         vn__cuda_err("index_select");
     } else if (bad >= 0) {
         vn__err(VN_ERR_ARG, "index_select: index[%lld] = %lld out of range for dim %d of size %lld",
@@ -530,8 +530,8 @@ static vn_tensor *index_select_cuda(const vn_tensor *t, int dim, const vn_tensor
         memcpy(shape, t->shape, sizeof shape);
         shape[dim] = m;
         out = vn__new_like(t, t->dtype, t->ndim, shape);
-        if (out && vnk_index_select(vn__ptr(out), vn__ptr(x), t->dtype, outer, size, inner,
-                                    vn__ptr(idx), idx->dtype, m)) {
+        if (out && vnk_index_select(vn__ptr(out), vn__ptr(x), t->dtype, vn__ptr(idx), idx->dtype,
+                                    outer, size, inner, m)) {
             vn_tensor_release(out);
             out = vn__cuda_errp("index_select");
         }

@@ -7,6 +7,7 @@
  * across a warp, so it costs a few instructions next to the memory traffic,
  * and each formula is written once. */
 #include "internal.cuh"
+#include "scalar.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,34 +74,8 @@ static __device__ inline uint8_t v_abs(uint8_t a) { return a; }
 
 /* ---- f32 math, as in ops_pointwise.c ------------------------------------------ */
 
-/* tanh through expf, with a Taylor polynomial below 0.1 where 1 − e cancels
- * (the CPU's tanh_f, so both devices round alike). NaN stays NaN. */
-static __device__ inline float tanh_f(float x)
-{
-    float ax = fabsf(x);
-    if (ax < 0.1f) {
-        float x2 = x * x;
-        return x * (1.0f + x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315))));
-    }
-    float e = expf(-2.0f * ax);
-    return copysignf((1.0f - e) / (1.0f + e), x);
-}
-
-/* gelu, tanh form: x/2·(1 + tanh u), u = k·(x + c·x³). */
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-static __device__ inline float gelu_f(float x)
-{
-    float t = tanh_f(GELU_K * (x + GELU_C * x * x * x));
-    return 0.5f * x * (1.0f + t);
-}
-
-static __device__ inline float gelu_grad(float x)
-{
-    float t = tanh_f(GELU_K * (x + GELU_C * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-}
+/* tanh_f, gelu_f, gelu_grad, clamp_f and pow_grad_exponent come from
+ * scalar.h, which the CPU kernels include too, so both devices round alike. */
 
 /* The f32 ops; b is the u8 mask (as 0/nonzero) for KEEP_SET/KEEP_CLEAR. */
 static __device__ inline float f32_op(vnk_op op, float a, float b, float c, float p0, float p1)
@@ -116,13 +91,10 @@ static __device__ inline float f32_op(vnk_op op, float a, float b, float c, floa
     case VNK_GELU: return gelu_f(a);
     case VNK_TANH: return tanh_f(a);
     case VNK_SIGMOID: return 1.0f / (1.0f + expf(-a));
-    case VNK_CLAMP: {
-        float y = a < p0 ? p0 : a;
-        return y > p1 ? p1 : y;
-    }
+    case VNK_CLAMP: return clamp_f(a, p0, p1);
     case VNK_DIV_GB: return -a * b / (c * c);
     case VNK_POW_GA: return a * c * powf(b, c - 1.0f);
-    case VNK_POW_GB: return (b == 0.0f && c >= 0.0f) ? 0.0f : a * powf(b, c) * logf(b);
+    case VNK_POW_GB: return pow_grad_exponent(a, b, c);
     case VNK_ABS_B: return b > 0 ? a : (b < 0 ? -a : 0.0f);
     case VNK_SQRT_B: return 0.5f * a / b;
     case VNK_POW_SCALAR_B: return p0 == 2.0f ? 2.0f * a * b : a * p0 * powf(b, p0 - 1.0f);
@@ -330,8 +302,8 @@ static bool is_f32_op(vnk_op op)
     }
 }
 
-int vnk_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, void *out, int nin,
-            const void *const *in, const vnk_loop *L, double p0, double p1)
+int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dtype dtype,
+            const vnk_loop *L, vnk_op op, double p0, double p1)
 {
     if (check_map(op, dtype, out_dtype, nin)) return 1;
     if (!L || L->ndim < 1 || L->ndim > VN_MAX_DIMS)

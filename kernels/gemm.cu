@@ -58,10 +58,10 @@ static __global__ void scale_c(float *C, int64_t m, int64_t n, int64_t ldc, int6
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-int vnk_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha,
-             const void *A, int64_t lda, int64_t strideA, const void *B, int64_t ldb,
-             int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch,
-             vn_dtype ab_dtype, bool allow_tf32)
+int vnk_gemm(float *C, int64_t ldc, int64_t strideC, const void *A, int64_t lda, int64_t strideA,
+             const void *B, int64_t ldb, int64_t strideB, vn_dtype ab_dtype, bool transa,
+             bool transb, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha, float beta,
+             bool allow_tf32)
 {
     cudaDataType ab_type;
     switch (ab_dtype) {

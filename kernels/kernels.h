@@ -14,6 +14,9 @@
  *  - Pointers marked "dev" are device memory from vnk_alloc; "host" is host
  *    memory.
  *  - Empty work (n == 0) launches nothing and succeeds.
+ *  - Arguments come destination first, as in Torch7's TH and llm.c: the
+ *    output pointer(s), then the inputs, then sizes and options. A pointer's
+ *    dtype and leading dimension follow it.
  *  - Without CUDA (VENOM_CUDA=OFF or no toolkit), kernels/stub.c provides
  *    these symbols: vnk_device_count() is 0 and everything else fails with
  *    "venom was built without CUDA".
@@ -65,7 +68,8 @@ typedef struct {
 } vnk_loop;
 
 /* The elementwise ops, with the same formulas as the CPU kernels of
- * engine/ops_pointwise.c (a, b, c are inputs 0, 1, 2; p0, p1 parameters). */
+ * engine/ops_pointwise.c (a, b, c are inputs 0, 1, 2; p0, p1 parameters);
+ * those with more than one line are written once, in kernels/scalar.h. */
 typedef enum {
     /* binary, any of f32/i32/i64/u8 (integers wrap): */
     VNK_ADD, VNK_SUB, VNK_MUL,
@@ -81,7 +85,7 @@ typedef enum {
     /* backward helpers, f32: */
     VNK_DIV_GB,     /* −a·b/c² */
     VNK_POW_GA,     /* a·c·b^(c−1) */
-    VNK_POW_GB,     /* a·b^c·log b (0 where b^c is 0) — as k_pow_gb */
+    VNK_POW_GB,     /* a·b^c·log b, 0 where b == 0 and c ≥ 0 (pow_grad_exponent) */
     VNK_ABS_B,      /* b > 0 ? a : (b < 0 ? −a : 0) */
     VNK_SQRT_B,     /* 0.5·a/b */
     VNK_POW_SCALAR_B, /* a·p0·b^(p0−1) */
@@ -103,8 +107,8 @@ typedef enum {
 
 /* out (contiguous, out_dtype) = op(in[0], in[1], in[2]) over loop L.
  * `dtype` is the dtype of the value inputs (see each op; masks are u8). */
-int vnk_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, void *out, int nin,
-            const void *const *in, const vnk_loop *L, double p0, double p1);
+int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dtype dtype,
+            const vnk_loop *L, vnk_op op, double p0, double p1);
 /* out[0..n) = value converted to dtype. */
 int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value);
 
@@ -121,8 +125,8 @@ typedef enum { VNK_RED_SUM, VNK_RED_MEAN, VNK_RED_MAX, VNK_RED_MIN } vnk_red;
  * f32 sums accumulate in double or in a tree; the result must agree with the
  * CPU to relative 1e-5. R == 0: SUM gives 0, MEAN NaN (the caller refuses
  * MAX/MIN over zero elements). */
-int vnk_reduce(vnk_red kind, vn_dtype dtype, const void *in, void *out, int64_t *index,
-               int64_t outer, int64_t R, int64_t inner, double scale);
+int vnk_reduce(void *out, int64_t *index, const void *in, vn_dtype dtype, int64_t outer,
+               int64_t R, int64_t inner, vnk_red kind, double scale);
 /* The backward of MAX/MIN: gx (f32, (outer, R, inner), zeroed by the
  * kernel) gets g[o, i] at [o, index[o, i], i]. */
 int vnk_scatter_extreme(float *gx, const float *g, const int64_t *index, int64_t outer, int64_t R,
@@ -131,67 +135,69 @@ int vnk_scatter_extreme(float *gx, const float *g, const int64_t *index, int64_t
 /* ---- softmax and losses (f32, contiguous rows of D) ---------------------- */
 
 /* y = softmax(x) or log_softmax(x) of each row, stable (x − row max). */
-int vnk_softmax(const float *x, float *y, int64_t rows, int64_t D, bool log);
+int vnk_softmax(float *y, const float *x, int64_t rows, int64_t D, bool log);
 /* dx from y (the forward output) and g = dL/dy:
  *   softmax:     dx = y·(g − Σ g·y)
  *   log_softmax: dx = g − exp(y)·Σ g */
-int vnk_softmax_backward(const float *y, const float *g, float *dx, int64_t rows, int64_t D,
+int vnk_softmax_backward(float *dx, const float *y, const float *g, int64_t rows, int64_t D,
                          bool log);
 /* Targets are i32 or i64 (tdtype), 0-based. Before any loss is computed the
  * kernels check every target against 0..C−1; the first bad position (or −1)
  * is written to *bad (host), and its value to *bad_value. */
-int vnk_check_targets(const void *target, vn_dtype tdtype, int64_t N, int64_t C, int64_t *bad,
-                      int64_t *bad_value);
+int vnk_check_targets(int64_t *bad, int64_t *bad_value, const void *target, vn_dtype tdtype,
+                      int64_t N, int64_t C);
 /* Per row n of logits x (N, C): lse[n] = log Σ_c exp(x[n,c]) (stable) and
  * loss[n] = lse[n] − x[n, target[n]]. */
-int vnk_cross_entropy(const float *x, const void *target, vn_dtype tdtype, int64_t N, int64_t C,
-                      float *lse, float *loss);
+int vnk_cross_entropy(float *lse, float *loss, const float *x, const void *target,
+                      vn_dtype tdtype, int64_t N, int64_t C);
 /* dx[n,c] = (exp(x[n,c] − lse[n]) − [c == target[n]]) · g[n·gstride] · mul
  * (gstride 0 for a scalar upstream gradient, as with MEAN/SUM). */
-int vnk_cross_entropy_backward(const float *x, const float *lse, const void *target,
-                               vn_dtype tdtype, int64_t N, int64_t C, const float *g,
-                               int64_t gstride, float mul, float *dx);
+int vnk_cross_entropy_backward(float *dx, const float *x, const float *lse, const void *target,
+                               vn_dtype tdtype, const float *g, int64_t gstride, int64_t N,
+                               int64_t C, float mul);
 /* loss[n] = −logp[n, target[n]]. */
-int vnk_nll(const float *logp, const void *target, vn_dtype tdtype, int64_t N, int64_t C,
-            float *loss);
+int vnk_nll(float *loss, const float *logp, const void *target, vn_dtype tdtype, int64_t N,
+            int64_t C);
 /* dx zeroed, then dx[n, target[n]] = −g[n·gstride]·mul. */
-int vnk_nll_backward(const void *target, vn_dtype tdtype, int64_t N, int64_t C, const float *g,
-                     int64_t gstride, float mul, float *dx);
+int vnk_nll_backward(float *dx, const void *target, vn_dtype tdtype, const float *g,
+                     int64_t gstride, int64_t N, int64_t C, float mul);
 
 /* ---- indexing ------------------------------------------------------------ */
 
 /* out (outer, n_idx, inner) = in (outer, n_in, inner) at rows index[j]
  * (i32/i64, 0-based, checked by the caller with vnk_check_targets). */
-int vnk_index_select(void *out, const void *in, vn_dtype dtype, int64_t outer, int64_t n_in,
-                     int64_t inner, const void *index, vn_dtype idtype, int64_t n_idx);
+int vnk_index_select(void *out, const void *in, vn_dtype dtype, const void *index,
+                     vn_dtype idtype, int64_t outer, int64_t n_in, int64_t inner, int64_t n_idx);
 /* The backward: gx (f32 (outer, n_in, inner), zeroed by the kernel)
  * += g (outer, n_idx, inner) at rows index[j] (atomic adds; repeats sum). */
-int vnk_index_add(float *gx, const float *g, int64_t outer, int64_t n_in, int64_t inner,
-                  const void *index, vn_dtype idtype, int64_t n_idx);
+int vnk_index_add(float *gx, const float *g, const void *index, vn_dtype idtype, int64_t outer,
+                  int64_t n_in, int64_t inner, int64_t n_idx);
 
 /* ---- random numbers (counter-based: element i depends only on key and i) - */
 
 /* out[i] uniform on [0, 1) (normal = false) or N(0, 1) (Box–Muller). */
 int vnk_random(float *out, int64_t n, uint64_t key, bool normal);
 /* Inverted-dropout mask, bit-identical to the CPU's for the same key
- * (engine/ops_pointwise.c, vn_dropout): with k0, k1 the low and high halves
- * of key, mask[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < threshold ? 0 :
- * scale, where hash32 is lowbias32 and threshold = p·2³² (as uint64). */
+ * (vn_dropout): with k0, k1 the low and high halves of key, mask[i] =
+ * hash32(hash32((uint32_t)i ^ k0) + k1) < threshold ? 0 : scale, where
+ * hash32 is lowbias32 and threshold = p·2³² (as uint64); both devices
+ * compute it with dropout_mask_at in kernels/scalar.h. */
 int vnk_dropout_mask(float *mask, int64_t n, uint64_t key, uint64_t threshold, float scale);
 
 /* ---- optimizer steps (f32, contiguous, in place) ------------------------- */
 
 /* Formulas of vn_sgd_step / vn_adam_step in venom.h. One launch handles
  * `count` parameters: arrays of `count` device pointers and sizes (host
- * arrays; the kernel receives them by value in chunks). momentum buffers may
+ * arrays; the kernel receives them by value in chunks). The arrays updated
+ * in place (param and the optimizer state) come first. momentum buffers may
  * be NULL when momentum == 0. bc1 = 1 − β1^t, bc2 = 1 − β2^t. */
-int vnk_sgd_step(int count, float *const *param, const float *const *grad, float *const *buf,
-                 const int64_t *n, float lr, float momentum, float dampening, float weight_decay,
-                 bool nesterov, bool first_step);
-int vnk_adam_step(int count, float *const *param, const float *const *grad,
-                  float *const *exp_avg, float *const *exp_avg_sq, const int64_t *n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, bool decoupled,
-                  float bc1, float bc2);
+int vnk_sgd_step(float *const *param, float *const *buf, const float *const *grad,
+                 const int64_t *n, int count, float lr, float momentum, float dampening,
+                 float weight_decay, bool nesterov, bool first_step);
+int vnk_adam_step(float *const *param, float *const *exp_avg, float *const *exp_avg_sq,
+                  const float *const *grad, const int64_t *n, int count, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, bool decoupled, float bc1,
+                  float bc2);
 
 /* ---- GEMM (cuBLAS) ------------------------------------------------------- */
 
@@ -200,10 +206,10 @@ int vnk_adam_step(int count, float *const *param, const float *const *grad,
  * with op(A) m × k (A stored k × m when transa), op(B) k × n. A and B are
  * f32, bf16 or f16 (ab_dtype, both the same); C is f32; accumulation is f32.
  * f32 inputs use TF32 tensor cores only when allow_tf32. */
-int vnk_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha,
-             const void *A, int64_t lda, int64_t strideA, const void *B, int64_t ldb,
-             int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch,
-             vn_dtype ab_dtype, bool allow_tf32);
+int vnk_gemm(float *C, int64_t ldc, int64_t strideC, const void *A, int64_t lda,
+             int64_t strideA, const void *B, int64_t ldb, int64_t strideB, vn_dtype ab_dtype,
+             bool transa, bool transb, int64_t m, int64_t n, int64_t k, int64_t batch,
+             float alpha, float beta, bool allow_tf32);
 
 /* ---- V:N:M on Sparse Tensor Cores (kernels/vnm_sptc.cu) ------------------ */
 
@@ -228,11 +234,11 @@ typedef struct {
  *   spmm:   y (B × R) = X·Wᵀ + bias (bias (R) or NULL), mma.sp;
  *   spmm_t: dx (B × K) = dY·W;
  *   sddmm:  dvalues (R × 2G) = dYᵀ·X at the kept positions (0 at padding). */
-int vnk_vnm_spmm(const vnk_vnm *w, const void *xt, int64_t ldx, int64_t B, const float *bias,
-                 float *y);
-int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx);
-int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx, int64_t B,
-                  float *dvalues);
+int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
+                 int64_t B);
+int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B);
+int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
+                  int64_t B);
 
 /* The two conversions the engine runs before the kernels (dtype bf16 or
  * f16, f32 rounded to nearest even):
@@ -241,10 +247,10 @@ int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
  *                    trainable array (src from vnm_sptc_layout);
  *   transpose_input: xt (K × ldx) = xᵀ for x (B × K f32, row-major), with
  *                    columns B..ldx−1 of xt set to 0. */
-int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,
-                        void *out);
-int vnk_vnm_transpose_input(const float *x, int64_t B, int64_t K, vn_dtype dtype, void *xt,
-                            int64_t ldx);
+int vnk_vnm_pack_values(void *out, vn_dtype dtype, const float *values, const int32_t *src,
+                        int64_t n);
+int vnk_vnm_transpose_input(void *xt, vn_dtype dtype, int64_t ldx, const float *x, int64_t B,
+                            int64_t K);
 
 #ifdef __cplusplus
 }

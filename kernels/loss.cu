@@ -45,7 +45,7 @@ static __global__ void softmax_rows(const float *x, float *y, int64_t rows, int6
     }
 }
 
-int vnk_softmax(const float *x, float *y, int64_t rows, int64_t D, bool log)
+int vnk_softmax(float *y, const float *x, int64_t rows, int64_t D, bool log)
 {
     if (rows < 0 || D < 0)
         return vnk__fail("vnk_softmax: negative shape (%lld, %lld)", (long long)rows, (long long)D);
@@ -70,7 +70,8 @@ static __global__ void softmax_rows_backward(const float *y, const float *g, flo
     }
 }
 
-int vnk_softmax_backward(const float *y, const float *g, float *dx, int64_t rows, int64_t D, bool log)
+int vnk_softmax_backward(float *dx, const float *y, const float *g, int64_t rows, int64_t D,
+                         bool log)
 {
     if (rows < 0 || D < 0)
         return vnk__fail("vnk_softmax_backward: negative shape (%lld, %lld)", (long long)rows,
@@ -94,8 +95,8 @@ static __global__ void find_bad_target(const void *target, bool is64, int64_t N,
     }
 }
 
-int vnk_check_targets(const void *target, vn_dtype tdtype, int64_t N, int64_t C, int64_t *bad,
-                      int64_t *bad_value)
+int vnk_check_targets(int64_t *bad, int64_t *bad_value, const void *target, vn_dtype tdtype,
+                      int64_t N, int64_t C)
 {
     if (!bad || !bad_value) return vnk__fail("vnk_check_targets: NULL result pointer");
     *bad = -1;
@@ -154,8 +155,8 @@ static __global__ void cross_entropy_rows(const float *x, const void *target, bo
     }
 }
 
-int vnk_cross_entropy(const float *x, const void *target, vn_dtype tdtype, int64_t N, int64_t C,
-                      float *lse, float *loss)
+int vnk_cross_entropy(float *lse, float *loss, const float *x, const void *target, vn_dtype tdtype,
+                      int64_t N, int64_t C)
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_cross_entropy: targets must be i32 or i64, got %s",
@@ -181,9 +182,9 @@ static __global__ void cross_entropy_grad(const float *x, const float *lse, cons
     }
 }
 
-int vnk_cross_entropy_backward(const float *x, const float *lse, const void *target,
-                               vn_dtype tdtype, int64_t N, int64_t C, const float *g,
-                               int64_t gstride, float mul, float *dx)
+int vnk_cross_entropy_backward(float *dx, const float *x, const float *lse, const void *target,
+                               vn_dtype tdtype, const float *g, int64_t gstride, int64_t N,
+                               int64_t C, float mul)
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_cross_entropy_backward: targets must be i32 or i64, got %s",
@@ -210,7 +211,8 @@ static __global__ void nll_rows(const float *logp, const void *target, bool is64
     }
 }
 
-int vnk_nll(const float *logp, const void *target, vn_dtype tdtype, int64_t N, int64_t C, float *loss)
+int vnk_nll(float *loss, const float *logp, const void *target, vn_dtype tdtype, int64_t N,
+            int64_t C)
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_nll: targets must be i32 or i64, got %s", vn_dtype_name(tdtype));
@@ -230,8 +232,8 @@ static __global__ void nll_grad(const void *target, bool is64, int64_t N, int64_
     }
 }
 
-int vnk_nll_backward(const void *target, vn_dtype tdtype, int64_t N, int64_t C, const float *g,
-                     int64_t gstride, float mul, float *dx)
+int vnk_nll_backward(float *dx, const void *target, vn_dtype tdtype, const float *g,
+                     int64_t gstride, int64_t N, int64_t C, float mul)
 {
     if (!target_dtype_ok(tdtype))
         return vnk__fail("vnk_nll_backward: targets must be i32 or i64, got %s",
@@ -276,8 +278,8 @@ static int check_index_args(const char *op, vn_dtype idtype, int64_t outer, int6
     return 0;
 }
 
-int vnk_index_select(void *out, const void *in, vn_dtype dtype, int64_t outer, int64_t n_in,
-                     int64_t inner, const void *index, vn_dtype idtype, int64_t n_idx)
+int vnk_index_select(void *out, const void *in, vn_dtype dtype, const void *index, vn_dtype idtype,
+                     int64_t outer, int64_t n_in, int64_t inner, int64_t n_idx)
 {
     if (check_index_args("vnk_index_select", idtype, outer, n_in, inner, n_idx)) return 1;
     size_t size = vn_dtype_size(dtype);
@@ -309,8 +311,8 @@ static __global__ void index_add_kernel(float *gx, const float *g, int64_t outer
     }
 }
 
-int vnk_index_add(float *gx, const float *g, int64_t outer, int64_t n_in, int64_t inner,
-                  const void *index, vn_dtype idtype, int64_t n_idx)
+int vnk_index_add(float *gx, const float *g, const void *index, vn_dtype idtype, int64_t outer,
+                  int64_t n_in, int64_t inner, int64_t n_idx)
 {
     if (check_index_args("vnk_index_add", idtype, outer, n_in, inner, n_idx)) return 1;
     int64_t nx = outer * n_in * inner, total = outer * n_idx * inner;

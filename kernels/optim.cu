@@ -123,8 +123,8 @@ static int check_lists(const char *op, int count, float *const *param, const flo
     return 0;
 }
 
-int vnk_sgd_step(int count, float *const *param, const float *const *grad, float *const *buf,
-                 const int64_t *n, float lr, float momentum, float dampening, float weight_decay,
+int vnk_sgd_step(float *const *param, float *const *buf, const float *const *grad, const int64_t *n,
+                 int count, float lr, float momentum, float dampening, float weight_decay,
                  bool nesterov, bool first_step)
 {
     bool need_buf = momentum != 0.0f;
@@ -142,10 +142,9 @@ int vnk_sgd_step(int count, float *const *param, const float *const *grad, float
     return 0;
 }
 
-int vnk_adam_step(int count, float *const *param, const float *const *grad,
-                  float *const *exp_avg, float *const *exp_avg_sq, const int64_t *n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, bool decoupled,
-                  float bc1, float bc2)
+int vnk_adam_step(float *const *param, float *const *exp_avg, float *const *exp_avg_sq,
+                  const float *const *grad, const int64_t *n, int count, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, bool decoupled, float bc1, float bc2)
 {
     if (check_lists("vnk_adam_step", count, param, grad, exp_avg, true, exp_avg_sq, true, n)) return 1;
     if (!(bc1 > 0.0f) || !(bc2 > 0.0f))

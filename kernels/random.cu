@@ -5,9 +5,11 @@
  * "Parallel random numbers: as easy as 1, 2, 3", SC 2011): the counter is
  * the group g = i / 4, the key the caller's 64 bits, and the four 32-bit
  * words of one call serve elements 4g .. 4g+3. The dropout mask instead
- * repeats the CPU's lowbias32 hash bit for bit (engine/ops_pointwise.c,
- * vn_dropout), so CPU and GPU drop the same elements for the same key. */
+ * repeats the CPU's lowbias32 hash bit for bit (dropout_mask_at in scalar.h,
+ * shared with vn_dropout), so CPU and GPU drop the same elements for the same
+ * key. */
 #include "internal.cuh"
+#include "scalar.h"
 
 /* ---- Philox4x32-10 --------------------------------------------------------- */
 
@@ -77,22 +79,13 @@ int vnk_random(float *out, int64_t n, uint64_t key, bool normal)
 
 /* ---- dropout ------------------------------------------------------------------- */
 
-/* lowbias32 (C. Wellons), the CPU's hash32. */
-static __device__ inline uint32_t hash32(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
+/* dropout_mask_at (scalar.h) is the CPU's formula, so both drop the same
+ * elements for the same key. */
 static __global__ void dropout_kernel(float *mask, int64_t n, uint32_t k0, uint32_t k1,
                                       uint64_t threshold, float scale)
 {
     for (int64_t i = VNK_GRID_START; i < n; i += VNK_GRID_STEP)
-        mask[i] = hash32(hash32((uint32_t)i ^ k0) + k1) < threshold ? 0.0f : scale;
+        mask[i] = dropout_mask_at((uint32_t)i, k0, k1, threshold, scale);
 }
 
 int vnk_dropout_mask(float *mask, int64_t n, uint64_t key, uint64_t threshold, float scale)

@@ -286,8 +286,8 @@ static int extreme_any(const T *x, T *val, int64_t *idx, int64_t outer, int64_t 
 
 /* ---- the entry points --------------------------------------------------------------- */
 
-int vnk_reduce(vnk_red kind, vn_dtype dtype, const void *in, void *out, int64_t *index,
-               int64_t outer, int64_t R, int64_t inner, double scale)
+int vnk_reduce(void *out, int64_t *index, const void *in, vn_dtype dtype, int64_t outer, int64_t R,
+               int64_t inner, vnk_red kind, double scale)
 {
     if (outer < 0 || R < 0 || inner < 0)
         return vnk__fail("vnk_reduce: negative extent (outer %lld, R %lld, inner %lld)",

@@ -32,8 +32,8 @@ int vnk_copy(void *dst, bool dst_on_device, const void *src, bool src_on_device,
     NO_CUDA;
 }
 
-int vnk_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, void *out, int nin,
-            const void *const *in, const vnk_loop *L, double p0, double p1)
+int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dtype dtype,
+            const vnk_loop *L, vnk_op op, double p0, double p1)
 {
     NO_CUDA;
 }
@@ -43,8 +43,8 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value)
     NO_CUDA;
 }
 
-int vnk_reduce(vnk_red kind, vn_dtype dtype, const void *in, void *out, int64_t *index,
-               int64_t outer, int64_t R, int64_t inner, double scale)
+int vnk_reduce(void *out, int64_t *index, const void *in, vn_dtype dtype, int64_t outer, int64_t R,
+               int64_t inner, vnk_red kind, double scale)
 {
     NO_CUDA;
 }
@@ -55,54 +55,56 @@ int vnk_scatter_extreme(float *gx, const float *g, const int64_t *index, int64_t
     NO_CUDA;
 }
 
-int vnk_softmax(const float *x, float *y, int64_t rows, int64_t D, bool log)
+int vnk_softmax(float *y, const float *x, int64_t rows, int64_t D, bool log)
 {
     NO_CUDA;
 }
 
-int vnk_softmax_backward(const float *y, const float *g, float *dx, int64_t rows, int64_t D, bool log)
+int vnk_softmax_backward(float *dx, const float *y, const float *g, int64_t rows, int64_t D,
+                         bool log)
 {
     NO_CUDA;
 }
 
-int vnk_check_targets(const void *target, vn_dtype tdtype, int64_t N, int64_t C, int64_t *bad,
-                      int64_t *bad_value)
+int vnk_check_targets(int64_t *bad, int64_t *bad_value, const void *target, vn_dtype tdtype,
+                      int64_t N, int64_t C)
 {
     NO_CUDA;
 }
 
-int vnk_cross_entropy(const float *x, const void *target, vn_dtype tdtype, int64_t N, int64_t C,
-                      float *lse, float *loss)
+int vnk_cross_entropy(float *lse, float *loss, const float *x, const void *target, vn_dtype tdtype,
+                      int64_t N, int64_t C)
 {
     NO_CUDA;
 }
 
-int vnk_cross_entropy_backward(const float *x, const float *lse, const void *target,
-                               vn_dtype tdtype, int64_t N, int64_t C, const float *g,
-                               int64_t gstride, float mul, float *dx)
+int vnk_cross_entropy_backward(float *dx, const float *x, const float *lse, const void *target,
+                               vn_dtype tdtype, const float *g, int64_t gstride, int64_t N,
+                               int64_t C, float mul)
 {
     NO_CUDA;
 }
 
-int vnk_nll(const float *logp, const void *target, vn_dtype tdtype, int64_t N, int64_t C, float *loss)
+int vnk_nll(float *loss, const float *logp, const void *target, vn_dtype tdtype, int64_t N,
+            int64_t C)
 {
     NO_CUDA;
 }
 
-int vnk_nll_backward(const void *target, vn_dtype tdtype, int64_t N, int64_t C, const float *g,
-                     int64_t gstride, float mul, float *dx)
+int vnk_nll_backward(float *dx, const void *target, vn_dtype tdtype, const float *g,
+                     int64_t gstride, int64_t N, int64_t C, float mul)
 {
     NO_CUDA;
 }
 
-int vnk_index_select(void *out, const void *in, vn_dtype dtype, int64_t outer, int64_t n_in,
-                     int64_t inner, const void *index, vn_dtype idtype, int64_t n_idx)
+int vnk_index_select(void *out, const void *in, vn_dtype dtype, const void *index, vn_dtype idtype,
+                     int64_t outer, int64_t n_in, int64_t inner, int64_t n_idx)
 {
     NO_CUDA;
 }
 
-int vnk_index_add(float *gx, const float *g, int64_t outer, int64_t n_in, int64_t inner,
-                  const void *index, vn_dtype idtype, int64_t n_idx)
+int vnk_index_add(float *gx, const float *g, const void *index, vn_dtype idtype, int64_t outer,
+                  int64_t n_in, int64_t inner, int64_t n_idx)
 {
     NO_CUDA;
 }
@@ -117,51 +119,50 @@ int vnk_dropout_mask(float *mask, int64_t n, uint64_t key, uint64_t threshold, f
     NO_CUDA;
 }
 
-int vnk_sgd_step(int count, float *const *param, const float *const *grad, float *const *buf,
-                 const int64_t *n, float lr, float momentum, float dampening, float weight_decay,
+int vnk_sgd_step(float *const *param, float *const *buf, const float *const *grad, const int64_t *n,
+                 int count, float lr, float momentum, float dampening, float weight_decay,
                  bool nesterov, bool first_step)
 {
     NO_CUDA;
 }
 
-int vnk_adam_step(int count, float *const *param, const float *const *grad,
-                  float *const *exp_avg, float *const *exp_avg_sq, const int64_t *n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, bool decoupled,
-                  float bc1, float bc2)
+int vnk_adam_step(float *const *param, float *const *exp_avg, float *const *exp_avg_sq,
+                  const float *const *grad, const int64_t *n, int count, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, bool decoupled, float bc1, float bc2)
 {
     NO_CUDA;
 }
 
-int vnk_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha,
-             const void *A, int64_t lda, int64_t strideA, const void *B, int64_t ldb,
-             int64_t strideB, float beta, float *C, int64_t ldc, int64_t strideC, int64_t batch,
-             vn_dtype ab_dtype, bool allow_tf32)
+int vnk_gemm(float *C, int64_t ldc, int64_t strideC, const void *A, int64_t lda, int64_t strideA,
+             const void *B, int64_t ldb, int64_t strideB, vn_dtype ab_dtype, bool transa,
+             bool transb, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha, float beta,
+             bool allow_tf32)
 {
     NO_CUDA;
 }
 
-int vnk_vnm_spmm(const vnk_vnm *w, const void *xt, int64_t ldx, int64_t B, const float *bias,
-                 float *y)
+int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
+                 int64_t B)
 {
     NO_CUDA;
 }
 
-int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx) { NO_CUDA; }
+int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B) { NO_CUDA; }
 
-int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx, int64_t B,
-                  float *dvalues)
+int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
+                  int64_t B)
 {
     NO_CUDA;
 }
 
-int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,
-                        void *out)
+int vnk_vnm_pack_values(void *out, vn_dtype dtype, const float *values, const int32_t *src,
+                        int64_t n)
 {
     NO_CUDA;
 }
 
-int vnk_vnm_transpose_input(const float *x, int64_t B, int64_t K, vn_dtype dtype, void *xt,
-                            int64_t ldx)
+int vnk_vnm_transpose_input(void *xt, vn_dtype dtype, int64_t ldx, const float *x, int64_t B,
+                            int64_t K)
 {
     NO_CUDA;
 }

@@ -384,8 +384,8 @@ static int tiles_per_cta(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 :
     default: KERNEL<1, true><<<__VA_ARGS__; break;                            \
     }
 
-int vnk_vnm_spmm(const vnk_vnm *w, const void *xt, int64_t ldx, int64_t B, const float *bias,
-                 float *y)
+int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
+                 int64_t B)
 {
     if (check_matrix("vnk_vnm_spmm", w) || check_xt("vnk_vnm_spmm", xt, ldx, B)) return 1;
     if (!y) return vnk__fail("vnk_vnm_spmm: y is NULL");
@@ -399,8 +399,8 @@ int vnk_vnm_spmm(const vnk_vnm *w, const void *xt, int64_t ldx, int64_t B, const
     return vnk__launched("vnk_vnm_spmm (k_spmm)");
 }
 
-int vnk_vnm_sddmm(const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx, int64_t B,
-                  float *dvalues)
+int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
+                  int64_t B)
 {
     if (check_matrix("vnk_vnm_sddmm", w) || check_xt("vnk_vnm_sddmm", xt, ldx, B)) return 1;
     if (!dy || !dvalues) return vnk__fail("vnk_vnm_sddmm: dy or dvalues is NULL");
@@ -443,7 +443,7 @@ static int launch_spmm_t(const vnk_vnm *w, const uint16_t *dy, int64_t B, float 
     return vnk__launched("vnk_vnm_spmm_t (k_spmm_t)");
 }
 
-int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx)
+int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
 {
     if (check_matrix("vnk_vnm_spmm_t", w)) return 1;
     if (!dy || !dx) return vnk__fail("vnk_vnm_spmm_t: dy or dx is NULL");
@@ -464,8 +464,8 @@ int vnk_vnm_spmm_t(const vnk_vnm *w, const void *dy, int64_t B, float *dx)
                      (long long)w->M, (long long)w->V, spmm_t_smem(w, 16, 1), TX_SMEM);
 }
 
-int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_dtype dtype,
-                        void *out)
+int vnk_vnm_pack_values(void *out, vn_dtype dtype, const float *values, const int32_t *src,
+                        int64_t n)
 {
     if (!src || !values || !out) return vnk__fail("vnk_vnm_pack_values: an array is NULL");
     if (dtype != VN_BF16 && dtype != VN_F16)
@@ -480,8 +480,8 @@ int vnk_vnm_pack_values(const int32_t *src, int64_t n, const float *values, vn_d
     return vnk__launched("vnk_vnm_pack_values (k_pack_values)");
 }
 
-int vnk_vnm_transpose_input(const float *x, int64_t B, int64_t K, vn_dtype dtype, void *xt,
-                            int64_t ldx)
+int vnk_vnm_transpose_input(void *xt, vn_dtype dtype, int64_t ldx, const float *x, int64_t B,
+                            int64_t K)
 {
     if (!x || !xt) return vnk__fail("vnk_vnm_transpose_input: x or xt is NULL");
     if (dtype != VN_BF16 && dtype != VN_F16)

@@ -122,8 +122,9 @@ static vn_tensor *pack_values(const vn_vnm *s, const vn_tensor *pat, const vn_te
     dev_offsets o = offsets_of(&w);
     vn_tensor *vc = vn__plain_contiguous(values);
     vn_tensor *packed = vc ? vn__new_on(true, dtype, 1, &o.npacked) : NULL;
-    if (packed && vnk_vnm_pack_values((const int32_t *)((const uint8_t *)vn__ptr(pat) + o.src),
-                                      o.npacked, vn__ptr(vc), dtype, vn__ptr(packed))) {
+    if (packed && vnk_vnm_pack_values(vn__ptr(packed), dtype, vn__ptr(vc),
+                                      (const int32_t *)((const uint8_t *)vn__ptr(pat) + o.src),
+                                      o.npacked)) {
         vn_tensor_release(packed);
         packed = vn__cuda_errp("vnm_linear: packing the values");
     }
@@ -139,7 +140,7 @@ static vn_tensor *transposed_input(const vn_tensor *x, int64_t B, int64_t K, vn_
     int64_t shape[2] = {K, *ldx};
     vn_tensor *xc = vn__plain_contiguous(x);
     vn_tensor *xt = xc ? vn__new_on(true, dtype, 2, shape) : NULL;
-    if (xt && vnk_vnm_transpose_input(vn__ptr(xc), B, K, dtype, vn__ptr(xt), *ldx)) {
+    if (xt && vnk_vnm_transpose_input(vn__ptr(xt), dtype, *ldx, vn__ptr(xc), B, K)) {
         vn_tensor_release(xt);
         xt = vn__cuda_errp("vnm_linear: converting the input");
     }
@@ -175,7 +176,7 @@ static vn_tensor *forward(const vnk_vnm *w, const vn_tensor *xt, int64_t ldx, co
 {
     vn_tensor *bc = bias ? vn__plain_contiguous(bias) : NULL;
     vn_tensor *y = !bias || bc ? like_rows(x, w->R) : NULL;
-    if (y && vnk_vnm_spmm(w, vn__ptr(xt), ldx, B, bc ? vn__ptr(bc) : NULL, vn__ptr(y))) {
+    if (y && vnk_vnm_spmm(vn__ptr(y), w, vn__ptr(xt), ldx, bc ? vn__ptr(bc) : NULL, B)) {
         vn_tensor_release(y);
         y = vn__cuda_errp("vnm_linear: forward (spmm)");
     }
@@ -188,7 +189,7 @@ static vn_tensor *input_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_t
                              int64_t B)
 {
     vn_tensor *dx = like_rows(like, w->K);
-    if (dx && vnk_vnm_spmm_t(w, vn__ptr(dy16), B, vn__ptr(dx))) {
+    if (dx && vnk_vnm_spmm_t(vn__ptr(dx), w, vn__ptr(dy16), B)) {
         vn_tensor_release(dx);
         dx = vn__cuda_errp("vnm_linear: input gradient (spmm_t)");
     }
@@ -201,7 +202,7 @@ static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_
 {
     int64_t shape[2] = {w->R, 2 * w->G};
     vn_tensor *dv = vn__new_on(true, VN_F32, 2, shape);
-    if (dv && vnk_vnm_sddmm(w, vn__ptr(dy16), vn__ptr(xt), ldx, B, vn__ptr(dv))) {
+    if (dv && vnk_vnm_sddmm(vn__ptr(dv), w, vn__ptr(dy16), vn__ptr(xt), ldx, B)) {
         vn_tensor_release(dv);
         dv = vn__cuda_errp("vnm_linear: values gradient (sddmm)");
     }
