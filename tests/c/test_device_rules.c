@@ -232,6 +232,7 @@ static void test_cross_entropy_grad_huge_logits(void **state)
 
 int main(void)
 {
+    cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalar_joins_only_when_lenient),
         cmocka_unit_test(test_lenient_refuses_cpu_tensors),
