@@ -101,11 +101,10 @@ vn_status vn__wrap_dim(int ndim, int *dim, const char *what);
 vn_status vn__check_arg(const vn_tensor *t, const char *op, const char *name, unsigned allow);
 vn_status vn__check_dtype_arg(const vn_tensor *t, vn_dtype want, const char *op, const char *name,
                               unsigned allow);
-/* A shape as text, "(2, 3)", for error messages (engine/tensor.c, beside
- * vn_shape_str): vn_shape_str into one of
- * VN_SHAPE_SLOTS per-thread buffers taken in turn, so one message can quote
- * up to that many shapes without buffers of its own. Valid until
- * VN_SHAPE_SLOTS more calls on the same thread. */
+/* A shape as text, "(2, 3)", for error messages (in engine/tensor.c, beside
+ * vn_shape_str): formatted into one of VN_SHAPE_SLOTS per-thread buffers
+ * taken in turn, so one message can quote up to that many shapes without
+ * buffers of its own. Valid until VN_SHAPE_SLOTS more calls on the thread. */
 #define VN_SHAPE_SLOTS 4
 #define VN_SHAPE_LEN 192 /* VN_MAX_DIMS sizes of up to 20 characters each */
 const char *vn__shape(int ndim, const int64_t *shape);
