@@ -146,9 +146,11 @@ static void test_lost_node_is_an_error(void **state)
     CHECK_PTR(loss);
     assert_int_equal(vn_backward(loss, NULL), VN_ERR_MEMORY);
     expect_msg((const char *[]){"backward", "'exp'", "out of memory", NULL});
-    assert_int_equal(vn_backward(y, vn_ones(VN_F32, 1, shape)), VN_ERR_MEMORY);
+    vn_tensor *seed = vn_ones(VN_F32, 1, shape);
+    CHECK_PTR(seed);
+    assert_int_equal(vn_backward(y, seed), VN_ERR_MEMORY);
     expect_msg((const char *[]){"'exp'", "out of memory", NULL});
-    vn_tensor *ts[] = {a, w, y, p, loss};
+    vn_tensor *ts[] = {a, w, y, p, loss, seed};
     for (size_t k = 0; k < sizeof ts / sizeof *ts; k++) vn_tensor_release(ts[k]);
 }
 
