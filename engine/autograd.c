@@ -23,7 +23,7 @@ bool vn_is_grad_enabled(void) { return grad_enabled; }
 
 bool vn__needs_grad(const vn_tensor *t)
 {
-    return grad_enabled && t && (t->requires_grad || t->grad_fn);
+    return grad_enabled && t && (t->requires_grad || t->grad_fn || t->lost_grad_fn);
 }
 
 static void node_drop_tensors(vn_node *n)
@@ -70,7 +70,10 @@ vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward, i
     for (int i = 0; i < ninputs; i++) any |= vn__needs_grad(inputs[i]);
     if (!any || !out) return NULL;
     vn_node *n = calloc(1, sizeof *n);
-    if (!n) return NULL; /* out of memory: the op still works, only without a gradient */
+    if (!n) { /* the op's value is fine; a backward that needs this node reports it */
+        out->lost_grad_fn = name;
+        return NULL;
+    }
     n->refcount = 1;
     n->name = name;
     n->backward = backward;
@@ -89,7 +92,7 @@ vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward, i
 bool vn__input_needs_grad(const vn_node *n, int i)
 {
     const vn_tensor *t = n->inputs[i];
-    return t && (t->requires_grad || t->grad_fn);
+    return t && (t->requires_grad || t->grad_fn || t->lost_grad_fn);
 }
 
 /* *slot += g, where *slot may be NULL (then it takes g). Takes g. */
@@ -109,11 +112,6 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
         *slot = vn_clone(g);
         vn_tensor_release(g);
         return *slot ? VN_OK : VN_ERR_MEMORY;
-    }
-    if (vn__is_cuda(*slot) != vn__is_cuda(g)) {
-        vn_tensor_release(g);
-        return vn__err(VN_ERR_DEVICE, "backward: a %s gradient for a %s tensor",
-                       vn__is_cuda(g) ? "cuda" : "cpu", vn__is_cuda(*slot) ? "cuda" : "cpu");
     }
     if (vn__is_cuda(*slot)) { /* in place: slot = slot + g, element by element */
         const vn_tensor *in[2] = {*slot, g};
@@ -138,13 +136,30 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
     return VN_OK;
 }
 
+/* VN_ERR_MEMORY when t's node could not be recorded (see vn__record):
+ * backward reaching t cannot go on without dropping gradients. */
+static vn_status lost_node_err(const vn_tensor *t, const char *where)
+{
+    if (!t->lost_grad_fn) return VN_OK;
+    return vn__err(VN_ERR_MEMORY, "%s: op '%s' ran out of memory recording its backward node, so "
+                   "no gradient can flow through its output; free memory and recompute the forward "
+                   "pass", where, t->lost_grad_fn);
+}
+
 vn_status vn__accum(vn_node *n, int i, vn_tensor *g)
 {
     if (!g) return vn__err(VN_ERR_MEMORY, "%s backward: %s", n->name, vn_last_error());
     vn_tensor *x = n->inputs[i];
-    if (!x || !(x->requires_grad || x->grad_fn)) {
+    if (!x || !vn__input_needs_grad(n, i)) {
         vn_tensor_release(g);
         return VN_OK;
+    }
+    vn_status s = lost_node_err(x, "backward");
+    if (!s) s = vn__same_device_strict("backward", 2, (const vn_tensor *[]){g, x},
+                                       (const char *[]){"the gradient", "its input"}, NULL);
+    if (s) {
+        vn_tensor_release(g);
+        return vn__err(s, "%s %s", n->name, vn_last_error());
     }
     if (!vn__same_shape(g, x)) {
         vn_tensor *r = vn__sum_to(g, x->ndim, x->shape);
@@ -243,27 +258,26 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
 {
     vn_status s = vn__check_for(root, "backward", VN_ALLOW_CUDA);
     if (s) return s;
+    if ((s = lost_node_err(root, "backward"))) return s;
     if (!root->requires_grad && !root->grad_fn)
         return vn__err(VN_ERR_ARG, "backward: the tensor does not require grad (no parameter "
                                    "with requires_grad was used to compute it, or it was made "
                                    "under no_grad)");
-    char a[128], b[128];
     vn_tensor *seed;
     if (grad) {
         if ((s = vn__check_dtype_for(grad, VN_F32, "backward: gradient", VN_ALLOW_CUDA))) return s;
         if (!vn__same_shape(grad, root))
             return vn__err(VN_ERR_SHAPE, "backward: gradient of shape %s for a tensor of shape %s",
-                           vn_shape_str(grad->ndim, grad->shape, a, sizeof a),
-                           vn_shape_str(root->ndim, root->shape, b, sizeof b));
-        if (vn__is_cuda(grad) != vn__is_cuda(root))
-            return vn__err(VN_ERR_DEVICE, "backward: a %s gradient for a %s tensor",
-                           vn__is_cuda(grad) ? "cuda" : "cpu", vn__is_cuda(root) ? "cuda" : "cpu");
+                           vn__shape(grad->ndim, grad->shape), vn__shape(root->ndim, root->shape));
+        if ((s = vn__same_device_strict("backward", 2, (const vn_tensor *[]){grad, root},
+                                        (const char *[]){"the gradient", "the tensor"}, NULL)))
+            return s;
         seed = vn_clone(grad);
     } else {
         if (vn_tensor_numel(root) != 1)
             return vn__err(VN_ERR_SHAPE, "backward: a gradient must be given for a non-scalar "
                                          "tensor (shape %s); expected one element",
-                           vn_shape_str(root->ndim, root->shape, a, sizeof a));
+                           vn__shape(root->ndim, root->shape));
         seed = vn_full_on(vn__is_cuda(root) ? VN_CUDA : VN_CPU, VN_F32, root->ndim, root->shape, 1);
     }
     if (!seed) return VN_ERR_MEMORY;
@@ -336,7 +350,10 @@ vn_status vn_tensor_set_requires_grad(vn_tensor *t, bool requires_grad)
     return VN_OK;
 }
 
-bool vn_tensor_requires_grad(const vn_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
+bool vn_tensor_requires_grad(const vn_tensor *t)
+{
+    return t && (t->requires_grad || t->grad_fn || t->lost_grad_fn);
+}
 bool vn_tensor_is_leaf(const vn_tensor *t) { return t && !t->grad_fn; }
 vn_tensor *vn_tensor_grad(const vn_tensor *t) { return t ? t->grad : NULL; }
 const char *vn_tensor_grad_fn_name(const vn_tensor *t) { return t && t->grad_fn ? t->grad_fn->name : NULL; }
@@ -353,15 +370,13 @@ vn_status vn_tensor_set_grad(vn_tensor *t, vn_tensor *grad)
     vn_status s = vn__check_for(t, "set_grad", VN_ALLOW_CUDA);
     if (s) return s;
     if (grad) {
-        char a[128], b[128];
         if ((s = vn__check_dtype_for(grad, VN_F32, "set_grad: gradient", VN_ALLOW_CUDA))) return s;
         if (!vn__same_shape(grad, t))
             return vn__err(VN_ERR_SHAPE, "set_grad: gradient of shape %s for a tensor of shape %s",
-                           vn_shape_str(grad->ndim, grad->shape, a, sizeof a),
-                           vn_shape_str(t->ndim, t->shape, b, sizeof b));
-        if (vn__is_cuda(grad) != vn__is_cuda(t))
-            return vn__err(VN_ERR_DEVICE, "set_grad: a %s gradient for a %s tensor",
-                           vn__is_cuda(grad) ? "cuda" : "cpu", vn__is_cuda(t) ? "cuda" : "cpu");
+                           vn__shape(grad->ndim, grad->shape), vn__shape(t->ndim, t->shape));
+        if ((s = vn__same_device_strict("set_grad", 2, (const vn_tensor *[]){grad, t},
+                                        (const char *[]){"the gradient", "the tensor"}, NULL)))
+            return s;
         grad = vn_contiguous(grad);
         if (!grad) return vn_last_status();
     }

@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 
 /* ---- the CUDA device ------------------------------------------------------ */
 
@@ -49,22 +50,44 @@ vn_device vn_tensor_device(const vn_tensor *t)
 
 /* ---- checks shared by the ops -------------------------------------------- */
 
-vn_status vn__same_device(const char *op, int n, const vn_tensor *const *ts, bool *on_cuda)
+/* The device rule, once: the n tensors (NULLs skipped) on one device, which
+ * is the first tensor's; when `scalars` is set the first non-scalar's, and a
+ * 0-d CPU tensor may join CUDA ones. */
+static vn_status check_devices(const char *op, int n, const vn_tensor *const *ts,
+                               const char *const *names, bool scalars, bool *on_cuda)
 {
-    /* The device is the first non-scalar's; CPU scalars may join CUDA. */
-    const vn_tensor *ref = NULL;
+    int ref = -1;
     for (int k = 0; k < n; k++)
-        if (ts[k] && (!ref || (ref->ndim == 0 && !vn__is_cuda(ref)))) ref = ts[k];
-    *on_cuda = ref && vn__is_cuda(ref);
+        if (ts[k] && (ref < 0 || (scalars && ts[ref]->ndim == 0 && !vn__is_cuda(ts[ref])))) ref = k;
+    bool cuda = ref >= 0 && vn__is_cuda(ts[ref]);
+    if (on_cuda) *on_cuda = cuda;
     for (int k = 0; k < n; k++) {
         const vn_tensor *t = ts[k];
-        if (!t || vn__is_cuda(t) == *on_cuda) continue;
-        if (*on_cuda && t->ndim == 0) continue; /* a CPU scalar next to CUDA tensors */
-        return vn__err(VN_ERR_DEVICE, "%s: expected all tensors on one device, got argument %d "
-                       "on %s and another on %s; move them with :cuda() / :cpu() (vn_to_device)",
-                       op, k + 1, vn__is_cuda(t) ? "cuda" : "cpu", *on_cuda ? "cuda" : "cpu");
+        if (!t || vn__is_cuda(t) == cuda) continue;
+        if (scalars && cuda && t->ndim == 0) continue; /* a CPU scalar next to CUDA tensors */
+        char arg[2][24];
+        const char *name[2];
+        int which[2] = {k, ref};
+        for (int j = 0; j < 2; j++) {
+            snprintf(arg[j], sizeof arg[j], "argument %d", which[j] + 1);
+            name[j] = names && names[which[j]] ? names[which[j]] : arg[j];
+        }
+        return vn__err(VN_ERR_DEVICE, "%s: expected all tensors on one device, got %s on %s and "
+                       "%s on %s; move them with :cuda() / :cpu() (vn_to_device)", op, name[0],
+                       vn__is_cuda(t) ? "cuda" : "cpu", name[1], cuda ? "cuda" : "cpu");
     }
     return VN_OK;
+}
+
+vn_status vn__same_device(const char *op, int n, const vn_tensor *const *ts, bool *on_cuda)
+{
+    return check_devices(op, n, ts, NULL, true, on_cuda);
+}
+
+vn_status vn__same_device_strict(const char *op, int n, const vn_tensor *const *ts,
+                                 const char *const *names, bool *on_cuda)
+{
+    return check_devices(op, n, ts, names, false, on_cuda);
 }
 
 vn_status vn__scalar_to_cuda(const vn_tensor **t, vn_tensor **hold)

@@ -30,15 +30,6 @@ static vn_status set_error(vn_status s, const char *fmt, va_list ap)
     return s;
 }
 
-vn_status vn__err(vn_status s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    s = set_error(s, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 void *vn__errp(vn_status s, const char *fmt, ...)
 {
     va_list ap;
@@ -98,31 +89,61 @@ size_t vn_dtype_size(vn_dtype d)
     return 0;
 }
 
-vn_status vn__check_for(const vn_tensor *t, const char *what, unsigned allow)
+/* The checks behind vn__check_for and vn__check_arg: messages start with
+ * "op: name" ("op" alone when name is NULL), so no caller formats a prefix
+ * into a buffer of its own. */
+#define ARG_FMT "%s%s%s"
+#define ARG_ARGS(op, name) (op), (name) ? ": " : "", (name) ? (name) : ""
+
+static vn_status check_tensor(const vn_tensor *t, const char *op, const char *name, unsigned allow)
 {
-    if (!t) return vn__err(VN_ERR_ARG, "%s: expected a tensor, got NULL", what);
-    if (!t->storage) return vn__err(VN_ERR_STATE, "%s: the tensor was freed", what);
+    if (!t) return vn__err(VN_ERR_ARG, ARG_FMT ": expected a tensor, got NULL", ARG_ARGS(op, name));
+    if (!t->storage) return vn__err(VN_ERR_STATE, ARG_FMT ": the tensor was freed", ARG_ARGS(op, name));
     if (t->storage->on_cuda && !(allow & VN_ALLOW_CUDA))
-        return vn__err(VN_ERR_DEVICE, "%s: expected a cpu tensor, got a cuda one (this op runs on "
-                       "the CPU only so far; move the tensor with :cpu() / vn_to_device)", what);
+        return vn__err(VN_ERR_DEVICE, ARG_FMT ": expected a cpu tensor, got a cuda one (this op runs "
+                       "on the CPU only so far; move the tensor with :cpu() / vn_to_device)",
+                       ARG_ARGS(op, name));
     if ((t->dtype == VN_BF16 || t->dtype == VN_F16) && !(allow & VN_ALLOW_HALF))
-        return vn__err(VN_ERR_DTYPE, "%s: got a %s tensor, which only stores values; convert it "
-                       "to f32 first (:float() / vn_to_dtype)", what, vn_dtype_name(t->dtype));
+        return vn__err(VN_ERR_DTYPE, ARG_FMT ": got a %s tensor, which only stores values; convert "
+                       "it to f32 first (:float() / vn_to_dtype)", ARG_ARGS(op, name),
+                       vn_dtype_name(t->dtype));
     return VN_OK;
 }
 
-vn_status vn__check_dtype_for(const vn_tensor *t, vn_dtype want, const char *what, unsigned allow)
+static vn_status check_tensor_dtype(const vn_tensor *t, vn_dtype want, const char *op,
+                                    const char *name, unsigned allow)
 {
-    vn_status s = vn__check_for(t, what, allow | VN_ALLOW_HALF);
+    vn_status s = check_tensor(t, op, name, allow | VN_ALLOW_HALF);
     if (s) return s;
     if (t->dtype != want)
-        return vn__err(VN_ERR_DTYPE, "%s: expected dtype %s, got %s%s", what, vn_dtype_name(want),
-                       vn_dtype_name(t->dtype),
+        return vn__err(VN_ERR_DTYPE, ARG_FMT ": expected dtype %s, got %s%s", ARG_ARGS(op, name),
+                       vn_dtype_name(want), vn_dtype_name(t->dtype),
                        want == VN_F32 && (t->dtype == VN_BF16 || t->dtype == VN_F16)
                            ? ", which only stores values; convert it to f32 first (:float() / "
                              "vn_to_dtype)"
                            : "");
     return VN_OK;
+}
+
+vn_status vn__check_for(const vn_tensor *t, const char *what, unsigned allow)
+{
+    return check_tensor(t, what, NULL, allow);
+}
+
+vn_status vn__check_dtype_for(const vn_tensor *t, vn_dtype want, const char *what, unsigned allow)
+{
+    return check_tensor_dtype(t, want, what, NULL, allow);
+}
+
+vn_status vn__check_arg(const vn_tensor *t, const char *op, const char *name, unsigned allow)
+{
+    return check_tensor(t, op, name, allow);
+}
+
+vn_status vn__check_dtype_arg(const vn_tensor *t, vn_dtype want, const char *op, const char *name,
+                              unsigned allow)
+{
+    return check_tensor_dtype(t, want, op, name, allow);
 }
 
 vn_status vn__wrap_dim(int ndim, int *dim, const char *what)

@@ -36,6 +36,8 @@ struct vn_tensor {
     bool requires_grad;           /* leaf parameter: accumulate into grad */
     vn_tensor *grad;              /* owned; same shape, contiguous f32 */
     vn_node *grad_fn;             /* owned; the op that made this tensor */
+    const char *lost_grad_fn;     /* the op whose node could not be recorded (out of
+                                     memory): backward reaching here fails */
 };
 
 /* A tape node: one op's backward rule and what it needs.
@@ -81,8 +83,9 @@ struct vn_node {
 
 /* ---- errors -------------------------------------------------------------- */
 
-/* Store a printf-style message for vn_last_error() and return s. */
-vn_status vn__err(vn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Store a printf-style message for vn_last_error() and return s: the
+ * public vn_set_error under the name the engine's files use. */
+#define vn__err vn_set_error
 /* Same, for functions that return a pointer: always returns NULL. */
 void *vn__errp(vn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -101,6 +104,22 @@ vn_status vn__check_dtype_for(const vn_tensor *t, vn_dtype want, const char *wha
 #define vn__check_dtype(t, want, what) vn__check_dtype_for(t, want, what, 0)
 /* dim in [-ndim, ndim) → [0, ndim); VN_ERR_ARG otherwise. */
 vn_status vn__wrap_dim(int ndim, int *dim, const char *what);
+
+/* ---- argument checks and messages (engine/error.c) ---------------------- */
+
+/* vn__check_for and vn__check_dtype_for with the argument named apart from
+ * the op: messages start "op: name" ("op" alone when name is NULL), e.g.
+ * vn__check_arg(t, op, "input", VN_ALLOW_CUDA) for any op name. */
+vn_status vn__check_arg(const vn_tensor *t, const char *op, const char *name, unsigned allow);
+vn_status vn__check_dtype_arg(const vn_tensor *t, vn_dtype want, const char *op, const char *name,
+                              unsigned allow);
+/* A shape as text, "(2, 3)", for error messages (in engine/tensor.c, beside
+ * vn_shape_str): formatted into one of VN_SHAPE_SLOTS per-thread buffers
+ * taken in turn, so one message can quote up to that many shapes without
+ * buffers of its own. Valid until VN_SHAPE_SLOTS more calls on the thread. */
+#define VN_SHAPE_SLOTS 4
+#define VN_SHAPE_LEN 192 /* VN_MAX_DIMS sizes of up to 20 characters each */
+const char *vn__shape(int ndim, const int64_t *shape);
 
 /* Largest element count a tensor may have (any more and byte sizes and
  * flat indices could overflow int64). */
@@ -160,6 +179,13 @@ static inline bool vn__is_cuda(const vn_tensor *t) { return t->storage && t->sto
  * whether it is CUDA; a 0-d CPU tensor may join CUDA tensors (the caller
  * moves it with vn__scalar_to). VN_ERR_DEVICE names both devices. */
 vn_status vn__same_device(const char *op, int n, const vn_tensor *const *ts, bool *on_cuda);
+/* The same rule without the scalar exception, for ops whose CUDA path reads
+ * every argument on the device (no CPU scalar is moved over) and for pairs
+ * that must match (a gradient and its tensor, optimizer state and its
+ * parameter). names[k] names tensor k in the message (names or names[k]
+ * NULL: "argument k+1"); on_cuda may be NULL. */
+vn_status vn__same_device_strict(const char *op, int n, const vn_tensor *const *ts,
+                                 const char *const *names, bool *on_cuda);
 /* *t moved to the CUDA device when it is a CPU tensor (a 0-d scalar next to
  * CUDA tensors): replaces *t with a new reference stored in *hold (release
  * it after use), or leaves both alone. */
@@ -195,13 +221,17 @@ void vn__written(vn_tensor *t);
 bool vn__needs_grad(const vn_tensor *t);
 /* If any of the inputs needs a gradient, create a node for `out`, retain the
  * inputs in it and return it (for the caller to fill saved and saved_state);
- * otherwise return NULL and record nothing. */
+ * otherwise return NULL and record nothing. Out of memory, it returns NULL
+ * and marks `out` (lost_grad_fn), so that a backward reaching `out` fails
+ * with VN_ERR_MEMORY instead of dropping the gradient without a word. */
 vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward,
                     int ninputs, const vn_tensor *const *inputs);
 /* Whether input i of node n wants a gradient. */
 bool vn__input_needs_grad(const vn_node *n, int i);
 /* Add g (takes ownership) into the gradient of input i of n. g may have the
- * broadcast shape; it is summed down to the input's shape here. */
+ * broadcast shape; it is summed down to the input's shape here. It must be
+ * on the input's device (VN_ERR_DEVICE otherwise, for the first gradient
+ * too: a backward rule that built it on the wrong device is refused). */
 vn_status vn__accum(vn_node *n, int i, vn_tensor *g);
 
 /* ---- loops --------------------------------------------------------------- */

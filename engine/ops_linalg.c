@@ -286,24 +286,19 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
     bool cuda;
     if (vn__check_dtype_for(a, VN_F32, "matmul: argument 1", VN_ALLOW_CUDA) ||
         vn__check_dtype_for(b, VN_F32, "matmul: argument 2", VN_ALLOW_CUDA) ||
-        vn__same_device("matmul", 2, ins, &cuda))
+        vn__same_device_strict("matmul", 2, ins, NULL, &cuda))
         return NULL;
-    if (vn__is_cuda(a) != vn__is_cuda(b))
-        return vn__errp(VN_ERR_DEVICE, "matmul: argument 1 is on %s and argument 2 on %s; "
-                        "expected both on one device", vn__is_cuda(a) ? "cuda" : "cpu",
-                        vn__is_cuda(b) ? "cuda" : "cpu");
-    char sa[128], sb[128];
-    vn_shape_str(a->ndim, a->shape, sa, sizeof sa);
-    vn_shape_str(b->ndim, b->shape, sb, sizeof sb);
     if (a->ndim == 0 || b->ndim == 0)
-        return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: both operands need at least 1 dim", sa, sb);
+        return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: both operands need at least 1 dim",
+                        vn__shape(a->ndim, a->shape), vn__shape(b->ndim, b->shape));
     operand oa = promote(a, false), ob = promote(b, true);
     if (oa.cols != ob.rows)
-        return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: inner dims %lld and %lld differ", sa, sb,
+        return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: inner dims %lld and %lld differ",
+                        vn__shape(a->ndim, a->shape), vn__shape(b->ndim, b->shape),
                         (long long)oa.cols, (long long)ob.rows);
     if (too_big_for_blas(oa.rows) || too_big_for_blas(oa.cols) || too_big_for_blas(ob.cols))
         return vn__errp(VN_ERR_ARG, "matmul: %s and %s: a matrix dim exceeds BLAS's limit of %d",
-                        sa, sb, INT_MAX);
+                        vn__shape(a->ndim, a->shape), vn__shape(b->ndim, b->shape), INT_MAX);
 
     /* Broadcast the batch dims (right-aligned). */
     int nb = oa.nbatch > ob.nbatch ? oa.nbatch : ob.nbatch;
@@ -313,7 +308,8 @@ vn_tensor *vn_matmul(const vn_tensor *a, const vn_tensor *b)
         int64_t x = da >= 0 ? oa.bshape[da] : 1, y = db >= 0 ? ob.bshape[db] : 1;
         if (x != y && x != 1 && y != 1)
             return vn__errp(VN_ERR_SHAPE, "matmul: %s and %s: batch dims %lld and %lld do not "
-                            "broadcast", sa, sb, (long long)x, (long long)y);
+                            "broadcast", vn__shape(a->ndim, a->shape), vn__shape(b->ndim, b->shape),
+                            (long long)x, (long long)y);
         shape[d] = x == 1 ? y : x;
     }
     int ndim = nb;
@@ -414,31 +410,23 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
     if (vn__check_dtype_for(x, VN_F32, "linear: input", VN_ALLOW_CUDA) ||
         vn__check_dtype_for(w, VN_F32, "linear: weight", VN_ALLOW_CUDA) ||
         (bias && vn__check_dtype_for(bias, VN_F32, "linear: bias", VN_ALLOW_CUDA)) ||
-        vn__same_device("linear", 3, ins, &cuda))
+        vn__same_device_strict("linear", 3, ins, (const char *[]){"input", "weight", "bias"}, &cuda))
         return NULL;
-    for (int i = 0; i < 3; i++)
-        if (ins[i] && vn__is_cuda(ins[i]) != cuda)
-            return vn__errp(VN_ERR_DEVICE, "linear: input, weight and bias must be on one device; "
-                            "argument %d is on %s, expected %s", i + 1,
-                            vn__is_cuda(ins[i]) ? "cuda" : "cpu", cuda ? "cuda" : "cpu");
-    char sx[128], sw[128], sbias[128];
-    vn_shape_str(x->ndim, x->shape, sx, sizeof sx);
-    vn_shape_str(w->ndim, w->shape, sw, sizeof sw);
     if (w->ndim != 2)
-        return vn__errp(VN_ERR_SHAPE, "linear: weight must be 2-D (out, in), found %s", sw);
+        return vn__errp(VN_ERR_SHAPE, "linear: weight must be 2-D (out, in), found %s",
+                        vn__shape(w->ndim, w->shape));
     int64_t out_f = w->shape[0], in_f = w->shape[1];
     if (x->ndim == 0 || x->shape[x->ndim - 1] != in_f)
         return vn__errp(VN_ERR_SHAPE, "linear: input %s and weight %s: in features %lld and %lld "
-                        "differ", sx, sw, x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL,
-                        (long long)in_f);
-    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
-        char want[64];
+                        "differ", vn__shape(x->ndim, x->shape), vn__shape(w->ndim, w->shape),
+                        x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)in_f);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f))
         return vn__errp(VN_ERR_SHAPE, "linear: bias %s does not match weight %s: expected %s",
-                        vn_shape_str(bias->ndim, bias->shape, sbias, sizeof sbias), sw,
-                        vn_shape_str(1, &out_f, want, sizeof want));
-    }
+                        vn__shape(bias->ndim, bias->shape), vn__shape(w->ndim, w->shape),
+                        vn__shape(1, &out_f));
     if (too_big_for_blas(out_f) || too_big_for_blas(in_f))
-        return vn__errp(VN_ERR_ARG, "linear: weight %s exceeds BLAS's limit of %d", sw, INT_MAX);
+        return vn__errp(VN_ERR_ARG, "linear: weight %s exceeds BLAS's limit of %d",
+                        vn__shape(w->ndim, w->shape), INT_MAX);
 
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
@@ -450,7 +438,8 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
     vn_tensor *bv = wv && bias ? vn__plain_contiguous(bias) : NULL;
     if (!wv || (bias && !bv) || too_big_for_blas(X.rows)) {
         if (wv && X.rows > INT_MAX)
-            vn__err(VN_ERR_ARG, "linear: input %s has more than %d rows", sx, INT_MAX);
+            vn__err(VN_ERR_ARG, "linear: input %s has more than %d rows", vn__shape(x->ndim, x->shape),
+                    INT_MAX);
         vn_tensor_release(y);
         vn_tensor_release(xv);
         vn_tensor_release(wv);

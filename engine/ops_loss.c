@@ -4,7 +4,6 @@
  * taken of x − max(x), so large logits cannot overflow. */
 #include "internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 /* A contiguous copy of t with dims `dim` and last swapped (not recorded);
@@ -105,11 +104,8 @@ static vn_status softmax_backward(vn_node *node, const vn_tensor *gout)
 static vn_tensor *softmax_impl(const vn_tensor *t, int dim, bool log)
 {
     const char *op = log ? "log_softmax" : "softmax";
-    char what[32];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA)) return NULL;
-    snprintf(what, sizeof what, "%s: dim", op);
-    if (vn__wrap_dim(t->ndim, &dim, what)) return NULL;
+    if (vn__check_dtype_arg(t, VN_F32, op, "input", VN_ALLOW_CUDA)) return NULL;
+    if (vn__wrap_dim(t->ndim, &dim, log ? "log_softmax: dim" : "softmax: dim")) return NULL;
 
     vn_tensor *x = swap_to_last(t, dim);
     vn_tensor *y = x ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL, *out = NULL;
@@ -158,28 +154,22 @@ static int64_t target_at(const vn_tensor *t, int64_t n)
 static vn_status check_class_args(const char *op, const vn_tensor *scores, const char *sname,
                                   const vn_tensor *target, vn_reduction reduction)
 {
-    char what[64], a[128], b[128];
-    snprintf(what, sizeof what, "%s: %s", op, sname);
-    vn_status s = vn__check_dtype_for(scores, VN_F32, what, VN_ALLOW_CUDA);
+    vn_status s = vn__check_dtype_arg(scores, VN_F32, op, sname, VN_ALLOW_CUDA);
     if (s) return s;
-    snprintf(what, sizeof what, "%s: target", op);
-    if ((s = vn__check_for(target, what, VN_ALLOW_CUDA))) return s;
+    if ((s = vn__check_arg(target, op, "target", VN_ALLOW_CUDA))) return s;
     const vn_tensor *both[2] = {scores, target};
     bool cuda;
-    if ((s = vn__same_device(op, 2, both, &cuda))) return s;
-    if (cuda && !vn__is_cuda(target))
-        return vn__err(VN_ERR_DEVICE, "%s: target is on the cpu and %s on cuda; expected both on "
-                       "one device", op, sname);
+    if ((s = vn__same_device_strict(op, 2, both, (const char *[]){sname, "target"}, &cuda))) return s;
     if (target->dtype != VN_I32 && target->dtype != VN_I64)
         return vn__err(VN_ERR_DTYPE, "%s: target must be i32 or i64 class indices, found %s", op,
                        vn_dtype_name(target->dtype));
-    vn_shape_str(scores->ndim, scores->shape, a, sizeof a);
-    vn_shape_str(target->ndim, target->shape, b, sizeof b);
     if (scores->ndim != 2)
-        return vn__err(VN_ERR_SHAPE, "%s: %s must be 2-D (N, C), found %s", op, sname, a);
+        return vn__err(VN_ERR_SHAPE, "%s: %s must be 2-D (N, C), found %s", op, sname,
+                       vn__shape(scores->ndim, scores->shape));
     if (target->ndim != 1 || target->shape[0] != scores->shape[0])
         return vn__err(VN_ERR_SHAPE, "%s: %s %s and target %s: expected target of shape (%lld)",
-                       op, sname, a, b, (long long)scores->shape[0]);
+                       op, sname, vn__shape(scores->ndim, scores->shape),
+                       vn__shape(target->ndim, target->shape), (long long)scores->shape[0]);
     if (!valid_reduction(reduction))
         return vn__err(VN_ERR_ARG, "%s: unknown reduction %d (expected mean, sum or none)", op,
                        (int)reduction);
@@ -245,7 +235,8 @@ static float *per_sample_scale(const vn_tensor *gout, int64_t N, vn_reduction re
 }
 
 /* d logits = (softmax(logits) − onehot(target)) · scale_n, with softmax
- * rebuilt from the saved (max, log Σ exp(x − max)) of each row. */
+ * rebuilt from the saved lse = log Σ exp(x) of each row: exp(x − lse), as
+ * vnk_cross_entropy_backward does on the GPU. */
 static vn_status cross_entropy_backward(vn_node *node, const vn_tensor *gout)
 {
     const vn_tensor *target = node->saved[0], *lse = node->saved[1];
@@ -260,8 +251,8 @@ static vn_status cross_entropy_backward(vn_node *node, const vn_tensor *gout)
 #pragma omp parallel for schedule(static) if (N * C > VN_OMP_MIN_WORK)
         for (int64_t n = 0; n < N; n++) {
             const float *xr = px + n * C;
-            float *dr = pd + n * C, s = scale[n], m = pl[2 * n], ls = pl[2 * n + 1];
-            for (int64_t c = 0; c < C; c++) dr[c] = expf((xr[c] - m) - ls) * s;
+            float *dr = pd + n * C, s = scale[n];
+            for (int64_t c = 0; c < C; c++) dr[c] = expf(xr[c] - pl[n]) * s;
             dr[target_at(target, n)] -= s;
         }
     }
@@ -272,7 +263,7 @@ static vn_status cross_entropy_backward(vn_node *node, const vn_tensor *gout)
 
 /* ---- the CUDA path of the class-target losses -------------------------------
  * Kernels give per-sample losses; the reduction is a sum or mean op. The
- * cross-entropy node saves lse (N) = log Σ exp(x) of each row. */
+ * cross-entropy node saves lse (N) = log Σ exp(x) of each row, as on the CPU. */
 
 /* The per-sample losses (N) reduced as asked; takes `per`. */
 static vn_tensor *reduce_losses_cuda(vn_tensor *per, vn_reduction reduction)
@@ -283,7 +274,8 @@ static vn_tensor *reduce_losses_cuda(vn_tensor *per, vn_reduction reduction)
     return out;
 }
 
-/* The upstream gradient of each sample as (pointer, stride, factor). */
+/* How the upstream gradient g reaches each sample: sample n reads
+ * g[n · *stride] (stride 0: one scalar for all) times *mul (1/N for MEAN). */
 static void upstream(const vn_tensor *g, vn_reduction r, int64_t N, int64_t *stride, float *mul)
 {
     *stride = r == VN_REDUCE_NONE ? g->strides[0] : 0;
@@ -378,8 +370,7 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
     if (vn__is_cuda(logits)) return cross_entropy_cuda(logits, target, reduction);
     int64_t N = logits->shape[0], C = logits->shape[1];
     vn_tensor *x = vn__plain_contiguous(logits);
-    int64_t lse_shape[2] = {N, 2};
-    vn_tensor *lse = x ? vn__new(VN_F32, 2, lse_shape) : NULL; /* per row: max, log Σ exp(x − max) */
+    vn_tensor *lse = x ? vn__new(VN_F32, 1, &N) : NULL; /* per row: log Σ exp(x), as on CUDA */
     double *per = lse ? malloc(sizeof(double) * (size_t)(N ? N : 1)) : NULL;
     vn_tensor *out = NULL;
     if (per) {
@@ -391,8 +382,8 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
             float m = -INFINITY, s = 0;
             for (int64_t c = 0; c < C; c++) m = xr[c] > m ? xr[c] : m;
             for (int64_t c = 0; c < C; c++) s += expf(xr[c] - m);
-            pl[2 * n] = m;
-            pl[2 * n + 1] = logf(s);
+            pl[n] = m + logf(s);
+            /* (m − x_t) + log s in double keeps its digits when x_t ≈ m is large */
             per[n] = (double)(m - xr[target_at(target, n)]) + log((double)s);
         }
         out = reduce_losses(per, N, reduction);
@@ -485,12 +476,9 @@ vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction redu
     const vn_tensor *both[2] = {a, b};
     bool cuda;
     if (vn__same_device("mse_loss", 2, both, &cuda)) return NULL;
-    if (!vn__same_shape(a, b)) {
-        char sa[128], sb[128];
+    if (!vn__same_shape(a, b))
         return vn__errp(VN_ERR_SHAPE, "mse_loss: shapes %s and %s differ; expected equal shapes",
-                        vn_shape_str(a->ndim, a->shape, sa, sizeof sa),
-                        vn_shape_str(b->ndim, b->shape, sb, sizeof sb));
-    }
+                        vn__shape(a->ndim, a->shape), vn__shape(b->ndim, b->shape));
     if (!valid_reduction(reduction))
         return vn__errp(VN_ERR_ARG, "mse_loss: unknown reduction %d (expected mean, sum or none)",
                         (int)reduction);

@@ -9,7 +9,6 @@
  * case (N, C) → (C). f32 sums accumulate in double. */
 #include "internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 typedef enum { RED_SUM, RED_MEAN, RED_MAX, RED_MIN, RED_ARGMAX, RED_ARGMIN } red_kind;
@@ -312,11 +311,9 @@ static void reduce_cpu(red_kind kind, vn_dtype dt, const void *xp, vn_tensor *ou
 static vn_tensor *reduce(const char *op, red_kind kind, const vn_tensor *t, const plan *pl)
 {
     bool is_extreme = kind >= RED_MAX, is_arg = kind >= RED_ARGMAX;
-    if (is_extreme && pl->R == 0) {
-        char a[128];
+    if (is_extreme && pl->R == 0)
         return vn__errp(VN_ERR_SHAPE, "%s: cannot reduce over zero elements (input shape %s); "
-                        "expected a non-empty dim", op, vn_shape_str(t->ndim, t->shape, a, sizeof a));
-    }
+                        "expected a non-empty dim", op, vn__shape(t->ndim, t->shape));
     vn_dtype od = t->dtype;
     if (kind == RED_SUM && t->dtype != VN_F32) od = VN_I64;
     if (kind == RED_MEAN) od = VN_F32;
@@ -368,9 +365,7 @@ static vn_tensor *reduce(const char *op, red_kind kind, const vn_tensor *t, cons
 
 static vn_tensor *reduce_all(const char *op, red_kind kind, const vn_tensor *t)
 {
-    char what[64];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check_for(t, what, VN_ALLOW_CUDA)) return NULL;
+    if (vn__check_arg(t, op, "input", VN_ALLOW_CUDA)) return NULL;
     plan pl;
     plan_all(t, &pl);
     return reduce(op, kind, t, &pl);
@@ -378,9 +373,7 @@ static vn_tensor *reduce_all(const char *op, red_kind kind, const vn_tensor *t)
 
 static vn_tensor *reduce_dim(const char *op, red_kind kind, const vn_tensor *t, int dim, bool keepdim)
 {
-    char what[64];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check_for(t, what, VN_ALLOW_CUDA)) return NULL;
+    if (vn__check_arg(t, op, "input", VN_ALLOW_CUDA)) return NULL;
     plan pl;
     if (plan_dim(op, t, dim, keepdim, &pl)) return NULL;
     return reduce(op, kind, t, &pl);
@@ -429,11 +422,9 @@ vn_tensor *vn__sum_to(const vn_tensor *g, int ndim, const int64_t *shape)
             summed[ng++] = sum;
         }
     }
-    if (!ok) {
-        char a[128], b[128];
+    if (!ok)
         return vn__errp(VN_ERR_SHAPE, "sum_to: a gradient of shape %s cannot be summed to shape %s",
-                        vn_shape_str(g->ndim, g->shape, a, sizeof a), vn_shape_str(ndim, shape, b, sizeof b));
-    }
+                        vn__shape(g->ndim, g->shape), vn__shape(ndim, shape));
     vn_device dev = vn__is_cuda(g) ? VN_CUDA : VN_CPU;
     if (vn_tensor_numel(g) == 0) return vn_full_on(dev, VN_F32, ndim, shape, 0);
     vn_tensor *out = vn__new_like(g, VN_F32, ndim, shape), *cur = out ? vn_contiguous(g) : NULL;

@@ -7,7 +7,6 @@
 
 #include <cblas.h>
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 /* ---- embedding ----------------------------------------------------------- */
@@ -38,16 +37,15 @@ vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
 {
     if (vn__check_dtype(weight, VN_F32, "embedding: weight") || vn__check(ids, "embedding: ids"))
         return NULL;
-    char s[128];
     if (weight->ndim != 2)
         return vn__errp(VN_ERR_SHAPE, "embedding: weight must be 2-D (V, D), found %s",
-                        vn_shape_str(weight->ndim, weight->shape, s, sizeof s));
+                        vn__shape(weight->ndim, weight->shape));
     if (ids->dtype != VN_I32 && ids->dtype != VN_I64)
         return vn__errp(VN_ERR_DTYPE, "embedding: ids must be i32 or i64 row indices, found %s",
                         vn_dtype_name(ids->dtype));
     if (ids->ndim >= VN_MAX_DIMS)
         return vn__errp(VN_ERR_SHAPE, "embedding: ids %s have %d dims; at most %d leave room for "
-                        "the embedding dim", vn_shape_str(ids->ndim, ids->shape, s, sizeof s),
+                        "the embedding dim", vn__shape(ids->ndim, ids->shape),
                         ids->ndim, VN_MAX_DIMS - 1);
     int64_t V = weight->shape[0], D = weight->shape[1], n = vn_tensor_numel(ids);
 
@@ -91,17 +89,14 @@ vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
 /* ---- layer_norm ------------------------------------------------------------ */
 
 /* Shape check of an optional affine parameter: NULL or (D) f32. */
-static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, const char *sx)
+static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, const vn_tensor *x)
 {
     if (!p) return VN_OK;
-    char what[48], s[128], want[64];
-    snprintf(what, sizeof what, "layer_norm: %s", name);
-    vn_status st = vn__check_dtype(p, VN_F32, what);
+    vn_status st = vn__check_dtype_arg(p, VN_F32, "layer_norm", name, 0);
     if (st) return st;
     if (p->ndim != 1 || p->shape[0] != D)
         return vn__err(VN_ERR_SHAPE, "layer_norm: %s %s does not match input %s: expected %s", name,
-                       vn_shape_str(p->ndim, p->shape, s, sizeof s), sx,
-                       vn_shape_str(1, &D, want, sizeof want));
+                       vn__shape(p->ndim, p->shape), vn__shape(x->ndim, x->shape), vn__shape(1, &D));
     return VN_OK;
 }
 
@@ -170,13 +165,11 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
                          double eps)
 {
     if (vn__check_dtype(x, VN_F32, "layer_norm: input")) return NULL;
-    char sx[128];
-    vn_shape_str(x->ndim, x->shape, sx, sizeof sx);
     if (x->ndim == 0 || x->shape[x->ndim - 1] == 0)
         return vn__errp(VN_ERR_SHAPE, "layer_norm: input must have a non-empty last dim to "
-                        "normalize over, found %s", sx);
+                        "normalize over, found %s", vn__shape(x->ndim, x->shape));
     int64_t D = x->shape[x->ndim - 1], rows = vn_tensor_numel(x) / D;
-    if (check_affine(gamma, "gamma", D, sx) || check_affine(beta, "beta", D, sx)) return NULL;
+    if (check_affine(gamma, "gamma", D, x) || check_affine(beta, "beta", D, x)) return NULL;
     if (!(eps > 0) || !isfinite(eps))
         return vn__errp(VN_ERR_ARG, "layer_norm: eps must be positive and finite, found %g", eps);
 
@@ -324,17 +317,14 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
         vn__check_dtype(k, VN_F32, "causal_attention: k") ||
         vn__check_dtype(v, VN_F32, "causal_attention: v"))
         return NULL;
-    char sq[128], sk[128], sv[128];
-    vn_shape_str(q->ndim, q->shape, sq, sizeof sq);
-    vn_shape_str(k->ndim, k->shape, sk, sizeof sk);
-    vn_shape_str(v->ndim, v->shape, sv, sizeof sv);
     if (q->ndim < 2 || !vn__same_shape(q, k) || !vn__same_shape(q, v))
         return vn__errp(VN_ERR_SHAPE, "causal_attention: q %s, k %s and v %s must have one shape "
-                        "(B, H, T, Dh) (at least 2 dims: T, Dh)", sq, sk, sv);
+                        "(B, H, T, Dh) (at least 2 dims: T, Dh)", vn__shape(q->ndim, q->shape),
+                        vn__shape(k->ndim, k->shape), vn__shape(v->ndim, v->shape));
     int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1];
     if (T > INT_MAX || Dh > INT_MAX)
-        return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d", sq,
-                        INT_MAX);
+        return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
+                        vn__shape(q->ndim, q->shape), INT_MAX);
     int64_t BH = 1; /* the leading dims are independent batches */
     for (int i = 0; i < q->ndim - 2; i++) BH *= q->shape[i];
     int64_t pshape[3] = {BH, T, T};

@@ -3,7 +3,6 @@
  * plain so GCC vectorizes them, and split over threads when large. */
 #include "internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 /* Checks that t is a usable contiguous f32 tensor shaped like param and on
@@ -11,19 +10,16 @@
 static vn_status check_state(const vn_tensor *t, const vn_tensor *param, const char *op,
                              const char *name)
 {
-    char what[64], a[128], b[128];
-    snprintf(what, sizeof what, "%s: %s", op, name);
-    vn_status s = vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA);
+    vn_status s = vn__check_dtype_arg(t, VN_F32, op, name, VN_ALLOW_CUDA);
     if (s) return s;
-    if (param && vn__is_cuda(t) != vn__is_cuda(param))
-        return vn__err(VN_ERR_DEVICE, "%s: %s is on %s, the parameter on %s; expected one device",
-                       op, name, vn__is_cuda(t) ? "cuda" : "cpu", vn__is_cuda(param) ? "cuda" : "cpu");
+    if (param && (s = vn__same_device_strict(op, 2, (const vn_tensor *[]){t, param},
+                                             (const char *[]){name, "the parameter"}, NULL)))
+        return s;
     if (!vn_tensor_is_contiguous(t))
         return vn__err(VN_ERR_ARG, "%s: %s must be contiguous", op, name);
     if (param && !vn__same_shape(t, param))
         return vn__err(VN_ERR_SHAPE, "%s: %s has shape %s, expected the parameter's shape %s", op,
-                       name, vn_shape_str(t->ndim, t->shape, a, sizeof a),
-                       vn_shape_str(param->ndim, param->shape, b, sizeof b));
+                       name, vn__shape(t->ndim, t->shape), vn__shape(param->ndim, param->shape));
     return VN_OK;
 }
 

@@ -72,6 +72,15 @@ const char *vn_shape_str(int ndim, const int64_t *shape, char *buf, size_t n)
     return buf;
 }
 
+const char *vn__shape(int ndim, const int64_t *shape)
+{
+    /* A message may quote several shapes: each call takes the next buffer. */
+    static _Thread_local char slots[VN_SHAPE_SLOTS][VN_SHAPE_LEN];
+    static _Thread_local unsigned next;
+    char *buf = slots[next++ % VN_SHAPE_SLOTS];
+    return vn_shape_str(ndim, shape, buf, VN_SHAPE_LEN);
+}
+
 /* Each size within [0, VN_MAX_NUMEL] and so is their product. Each size is
  * checked on its own too: an empty tensor of shape (0, 2^62) has no
  * elements, but reducing its first dim would give 2^62 of them. */
@@ -104,11 +113,10 @@ vn_tensor *vn__new_on(bool on_cuda, vn_dtype dtype, int ndim, const int64_t *sha
     size_t nbytes = (size_t)n * vn_dtype_size(dtype);
     t->storage = storage_new(nbytes, on_cuda);
     if (!t->storage) {
-        char buf[128];
         free(t);
         return vn__errp(VN_ERR_MEMORY, "out of %s memory allocating %zu bytes for a %s tensor of "
                         "shape %s%s%s", on_cuda ? "GPU" : "host", nbytes, vn_dtype_name(dtype),
-                        vn_shape_str(ndim, shape, buf, sizeof buf), on_cuda ? ": " : "",
+                        vn__shape(ndim, shape), on_cuda ? ": " : "",
                         on_cuda ? vnk_error() : "");
     }
     t->refcount = 1;
@@ -444,11 +452,9 @@ vn_status vn_tensor_item(const vn_tensor *t, double *out)
     vn_status s = vn__check_for(t, "item", VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
     if (!out) return vn__err(VN_ERR_ARG, "item: out is NULL");
-    if (vn_tensor_numel(t) != 1) {
-        char buf[128];
+    if (vn_tensor_numel(t) != 1)
         return vn__err(VN_ERR_SHAPE, "item: expected a tensor with one element, got shape %s",
-                       vn_shape_str(t->ndim, t->shape, buf, sizeof buf));
-    }
+                       vn__shape(t->ndim, t->shape));
     return load_any(t, t->offset, out);
 }
 
@@ -580,12 +586,9 @@ vn_status vn_tensor_copy_(vn_tensor *dst, const vn_tensor *src)
     int64_t shape[VN_MAX_DIMS];
     s = vn__broadcast_shape("copy_", src->ndim, src->shape, dst->ndim, dst->shape, &nd, shape);
     if (s) return s;
-    if (nd != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)nd)) {
-        char a[128], b[128];
+    if (nd != dst->ndim || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)nd))
         return vn__err(VN_ERR_SHAPE, "copy_: source of shape %s does not broadcast to destination %s",
-                       vn_shape_str(src->ndim, src->shape, a, sizeof a),
-                       vn_shape_str(dst->ndim, dst->shape, b, sizeof b));
-    }
+                       vn__shape(src->ndim, src->shape), vn__shape(dst->ndim, dst->shape));
     /* Across devices: bring the source over first (a contiguous copy). */
     vn_tensor *moved = NULL;
     if (vn__is_cuda(src) != vn__is_cuda(dst)) {

@@ -7,7 +7,6 @@
 /* Views and copies work on every device and dtype. */
 #define VN_ANY (VN_ALLOW_CUDA | VN_ALLOW_HALF)
 
-#include <stdio.h>
 #include <stdlib.h>
 
 /* ---- broadcasting -------------------------------------------------------- */
@@ -19,19 +18,16 @@ vn_status vn__broadcast_shape(const char *op, int na, const int64_t *sa, int nb,
     for (int k = 0; k < n; k++) { /* k counts from the right */
         int64_t a = k < na ? sa[na - 1 - k] : 1, b = k < nb ? sb[nb - 1 - k] : 1;
         if (a != b && a != 1 && b != 1) {
-            char x[128], y[128];
             return vn__err(VN_ERR_SHAPE,
                            "%s: shapes %s and %s do not broadcast (dim %d from the right: %lld vs %lld)",
-                           op, vn_shape_str(na, sa, x, sizeof x), vn_shape_str(nb, sb, y, sizeof y),
-                           k + 1, (long long)a, (long long)b);
+                           op, vn__shape(na, sa), vn__shape(nb, sb), k + 1, (long long)a, (long long)b);
         }
         sout[n - 1 - k] = a == 1 ? b : a;
     }
     if (vn__check_shape(op, n, sout)) {
-        char x[128], y[128], why[256];
-        snprintf(why, sizeof why, "%s", vn_last_error());
-        return vn__err(VN_ERR_SHAPE, "%s (broadcasting %s and %s)", why,
-                       vn_shape_str(na, sa, x, sizeof x), vn_shape_str(nb, sb, y, sizeof y));
+        /* vn__err formats before it stores, so it may quote the last error */
+        return vn__err(VN_ERR_SHAPE, "%s (broadcasting %s and %s)", vn_last_error(),
+                       vn__shape(na, sa), vn__shape(nb, sb));
     }
     *nout = n;
     return VN_OK;
@@ -121,19 +117,17 @@ static vn_status infer_shape(const char *op, const vn_tensor *t, int ndim, const
         }
     }
     int64_t numel = vn_tensor_numel(t);
-    char a[128], b[128];
     if (infer >= 0) {
         if (known == 0 || numel % known)
             return vn__err(VN_ERR_SHAPE, "%s: cannot view %lld elements of shape %s as %s", op,
-                           (long long)numel, vn_shape_str(t->ndim, t->shape, a, sizeof a),
-                           vn_shape_str(ndim, in, b, sizeof b));
+                           (long long)numel, vn__shape(t->ndim, t->shape), vn__shape(ndim, in));
         out[infer] = numel / known;
     } else if (vn__check_shape(op, ndim, in)) {
         return VN_ERR_ARG;
     } else if (known != numel) {
         return vn__err(VN_ERR_SHAPE, "%s: shape %s has %lld elements but the target %s has %lld", op,
-                       vn_shape_str(t->ndim, t->shape, a, sizeof a), (long long)numel,
-                       vn_shape_str(ndim, in, b, sizeof b), (long long)known);
+                       vn__shape(t->ndim, t->shape), (long long)numel, vn__shape(ndim, in),
+                       (long long)known);
     }
     return VN_OK;
 }
@@ -155,10 +149,8 @@ static vn_tensor *reshape_impl(const vn_tensor *t, int ndim, const int64_t *in, 
         out = make_view(c, ndim, shape, strides, 0);
         vn_tensor_release(c);
     } else {
-        char a[128];
         return vn__errp(VN_ERR_SHAPE, "%s: a tensor of shape %s with these strides cannot be viewed "
-                        "without a copy; use reshape or contiguous()", op,
-                        vn_shape_str(t->ndim, t->shape, a, sizeof a));
+                        "without a copy; use reshape or contiguous()", op, vn__shape(t->ndim, t->shape));
     }
     if (out) vn__record(out, op, reshape_backward, 1, &t);
     return out;
@@ -226,12 +218,12 @@ vn_tensor *vn_transpose(const vn_tensor *t, int d0, int d1)
 struct narrow_saved { int dim; int64_t start, length; };
 
 /* Backward of narrow/select: the gradient lands in a zero tensor of the
- * input's shape, at the positions the view covered. */
+ * input's shape, on the input's device, at the positions the view covered. */
 static vn_status narrow_backward(vn_node *n, const vn_tensor *g)
 {
     const struct narrow_saved *saved = VN_SAVED_STATE(n, struct narrow_saved);
     const vn_tensor *x = n->inputs[0];
-    vn_tensor *full = vn_zeros(VN_F32, x->ndim, x->shape);
+    vn_tensor *full = vn_full_on(vn__is_cuda(x) ? VN_CUDA : VN_CPU, VN_F32, x->ndim, x->shape, 0);
     if (!full) return VN_ERR_MEMORY;
     vn_tensor *part = vn_narrow(full, saved->dim, saved->start, saved->length);
     vn_status s = VN_ERR_MEMORY;
@@ -325,11 +317,9 @@ vn_tensor *vn_expand(const vn_tensor *t, int ndim, const int64_t *shape)
         return vn__errp(VN_ERR_SHAPE, "expand: cannot expand %d dims to %d", t->ndim, ndim);
     if (ndim > 0 && !shape) return vn__errp(VN_ERR_ARG, "expand: shape is NULL");
     if (vn__broadcast_shape("expand", t->ndim, t->shape, ndim, shape, &nd, out_shape)) return NULL;
-    if (memcmp(out_shape, shape, sizeof(int64_t) * (size_t)ndim)) {
-        char a[128], b[128];
+    if (memcmp(out_shape, shape, sizeof(int64_t) * (size_t)ndim))
         return vn__errp(VN_ERR_SHAPE, "expand: shape %s cannot be expanded to %s",
-                        vn_shape_str(t->ndim, t->shape, a, sizeof a), vn_shape_str(ndim, shape, b, sizeof b));
-    }
+                        vn__shape(t->ndim, t->shape), vn__shape(ndim, shape));
     vn__broadcast_strides(t, ndim, shape, strides);
     vn_tensor *out = make_view(t, ndim, shape, strides, t->offset);
     if (out) vn__record(out, "expand", expand_backward, 1, &t);
@@ -429,25 +419,19 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
         if (vn__check_for(ts[k], "cat", VN_ANY)) return NULL;
     const vn_tensor *a = ts[0];
     if (a->ndim == 0) return vn__errp(VN_ERR_ARG, "cat: cannot concatenate 0-d tensors");
-    for (int k = 1; k < n; k++)
-        if (vn__is_cuda(ts[k]) != vn__is_cuda(a))
-            return vn__errp(VN_ERR_DEVICE, "cat: tensor %d is on %s, tensor 0 on %s; expected one "
-                            "device", k, vn__is_cuda(ts[k]) ? "cuda" : "cpu",
-                            vn__is_cuda(a) ? "cuda" : "cpu");
+    if (vn__same_device_strict("cat", n, (const vn_tensor *const *)ts, NULL, NULL)) return NULL;
     if (vn__wrap_dim(a->ndim, &dim, "cat")) return NULL;
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     shape[dim] = 0;
     for (int k = 0; k < n; k++) {
         const vn_tensor *b = ts[k];
-        char x[128], y[128];
         bool ok = b->ndim == a->ndim && b->dtype == a->dtype;
         for (int d = 0; ok && d < a->ndim; d++) ok = d == dim || b->shape[d] == a->shape[d];
         if (!ok)
             return vn__errp(VN_ERR_SHAPE, "cat: tensor %d (%s %s) does not match tensor 0 (%s %s) "
-                            "outside dim %d", k, vn_dtype_name(b->dtype),
-                            vn_shape_str(b->ndim, b->shape, x, sizeof x), vn_dtype_name(a->dtype),
-                            vn_shape_str(a->ndim, a->shape, y, sizeof y), dim);
+                            "outside dim %d", k, vn_dtype_name(b->dtype), vn__shape(b->ndim, b->shape),
+                            vn_dtype_name(a->dtype), vn__shape(a->ndim, a->shape), dim);
         shape[dim] += b->shape[dim];
     }
     if (vn__is_cuda(a) && dim != 0) return cat_cuda_inner(ts, n, dim);
@@ -576,12 +560,8 @@ vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)
     bool cuda;
     if (vn__check_for(t, "index_select", VN_ALLOW_CUDA) ||
         vn__check_for(index, "index_select: index", VN_ALLOW_CUDA) ||
-        vn__same_device("index_select", 2, both, &cuda))
+        vn__same_device_strict("index_select", 2, both, (const char *[]){"input", "index"}, &cuda))
         return NULL;
-    if (vn__is_cuda(t) != vn__is_cuda(index))
-        return vn__errp(VN_ERR_DEVICE, "index_select: the tensor is on %s and the index on %s; "
-                        "expected one device", vn__is_cuda(t) ? "cuda" : "cpu",
-                        vn__is_cuda(index) ? "cuda" : "cpu");
     if (index->dtype != VN_I64 && index->dtype != VN_I32)
         return vn__errp(VN_ERR_DTYPE, "index_select: index must be i32 or i64, got %s",
                         vn_dtype_name(index->dtype));

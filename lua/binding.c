@@ -360,16 +360,24 @@ bool lv_is_integer_dtype(vn_dtype d)
     return d == VN_I32 || d == VN_I64 || d == VN_U8;
 }
 
-/* The 1-based integer indices in `idx` (at stack index i) as a new 0-based
- * i64 tensor, each checked to lie in 1..limit. `op` and `what` name them in
- * messages ("cross_entropy", "target"). */
-vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what)
+/* The tensor at stack index i, which must hold integers (1-based indices);
+ * `op` and `what` name it in the message ("cross_entropy", "target"). */
+static vn_tensor *lv_check_indices(lua_State *L, int i, const char *op, const char *what)
 {
     vn_tensor *idx = lv_check(L, i);
     vn_dtype dt = vn_tensor_dtype(idx);
     if (!lv_is_integer_dtype(dt))
         lv_raise(L, "%s: %s must be an integer tensor (i64, i32 or u8) of 1-based indices, found %s",
                  op, what, vn_dtype_name(dt));
+    return idx;
+}
+
+/* The 1-based integer indices in `idx` (at stack index i) as a new 0-based
+ * i64 tensor, each checked to lie in 1..limit. `op` and `what` name them in
+ * messages ("cross_entropy", "target"). */
+vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what)
+{
+    vn_tensor *idx = lv_check_indices(L, i, op, what);
     /* A fresh copy on the CPU we may change in place (copy_ brings a CUDA
      * tensor over); it goes back to idx's device at the end. */
     vn_tensor *out = vn_empty(VN_I64, vn_tensor_ndim(idx), vn_tensor_shape(idx));
@@ -1033,9 +1041,23 @@ static int lv_class_loss(lua_State *L, lv_lossfn f, const char *op)
         return lv_raise(L, "%s: expected scores of shape (N, C), found %s", op,
                         vn_shape_str(nd, vn_tensor_shape(x), s, sizeof s));
     }
-    vn_tensor *target = lv_indices0(L, 2, vn_tensor_shape(x)[1], op, "target");
+    /* The targets go 0-based on their own device without a look at their
+     * values: the engine checks the range, once (for CUDA targets that is
+     * one round trip to the GPU, not a copy to the CPU and back as well). */
+    vn_tensor *idx = lv_check_indices(L, 2, op, "target");
+    vn_tensor *target = lv_shifted(vn_tensor_dtype(idx) == VN_I64 ? vn_tensor_retain(idx)
+                                                                  : vn_to_dtype(idx, VN_I64), -1);
+    if (!target) lv_fail(L);
     vn_tensor *r = f(x, target, red);
     vn_tensor_release(target);
+    if (!r && vn_last_status() == VN_ERR_ARG) {
+        /* Say which target is out of range in Lua's 1-based terms (this
+         * raises when it finds one); otherwise the engine's message stands. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", vn_last_error());
+        vn_tensor_release(lv_indices0(L, 2, vn_tensor_shape(x)[1], op, "target"));
+        vn_set_error(VN_ERR_ARG, "%s", msg);
+    }
     return lv_push(L, r);
 }
 

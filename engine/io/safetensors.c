@@ -83,10 +83,9 @@ static bool is_utf8(const char *s)
 static vn_status add_entry(json_t *root, const char *path, const char *name, const vn_tensor *t,
                            uint64_t *pos)
 {
-    char what[256];
-    snprintf(what, sizeof what, "safetensors save '%s': tensor '%s'", path, name);
-    vn_status s = vn__check_for(t, what, VN_ALLOW_CUDA | VN_ALLOW_HALF);
-    if (s) return s;
+    /* An empty `what` leaves the message as ": <problem>", to follow this prefix. */
+    vn_status s = vn__check_for(t, "", VN_ALLOW_CUDA | VN_ALLOW_HALF);
+    if (s) return vn__err(s, "safetensors save '%s': tensor '%s'%s", path, name, vn_last_error());
     if (strcmp(name, "__metadata__") == 0)
         return vn__err(VN_ERR_ARG, "safetensors save '%s': \"__metadata__\" is reserved and "
                        "cannot name a tensor", path);
@@ -98,8 +97,8 @@ static vn_status add_entry(json_t *root, const char *path, const char *name, con
                        name);
     const char *dt = vn__st_dtype_name(t->dtype);
     if (!dt)
-        return vn__err(VN_ERR_DTYPE, "%s: dtype %s has no safetensors name", what,
-                       vn_dtype_name(t->dtype));
+        return vn__err(VN_ERR_DTYPE, "safetensors save '%s': tensor '%s': dtype %s has no "
+                       "safetensors name", path, name, vn_dtype_name(t->dtype));
     uint64_t nbytes = (uint64_t)vn_tensor_numel(t) * vn_dtype_size(t->dtype);
     json_t *shape = json_array(), *entry = json_object(), *off = json_array();
     bool ok = shape && entry && off;

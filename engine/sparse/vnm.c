@@ -214,11 +214,9 @@ static vn_status check_finite(const float *w, int64_t R, int64_t K)
 vn_vnm *vn_vnm_from_dense(const vn_tensor *w, int64_t V, int64_t N, int64_t M)
 {
     if (vn__check_dtype(w, VN_F32, "vnm_from_dense: weight")) return NULL;
-    if (w->ndim != 2) {
-        char buf[128];
+    if (w->ndim != 2)
         return vn__errp(VN_ERR_SHAPE, "vnm_from_dense: weight must be 2-D (rows, cols), got %s",
-                        vn_shape_str(w->ndim, w->shape, buf, sizeof buf));
-    }
+                        vn__shape(w->ndim, w->shape));
     int64_t R = w->shape[0], K = w->shape[1];
     if (vnm__check_params("vnm_from_dense", R, K, V, N, M)) return NULL;
     vn_tensor *wc = vn_contiguous(w);
@@ -316,10 +314,8 @@ vn_status vn_vnm_stats(const vn_vnm *s, vn_vnm_summary *out)
 static vn_tensor *scatter(const vn_vnm *s, vn_dtype dtype, const char *op)
 {
     if (!s) return vn__errp(VN_ERR_ARG, "%s: the matrix is NULL", op);
-    char what[64];
-    snprintf(what, sizeof what, "%s: values", op);
     bool values = dtype == VN_F32, on_cuda = values && vn__is_cuda(s->values);
-    if (values && vn__check_for(s->values, what, VN_ALLOW_CUDA)) return NULL;
+    if (values && vn__check_arg(s->values, op, "values", VN_ALLOW_CUDA)) return NULL;
     int64_t shape[2] = {s->R, s->K};
     vn_tensor *out = vn_zeros(dtype, 2, shape);
     if (!out) return NULL;

@@ -18,15 +18,12 @@ static vn_status check_matrix(const vn_vnm *s, const char *op)
 /* values must be f32 (R, 2⌈K/M⌉). */
 static vn_status check_values(const vn_vnm *s, const vn_tensor *values, const char *op)
 {
-    char what[64], got[128];
-    snprintf(what, sizeof what, "%s: values", op);
-    vn_status st = vn__check_dtype_for(values, VN_F32, what, VN_ALLOW_CUDA);
+    vn_status st = vn__check_dtype_arg(values, VN_F32, op, "values", VN_ALLOW_CUDA);
     if (st) return st;
     int64_t cols = 2 * ((s->K + s->M - 1) / s->M);
     if (values->ndim != 2 || values->shape[0] != s->R || values->shape[1] != cols)
         return vn__err(VN_ERR_SHAPE, "%s: values of shape %s, expected (%lld, %lld) for a %lld × "
-                       "%lld matrix with M=%lld", op,
-                       vn_shape_str(values->ndim, values->shape, got, sizeof got),
+                       "%lld matrix with M=%lld", op, vn__shape(values->ndim, values->shape),
                        (long long)s->R, (long long)cols, (long long)s->R, (long long)s->K,
                        (long long)s->M);
     return VN_OK;
@@ -36,13 +33,11 @@ static vn_status check_values(const vn_vnm *s, const vn_tensor *values, const ch
 static vn_status check_rows(const vn_tensor *t, int64_t width, const char *op, const char *what,
                             const char *width_name, int64_t *rows)
 {
-    char name[96], got[128];
-    snprintf(name, sizeof name, "%s: %s", op, what);
-    vn_status st = vn__check_dtype_for(t, VN_F32, name, VN_ALLOW_CUDA);
+    vn_status st = vn__check_dtype_arg(t, VN_F32, op, what, VN_ALLOW_CUDA);
     if (st) return st;
     if (t->ndim == 0 || t->shape[t->ndim - 1] != width)
         return vn__err(VN_ERR_SHAPE, "%s: %s of shape %s has %lld features (last dim), expected "
-                       "%lld (%s)", op, what, vn_shape_str(t->ndim, t->shape, got, sizeof got),
+                       "%lld (%s)", op, what, vn__shape(t->ndim, t->shape),
                        t->ndim ? (long long)t->shape[t->ndim - 1] : 0LL, (long long)width,
                        width_name);
     *rows = vn_tensor_numel(t) / width; /* width >= 1: a matrix has rows and M >= 4 columns */
@@ -50,12 +45,13 @@ static vn_status check_rows(const vn_tensor *t, int64_t width, const char *op, c
 }
 
 /* Whether the operands (NULLs skipped) are on the GPU; VN_ERR_DEVICE naming
- * both devices when they differ. */
+ * both devices when they differ. Every operand is read on the device: no
+ * CPU scalar may join. */
 static vn_status device_of(const char *op, const vn_tensor *a, const vn_tensor *b,
                            const vn_tensor *c, bool *cuda)
 {
     const vn_tensor *ts[3] = {a, b, c};
-    return vn__same_device(op, 3, ts, cuda);
+    return vn__same_device_strict(op, 3, ts, NULL, cuda);
 }
 
 /* A contiguous copy of t (or t itself, retained) that is never recorded. */
@@ -243,12 +239,9 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
         check_rows(x, s->K, "vnm_linear", "input", "the layer's in features", &B) ||
         (bias && vn__check_dtype_for(bias, VN_F32, "vnm_linear: bias", VN_ALLOW_CUDA)))
         return NULL;
-    if (bias && (bias->ndim != 1 || bias->shape[0] != s->R)) {
-        char got[128], want[64];
+    if (bias && (bias->ndim != 1 || bias->shape[0] != s->R))
         return vn__errp(VN_ERR_SHAPE, "vnm_linear: bias of shape %s, expected %s",
-                        vn_shape_str(bias->ndim, bias->shape, got, sizeof got),
-                        vn_shape_str(1, &s->R, want, sizeof want));
-    }
+                        vn__shape(bias->ndim, bias->shape), vn__shape(1, &s->R));
     bool cuda;
     if (device_of("vnm_linear", x, values, bias, &cuda)) return NULL;
     if (cuda) return vnm__cuda_linear(x, s, values, bias);

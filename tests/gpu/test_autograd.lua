@@ -1,7 +1,8 @@
 -- Gradients on the GPU against the CPU: every differentiable op on its own,
 -- then a small MLP (linear, relu, gelu, softmax, cross_entropy, broadcasting,
--- sum/mean, max); to_device carries gradients back across devices; dropout
--- draws the same mask on both devices for the same seed.
+-- sum/mean, max), each gradient on the device of its leaf; to_device carries
+-- gradients back across devices; dropout draws the same mask on both devices
+-- for the same seed.
 local venom = require "venom"
 if not venom.cuda.is_available() then print("1..0 # SKIP no CUDA device") os.exit(0) end
 package.path = "tests/gpu/?.lua;tests/lua/?.lua;" .. package.path
@@ -48,6 +49,8 @@ local function grads(name, tol, f, values, consts)
       tap.ok(false, name .. ": gradient of " .. k)
       tap.diag("no gradient on the CUDA leaf")
     else
+      -- the rule by name (close() also refuses a CPU result): a gradient lands on its leaf's device
+      tap.is(g:device(), "cuda", name .. ": the gradient of " .. k .. " is on CUDA")
       close(g, cpu[k].grad, tol, name .. ": gradient of " .. k)
     end
   end
@@ -83,6 +86,7 @@ do
     { "sum dim 2", function(t) return t:sum(2, true) end, x },
     { "transpose + contiguous", function(t) return t:t():contiguous():t() end, x },
     { "narrow", function(t) return t:narrow(2, 4, 20):sum(2, true) end, x },
+    { "select", function(t) return t:select(2, 5):unsqueeze(2) end, x },
     { "index_select with repeats", function(t)
       return t:index_select(2, venom.tensor({ 5, 1, 5, 33, 2 }, "i64"):to(t:device())):sum(2, true)
     end, x },
@@ -159,6 +163,7 @@ do
   local pa, pb = a:parameters(), b:parameters()
   for i = 1, #pa do
     tap.is(pb[i]:device(), "cuda", "Module:cuda() moved parameter " .. i)
+    tap.is(pb[i].grad and pb[i].grad:device(), "cuda", "nn model on CUDA: gradient of parameter " .. i .. " is on CUDA")
     close(pb[i].grad, pa[i].grad, TOL.chain, "nn model on CUDA: gradient of parameter " .. i)
   end
 end
