@@ -1,6 +1,7 @@
 /* lv_system.c — what the venom.core Lua module offers besides tensors:
- * engine memory (memory_stats, empty_cache), a monotonic clock, isatty (for
- * the REPL and progress output) and idx_load (IDX files, e.g. MNIST). */
+ * engine memory (memory_stats, empty_cache), a monotonic clock and isatty
+ * (venom.util's progress display uses both), and idx_load (IDX files such as
+ * MNIST, read by venom.data). */
 #include "lv.h"
 
 #include <lualib.h>
