@@ -1,7 +1,9 @@
 /* lv.h — what the files of the venom.core Lua binding share: the tensor
- * userdata box and the argument helpers. Conventions: an lv_* helper that
- * finds a bad argument raises a Lua error (it does not return); Lua-side
- * dims, positions and indices are 1-based and converted here to 0-based. */
+ * userdata box, the argument helpers, the registration macros and the
+ * luaL_Reg tables each file exports to luaopen_venom_core (lv_tensor.c).
+ * Conventions: an lv_* helper that finds a bad argument raises a Lua error
+ * (it does not return); Lua-side dims, positions and indices are 1-based and
+ * converted here to 0-based. */
 #ifndef VENOM_LV_H
 #define VENOM_LV_H
 
@@ -23,15 +25,21 @@ typedef struct {
     vn_device device; /* VN_CPU unless {device = "cuda"} */
 } lv_opts;
 
+/* Registration: LV_REG(exp) is the entry {"exp", l_exp}, LV_META(add) the
+ * entry {"__add", l_add}. A file lists a family of ops once, as an X-macro
+ * (#define LV_UNARY_OPS(X) X(neg) X(exp) ...), and expands the list both
+ * into its wrappers and, with LV_REG, into its table: adding an op is one
+ * line. LV_UNARY_WRAPPER(exp) defines l_exp(t) = vn_exp(t). */
+#define LV_REG(name) {#name, l_##name},
+#define LV_META(name) {"__" #name, l_##name},
+#define LV_UNARY_WRAPPER(name)                                                  \
+    static int l_##name(lua_State *L) { return lv_push(L, vn_##name(lv_check(L, 1))); }
+
+/* lv_args.c: errors and the arguments (numbers, dims, shapes, dtypes,
+ * options, 1-based indices). */
 int lv_fail(lua_State *L);
 int lv_raise(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int lv_argfail(lua_State *L, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-vn_tensor *lv_totensor(lua_State *L, int i);
-vn_tensor *lv_check(lua_State *L, int i);
-vn_tensor *lv_optcheck(lua_State *L, int i);
-void lv_check_operand(lua_State *L, int i);
-vn_tensor *lv_operand(lua_State *L, int i, vn_dtype dtype);
-int lv_push(lua_State *L, vn_tensor *t);
 void lv_status(lua_State *L, vn_status s);
 bool lv_whole(double x);
 int64_t lv_int(lua_State *L, int i, const char *what);
@@ -39,13 +47,46 @@ int lv_dim(lua_State *L, int i, int n);
 int lv_optdim(lua_State *L, int i, int n, int def);
 int64_t lv_pos(lua_State *L, int i, int dim0, int64_t size);
 int lv_shape(lua_State *L, int first, int last, int64_t *shape, bool allow_infer);
-vn_dtype lv_dtype_at(lua_State *L, int at, int argi);
+int lv_dtype_name_at(lua_State *L, int i);
 vn_dtype lv_dtype(lua_State *L, int i);
 void lv_parse_opts(lua_State *L, int i, lv_opts *o);
 lv_opts lv_take_opts(lua_State *L, int *top);
-int lv_push_new(lua_State *L, vn_tensor *t, const lv_opts *o);
+vn_tensor *lv_shifted(vn_tensor *t, double k);
+vn_tensor *lv_check_indices(lua_State *L, int i, const char *op, const char *what);
 vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what);
 bool lv_is_integer_dtype(vn_dtype d);
+
+/* lv_tensor.c: the tensor userdata on the stack, and luaopen_venom_core. */
+vn_tensor *lv_totensor(lua_State *L, int i);
+vn_tensor *lv_check(lua_State *L, int i);
+vn_tensor *lv_optcheck(lua_State *L, int i);
+int lv_push(lua_State *L, vn_tensor *t);
+int lv_push_new(lua_State *L, vn_tensor *t, const lv_opts *o);
+
+/* lv_view.c: views and copies (reshape, narrow, to, cat, copy_, ...). */
+extern const luaL_Reg lv_view_methods[];
+extern const luaL_Reg lv_view_functions[];
+
+/* lv_ops.c: arithmetic, comparisons, pointwise ops, where, reductions,
+ * matmul, and the metamethods + - * / ^ and < <=. */
+extern const luaL_Reg lv_ops_methods[];
+extern const luaL_Reg lv_ops_functions[];
+extern const luaL_Reg lv_ops_meta[];
+
+/* lv_nn.c: linear, softmax, losses, dropout. */
+extern const luaL_Reg lv_nn_methods[];
+extern const luaL_Reg lv_nn_functions[];
+
+/* lv_optim.c: the optimizer steps (sgd_step, adam_step, adam_step_multi). */
+extern const luaL_Reg lv_optim_functions[];
+
+/* lv_autograd.c: backward, requires_grad, detach, grad mode; t.grad. */
+extern const luaL_Reg lv_autograd_methods[];
+extern const luaL_Reg lv_autograd_functions[];
+int lv_push_grad(lua_State *L, vn_tensor *t);
+
+/* lv_system.c: memory_stats, empty_cache, clock, isatty, idx_load. */
+extern const luaL_Reg lv_system_functions[];
 
 /* lv_checkpoint.c: venom.save/load and the RNG state. */
 extern const luaL_Reg lv_checkpoint_functions[];
@@ -54,13 +95,9 @@ extern const luaL_Reg lv_checkpoint_functions[];
 extern const luaL_Reg lv_sparse_functions[];
 
 /* lv_device.c: t:cuda()/cpu()/device()/is_cuda(), venom.cuda_* and autocast. */
+extern const luaL_Reg lv_device_methods[];
 extern const luaL_Reg lv_device_functions[];
 int lv_device_name_at(lua_State *L, int i);
-vn_device lv_device(lua_State *L, int i);
-int l_cuda(lua_State *L);
-int l_cpu(lua_State *L);
-int l_device(lua_State *L);
-int l_is_cuda(lua_State *L);
 
 /* lv_transformer.c: embedding, layer_norm and causal_attention. */
 extern const luaL_Reg lv_transformer_functions[];

@@ -155,9 +155,6 @@ static int l_set_rng_state(lua_State *L)
 }
 
 const luaL_Reg lv_checkpoint_functions[] = {
-    {"save", l_save},
-    {"load", l_load},
-    {"get_rng_state", l_get_rng_state},
-    {"set_rng_state", l_set_rng_state},
+    LV_REG(save) LV_REG(load) LV_REG(get_rng_state) LV_REG(set_rng_state)
     {NULL, NULL},
 };

@@ -15,27 +15,16 @@ int lv_device_name_at(lua_State *L, int i)
     return -1;
 }
 
-vn_device lv_device(lua_State *L, int i)
-{
-    int d = lua_type(L, i) == LUA_TSTRING ? lv_device_name_at(L, i) : -1;
-    if (d < 0)
-        lv_argfail(L, i, "expected a device ('cpu' or 'cuda'), found %s%s%s",
-                   lua_type(L, i) == LUA_TSTRING ? "'" : "",
-                   lua_type(L, i) == LUA_TSTRING ? lua_tostring(L, i) : luaL_typename(L, i),
-                   lua_type(L, i) == LUA_TSTRING ? "'" : "");
-    return (vn_device)d;
-}
+static int l_cuda(lua_State *L) { return lv_push(L, vn_to_device(lv_check(L, 1), VN_CUDA)); }
+static int l_cpu(lua_State *L) { return lv_push(L, vn_to_device(lv_check(L, 1), VN_CPU)); }
 
-int l_cuda(lua_State *L) { return lv_push(L, vn_to_device(lv_check(L, 1), VN_CUDA)); }
-int l_cpu(lua_State *L) { return lv_push(L, vn_to_device(lv_check(L, 1), VN_CPU)); }
-
-int l_device(lua_State *L)
+static int l_device(lua_State *L)
 {
     lua_pushstring(L, vn_device_name(vn_tensor_device(lv_check(L, 1))));
     return 1;
 }
 
-int l_is_cuda(lua_State *L)
+static int l_is_cuda(lua_State *L)
 {
     lua_pushboolean(L, vn_tensor_device(lv_check(L, 1)) == VN_CUDA);
     return 1;
@@ -112,15 +101,14 @@ static int l_get_autocast(lua_State *L)
     return 1;
 }
 
+const luaL_Reg lv_device_methods[] = {
+    LV_REG(cuda) LV_REG(cpu) LV_REG(device) LV_REG(is_cuda)
+    {NULL, NULL},
+};
+
 const luaL_Reg lv_device_functions[] = {
-    {"cuda_is_available", l_cuda_is_available},
-    {"cuda_device_count", l_cuda_device_count},
-    {"cuda_device_name", l_cuda_device_name},
-    {"cuda_synchronize", l_cuda_synchronize},
-    {"cuda_memory_stats", l_cuda_memory_stats},
-    {"cuda_empty_cache", l_cuda_empty_cache},
-    {"cuda_set_allow_tf32", l_cuda_set_allow_tf32},
-    {"set_autocast", l_set_autocast},
-    {"get_autocast", l_get_autocast},
+    LV_REG(cuda_is_available) LV_REG(cuda_device_count) LV_REG(cuda_device_name)
+    LV_REG(cuda_synchronize) LV_REG(cuda_memory_stats) LV_REG(cuda_empty_cache)
+    LV_REG(cuda_set_allow_tf32) LV_REG(set_autocast) LV_REG(get_autocast)
     {NULL, NULL},
 };

@@ -35,11 +35,13 @@ static int vnm_gc(lua_State *L)
     return 0;
 }
 
-static int vnm_to_dense(lua_State *L) { return lv_push(L, vn_vnm_to_dense(check_vnm(L, 1))); }
-static int vnm_mask(lua_State *L) { return lv_push(L, vn_vnm_mask(check_vnm(L, 1))); }
-static int vnm_values(lua_State *L) { return lv_push(L, vn_vnm_values(check_vnm(L, 1))); }
-static int vnm_columns(lua_State *L) { return lv_push(L, vn_vnm_columns(check_vnm(L, 1))); }
-static int vnm_indices(lua_State *L) { return lv_push(L, vn_vnm_indices(check_vnm(L, 1))); }
+/* The methods S:<name>() that return vn_vnm_<name>(S) as a new tensor,
+ * each name written once. */
+#define LV_VNM_TENSOR_METHODS(X) X(to_dense) X(mask) X(values) X(columns) X(indices)
+
+#define LV_VNM_TENSOR_WRAPPER(name)                                             \
+    static int vnm_##name(lua_State *L) { return lv_push(L, vn_vnm_##name(check_vnm(L, 1))); }
+LV_VNM_TENSOR_METHODS(LV_VNM_TENSOR_WRAPPER)
 
 static void set_int(lua_State *L, const char *k, int64_t v)
 {
@@ -79,9 +81,10 @@ static int vnm_tostring(lua_State *L)
     return 1;
 }
 
+#define LV_VNM_REG(name) {#name, vnm_##name},
+
 static const luaL_Reg vnm_methods[] = {
-    {"to_dense", vnm_to_dense}, {"mask", vnm_mask},       {"stats", vnm_stats},
-    {"values", vnm_values},     {"columns", vnm_columns}, {"indices", vnm_indices},
+    LV_VNM_TENSOR_METHODS(LV_VNM_REG) LV_VNM_REG(stats)
     {NULL, NULL},
 };
 
@@ -133,23 +136,20 @@ static int l_vnm_linear(lua_State *L)
     return lv_push(L, vn_vnm_linear(x, s, values, bias));
 }
 
-static int l_vnm_spmm(lua_State *L)
+/* The plain kernels f(S, a, b), each name written once. */
+#define LV_VNM_KERNELS(X) X(vnm_spmm) X(vnm_spmm_t) X(vnm_sddmm)
+
+typedef vn_tensor *(*lv_vnm_kernelfn)(const vn_vnm *, const vn_tensor *, const vn_tensor *);
+
+static int lv_vnm_kernel(lua_State *L, lv_vnm_kernelfn f)
 {
     vn_vnm *s = check_vnm(L, 1);
-    return lv_push(L, vn_vnm_spmm(s, lv_check(L, 2), lv_check(L, 3)));
+    return lv_push(L, f(s, lv_check(L, 2), lv_check(L, 3)));
 }
 
-static int l_vnm_spmm_t(lua_State *L)
-{
-    vn_vnm *s = check_vnm(L, 1);
-    return lv_push(L, vn_vnm_spmm_t(s, lv_check(L, 2), lv_check(L, 3)));
-}
-
-static int l_vnm_sddmm(lua_State *L)
-{
-    vn_vnm *s = check_vnm(L, 1);
-    return lv_push(L, vn_vnm_sddmm(s, lv_check(L, 2), lv_check(L, 3)));
-}
+#define LV_VNM_KERNEL_WRAPPER(name)                                             \
+    static int l_##name(lua_State *L) { return lv_vnm_kernel(L, vn_##name); }
+LV_VNM_KERNELS(LV_VNM_KERNEL_WRAPPER)
 
 static int l_vnm_isa(lua_State *L)
 {
@@ -158,9 +158,7 @@ static int l_vnm_isa(lua_State *L)
 }
 
 const luaL_Reg lv_sparse_functions[] = {
-    {"vnm_from_dense", l_vnm_from_dense}, {"vnm_from_pattern", l_vnm_from_pattern},
-    {"vnm_linear", l_vnm_linear},
-    {"vnm_spmm", l_vnm_spmm},             {"vnm_spmm_t", l_vnm_spmm_t},
-    {"vnm_sddmm", l_vnm_sddmm},           {"vnm_isa", l_vnm_isa},
+    LV_REG(vnm_from_dense) LV_REG(vnm_from_pattern) LV_REG(vnm_linear)
+    LV_VNM_KERNELS(LV_REG) LV_REG(vnm_isa)
     {NULL, NULL},
 };

@@ -39,8 +39,6 @@ static int l_causal_attention(lua_State *L)
 }
 
 const luaL_Reg lv_transformer_functions[] = {
-    {"embedding", l_embedding},
-    {"layer_norm", l_layer_norm},
-    {"causal_attention", l_causal_attention},
+    LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention)
     {NULL, NULL},
 };

@@ -1,0 +1,291 @@
+/* lv_args.c — reading the arguments of the venom.core functions: errors,
+ * integers, dims, positions, shapes, dtypes, option tables, and index
+ * tensors, which Lua counts from 1 and the engine from 0.
+ *
+ * Every helper that finds a bad argument raises a Lua error naming what was
+ * expected and what was found; none returns a bad value. */
+#include "lv.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* Raise the engine's last error as a Lua error at the caller's line. */
+int lv_fail(lua_State *L)
+{
+    return luaL_error(L, "%s", vn_last_error());
+}
+
+/* Raise a printf-formatted error (lua_pushfstring has no %lld). */
+int lv_raise(lua_State *L, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return luaL_error(L, "%s", msg);
+}
+
+/* "bad argument #i to 'f' (message)", printf-formatted. */
+int lv_argfail(lua_State *L, int i, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return luaL_argerror(L, i, msg);
+}
+
+/* Raise the engine's last error unless s is VN_OK. */
+void lv_status(lua_State *L, vn_status s)
+{
+    if (s != VN_OK) lv_fail(L);
+}
+
+/* ---- numbers, dims, positions, shapes, dtypes, options ---------------------- */
+
+/* Whether x is a whole number that a double holds exactly (NaN is not).
+ * Written without libm, which the executable does not link. */
+bool lv_whole(double x)
+{
+    return x >= -9007199254740992.0 && x <= 9007199254740992.0 && (double)(int64_t)x == x;
+}
+
+/* The integer at i (a number with no fraction; strings are not numbers). */
+int64_t lv_int(lua_State *L, int i, const char *what)
+{
+    if (lua_type(L, i) != LUA_TNUMBER)
+        lv_argfail(L, i, "%s must be an integer, found %s", what, luaL_typename(L, i));
+    double x = lua_tonumber(L, i);
+    if (!lv_whole(x))
+        lv_argfail(L, i, "%s must be an integer, found %g", what, x);
+    return (int64_t)x;
+}
+
+/* A 1-based dim at i (1..n, or -n..-1 from the end) → 0-based. */
+int lv_dim(lua_State *L, int i, int n)
+{
+    int64_t d = lv_int(L, i, "dim");
+    if (d >= 1 && d <= n) return (int)d - 1;
+    if (d < 0 && d >= -n) return (int)(d + n);
+    if (n == 0) return lv_argfail(L, i, "dim %lld out of range: the tensor is 0-d", (long long)d);
+    return lv_argfail(L, i, "dim %lld out of range for %d dims (expected 1..%d or -%d..-1)",
+                      (long long)d, n, n, n);
+}
+
+int lv_optdim(lua_State *L, int i, int n, int def)
+{
+    return lua_isnoneornil(L, i) ? def : lv_dim(L, i, n);
+}
+
+/* A 1-based position at i along dim `dim0` (0-based) of `size` elements
+ * (1..size, or -size..-1 from the end) → 0-based. */
+int64_t lv_pos(lua_State *L, int i, int dim0, int64_t size)
+{
+    int64_t k = lv_int(L, i, "index");
+    if (k >= 1 && k <= size) return k - 1;
+    if (k < 0 && k >= -size) return k + size;
+    return lv_argfail(L, i, "index %lld out of range for dim %d of size %lld (expected 1..%lld)",
+                      (long long)k, dim0 + 1, (long long)size, (long long)size);
+}
+
+/* The largest size along one dim the binding accepts: far beyond any
+ * memory, and small enough that a product of a few sizes stays exact. */
+#define LV_MAX_SIZE 1e15
+
+/* One size of a shape, at stack index `at` (argument `argi` for messages). */
+static int64_t lv_size(lua_State *L, int at, int argi, int k, bool allow_infer)
+{
+    char found[64];
+    if (lua_type(L, at) == LUA_TNUMBER) {
+        double x = lua_tonumber(L, at);
+        if (x >= LV_MAX_SIZE)
+            return lv_argfail(L, argi, "size %d of the shape is too large: %.14g (the limit is %g "
+                              "elements along a dim)", k, x, LV_MAX_SIZE);
+        if (lv_whole(x) && (x >= 0 || (allow_infer && x == -1))) return (int64_t)x;
+        snprintf(found, sizeof found, "%.14g", x);
+    } else {
+        snprintf(found, sizeof found, "%s", luaL_typename(L, at));
+    }
+    return lv_argfail(L, argi, "size %d of the shape must be a non-negative integer%s, found %s",
+                      k, allow_infer ? " (or -1)" : "", found);
+}
+
+/* A shape from arguments first..last: numbers, or one table of numbers. */
+int lv_shape(lua_State *L, int first, int last, int64_t *shape, bool allow_infer)
+{
+    if (first == last && lua_istable(L, first)) {
+        int n = (int)lua_objlen(L, first);
+        if (n > VN_MAX_DIMS)
+            lv_argfail(L, first, "a shape has at most %d dims, found %d", VN_MAX_DIMS, n);
+        for (int k = 0; k < n; k++) {
+            lua_rawgeti(L, first, k + 1);
+            shape[k] = lv_size(L, -1, first, k + 1, allow_infer);
+            lua_pop(L, 1);
+        }
+        return n;
+    }
+    int n = last - first + 1;
+    if (n < 0) n = 0;
+    if (n > VN_MAX_DIMS) lv_argfail(L, first, "a shape has at most %d dims, found %d", VN_MAX_DIMS, n);
+    for (int k = 0; k < n; k++) shape[k] = lv_size(L, first + k, first + k, k + 1, allow_infer);
+    return n;
+}
+
+static const struct {
+    const char *name;
+    vn_dtype dtype;
+} lv_dtypes[] = {
+    {"f32", VN_F32},   {"float32", VN_F32}, {"float", VN_F32}, {"i32", VN_I32},
+    {"int32", VN_I32}, {"int", VN_I32},     {"i64", VN_I64},   {"int64", VN_I64},
+    {"long", VN_I64},  {"u8", VN_U8},       {"uint8", VN_U8},  {"byte", VN_U8},
+    {"bf16", VN_BF16}, {"bfloat16", VN_BF16}, {"f16", VN_F16}, {"float16", VN_F16},
+    {"half", VN_F16},
+};
+
+/* The dtype named by the string at i, or -1 if the value is not a string
+ * or names none (as lv_device_name_at does for devices). */
+int lv_dtype_name_at(lua_State *L, int i)
+{
+    if (lua_type(L, i) != LUA_TSTRING) return -1;
+    const char *s = lua_tostring(L, i);
+    for (size_t k = 0; k < sizeof lv_dtypes / sizeof lv_dtypes[0]; k++)
+        if (strcmp(s, lv_dtypes[k].name) == 0) return (int)lv_dtypes[k].dtype;
+    return -1;
+}
+
+/* The dtype named by the string at stack index `at` (argument `argi`). */
+static vn_dtype lv_dtype_at(lua_State *L, int at, int argi)
+{
+    if (lua_type(L, at) == LUA_TSTRING) {
+        int d = lv_dtype_name_at(L, at);
+        if (d >= 0) return (vn_dtype)d;
+        lv_argfail(L, argi, "unknown dtype '%s' (expected 'f32', 'i32', 'i64', 'u8', 'bf16' or "
+                   "'f16')", lua_tostring(L, at));
+    }
+    return (vn_dtype)lv_argfail(L, argi, "expected a dtype name ('f32', 'i32', 'i64', 'u8', "
+                                "'bf16' or 'f16'), found %s", luaL_typename(L, at));
+}
+
+vn_dtype lv_dtype(lua_State *L, int i)
+{
+    return lv_dtype_at(L, i, i);
+}
+
+
+/* Read an options table {dtype = ..., requires_grad = ...} at i. */
+void lv_parse_opts(lua_State *L, int i, lv_opts *o)
+{
+    lua_pushnil(L);
+    while (lua_next(L, i)) {
+        const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        if (key && strcmp(key, "dtype") == 0) {
+            o->dtype = lv_dtype_at(L, lua_gettop(L), i);
+        } else if (key && strcmp(key, "requires_grad") == 0) {
+            o->requires_grad = lua_toboolean(L, -1);
+        } else if (key && strcmp(key, "device") == 0) {
+            if (lv_device_name_at(L, lua_gettop(L)) < 0)
+                lv_argfail(L, i, "option device: expected 'cpu' or 'cuda', found %s",
+                           lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                          : luaL_typename(L, -1));
+            o->device = (vn_device)lv_device_name_at(L, lua_gettop(L));
+        } else {
+            lv_argfail(L, i, "unknown option %s%s%s (expected dtype, device or requires_grad)",
+                       key ? "'" : "a ", key ? key : luaL_typename(L, -2), key ? "'" : " key");
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* If the last argument (*top) is an options table or a dtype name (as in
+ * venom.tensor(data, "i64")), read it and drop it from the count. A lone
+ * table is a shape unless it has string keys. */
+lv_opts lv_take_opts(lua_State *L, int *top)
+{
+    lv_opts o = {VN_F32, false, VN_CPU};
+    int i = *top;
+    if (i >= 1 && lua_type(L, i) == LUA_TSTRING) {
+        o.dtype = lv_dtype(L, i);
+        (*top)--;
+        return o;
+    }
+    if (i < 1 || !lua_istable(L, i)) return o;
+    if (i == 1) {
+        if (lua_objlen(L, 1) > 0) return o;
+        lua_pushnil(L);
+        if (!lua_next(L, 1)) return o; /* {}: the 0-d shape */
+        bool named = lua_type(L, -2) == LUA_TSTRING;
+        lua_pop(L, 2);
+        if (!named) return o;
+    }
+    lv_parse_opts(L, i, &o);
+    (*top)--;
+    return o;
+}
+
+/* ---- indices: 1-based in Lua, 0-based in the engine ------------------------ */
+
+/* t + k as a new tensor of t's dtype; consumes t (NULL passes through). */
+vn_tensor *lv_shifted(vn_tensor *t, double k)
+{
+    if (!t) return NULL;
+    vn_tensor *c = vn_full(vn_tensor_dtype(t), 0, NULL, k);
+    vn_tensor *r = c ? vn_add(t, c) : NULL;
+    vn_tensor_release(c);
+    vn_tensor_release(t);
+    return r;
+}
+
+bool lv_is_integer_dtype(vn_dtype d)
+{
+    return d == VN_I32 || d == VN_I64 || d == VN_U8;
+}
+
+/* The tensor at stack index i, which must hold integers (1-based indices);
+ * `op` and `what` name it in the message ("cross_entropy", "target"). */
+vn_tensor *lv_check_indices(lua_State *L, int i, const char *op, const char *what)
+{
+    vn_tensor *idx = lv_check(L, i);
+    vn_dtype dt = vn_tensor_dtype(idx);
+    if (!lv_is_integer_dtype(dt))
+        lv_raise(L, "%s: %s must be an integer tensor (i64, i32 or u8) of 1-based indices, found %s",
+                 op, what, vn_dtype_name(dt));
+    return idx;
+}
+
+/* The 1-based integer indices in `idx` (at stack index i) as a new 0-based
+ * i64 tensor, each checked to lie in 1..limit. `op` and `what` name them in
+ * messages ("cross_entropy", "target"). */
+vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what)
+{
+    vn_tensor *idx = lv_check_indices(L, i, op, what);
+    /* A fresh copy on the CPU we may change in place (copy_ brings a CUDA
+     * tensor over); it goes back to idx's device at the end. */
+    vn_tensor *out = vn_empty(VN_I64, vn_tensor_ndim(idx), vn_tensor_shape(idx));
+    if (!out) lv_fail(L);
+    if (vn_tensor_copy_(out, idx) != VN_OK) {
+        vn_tensor_release(out);
+        lv_fail(L);
+    }
+    int64_t *v = vn_tensor_data(out), n = vn_tensor_numel(out);
+    for (int64_t k = 0; k < n; k++) {
+        if (v[k] < 1 || v[k] > limit) {
+            long long bad = (long long)v[k];
+            vn_tensor_release(out);
+            lv_raise(L, "%s: %s[%lld] = %lld is out of range (expected 1..%lld)", op, what,
+                     (long long)k + 1, bad, (long long)limit);
+        }
+        v[k] -= 1;
+    }
+    if (vn_tensor_device(idx) != VN_CPU) {
+        vn_tensor *moved = vn_to_device(out, vn_tensor_device(idx));
+        vn_tensor_release(out);
+        if (!moved) lv_fail(L);
+        out = moved;
+    }
+    return out;
+}

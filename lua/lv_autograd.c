@@ -1,0 +1,96 @@
+/* lv_autograd.c — autograd in the venom.core Lua module: t:backward(),
+ * requires_grad, grad_fn, detach, t.grad (read by the __index of
+ * lv_tensor.c) and the grad mode (set_grad_enabled, no_grad). */
+#include "lv.h"
+
+/* t:backward([grad]) */
+static int l_backward(lua_State *L)
+{
+    vn_tensor *t = lv_check(L, 1), *g = lv_optcheck(L, 2);
+    lv_status(L, vn_backward(t, g));
+    return 0;
+}
+
+static int l_requires_grad(lua_State *L)
+{
+    lua_pushboolean(L, vn_tensor_requires_grad(lv_check(L, 1)));
+    return 1;
+}
+
+/* t:requires_grad_([on = true]) → t */
+static int l_requires_grad_(lua_State *L)
+{
+    vn_tensor *t = lv_check(L, 1);
+    bool on = lua_isnoneornil(L, 2) ? true : lua_toboolean(L, 2);
+    lv_status(L, vn_tensor_set_requires_grad(t, on));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int l_zero_grad(lua_State *L)
+{
+    vn_tensor_zero_grad(lv_check(L, 1));
+    return 0;
+}
+
+static int l_is_leaf(lua_State *L)
+{
+    lua_pushboolean(L, vn_tensor_is_leaf(lv_check(L, 1)));
+    return 1;
+}
+
+static int l_grad_fn(lua_State *L)
+{
+    const char *name = vn_tensor_grad_fn_name(lv_check(L, 1));
+    if (name) lua_pushstring(L, name);
+    else lua_pushnil(L);
+    return 1;
+}
+
+/* t.grad: the accumulated gradient or nil. */
+int lv_push_grad(lua_State *L, vn_tensor *t)
+{
+    vn_tensor *g = vn_tensor_grad(t);
+    if (!g) {
+        lua_pushnil(L);
+        return 1;
+    }
+    return lv_push(L, vn_tensor_retain(g));
+}
+
+/* t:detach(): the same data, cut from the graph (no grad history). */
+LV_UNARY_WRAPPER(detach)
+
+static int l_set_grad_enabled(lua_State *L)
+{
+    lua_pushboolean(L, vn_set_grad_enabled(lua_toboolean(L, 1)));
+    return 1;
+}
+
+static int l_is_grad_enabled(lua_State *L)
+{
+    lua_pushboolean(L, vn_is_grad_enabled());
+    return 1;
+}
+
+/* no_grad(fn, ...): fn(...) with grad mode off, restored even if fn fails. */
+static int l_no_grad(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    bool prev = vn_set_grad_enabled(false);
+    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    vn_set_grad_enabled(prev);
+    if (rc != 0) return lua_error(L);
+    return lua_gettop(L);
+}
+
+const luaL_Reg lv_autograd_methods[] = {
+    LV_REG(backward) LV_REG(requires_grad) LV_REG(requires_grad_) LV_REG(zero_grad)
+    LV_REG(detach) LV_REG(is_leaf) LV_REG(grad_fn)
+    {NULL, NULL},
+};
+
+const luaL_Reg lv_autograd_functions[] = {
+    LV_REG(set_grad_enabled) LV_REG(is_grad_enabled) LV_REG(no_grad)
+    {NULL, NULL},
+};

@@ -1,0 +1,57 @@
+/* lv_system.c — what the venom.core Lua module offers besides tensors:
+ * engine memory (memory_stats, empty_cache), a monotonic clock and isatty
+ * (venom.util's progress display uses both), and idx_load (IDX files such as
+ * MNIST, read by venom.data). */
+#include "lv.h"
+
+#include <lualib.h>
+
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+static int l_idx_load(lua_State *L)
+{
+    return lv_push(L, vn_idx_load(luaL_checkstring(L, 1)));
+}
+
+static int l_memory_stats(lua_State *L)
+{
+    size_t in_use, cached;
+    vn_memory_stats(&in_use, &cached);
+    lua_pushnumber(L, (lua_Number)in_use);
+    lua_pushnumber(L, (lua_Number)cached);
+    return 2;
+}
+
+static int l_empty_cache(lua_State *L)
+{
+    (void)L;
+    vn_empty_cache();
+    return 0;
+}
+
+/* clock(): monotonic seconds. */
+static int l_clock(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+/* isatty([fd = 1 | file]) */
+static int l_isatty(lua_State *L)
+{
+    int fd = 1;
+    FILE **f = luaL_testudata(L, 1, LUA_FILEHANDLE);
+    if (f) fd = *f ? fileno(*f) : -1;
+    else if (!lua_isnoneornil(L, 1)) fd = (int)lv_int(L, 1, "fd");
+    lua_pushboolean(L, fd >= 0 && isatty(fd));
+    return 1;
+}
+
+const luaL_Reg lv_system_functions[] = {
+    LV_REG(memory_stats) LV_REG(empty_cache) LV_REG(clock) LV_REG(isatty) LV_REG(idx_load)
+    {NULL, NULL},
+};
