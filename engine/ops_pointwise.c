@@ -279,12 +279,9 @@ static const kparams F32 = {.dtype = VN_F32};
 /* Checks both operands of a binary op (shapes are checked by map). */
 static vn_status check_pair(const char *op, const vn_tensor *a, const vn_tensor *b, bool f32_only)
 {
-    char what[64];
-    snprintf(what, sizeof what, "%s: argument 1", op);
-    vn_status s = vn__check_for(a, what, VN_ALLOW_CUDA);
+    vn_status s = vn__check_arg(a, op, "argument 1", VN_ALLOW_CUDA);
     if (s) return s;
-    snprintf(what, sizeof what, "%s: argument 2", op);
-    if ((s = vn__check_for(b, what, VN_ALLOW_CUDA))) return s;
+    if ((s = vn__check_arg(b, op, "argument 2", VN_ALLOW_CUDA))) return s;
     if (a->dtype != b->dtype)
         return vn__err(VN_ERR_DTYPE, "%s: expected operands of the same dtype, got %s and %s", op,
                        vn_dtype_name(a->dtype), vn_dtype_name(b->dtype));
@@ -430,10 +427,8 @@ struct unary_saved { double p0, p1; }; /* the forward's kparams p0, p1 (exponent
  * own its own output) when op->saves_output. */
 static vn_tensor *unary(const pw_op *op, const vn_tensor *t, double p0, double p1)
 {
-    char what[64];
-    snprintf(what, sizeof what, "%s: input", op->name);
-    if (op->f32_only ? vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA)
-                     : vn__check_for(t, what, VN_ALLOW_CUDA))
+    if (op->f32_only ? vn__check_dtype_arg(t, VN_F32, op->name, "input", VN_ALLOW_CUDA)
+                     : vn__check_arg(t, op->name, "input", VN_ALLOW_CUDA))
         return NULL;
     kparams p = {.dtype = t->dtype, .p0 = p0, .p1 = p1};
     vn_tensor *out = map(op->name, op, &p, t->dtype, 1, &t);
@@ -674,10 +669,8 @@ vn_tensor *vn_masked_fill(const vn_tensor *t, const vn_tensor *mask, double valu
     if (vn__broadcast_shape(op->name, t->ndim, t->shape, mask->ndim, mask->shape, &nd, shape))
         return NULL;
     if (nd != t->ndim || memcmp(shape, t->shape, sizeof(int64_t) * (size_t)nd)) {
-        char a[128], b[128];
         return vn__errp(VN_ERR_SHAPE, "masked_fill: mask of shape %s does not broadcast to the "
-                        "input's shape %s", vn_shape_str(mask->ndim, mask->shape, a, sizeof a),
-                        vn_shape_str(t->ndim, t->shape, b, sizeof b));
+                        "input's shape %s", vn__shape(mask->ndim, mask->shape), vn__shape(t->ndim, t->shape));
     }
     kparams p = {.dtype = t->dtype, .p0 = value};
     const vn_tensor *in[2] = {t, mask};

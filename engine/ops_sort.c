@@ -2,7 +2,6 @@
  * the values sent back to the positions they came from. CPU only. */
 #include "internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 /* One row being ordered: keys as doubles (exact for every dtype venom sorts:
@@ -77,12 +76,10 @@ static vn_status order(const char *op, const vn_tensor *t, int64_t k, int dim, b
 {
     if (!values || !indices) return vn__err(VN_ERR_ARG, "%s: values and indices must not be NULL", op);
     *values = *indices = NULL;
-    char what[32];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check(t, what)) return VN_ERR_ARG;
-    snprintf(what, sizeof what, "%s: dim", op);
+    vn_status s = vn__check_arg(t, op, "input", 0);
+    if (s) return s;
     int ndim = t->ndim ? t->ndim : 1; /* a 0-d tensor orders as one element */
-    if (vn__wrap_dim(ndim, &dim, what)) return VN_ERR_ARG;
+    if (vn__wrap_dim(ndim, &dim, op)) return VN_ERR_ARG;
     int64_t n = t->ndim ? t->shape[dim] : 1;
     if (k == -1 && !strcmp(op, "sort")) k = n;
     if (k < 0 || k > n)
@@ -103,7 +100,7 @@ static vn_status order(const char *op, const vn_tensor *t, int64_t k, int dim, b
         items = ix ? malloc(sizeof *items * (size_t)(n ? n : 1)) : NULL;
         if (ix && !items) vn__err(VN_ERR_MEMORY, "%s: out of memory for a row of %lld", op, (long long)n);
     }
-    vn_status s = items ? VN_OK : VN_ERR_MEMORY;
+    s = items ? VN_OK : VN_ERR_MEMORY;
     if (!s) {
         int64_t rows = n ? vn_tensor_numel(x) / n : 0;
         int64_t *pi = vn__ptr(ix);

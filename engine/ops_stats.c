@@ -6,8 +6,6 @@
  * the 0/0 the chain rule through sqrt would give. */
 #include "internal.h"
 
-#include <stdio.h>
-
 /* A 0-d f32 tensor on t's device holding v. */
 static vn_tensor *scalar_like(const vn_tensor *t, double v)
 {
@@ -18,15 +16,12 @@ static vn_tensor *scalar_like(const vn_tensor *t, double v)
 static vn_tensor *var_impl(const char *op, const vn_tensor *t, bool all, int dim, double correction,
                            bool keepdim)
 {
-    char what[32];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA)) return NULL;
+    if (vn__check_dtype_arg(t, VN_F32, op, "input", VN_ALLOW_CUDA)) return NULL;
     all = all || t->ndim == 0; /* a 0-d tensor: its one element is the whole */
     if (!(correction >= 0 && correction <= 1e15))
         return vn__errp(VN_ERR_ARG, "%s: correction must be a number >= 0, got %g", op, correction);
-    snprintf(what, sizeof what, "%s: dim", op);
     int d = dim;
-    if (!all && vn__wrap_dim(t->ndim ? t->ndim : 1, &d, what)) return NULL;
+    if (!all && vn__wrap_dim(t->ndim ? t->ndim : 1, &d, op)) return NULL;
     int64_t n = all ? vn_tensor_numel(t) : (t->ndim ? t->shape[d] : 1);
     /* Σ(x − mean)² / (n − correction): n − correction ≤ 0 gives inf or nan,
      * as in PyTorch. */
@@ -85,15 +80,12 @@ static vn_status norm2_backward(vn_node *node, const vn_tensor *gout)
 
 static vn_tensor *norm_impl(const char *op, const vn_tensor *t, double p, bool all, int dim, bool keepdim)
 {
-    char what[32];
-    snprintf(what, sizeof what, "%s: input", op);
-    if (vn__check_dtype_for(t, VN_F32, what, VN_ALLOW_CUDA)) return NULL;
+    if (vn__check_dtype_arg(t, VN_F32, op, "input", VN_ALLOW_CUDA)) return NULL;
     if (!(p == 1 || p == 2 || p == INFINITY))
         return vn__errp(VN_ERR_ARG, "%s: p must be 1, 2 or inf, got %g", op, p);
     all = all || t->ndim == 0;
-    snprintf(what, sizeof what, "%s: dim", op);
     int d = dim;
-    if (!all && vn__wrap_dim(t->ndim ? t->ndim : 1, &d, what)) return NULL;
+    if (!all && vn__wrap_dim(t->ndim ? t->ndim : 1, &d, op)) return NULL;
     if (p != 2) { /* Σ|x| or max|x|: abs, sum and max carry the gradient */
         vn_tensor *a = vn_abs(t), *out = NULL;
         if (a && p == 1) out = all ? vn_sum_all(a) : vn_sum(a, d, keepdim);
