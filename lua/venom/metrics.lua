@@ -23,12 +23,7 @@ Log.__index = Log
 local util = require "venom.util"
 local function fail(msg) util.fail("MetricsLog: " .. msg) end
 
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys)
-  return keys
-end
+local sorted_keys = util.sorted_keys
 
 local function number_text(v, json)
   if v ~= v then return json and "null" or "nan" end

@@ -308,12 +308,6 @@ function Module:dense_state_dict()
   return sd
 end
 
-local function sorted_list(set)
-  local out = {}
-  for k in pairs(set) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
 
 -- A copy of module m to load extra state into: the same fields (tensors and
 -- child modules shared, not copied) and its own lists of names, so that the
@@ -363,7 +357,7 @@ function Module:load_state_dict(sd, opts)
   for name in pairs(sd) do
     if not wanted[name] then unexpected[name] = true end
   end
-  missing, unexpected = sorted_list(missing), sorted_list(unexpected)
+  missing, unexpected = util.sorted_keys(missing), util.sorted_keys(unexpected)
   if strict and (#missing > 0 or #unexpected > 0) then
     local parts = {}
     if #missing > 0 then parts[#parts + 1] = "missing: " .. table.concat(missing, ", ") end

@@ -350,11 +350,31 @@ local function check_optimizer(who, opt)
   end
 end
 
+-- The schedules whose lr is a function of the step count t (StepLR,
+-- CosineWarmup, OneCycleLR): each class defines get_lr() and inherits
+-- step(), state_dict() and load_state_dict().
+local Schedule = {}
+Schedule.__index = Schedule
+Schedule.state_dict = schedule_state_dict
+Schedule.load_state_dict = schedule_load_state_dict
+
+--- sched:step() → the new lr: counts one step and sets opt.lr = lr(t).
+function Schedule:step()
+  self.t = self.t + 1
+  self.opt.lr = self:get_lr()
+  return self.opt.lr
+end
+
+local function schedule_class()
+  local cls = setmetatable({}, Schedule)
+  cls.__index = cls
+  return cls
+end
+
 --- Step decay: lr(t) = base_lr · gamma^⌊t / step_size⌋, where t counts calls
 -- of sched:step() (usually once per epoch).
 -- opts: step_size (required, positive integer), gamma = 0.1.
-local StepLR = {}
-StepLR.__index = StepLR
+local StepLR = schedule_class()
 
 function optim.StepLR(opt, opts)
   local who = "optim.StepLR"
@@ -370,14 +390,6 @@ function StepLR:get_lr()
   return self.base_lr * self.gamma ^ math.floor(self.t / self.step_size)
 end
 
-StepLR.state_dict = schedule_state_dict
-StepLR.load_state_dict = schedule_load_state_dict
-
-function StepLR:step()
-  self.t = self.t + 1
-  self.opt.lr = self:get_lr()
-  return self.opt.lr
-end
 
 --- Linear warm-up then cosine decay (the cosine half-period of SGDR,
 -- Loshchilov & Hutter 2017, without restarts). With W = warmup_steps,
@@ -387,8 +399,7 @@ end
 --   lr(t) = min_lr                                                  t > T
 -- Construction sets opt.lr = lr(0); call sched:step() after each opt:step().
 -- opts: warmup_steps (≥ 0), total_steps (> warmup_steps), min_lr = 0.
-local CosineWarmup = {}
-CosineWarmup.__index = CosineWarmup
+local CosineWarmup = schedule_class()
 
 function optim.CosineWarmup(opt, opts)
   local who = "optim.CosineWarmup"
@@ -415,14 +426,6 @@ function CosineWarmup:get_lr()
   return self.min_lr + (self.base_lr - self.min_lr) * c
 end
 
-CosineWarmup.state_dict = schedule_state_dict
-CosineWarmup.load_state_dict = schedule_load_state_dict
-
-function CosineWarmup:step()
-  self.t = self.t + 1
-  self.opt.lr = self:get_lr()
-  return self.opt.lr
-end
 
 --- The 1cycle policy (Smith & Topin 2018, "Super-Convergence"), as
 -- PyTorch's OneCycleLR: the lr rises from max_lr/div_factor to max_lr over
@@ -437,8 +440,7 @@ end
 -- opts: max_lr (required), total_steps (required), pct_start = 0.3,
 -- anneal_strategy = "cos", div_factor = 25, final_div_factor = 1e4,
 -- cycle_momentum = true, base_momentum = 0.85, max_momentum = 0.95.
-local OneCycleLR = {}
-OneCycleLR.__index = OneCycleLR
+local OneCycleLR = schedule_class()
 
 function optim.OneCycleLR(opt, opts)
   local who = "optim.OneCycleLR"
@@ -510,7 +512,6 @@ function OneCycleLR:step()
   return self:apply()
 end
 
-OneCycleLR.state_dict = schedule_state_dict
 function OneCycleLR:load_state_dict(sd)
   schedule_load_state_dict(self, sd)
   self:apply()

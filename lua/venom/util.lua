@@ -366,7 +366,9 @@ local function option_name(key)
   return "--" .. key:gsub("_", "-")
 end
 
-local function sorted_keys(t)
+--- The string keys of table t, sorted (for output that is the same on
+-- every run, whatever order pairs() gives).
+function util.sorted_keys(t)
   local keys = {}
   for k in pairs(t) do
     if type(k) == "string" then keys[#keys + 1] = k end
@@ -374,6 +376,7 @@ local function sorted_keys(t)
   table.sort(keys)
   return keys
 end
+local sorted_keys = util.sorted_keys
 
 --- Usage text listing every option with its type and default.
 function util.usage(defaults, help)
