@@ -363,7 +363,9 @@ end
 --
 -- A state dict is a flat table from dotted names ("layers.1.weight") to
 -- tensors, plus, for modules with extra state, strings and numbers;
--- venom.checkpoint and venom.save write it to a safetensors file. A module
+-- venom.checkpoint and venom.save write it to a safetensors file (the
+-- numbers and strings go to the file's metadata under their own names, and
+-- venom.load's tensors table reads them back, as strings). A module
 -- class may define three hooks to store more than its parameters (a sparse
 -- layer stores its compressed arrays and V, N, M this way):
 --   m:_extra_state()           → {name = tensor | string | number, ...}, saved
@@ -390,7 +392,8 @@ end
 
 --- Flat table of the model's state: every parameter under its dotted name
 -- (a detached tensor sharing the parameter's storage), plus the entries of
--- modules that define _extra_state().
+-- modules that define _extra_state(). venom.save(path, model:state_dict())
+-- writes it whole (numbers and strings to the metadata).
 function Module:state_dict()
   local sd = {}
   for _, np in ipairs(self:named_parameters()) do
@@ -401,7 +404,7 @@ function Module:state_dict()
       for k, v in pairs(m:_extra_state()) do sd[prefix .. k] = v end
     end
   end)
-  return sd
+  return venom._state_dict(sd)
 end
 
 --- Plain dense weights: like state_dict(), but a module that defines
@@ -420,7 +423,7 @@ function Module:dense_state_dict()
   for _, np in ipairs(self:named_parameters()) do
     if not covered[np[2]] then sd[np[1]] = np[2]:detach() end
   end
-  return sd
+  return venom._state_dict(sd)
 end
 
 
@@ -443,12 +446,17 @@ local FLOAT = { f32 = true, bf16 = true, f16 = true }
 -- tensor: a value that is not a tensor, a shape that differs from the
 -- parameter's (both shapes are given), an integer tensor for a float
 -- parameter (or the reverse). The load is planned and checked whole before
--- anything is written, so a load that fails changes nothing.
+-- anything is written, so a load that fails changes nothing. Entries that
+-- venom.load's tensors table reads from the file's metadata (a sparse
+-- layer's V, N, M) count as present; model:load_state_dict(venom.load(path))
+-- works (the metadata table that comes second is not taken for opts).
 function Module:load_state_dict(sd, opts)
   local who = "load_state_dict"
   if type(sd) ~= "table" then
     fail(("%s: expected a state dict (a table of name → tensor), got %s"):format(who, type(sd)))
   end
+  local mt = getmetatable(sd)
+  if opts ~= nil and type(mt) == "table" and rawequal(opts, mt.__metadata) then opts = nil end
   opts = check_opts(opts, { "strict" }, who)
   local strict = opts.strict ~= false
 
