@@ -13,9 +13,10 @@ local function dataset(n)
 end
 
 -- All x values of one epoch, in order, plus the batch sizes; checks y = 2x.
-local function epoch(loader)
+-- direct: iterate `for ... in loader` rather than loader:iter().
+local function epoch(loader, direct)
   local seen, sizes, aligned = {}, {}, true
-  for xb, yb in loader:iter() do
+  for xb, yb in direct and loader or loader:iter() do
     local xt, yt = xb:totable(), yb:totable()
     sizes[#sizes + 1] = #xt
     for i, v in ipairs(xt) do
@@ -108,16 +109,8 @@ end
 do
   local x, y = dataset(10)
   local l = data.DataLoader({ x, y }, { batch_size = 4 })
-  local seen, sizes, aligned = {}, {}, true
-  for xb, yb in l do
-    local xt, yt = xb:totable(), yb:totable()
-    sizes[#sizes + 1] = #xt
-    for i, v in ipairs(xt) do
-      seen[#seen + 1] = v
-      if yt[i] ~= 2 * v then aligned = false end
-    end
-  end
-  tap.is(table.concat(sizes, ","), "4,4,2", "for in loader: the batches of one epoch")
+  local seen, sizes, aligned = epoch(l, true)
+  tap.is(sizes, "4,4,2", "for in loader: the batches of one epoch")
   tap.is(table.concat(seen, ","), "1,2,3,4,5,6,7,8,9,10", "for in loader: samples in order")
   tap.ok(aligned, "for in loader: x and y stay aligned")
   local again = 0
@@ -132,14 +125,8 @@ do
   local n = 50
   local sx, sy = dataset(n)
   local sl = data.DataLoader({ sx, sy }, { batch_size = 8, shuffle = true })
-  local e1, e2, ok = {}, {}, true
-  for xb, yb in sl do
-    local xt, yt = xb:totable(), yb:totable()
-    for i, v in ipairs(xt) do e1[#e1 + 1] = v; ok = ok and yt[i] == 2 * v end
-  end
-  for xb in sl do
-    for _, v in ipairs(xb:totable()) do e2[#e2 + 1] = v end
-  end
+  local e1, _, ok = epoch(sl, true)
+  local e2 = epoch(sl, true)
   tap.ok(is_permutation(e1, n) and is_permutation(e2, n) and ok,
     "for in loader with shuffle: each sample once per epoch, aligned")
   tap.ok(table.concat(e1, ",") ~= table.concat(e2, ","), "for in loader with shuffle: a new order")

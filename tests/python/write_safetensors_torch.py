@@ -7,9 +7,9 @@ tests/lua/test_interop.lua, which computes the same values.
 
     python3 tests/python/write_safetensors_torch.py FILE
 """
-import json
-import struct
 import sys
+
+from write_safetensors import write
 
 
 def ramp(n, scale, shift):
@@ -24,16 +24,4 @@ TENSORS = [  # name, dtype, struct code, shape, values
     ("wide", "F64", "d", [6], [1e300, -1e300, 1e-50, float("nan"), 0.1, 3.4028235677973366e38]),
 ]
 
-header, blobs, pos = {}, [], 0
-for name, dtype, code, shape, values in TENSORS:
-    blob = struct.pack("<%d%s" % (len(values), code), *values)
-    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [pos, pos + len(blob)]}
-    blobs.append(blob)
-    pos += len(blob)
-header["__metadata__"] = {"format": "pt"}
-text = json.dumps(header).encode("utf-8")
-text += b" " * (-len(text) % 8)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<Q", len(text)))
-    f.write(text)
-    f.write(b"".join(blobs))
+write(sys.argv[1], TENSORS, {"format": "pt"})
