@@ -5,7 +5,9 @@
  *     local tensors, meta = venom.load("model.safetensors")   -- meta.epoch == "3"
  *
  * Tensors are written in the sorted order of their names and metadata keys
- * are sorted too, so the same tables always give the same file. */
+ * are sorted too, so the same tables always give the same file. venom.save
+ * and venom.load are these wrapped by lua/venom/init.lua, which also takes a
+ * whole state dict (its numbers and strings go to the metadata). */
 #include "lv.h"
 
 #include <lauxlib.h>

@@ -728,7 +728,9 @@ typedef struct {
  * Atomic: the file is written under a temporary name in the same directory,
  * fsync'ed, renamed over `path`, and the directory fsync'ed; a crash at any
  * point leaves either the old file or the new one, never a mix (a killed
- * process can leave its temporary file, ".<name>.tmp-<pid>-<k>", behind).
+ * process can leave its temporary file, ".<name>.tmp-<pid>-<k>", behind;
+ * the next save to the same path removes those whose process is gone,
+ * kill(pid, 0) failing with ESRCH, and never those of a live process).
  * Errors: VN_ERR_ARG (NULL or duplicate names, the reserved name
  * "__metadata__", names or metadata that are not UTF-8, a freed tensor),
  * VN_ERR_DTYPE, VN_ERR_IO (the message names the path and the system error;
@@ -737,8 +739,11 @@ vn_status vn_save(const char *path, const vn_tensor_map *m);
 
 /* Reads a safetensors file. Tensors come in the order of their data in the
  * file, as new contiguous tensors (each read once, with pread, straight into
- * its storage: no second copy of the file in memory). Only dtypes venom has
- * load (F32, I32, I64, U8). Free the result with vn_tensor_map_free; retain
+ * its storage: no second copy of the file in memory). The dtypes venom has
+ * load as they are (F32, I32, I64, U8, BF16, F16); F64 loads converted to
+ * f32, each value rounded to the nearest f32: magnitudes beyond f32's range
+ * (about 3.4e38) become ±inf, those below its smallest subnormal ±0. Other
+ * dtypes are refused. Free the result with vn_tensor_map_free; retain
  * a tensor to keep it longer.
  * Errors: VN_ERR_IO (missing or unreadable file), VN_ERR_FORMAT for every
  * malformed file, with the tensor and the numbers in the message: a file

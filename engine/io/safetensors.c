@@ -8,6 +8,8 @@
  * straight into its new storage. */
 #include "safetensors.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -203,6 +205,50 @@ static vn_status create_temp(const char *path, char **tmp, int *fd)
     return vn__err(VN_ERR_IO, "safetensors save '%s': cannot find a free temporary name", path);
 }
 
+/* True when `name` is "<prefix><pid>-<k>" (decimal digits only), the pid in *pid. */
+static bool parse_temp_name(const char *name, const char *prefix, long *pid)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || !isdigit((unsigned char)name[n])) return false;
+    char *end;
+    errno = 0;
+    *pid = strtol(name + n, &end, 10);
+    if (errno || *pid <= 0 || *end != '-' || !isdigit((unsigned char)end[1])) return false;
+    for (end++; isdigit((unsigned char)*end); end++) {}
+    return *end == '\0';
+}
+
+/* Removes the temporaries of `path` (".<name>.tmp-<pid>-<k>", as create_temp
+ * makes them) left behind by saves whose process is gone, killed mid-write:
+ * each can be as large as the checkpoint. A process is gone when kill(pid, 0)
+ * fails with ESRCH; the temporaries of live processes (another save under
+ * way, this process's own) are never touched. A pid reused by a new process
+ * keeps its stale file until that process ends. Best effort: what cannot be
+ * read or removed is left as it is, and the save goes on. */
+static void remove_stale_temps(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dirlen = slash ? (int)(slash - path + 1) : 0;
+    char *dir = slash ? strndup(path, (size_t)dirlen) : strdup(".");
+    size_t n = strlen(base) + 8, full_n = (size_t)dirlen + 256; /* d_name holds <= 255 */
+    char *prefix = malloc(n), *full = malloc(full_n);
+    DIR *d = dir && prefix && full ? opendir(dir) : NULL;
+    if (d) snprintf(prefix, n, ".%s.tmp-", base);
+    for (struct dirent *ent; d && (ent = readdir(d));) {
+        long pid;
+        if (!parse_temp_name(ent->d_name, prefix, &pid) || kill((pid_t)pid, 0) == 0 ||
+            errno != ESRCH)
+            continue;
+        snprintf(full, full_n, "%.*s%s", dirlen, path, ent->d_name);
+        unlink(full);
+    }
+    if (d) closedir(d);
+    free(dir);
+    free(prefix);
+    free(full);
+}
+
 /* Makes the rename durable. File systems that cannot sync a directory say
  * EINVAL; the rename is then as durable as they make it. */
 static vn_status sync_dir(const char *path)
@@ -232,6 +278,7 @@ vn_status vn_save(const char *path, const vn_tensor_map *m)
     size_t hlen = 0;
     vn_status s = build_header(path, m, &header, &hlen);
     if (s) return s;
+    remove_stale_temps(path);
     st_writer w = {path, -1, 0};
     s = create_temp(path, &tmp, &w.fd);
     if (!s) s = put(&w, header, hlen);
@@ -284,6 +331,25 @@ static vn_status read_at(int fd, void *buf, uint64_t n, uint64_t at, const char 
     return VN_OK;
 }
 
+/* Reads the F64 data of the n elements at byte `at` into the f32 tensor t,
+ * a block at a time (no double-sized copy of the tensor). Each value is
+ * rounded to the nearest f32 (IEEE 754, which C guarantees under Annex F):
+ * magnitudes beyond f32's range (about 3.4e38) become ±inf, those below its
+ * smallest subnormal ±0; NaN stays NaN. */
+static vn_status read_f64(int fd, vn_tensor *t, uint64_t at, uint64_t n, const char *path)
+{
+    double block[4096];
+    float *out = vn_tensor_data(t);
+    for (uint64_t done = 0; done < n;) {
+        uint64_t k = n - done < 4096 ? n - done : 4096;
+        vn_status s = read_at(fd, block, k * sizeof *block, at + done * sizeof *block, path);
+        if (s) return s;
+        for (uint64_t i = 0; i < k; i++) out[done + i] = (float)block[i];
+        done += k;
+    }
+    return VN_OK;
+}
+
 /* Reads and checks the header of an open file of `size` bytes. */
 static vn_status read_header(int fd, uint64_t size, const char *path, vn_st_header *h,
                              uint64_t *data_start)
@@ -331,9 +397,9 @@ static st_map *build_map(int fd, vn_st_header *h, uint64_t data_start, const cha
             vn_tensor_map_free(&m->pub);
             return NULL;
         }
-        if ((e->end > e->begin &&
-             read_at(fd, vn_tensor_data(m->tensors[i]), e->end - e->begin, data_start + e->begin,
-                     path))) {
+        uint64_t nbytes = e->end - e->begin, at = data_start + e->begin;
+        if (nbytes > 0 && (e->f64 ? read_f64(fd, m->tensors[i], at, nbytes / sizeof(double), path)
+                                  : read_at(fd, vn_tensor_data(m->tensors[i]), nbytes, at, path))) {
             vn_tensor_map_free(&m->pub);
             return NULL;
         }

@@ -20,7 +20,8 @@
 
 typedef struct {
     char *name;
-    vn_dtype dtype;
+    vn_dtype dtype;  /* the tensor's dtype once loaded */
+    bool f64;        /* stored as F64 (8 bytes an element), loaded as f32 */
     int ndim;
     int64_t shape[VN_MAX_DIMS];
     uint64_t begin, end; /* byte range in the data section */
@@ -43,7 +44,8 @@ vn_status vn__st_header_length(const uint8_t *prefix, uint64_t file_size, const 
 
 /* Parses `len` bytes of JSON header for a data section of `data_size` bytes
  * into *out (freed with vn__st_header_free; left empty on failure). Checks
- * everything the data copy relies on: each entry's dtype is one venom has,
+ * everything the data copy relies on: each entry's dtype is one venom has
+ * (or F64, marked `f64` and given dtype f32: the reader converts it),
  * its shape has at most VN_MAX_DIMS non-negative sizes whose byte size equals
  * its data_offsets range, the ranges lie in the data section and tile it
  * exactly; names are unique; metadata values are strings. Errors

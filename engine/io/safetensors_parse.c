@@ -21,8 +21,8 @@ static const struct {
 
 /* Dtypes of the format that venom has no tensor type for: named as such in
  * errors, so a user is told what the file holds rather than "unknown". */
-static const char *const st_foreign[] = {"BOOL", "I8",  "I16",     "U16",    "U32",
-                                         "U64",  "F64", "F8_E4M3", "F8_E5M2"};
+static const char *const st_foreign[] = {"BOOL", "I8",  "I16",     "U16",
+                                         "U32",  "U64", "F8_E4M3", "F8_E5M2"};
 
 const char *vn__st_dtype_name(vn_dtype d)
 {
@@ -90,13 +90,21 @@ static void format_dims(int n, const uint64_t *dims, char *buf, size_t size)
     if (used < size) snprintf(buf + used, size - used, "]");
 }
 
-static vn_status parse_dtype(const char *path, const char *name, const json_t *v, vn_dtype *out)
+/* The dtype of an entry; F64, which venom has no tensor type for, is read
+ * as f32 (*f64 set), since checkpoints of other tools often hold it. */
+static vn_status parse_dtype(const char *path, const char *name, const json_t *v, vn_dtype *out,
+                             bool *f64)
 {
     char b[32];
     if (!json_is_string(v))
         return st_fail(VN_ERR_FORMAT, path, "tensor '%s': dtype must be a string such as \"F32\", "
                        "found %s", name, describe(v, b, sizeof b));
     const char *s = json_string_value(v);
+    *f64 = strcmp(s, "F64") == 0;
+    if (*f64) {
+        *out = VN_F32;
+        return VN_OK;
+    }
     for (size_t k = 0; k < ST_NDTYPES; k++) {
         if (strcmp(s, st_dtypes[k].name) == 0) {
             *out = st_dtypes[k].dtype;
@@ -107,7 +115,7 @@ static vn_status parse_dtype(const char *path, const char *name, const json_t *v
     for (size_t k = 0; k < sizeof st_foreign / sizeof st_foreign[0]; k++)
         foreign = foreign || strcmp(s, st_foreign[k]) == 0;
     return st_fail(VN_ERR_FORMAT, path, "tensor '%s': %s dtype '%s' (venom loads F32, I32, I64, "
-                   "U8, BF16 and F16)", name, foreign ? "unsupported" : "unknown", s);
+                   "U8, BF16 and F16, and F64 as f32)", name, foreign ? "unsupported" : "unknown", s);
 }
 
 /* A JSON array of exactly `want` (or, with want < 0, at most VN_MAX_DIMS)
@@ -145,7 +153,7 @@ static vn_status parse_entry(const char *path, const char *name, const json_t *v
     if (!json_is_object(v))
         return st_fail(VN_ERR_FORMAT, path, "tensor '%s': expected an object {\"dtype\", "
                        "\"shape\", \"data_offsets\"}, found %s", name, describe(v, b, sizeof b));
-    vn_status s = parse_dtype(path, name, json_object_get(v, "dtype"), &e->dtype);
+    vn_status s = parse_dtype(path, name, json_object_get(v, "dtype"), &e->dtype, &e->f64);
     if (s) return s;
     uint64_t shape[VN_MAX_DIMS], off[2];
     int nd = parse_uints(path, name, "shape", json_object_get(v, "shape"), -1, shape);
@@ -160,7 +168,7 @@ static vn_status parse_entry(const char *path, const char *name, const json_t *v
                        "end of the %llu-byte data section", name, (unsigned long long)off[0],
                        (unsigned long long)off[1], (unsigned long long)data_size);
     /* Byte size of the shape, without wrapping around. */
-    uint64_t need = vn_dtype_size(e->dtype);
+    uint64_t need = e->f64 ? sizeof(double) : vn_dtype_size(e->dtype);
     bool overflow = false, empty = false;
     for (int d = 0; d < nd; d++) {
         if (shape[d] == 0) empty = true;
@@ -176,8 +184,8 @@ static vn_status parse_entry(const char *path, const char *name, const json_t *v
         if (overflow) snprintf(nb, sizeof nb, "more than 2^64");
         else snprintf(nb, sizeof nb, "%llu", (unsigned long long)need);
         return st_fail(VN_ERR_FORMAT, path, "tensor '%s': shape %s of %s needs %s bytes but "
-                       "data_offsets [%llu, %llu] hold %llu", name, sb, vn__st_dtype_name(e->dtype),
-                       nb, (unsigned long long)off[0], (unsigned long long)off[1],
+                       "data_offsets [%llu, %llu] hold %llu", name, sb,
+                       e->f64 ? "F64" : vn__st_dtype_name(e->dtype), nb, (unsigned long long)off[0], (unsigned long long)off[1],
                        (unsigned long long)(off[1] - off[0]));
     }
     e->begin = off[0];

@@ -2,7 +2,7 @@
 --
 --     local ds = data.fashion_mnist("train")        -- {images=(N,28,28) u8, labels=(N) i64, n=N}
 --     local loader = data.DataLoader({x, y}, {batch_size = 128, shuffle = true})
---     for xb, yb in loader:iter() do ... end        -- #loader batches per epoch
+--     for xb, yb in loader do ... end               -- one epoch: #loader batches
 --     local train, val = data.fortunes()             -- byte tokens 1..256, i64 (n)
 --     local x, y = data.random_windows(train, 32, 128) -- (32, 128) inputs, next-token targets
 local venom = require "venom"
@@ -103,8 +103,23 @@ data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD = 0.2860, 0.3530
 
 --- u8 images (N, H, W) → f32 rows (n, H·W) of (x/255 − mean)/std, with n =
 -- min(N, limit) (limit 0 or nil: all). One f32 copy is made (scaled in
--- place). Returns the rows and n.
+-- place). Returns the rows and n. Errors name a bad argument: images not a
+-- tensor of at least 2 dims, mean not a finite number, std not a positive
+-- finite number, limit not an integer >= 0.
 function data.flatten_images(images, mean, std, limit)
+  local who = "data.flatten_images"
+  local usage = " (arguments: images, mean, std[, limit])"
+  if not venom.is_tensor(images) or images:dim() < 2 then
+    fail(("%s: images must be a tensor (N, H, W), got %s%s"):format(who,
+      venom.is_tensor(images) and ("a %d-d tensor"):format(images:dim()) or type(images), usage))
+  end
+  if type(mean) ~= "number" or mean ~= mean or math.abs(mean) == math.huge then
+    fail(("%s: mean must be a finite number, got %s%s"):format(who, tostring(mean), usage))
+  end
+  if type(std) ~= "number" or not (std > 0 and std < math.huge) then
+    fail(("%s: std must be a positive number, got %s%s"):format(who, tostring(std), usage))
+  end
+  if limit ~= nil then util.check_int(limit, "limit", { min = 0, who = who }) end
   local n = images:size(1)
   if limit and limit > 0 and limit < n then n = limit end
   local u8 = images:narrow(1, 1, n)
@@ -178,6 +193,16 @@ local FASHION_MNIST_OPTIONS = {
 -- util.parse_cli, and a function that checks the shared options' values
 -- (util.check_arg_*), to call from the script's own check.
 function data.fashion_mnist_options(more)
+  local who = "data.fashion_mnist_options"
+  if more ~= nil and type(more) ~= "table" then
+    fail(("%s: more must be a table of name → {default, help text}, got %s"):format(who, type(more)))
+  end
+  for name, o in pairs(more or {}) do
+    if type(name) ~= "string" or type(o) ~= "table" or o[1] == nil or type(o[2]) ~= "string" then
+      fail(("%s: more[%s] must be {default, help text}, got %s"):format(who, tostring(name),
+        type(o) == "table" and "{" .. tostring(o[1]) .. ", " .. tostring(o[2]) .. "}" or type(o)))
+    end
+  end
   local defaults, help = {}, {}
   for _, set in ipairs({ FASHION_MNIST_OPTIONS, more or {} }) do
     for name, o in pairs(set) do defaults[name], help[name] = o[1], o[2] end
@@ -210,6 +235,9 @@ local Loader = {}
 --   crosses over).
 -- `#loader` is the number of batches per epoch. A batch is one index_select
 -- per tensor when shuffling and a view (narrow, no copy) otherwise.
+-- `for b1, b2, ... in loader do` runs one epoch (as loader:iter() does):
+-- each for loop starts a new epoch (a new permutation when shuffling), also
+-- after a loop left with break.
 function data.DataLoader(tensors, opts)
   local who = "data.DataLoader"
   if type(tensors) ~= "table" or #tensors == 0 then
@@ -240,6 +268,11 @@ function data.DataLoader(tensors, opts)
     end
   end
   local bs = util.check_int(opts.batch_size or 64, "batch_size", { min = 1, who = who })
+  for _, k in ipairs({ "shuffle", "drop_last" }) do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      fail(("%s: %s must be true or false, got %s"):format(who, k, tostring(opts[k])))
+    end
+  end
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     fail(who .. ": transform must be a function, got " .. type(opts.transform))
   end
@@ -254,7 +287,15 @@ function data.DataLoader(tensors, opts)
   local mt = getmetatable(proxy)
   mt.__index = function(_, k) return Loader[k] or state[k] end
   mt.__newindex = state
-  mt.__len = function() return Loader.num_batches(state) end
+  mt.__len = function(self) return Loader.num_batches(self) end
+  -- The generic for calls the loader as f(nil, previous first value): nil
+  -- there means a new loop, hence a new epoch.
+  mt.__call = function(self, _, previous)
+    if previous == nil or not state.epoch then state.epoch = Loader.iter(self) end
+    local res = { state.epoch() }
+    if res[1] == nil then state.epoch = nil end
+    return unpack(res, 1, table.maxn(res))
+  end
   mt.__tostring = function()
     return ("DataLoader(%d samples, batch_size=%d, shuffle=%s, drop_last=%s)")
       :format(state.n, state.batch_size, tostring(state.shuffle), tostring(state.drop_last))
@@ -262,8 +303,16 @@ function data.DataLoader(tensors, opts)
   return proxy
 end
 
+-- `loader.iter()` (a dot for a colon) leaves self nil: say so.
+local function check_self(self, name)
+  if type(self) ~= "userdata" or not rawequal(self.iter, Loader.iter) then
+    fail(("DataLoader:%s: call it with a colon, loader:%s()"):format(name, name))
+  end
+end
+
 --- Number of batches per epoch (also #loader).
 function Loader.num_batches(self)
+  check_self(self, "num_batches")
   if self.drop_last then
     return math.floor(self.n / self.batch_size)
   end
@@ -274,6 +323,7 @@ end
 -- batches are new tensors (or views); call :free() on them when done to
 -- return their memory at once.
 function Loader.iter(self)
+  check_self(self, "iter")
   local tensors, n, bs = self.tensors, self.n, self.batch_size
   local nb, transform = Loader.num_batches(self), self.transform
   local perm = self.shuffle and venom.randperm(n) or nil
@@ -341,6 +391,27 @@ local function tokens_of(s)
   return ids
 end
 
+-- The bytes of the file at path. io.open succeeds on a directory and the
+-- read fails, so both are checked; errors name the path (and `hint`).
+local function read_file(who, path, hint)
+  local f, err = io.open(path, "rb")
+  local s, rerr, code
+  if f then
+    s, rerr, code = f:read("*a")
+    f:close()
+  end
+  if s then return s end
+  local msg
+  if not f then -- err is "<path>: <reason>"
+    msg = ("cannot open %s (%s)"):format(path, (tostring(err):gsub("^.*: ", "")))
+  elseif code == 21 then -- EISDIR
+    msg = ("%s is a directory; expected a file"):format(path)
+  else
+    msg = ("cannot read %s (%s)"):format(path, tostring(rerr))
+  end
+  fail(("%s: %s%s"):format(who, msg, hint and "; " .. hint or ""))
+end
+
 -- The train/validation split of a text: the first ⌊split·n⌋ bytes train.
 local function split_text(who, s, opts)
   opts = util.check_options(opts, { "split" }, who)
@@ -365,11 +436,7 @@ function data.text(path, opts)
   if type(path) ~= "string" then
     fail(("%s: path must be a string, got %s"):format(who, type(path)))
   end
-  local f, err = io.open(path, "rb")
-  if not f then fail(("%s: cannot open %s (%s)"):format(who, path, err)) end
-  local s = f:read("*a")
-  f:close()
-  return split_text(who, s, opts)
+  return split_text(who, read_file(who, path), opts)
 end
 
 --- The vocabulary size of data.text: one token per byte value.
@@ -388,14 +455,8 @@ function data.fortunes(opts)
   end
   local parts = {}
   for i, name in ipairs(data.FORTUNES_FILES) do
-    local path = root .. "/" .. name
-    local f = io.open(path, "rb")
-    if not f then
-      fail(("%s: cannot open %s (no such file); install the Debian package %s "
-        .. "(apt-get install %s)"):format(who, path, FORTUNES_PACKAGE, FORTUNES_PACKAGE))
-    end
-    parts[i] = f:read("*a")
-    f:close()
+    parts[i] = read_file(who, root .. "/" .. name, ("install the Debian package %s "
+      .. "(apt-get install %s)"):format(FORTUNES_PACKAGE, FORTUNES_PACKAGE))
   end
   return split_text(who, table.concat(parts), { split = opts.split })
 end

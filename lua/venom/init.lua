@@ -56,6 +56,122 @@ function venom.autocast(dtype, fn, ...)
   return unpack(res, 2, table.maxn(res))
 end
 
+-- State dicts and files ----------------------------------------------------------
+--
+-- One rule joins state dicts and safetensors files: a state dict's tensors
+-- are the file's tensors, and its other entries (numbers, strings, booleans:
+-- a sparse layer's V, N and M) are the file's "__metadata__" under the same
+-- names ("1.V" = "64"). venom.load gives them back as strings, which
+-- load_state_dict accepts where a number is expected.
+
+-- Marks table t as a state dict: venom.save writes its non-tensor entries to
+-- the metadata, and a read of a name t lacks falls back to `meta` (the
+-- file's metadata, for venom.load). Used by Module:state_dict().
+function venom._state_dict(t, meta)
+  return setmetatable(t, { __state_dict = true, __index = meta, __metadata = meta })
+end
+
+local function is_state_dict(t)
+  local mt = type(t) == "table" and getmetatable(t)
+  return type(mt) == "table" and mt.__state_dict == true
+end
+
+-- An error raised at the user's line (venom.util loads venom: required late).
+local function fail(msg) require("venom.util").fail(msg) end
+
+-- A venom.core call with its error raised at the user's line.
+local function call(fn, ...)
+  local ok, a, b = pcall(fn, ...)
+  if not ok then fail(require("venom.util").error_text(a)) end
+  return a, b
+end
+
+--- venom.save(path, tensors [, metadata]) writes a safetensors file
+-- atomically (a temporary file, fsync, rename; see vn_save): `tensors` maps
+-- names to tensors, `metadata` names to strings, numbers (written so they
+-- read back exactly) or booleans. A state dict (model:state_dict()) may be
+-- given as `tensors` whole: its numbers, strings and booleans go to the
+-- metadata under their own names (a name in both tables is an error), so
+-- venom.save(path, model:state_dict()) works for sparse models too.
+function venom.save(path, tensors, metadata)
+  if is_state_dict(tensors) and (metadata == nil or type(metadata) == "table") then
+    local t, m = {}, {}
+    for k, v in pairs(metadata or {}) do m[k] = v end
+    for k, v in pairs(tensors) do
+      local kind = type(v)
+      if kind == "number" or kind == "string" or kind == "boolean" then
+        if m[k] ~= nil then
+          fail(("save: '%s' is both in the state dict and in the metadata"):format(tostring(k)))
+        end
+        m[k] = v
+      else
+        t[k] = v
+      end
+    end
+    tensors, metadata = t, m
+  end
+  call(core.save, path, tensors, metadata)
+end
+
+--- venom.load(path) → tensors, metadata: the file's tensors (name → tensor;
+-- F64 ones converted to f32) and its metadata (key → string). The tensors
+-- table is a state dict whose reads fall back to the metadata (pairs()
+-- lists the tensors only), so model:load_state_dict(venom.load(path)) also
+-- finds the numbers that venom.save put in the metadata.
+function venom.load(path)
+  local tensors, meta = call(core.load, path)
+  return venom._state_dict(tensors, meta), meta
+end
+
+-- Shifts every integer component of the dotted names of sd by `by`;
+-- values are kept. The metadata a loaded state dict falls back to is renamed
+-- too.
+local function shift_names(who, sd, by)
+  if type(sd) ~= "table" then
+    fail(("%s: expected a state dict (a table of name → tensor), got %s"):format(who, type(sd)))
+  end
+  local function rename(t)
+    local out = {}
+    for k, v in pairs(t) do
+      if type(k) ~= "string" then
+        fail(("%s: names must be strings, found a %s key"):format(who, type(k)))
+      end
+      local parts = {}
+      for part in (k .. "."):gmatch("([^.]*)%.") do
+        if part:match("^%d+$") then
+          local n = tonumber(part) + by
+          if n < 0 then
+            fail(("%s: '%s' has the index %s; venom's module indices count from 1")
+              :format(who, k, part))
+          end
+          part = tostring(n)
+        end
+        parts[#parts + 1] = part
+      end
+      local name = table.concat(parts, ".")
+      if out[name] ~= nil then
+        fail(("%s: two entries map to '%s'"):format(who, name))
+      end
+      out[name] = v
+    end
+    return out
+  end
+  local mt = getmetatable(sd)
+  local meta = type(mt) == "table" and mt.__metadata
+  return venom._state_dict(rename(sd), meta and rename(meta) or nil)
+end
+
+--- venom.from_torch_names(sd) → a new state dict with PyTorch's names made
+-- venom's: every integer component of a dotted name (the index of a child
+-- in nn.Sequential or nn.ModuleList, counted from 0 in PyTorch) plus one,
+-- so "0.weight" → "1.weight" and "layers.0.bias" → "layers.1.bias"; other
+-- components and the values are kept (nn.Linear weights are (out, in) in
+-- both). venom.to_torch_names(sd) is the inverse (every integer component
+-- minus one). For sd = venom.load(path) the metadata it falls back to is
+-- renamed too.
+function venom.from_torch_names(sd) return shift_names("from_torch_names", sd, 1) end
+function venom.to_torch_names(sd) return shift_names("to_torch_names", sd, -1) end
+
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true, plot = true, metrics = true, help = true }
 

@@ -14,9 +14,17 @@
 --     local MLP = nn.Module:extend("MLP")
 --     function MLP:__init(d)
 --       nn.Module.__init(self)
---       self:add_module("fc", nn.Linear(d, d))
+--       self.fc = nn.Linear(d, d)            -- the same as self:add_module("fc", ...)
 --     end
 --     function MLP:forward(x) return self.fc(x):relu() end
+--
+-- Fields register themselves, as in PyTorch: assigning a module to a field
+-- adds it as a child (add_module), and assigning a leaf tensor that requires
+-- a gradient adds it as a parameter (register_parameter), in the order of
+-- assignment. Reassigning a registered field replaces it in place (same
+-- position); assigning nil removes a child (a parameter set to nil stays as
+-- an absent one, like a bias of false). Other values (numbers, strings,
+-- tables, tensors that do not require a gradient) stay plain fields.
 local venom = require "venom"
 local util = require "venom.util"
 local fail = util.fail
@@ -79,13 +87,14 @@ function Module:extend(name)
   cls.__index = cls
   cls.__call = module_call
   cls.__tostring = Module.__tostring
+  cls.__newindex = Module.__newindex
   return setmetatable(cls, { __index = self, __call = class_new })
 end
 
 function Module:__init()
-  self.training = true
-  self._params = {}       -- ordered names
-  self._modules = {}      -- ordered names
+  rawset(self, "training", true)
+  rawset(self, "_params", {})  -- ordered names
+  rawset(self, "_modules", {}) -- ordered names
 end
 
 function Module:forward()
@@ -100,9 +109,23 @@ local function add_name(list, name)
   list[#list + 1] = name
 end
 
+local function remove_name(list, name)
+  for i, n in ipairs(list) do
+    if n == name then return table.remove(list, i) end
+  end
+end
+
+local function has_name(list, name)
+  for _, n in ipairs(list) do
+    if n == name then return true end
+  end
+  return false
+end
+
 --- Adds parameter `t` (an f32 tensor, marked as requiring a gradient) under
 -- `name`, reachable as `self[name]`. A nil `t` records an absent parameter
--- (e.g. no bias) without adding it.
+-- (e.g. no bias) without adding it. `self[name] = t` does the same for a
+-- leaf tensor that requires a gradient.
 function Module:register_parameter(name, t)
   if type(name) ~= "string" then
     fail("register_parameter: name must be a string, got " .. type(name))
@@ -111,16 +134,17 @@ function Module:register_parameter(name, t)
     fail(("register_parameter(%q): expected a tensor, got %s"):format(name, type(t)))
   end
   check_init(self, "register_parameter")
+  remove_name(self._modules, name)
   add_name(self._params, name)
   if t ~= nil and not t:requires_grad() then
     t:requires_grad_(true)
   end
-  self[name] = t
+  rawset(self, name, t)
   return t
 end
 
 --- Adds child module `m` under `name` (a string or an integer position),
--- reachable as `self[name]`.
+-- reachable as `self[name]`. `self[name] = m` does the same.
 function Module:add_module(name, m)
   if type(name) ~= "string" and type(name) ~= "number" then
     fail("add_module: name must be a string or a number, got " .. type(name))
@@ -129,16 +153,103 @@ function Module:add_module(name, m)
     fail(("add_module(%s): expected a module, got %s"):format(tostring(name), type(m)))
   end
   check_init(self, "add_module")
+  remove_name(self._params, name)
   add_name(self._modules, name)
-  self[name] = m
+  rawset(self, name, m)
   return m
+end
+
+-- What a field's value makes it: a child module, a parameter (a leaf
+-- tensor that requires a gradient: one made to be trained, not the output
+-- of an op), or nil for a plain field.
+local function field_kind(v)
+  if nn.is_module(v) then return "module" end
+  if is_tensor(v) then
+    -- (a freed tensor answers with an error: it is a plain field)
+    local ok, trainable = pcall(function() return v:requires_grad() and v:is_leaf() end)
+    if ok and trainable then return "param" end
+  end
+end
+
+-- Lua calls __newindex only for a field the table does not hold yet: a new
+-- field, or a registered one set to nil before. Registered fields that are
+-- reassigned (a raw write, no metamethod) are seen by sync() below.
+function Module:__newindex(k, v)
+  local kind = field_kind(v)
+  if kind == "module" or (type(k) == "string" and (kind == "param"
+      or (is_tensor(v) and rawget(self, "_params") and has_name(self._params, k)))) then
+    check_init(self, ("assigning %s to field '%s'"):format(kind and "a " .. kind or "a tensor",
+      tostring(k)))
+    if kind == "module" then return Module.add_module(self, k, v) end
+    return Module.register_parameter(self, k, v)
+  end
+  rawset(self, k, v)
+end
+
+-- Brings the ordered name lists of m up to date with its fields, for the
+-- writes __newindex does not see (a field that exists already is written
+-- raw): a child set to nil or to anything but a module is removed; a
+-- parameter's name that now holds a module moves to the children (at the
+-- end), one that holds a plain non-tensor value is removed; a tensor put
+-- under a parameter's name is that parameter, marked as requiring a
+-- gradient as register_parameter does; a plain field that now holds a
+-- module or a parameter is registered at the end (several in sorted
+-- order). The lists keep their identity.
+local function sync(m)
+  if rawget(m, "_params") == nil then return end
+  local mods, params, known = m._modules, m._params, {}
+  for i = #mods, 1, -1 do
+    if nn.is_module(rawget(m, mods[i])) then
+      known[mods[i]] = true
+    else
+      table.remove(mods, i)
+    end
+  end
+  for i = #params, 1, -1 do
+    local name = params[i]
+    local v = rawget(m, name)
+    if nn.is_module(v) then
+      table.remove(params, i)
+      mods[#mods + 1], known[name] = name, true
+    elseif v ~= nil and not is_tensor(v) then
+      table.remove(params, i)
+    else
+      known[name] = true
+      if v ~= nil then -- (a freed tensor stays as it is)
+        pcall(function() if v:is_leaf() and not v:requires_grad() then v:requires_grad_(true) end end)
+      end
+    end
+  end
+  local late = {}
+  for k, v in pairs(m) do
+    local kind = not known[k] and field_kind(v)
+    if kind == "module" and type(k) == "number" or type(k) == "string" and kind then
+      late[#late + 1] = k
+    end
+  end
+  table.sort(late, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(late) do
+    local v = rawget(m, k)
+    if nn.is_module(v) then Module.add_module(m, k, v) else Module.register_parameter(m, k, v) end
+  end
+end
+
+--- The direct children as an ordered list of {name, module} pairs.
+function Module:named_children()
+  check_init(self, "named_children")
+  sync(self)
+  local out = {}
+  for i, name in ipairs(self._modules) do
+    out[i] = { name, self[name] }
+  end
+  return out
 end
 
 --- Direct child modules, in order.
 function Module:children()
   local out = {}
-  for _, name in ipairs(self._modules) do
-    out[#out + 1] = self[name]
+  for i, nc in ipairs(self:named_children()) do
+    out[i] = nc[2]
   end
   return out
 end
@@ -150,6 +261,7 @@ local function collect_parameters(root, staged)
   local out, seen = {}, {}
   local function walk(m, prefix)
     m = staged and staged[m] or m
+    sync(m)
     for _, name in ipairs(m._params) do
       local t = m[name]
       if t ~= nil and not seen[t] then
@@ -184,6 +296,7 @@ function Module:to(device)
   end
   local moved = {}
   local function walk(m)
+    sync(m)
     for _, name in ipairs(m._params) do
       local t = m[name]
       if t ~= nil and t:device() ~= device then
@@ -192,7 +305,7 @@ function Module:to(device)
           c:requires_grad_(true)
           moved[t] = c
         end
-        m[name] = moved[t]
+        rawset(m, name, moved[t])
       end
     end
     if m._to_device then m:_to_device(device) end
@@ -228,6 +341,7 @@ end
 function Module:train(mode)
   if mode == nil then mode = true end
   self.training = mode and true or false
+  sync(self)
   for _, name in ipairs(self._modules) do
     self[name]:train(mode)
   end
@@ -249,7 +363,9 @@ end
 --
 -- A state dict is a flat table from dotted names ("layers.1.weight") to
 -- tensors, plus, for modules with extra state, strings and numbers;
--- venom.checkpoint and venom.save write it to a safetensors file. A module
+-- venom.checkpoint and venom.save write it to a safetensors file (the
+-- numbers and strings go to the file's metadata under their own names, and
+-- venom.load's tensors table reads them back, as strings). A module
 -- class may define three hooks to store more than its parameters (a sparse
 -- layer stores its compressed arrays and V, N, M this way):
 --   m:_extra_state()           → {name = tensor | string | number, ...}, saved
@@ -267,6 +383,7 @@ end
 
 -- Calls fn(module, prefix) on m and every descendant, parents first.
 local function each_module(m, prefix, fn)
+  sync(m)
   fn(m, prefix)
   for _, name in ipairs(m._modules) do
     each_module(m[name], prefix .. tostring(name) .. ".", fn)
@@ -275,7 +392,8 @@ end
 
 --- Flat table of the model's state: every parameter under its dotted name
 -- (a detached tensor sharing the parameter's storage), plus the entries of
--- modules that define _extra_state().
+-- modules that define _extra_state(). venom.save(path, model:state_dict())
+-- writes it whole (numbers and strings to the metadata).
 function Module:state_dict()
   local sd = {}
   for _, np in ipairs(self:named_parameters()) do
@@ -286,7 +404,7 @@ function Module:state_dict()
       for k, v in pairs(m:_extra_state()) do sd[prefix .. k] = v end
     end
   end)
-  return sd
+  return venom._state_dict(sd)
 end
 
 --- Plain dense weights: like state_dict(), but a module that defines
@@ -305,7 +423,7 @@ function Module:dense_state_dict()
   for _, np in ipairs(self:named_parameters()) do
     if not covered[np[2]] then sd[np[1]] = np[2]:detach() end
   end
-  return sd
+  return venom._state_dict(sd)
 end
 
 
@@ -328,12 +446,17 @@ local FLOAT = { f32 = true, bf16 = true, f16 = true }
 -- tensor: a value that is not a tensor, a shape that differs from the
 -- parameter's (both shapes are given), an integer tensor for a float
 -- parameter (or the reverse). The load is planned and checked whole before
--- anything is written, so a load that fails changes nothing.
+-- anything is written, so a load that fails changes nothing. Entries that
+-- venom.load's tensors table reads from the file's metadata (a sparse
+-- layer's V, N, M) count as present; model:load_state_dict(venom.load(path))
+-- works (the metadata table that comes second is not taken for opts).
 function Module:load_state_dict(sd, opts)
   local who = "load_state_dict"
   if type(sd) ~= "table" then
     fail(("%s: expected a state dict (a table of name → tensor), got %s"):format(who, type(sd)))
   end
+  local mt = getmetatable(sd)
+  if opts ~= nil and type(mt) == "table" and rawequal(opts, mt.__metadata) then opts = nil end
   opts = check_opts(opts, { "strict" }, who)
   local strict = opts.strict ~= false
 
@@ -420,8 +543,8 @@ function Module:load_state_dict(sd, opts)
   -- values are copied in.
   for _, m in ipairs(order) do
     local s = staged[m]
-    for k in pairs(m) do m[k] = nil end
-    for k, v in pairs(s) do m[k] = v end
+    for k in pairs(m) do rawset(m, k, nil) end
+    for k, v in pairs(s) do rawset(m, k, v) end -- (raw: the fields are registered already)
   end
   venom.no_grad(function()
     for _, c in ipairs(copies) do c[1]:copy_(c[2]) end
@@ -435,6 +558,7 @@ function Module:extra_repr()
 end
 
 function Module:__tostring()
+  sync(self)
   local head = getmetatable(self).__name .. "(" .. self:extra_repr()
   if #self._modules == 0 then
     return head .. ")"
@@ -450,6 +574,7 @@ end
 
 Module.__call = module_call
 setmetatable(Module, { __call = class_new })
+-- (Module.__newindex, defined above, serves Module's own instances too.)
 
 -- Linear ----------------------------------------------------------------------
 
@@ -563,6 +688,7 @@ function Sequential:add(m)
 end
 
 function Sequential:forward(x)
+  sync(self) -- (a child replaced or removed by assignment)
   for _, name in ipairs(self._modules) do
     x = self[name](x)
   end

@@ -267,8 +267,9 @@ function sparse.sparsify(model, opts)
   -- first, and only then swap them in: an error leaves the model unchanged.
   local found = {}
   local function walk(m, prefix)
-    for _, name in ipairs(m._modules) do
-      local child, path = m[name], prefix .. tostring(name)
+    for _, nc in ipairs(m:named_children()) do
+      local name, child = nc[1], nc[2]
+      local path = prefix .. tostring(name)
       if skip[path] ~= nil then
         skip[path] = true
       elseif getmetatable(child) == nn.Linear then

@@ -2,13 +2,16 @@
  * tensors, byte for byte; the file layout; every malformed-file case with
  * the names and numbers its message must give; save-time argument errors;
  * and atomic saves: a save that fails (test hook) or whose process is
- * killed half-way leaves the previous file intact. */
+ * killed half-way leaves the previous file intact, and the next save removes
+ * the temporaries of dead processes only. F64 files load as f32. */
 #define _GNU_SOURCE /* memmem */
 #include "gradcheck.h"
 #include "safetensors.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,8 +312,9 @@ static void test_malformed_json(void **state)
            "tensor 'w': dtype must be a string", "found nothing");
     EXPECT(write_st("q7", "{\"w\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
            "tensor 'w': unknown dtype 'Q7'", "F32, I32, I64, U8, BF16 and F16");
-    EXPECT(write_st("f64", "{\"w\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8),
-           "tensor 'w': unsupported dtype 'F64'");
+    /* (F64 loads, converted to f32: test_f64 below) */
+    EXPECT(write_st("i16", "{\"w\":{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2),
+           "tensor 'w': unsupported dtype 'I16'", "and F64 as f32");
     EXPECT(write_st("u16", "{\"w\":{\"dtype\":\"U16\",\"shape\":[1],\"data_offsets\":[0,2]}}", 2),
            "tensor 'w': unsupported dtype 'U16'");
     EXPECT(write_st("shape", "{\"w\":{\"dtype\":\"F32\",\"shape\":\"1\",\"data_offsets\":[0,4]}}", 4),
@@ -356,6 +360,48 @@ static void test_malformed_offsets(void **state)
            "bytes [0, 4] of the data section belong to no tensor", "'b'");
     EXPECT(write_st("tail", "{\"a\":" F32_1 "}", 12),
            "the tensors end at byte 4 of the data section, which holds 12 bytes: 8 trailing");
+}
+
+/* ---- F64, converted to f32 ----------------------------------------------------- */
+
+/* An F64 file of these values (as a PyTorch or NumPy checkpoint holds them)
+ * loads as an f32 tensor of the same shape, each value rounded to the nearest
+ * f32: beyond f32's range ±inf, below its smallest subnormal ±0. */
+static void test_f64(void **state)
+{
+    double v[8] = {1.5, -2.25, 0.1, 1e300, -1e300, 1e-50, NAN, 3.4028234663852886e38};
+    float want[8] = {1.5f, -2.25f, 0.1f, INFINITY, -INFINITY, 0.0f, NAN, FLT_MAX};
+    const char *json = "{\"w\":{\"dtype\":\"F64\",\"shape\":[2,4],\"data_offsets\":[0,64]},"
+                       "\"n\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[64,68]}}";
+    size_t jl = strlen(json);
+    uint8_t buf[8 + 256 + 68];
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)jl >> (8 * i));
+    memcpy(buf + 8, json, jl);
+    memcpy(buf + 8 + jl, v, sizeof v); /* little-endian, as the format is */
+    int32_t seven = 7;
+    memcpy(buf + 8 + jl + 64, &seven, 4);
+    write_bytes(in_dir("f64.st"), buf, 8 + jl + 68);
+    vn_tensor_map *m = vn_load(in_dir("f64.st"));
+    CHECK_PTR(m);
+    vn_tensor *w = vn_tensor_map_get(m, "w");
+    CHECK_PTR(w);
+    assert_int_equal(vn_tensor_dtype(w), VN_F32);
+    assert_int_equal(vn_tensor_ndim(w), 2);
+    assert_int_equal(vn_tensor_shape(w)[0], 2);
+    assert_int_equal(vn_tensor_shape(w)[1], 4);
+    float got[8];
+    CHECK_OK(vn_tensor_copy_out(w, got, sizeof got));
+    for (int i = 0; i < 8; i++) {
+        if (isnan(want[i])) assert_true(isnan(got[i]));
+        else if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+            fail_msg("value %d: got %.9g, want %.9g", i, got[i], want[i]);
+    }
+    int32_t n = 0;
+    CHECK_OK(vn_tensor_copy_out(vn_tensor_map_get(m, "n"), &n, sizeof n));
+    assert_int_equal(n, 7); /* the next tensor's offsets count 8 bytes per F64 */
+    vn_tensor_map_free(m);
+    EXPECT(write_st("f64size", "{\"w\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8),
+           "tensor 'w': shape [2] of F64 needs 16 bytes but data_offsets [0, 8] hold 8");
 }
 
 /* ---- save errors ------------------------------------------------------------- */
@@ -476,6 +522,41 @@ static void test_save_killed(void **state)
     assert_int_equal(st.st_size, 2000);
 }
 
+/* A save removes the temporaries of its own path whose process is gone, and
+ * nothing else: not those of a live process (this one), not another path's. */
+static void test_stale_temps(void **state)
+{
+    fflush(NULL);
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0) _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead); /* reaped: no process has this pid now */
+    char stale[64], live[64], other[64], odd[64];
+    snprintf(stale, sizeof stale, ".ckpt.st.tmp-%ld-0", (long)dead);
+    snprintf(live, sizeof live, ".ckpt.st.tmp-%ld-7", (long)getpid());
+    snprintf(other, sizeof other, ".other.st.tmp-%ld-0", (long)dead);
+    snprintf(odd, sizeof odd, ".ckpt.st.tmp-%ld-0x", (long)dead); /* not a name a save makes */
+    const char *names[] = {stale, live, other, odd};
+    for (int i = 0; i < 4; i++) write_bytes(in_dir(names[i]), "partial", 7);
+    save_ramp(in_dir("ckpt.st"), 0, VN_OK);
+    assert_ramp(in_dir("ckpt.st"), 0);
+    struct stat st;
+    assert_int_equal(stat(in_dir(stale), &st), -1); /* removed */
+    assert_int_equal(stat(in_dir(live), &st), 0);   /* a live process's: kept */
+    assert_int_equal(stat(in_dir(other), &st), 0);  /* another path's: kept */
+    assert_int_equal(stat(in_dir(odd), &st), 0);
+    /* A relative path (no directory part) cleans the current directory. */
+    char cwd[512];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    write_bytes(stale, "partial", 7);
+    save_ramp("ckpt.st", 1, VN_OK);
+    int gone = stat(stale, &st);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(gone, -1);
+    assert_ramp(in_dir("ckpt.st"), 1);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -485,7 +566,8 @@ int main(void)
         TEST(test_accepts),           TEST(test_malformed_prefix),
         TEST(test_malformed_json),    TEST(test_malformed_offsets),
         TEST(test_save_errors),       TEST(test_save_fails_halfway),
-        TEST(test_save_killed),
+        TEST(test_save_killed),       TEST(test_f64),
+        TEST(test_stale_temps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

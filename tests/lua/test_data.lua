@@ -13,9 +13,10 @@ local function dataset(n)
 end
 
 -- All x values of one epoch, in order, plus the batch sizes; checks y = 2x.
-local function epoch(loader)
+-- direct: iterate `for ... in loader` rather than loader:iter().
+local function epoch(loader, direct)
   local seen, sizes, aligned = {}, {}, true
-  for xb, yb in loader:iter() do
+  for xb, yb in direct and loader or loader:iter() do
     local xt, yt = xb:totable(), yb:totable()
     sizes[#sizes + 1] = #xt
     for i, v in ipairs(xt) do
@@ -102,6 +103,81 @@ do
   tap.error_like(function() data.DataLoader(x) end, "expected a list of tensors", "a tensor, not a list")
   tap.error_like(function() data.DataLoader({ x, "y" }) end, "element 2 is a string, expected a tensor",
     "a string in the list")
+end
+
+-- for ... in loader: one epoch per loop -------------------------------------------------------
+do
+  local x, y = dataset(10)
+  local l = data.DataLoader({ x, y }, { batch_size = 4 })
+  local seen, sizes, aligned = epoch(l, true)
+  tap.is(sizes, "4,4,2", "for in loader: the batches of one epoch")
+  tap.is(table.concat(seen, ","), "1,2,3,4,5,6,7,8,9,10", "for in loader: samples in order")
+  tap.ok(aligned, "for in loader: x and y stay aligned")
+  local again = 0
+  for _ in l do again = again + 1 end
+  tap.is(again, 3, "for in loader: the next loop is a new epoch")
+  for _ in l do break end
+  local after_break = {}
+  for xb in l do after_break[#after_break + 1] = xb:totable()[1] end
+  tap.is(table.concat(after_break, ","), "1,5,9", "for in loader: a loop left by break does not "
+    .. "shorten the next epoch")
+
+  local n = 50
+  local sx, sy = dataset(n)
+  local sl = data.DataLoader({ sx, sy }, { batch_size = 8, shuffle = true })
+  local e1, _, ok = epoch(sl, true)
+  local e2 = epoch(sl, true)
+  tap.ok(is_permutation(e1, n) and is_permutation(e2, n) and ok,
+    "for in loader with shuffle: each sample once per epoch, aligned")
+  tap.ok(table.concat(e1, ",") ~= table.concat(e2, ","), "for in loader with shuffle: a new order")
+  local t = data.DataLoader({ x }, { batch_size = 5, transform = function(xb) return xb * 2, "tag" end })
+  local tags = {}
+  for xb, tag in t do tags[#tags + 1] = xb:totable()[1] .. tag end
+  tap.is(table.concat(tags, ","), "2tag,12tag", "for in loader: the transform's results")
+  tap.error_like(function() l.iter() end, "call it with a colon, loader:iter%(%)",
+    "loader.iter() (a dot) is a clear error")
+end
+
+-- Bad arguments to the data functions ------------------------------------------------------
+do
+  local imgs = venom.zeros({ 2, 2, 2 }, { dtype = "u8" })
+  tap.error_like(function() data.flatten_images(imgs, 100) end,
+    "data.flatten_images: std must be a positive number, got nil %(arguments: images, mean, std",
+    "flatten_images(images, 100): std missing")
+  tap.error_like(function() data.flatten_images(100) end,
+    "data.flatten_images: images must be a tensor %(N, H, W%), got number", "flatten_images: no images")
+  tap.error_like(function() data.flatten_images(imgs, "0.5", 1) end,
+    "mean must be a finite number, got 0.5", "flatten_images: mean a string")
+  tap.error_like(function() data.flatten_images(imgs, 0.5, 0) end,
+    "std must be a positive number, got 0", "flatten_images: std 0")
+  tap.error_like(function() data.flatten_images(imgs, 0.5, 1, -1) end,
+    "limit must be .*integer.*got %-1", "flatten_images: negative limit")
+  tap.error_like(function() data.flatten_images(venom.zeros(3), 0.5, 1) end,
+    "images must be a tensor %(N, H, W%), got a 1%-d tensor", "flatten_images: a 1-d tensor")
+
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p '" .. dir .. "'")
+  tap.error_like(function() data.text(dir) end,
+    "data.text: " .. dir:gsub("%p", "%%%0") .. " is a directory; expected a file",
+    "data.text(directory): a clear error")
+  tap.error_like(function() data.fortunes({ root = dir }) end,
+    "cannot open " .. dir:gsub("%p", "%%%0") .. "/art %(No such file or directory%); install",
+    "data.fortunes: a missing file is named")
+  os.execute("mkdir -p '" .. dir .. "/art'")
+  tap.error_like(function() data.fortunes({ root = dir }) end,
+    "/art is a directory; expected a file", "data.fortunes: a directory in place of a file")
+  os.execute("rm -rf '" .. dir .. "'")
+
+  local x = dataset(4)
+  tap.error_like(function() data.DataLoader({ x }, { shuffle = "yes" }) end,
+    "shuffle must be true or false, got yes", "DataLoader: shuffle not a boolean")
+  tap.error_like(function() data.DataLoader({ x }, { drop_last = 1 }) end,
+    "drop_last must be true or false, got 1", "DataLoader: drop_last not a boolean")
+  tap.error_like(function() data.fashion_mnist_options(5) end,
+    "more must be a table", "fashion_mnist_options: more not a table")
+  tap.error_like(function() data.fashion_mnist_options({ warmup = 3 }) end,
+    "more%[warmup%] must be {default, help text}, got number", "fashion_mnist_options: a bare default")
 end
 
 -- IDX files written here -------------------------------------------------------------------
