@@ -35,7 +35,13 @@
 --     (keep ⌊M·(1 − s_t)⌋ per group, at least N).
 --   "unstructured" — masked dense weights, magnitude masks keeping
 --     ⌊(1 − s_t)·size⌋ weights per layer (scope = "layer") or over all the
---     pruned layers together (scope = "global").
+--     pruned layers together (scope = "global"). Exactly that many stay:
+--     among equal magnitudes the weight of lowest index goes first (layers
+--     in order, each row by row), so ties never prune more than the count.
+-- Only the masks say what is pruned: a weight that is exactly zero but was
+-- never pruned (a zero-initialised layer, a ReLU-dead unit) is alive and
+-- may grow. Selection by magnitude needs finite weights: a NaN or ±inf
+-- weight is an error naming the layer and the position, in every mode.
 -- Masked modes multiply the weight, its gradient and the optimizer's state
 -- tensors by the mask after every step, so Adam's moments of removed
 -- weights are zero and the weights stay exactly zero.
@@ -299,8 +305,9 @@ end
 -- before t0 and s_f after t0 + n·dt).
 function GMP:target(t)
   t = t or self.t
-  if type(t) ~= "number" then
-    fail(("GMP:target: t must be a step number, got %s"):format(type(t)))
+  if type(t) ~= "number" or t ~= t then -- NaN would compare false everywhere and give NaN
+    fail(("GMP:target: t must be a step number, got %s"):format(type(t) == "number"
+      and tostring(t) or type(t)))
   end
   if t <= self.t0 then return self.s_i end
   local span = self.n * self.dt
@@ -410,6 +417,25 @@ end
 
 -- nm / unstructured masks --------------------------------------------------------------
 
+-- Selection by magnitude has no answer for NaN (it compares false with
+-- everything) or ±inf: refuse them with the layer and the 1-based position,
+-- as vnm mode does. w − w is 0 where w is finite, so one sum tells.
+local function check_finite(L)
+  local w = L.module.weight:detach()
+  local d = w - w
+  local bad = d:sum():item() ~= 0
+  d:free()
+  if not bad then return end
+  local flat = w:reshape(-1):cpu():totable()
+  for i, v in ipairs(flat) do
+    if v - v ~= 0 then
+      fail(("GMP:step: layer '%s': weight (%d, %d) is %s; selection by magnitude needs finite weights")
+        :format(L.path, math.floor((i - 1) / L.cols) + 1, (i - 1) % L.cols + 1,
+          v ~= v and "nan" or v > 0 and "inf" or "-inf"))
+    end
+  end
+end
+
 -- The N:M mask keeping `keep` of each group of M inputs per row, by
 -- magnitude among the alive weights.
 function GMP:_nm_mask(L, keep)
@@ -432,8 +458,11 @@ function GMP:_nm_mask(L, keep)
 end
 
 -- Magnitude masks keeping ⌊(1 − s)·size⌋ weights per layer or in all the
--- layers together: the threshold θ with #{|w| > θ} = that count, found by
--- bisection (exact unless weights tie at θ, then slightly fewer are kept).
+-- layers together: of the weights still alive, the smallest |w| go until
+-- that count is left; among equal |w| the lowest index goes first (layers
+-- in order, each row-major), so ties prune exactly as many as needed. The
+-- scores come to the CPU as a Lua array: one sort per event, whose cost
+-- (a fraction of a second for 10⁵ weights) pruning events can afford.
 function GMP:_unstructured_masks(s)
   local groups = {}
   if self.scope == "global" then
@@ -442,33 +471,38 @@ function GMP:_unstructured_masks(s)
     for i, L in ipairs(self.layers) do groups[i] = { L } end
   end
   for _, group in ipairs(groups) do
-    local scores, size, hi = {}, 0, 0
-    for i, L in ipairs(group) do
-      local a = L.module.weight:detach():abs()
-      if L.alive then a = a * L.alive end
-      scores[i], size = a, size + L.rows * L.cols
-      hi = math.max(hi, a:max():item())
-    end
-    local keep = math.floor((1 - s) * size + 1e-9)
-    local function count(theta)
-      local c = 0
-      for _, a in ipairs(scores) do c = c + a:gt(theta):sum():item() end
-      return c
-    end
-    local lo = 0
-    if count(lo) > keep then
-      for _ = 1, 64 do
-        local mid = (lo + hi) / 2
-        if mid <= lo or mid >= hi then break end
-        local c = count(mid)
-        if c > keep then lo = mid else hi = mid end
-        if c == keep then break end
+    local scores, alive, live, size = {}, {}, {}, 0
+    for _, L in ipairs(group) do
+      local a = L.module.weight:detach():abs():reshape(-1):cpu():totable()
+      local m = L.alive and L.alive:reshape(-1):cpu():totable()
+      for i = 1, #a do
+        size = size + 1
+        scores[size], alive[size] = a[i], not m or m[i] == 1
+        if alive[size] then live[#live + 1] = a[i] end
       end
-    else
-      hi = lo
     end
-    for i, L in ipairs(group) do
-      L.alive = scores[i]:gt(hi):float()
+    local need = #live - math.floor((1 - s) * size + 1e-9) -- how many more to prune
+    if need > 0 then
+      table.sort(live)
+      local cut = live[need] -- the largest |w| that goes
+      local at_cut = 0       -- of the weights equal to cut, how many go
+      for i = need, 1, -1 do
+        if live[i] ~= cut then break end
+        at_cut = at_cut + 1
+      end
+      for i = 1, size do
+        if alive[i] and (scores[i] < cut or (scores[i] == cut and at_cut > 0)) then
+          if scores[i] == cut then at_cut = at_cut - 1 end
+          alive[i] = false
+        end
+      end
+    end
+    local off = 0
+    for _, L in ipairs(group) do
+      local m = {}
+      for i = 1, L.rows * L.cols do m[i] = alive[off + i] and 1 or 0 end
+      off = off + L.rows * L.cols
+      L.alive = venom.tensor(m):reshape(L.rows, L.cols):to(device_of(L))
     end
   end
 end
@@ -488,7 +522,9 @@ end
 -- Sets the masks for the target at step t and records the event.
 function GMP:_update(t)
   local s = self:target(t)
-  self.current = s
+  if s > 0 and self.mode ~= "vnm" then -- vnm: nn.SparseLinear checks (the same message)
+    for _, L in ipairs(self.layers) do check_finite(L) end -- before any mask changes
+  end
   if s > 0 then
     if self.mode == "vnm" then
       local M = math.min(prune.vnm_M(s), self.layout.M)
@@ -508,6 +544,7 @@ function GMP:_update(t)
     end
     if self.mode ~= "vnm" then self:_apply() end
   end
+  self.current = s -- once the masks follow it (a refused weight leaves it as it was)
   local ev = { step = t, sparsity = s, layers = {} }
   for _, L in ipairs(self.layers) do
     ev.layers[#ev.layers + 1] = { name = L.path, pattern = self:_pattern(L) }
