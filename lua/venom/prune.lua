@@ -625,6 +625,31 @@ function GMP:state_dict()
   return sd
 end
 
+--- For venom.checkpoint: returns a function that puts the scheduler back as
+-- it is now — its position, each layer's mask and layout, the modules in
+-- their parents and their parameters (with their state) in the optimizer —
+-- undoing a load_state_dict when a later part of the checkpoint is refused.
+function GMP:snapshot()
+  local opt, saved, t, current = self.opt, {}, self.t, self.current
+  for i, L in ipairs(self.layers) do
+    local p = weight_param(L)
+    saved[i] = { module = L.module, param = p, state = opt.state[p], M = L.M, keep = L.keep,
+                 alive = L.alive, vmask = L.vmask, live = L.live }
+  end
+  return function()
+    for i, L in ipairs(self.layers) do
+      local b = saved[i]
+      if L.module ~= b.module then -- load_state_dict rebuilt it as a SparseLinear
+        opt:replace_parameter(weight_param(L), b.param, b.state)
+        L.parent[L.key] = b.module
+      end
+      L.module, L.M, L.keep, L.alive, L.vmask, L.live = b.module, b.M, b.keep, b.alive, b.vmask,
+        b.live
+    end
+    self.t, self.current = t, current
+  end
+end
+
 local shape_of = util.format_shape
 
 -- sd[key] as an integer within [lo, hi] (hi optional; numbers may arrive as
