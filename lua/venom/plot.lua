@@ -36,6 +36,21 @@ end
 
 local terminals = { png = "pngcairo", svg = "svg" }
 
+--- plot.check_output(path): fails unless a figure can be written to `path`
+-- later as far as venom can tell up front: a name ending in .png or .svg,
+-- and gnuplot installed (the message names the package). For a script to
+-- check its --plot option before training (util.check_arg_path checks the
+-- directory).
+function plot.check_output(path)
+  local ext = type(path) == "string" and path:match("%.(%w+)$")
+  if not terminals[ext and ext:lower()] then
+    fail(("%s: expected a file name ending in .png or .svg"):format(tostring(path)))
+  end
+  local ok, why = plot.available()
+  if not ok then fail(("cannot write %s: %s"):format(path, why)) end
+  return path
+end
+
 --- plot.figure(path, opts) → a figure that close() writes to `path`.
 -- path ends in .png or .svg (the format). opts: width, height (pixels;
 -- default 900 × 320 per panel), rows (panels stacked vertically, default 1),
