@@ -429,7 +429,8 @@ local function check_finite(L)
   local flat = w:reshape(-1):cpu():totable()
   for i, v in ipairs(flat) do
     if v - v ~= 0 then
-      fail(("GMP:step: layer '%s': weight (%d, %d) is %s; selection by magnitude needs finite weights")
+      fail(("GMP:step: layer '%s': weight (%d, %d) is %s; selection by magnitude needs finite "
+        .. "weights")
         :format(L.path, math.floor((i - 1) / L.cols) + 1, (i - 1) % L.cols + 1,
           v ~= v and "nan" or v > 0 and "inf" or "-inf"))
     end
