@@ -458,12 +458,34 @@ function GMP:_nm_mask(L, keep)
   return mask
 end
 
+-- The k-th smallest number of array a (1 ≤ k ≤ #a), reordering a: Hoare's
+-- selection (Wirth's version), linear time on average; runs of equal
+-- values split evenly, so ties do not make it quadratic.
+local function kth_smallest(a, k)
+  local lo, hi = 1, #a
+  while lo < hi do
+    local pivot = a[math.floor((lo + hi) / 2)]
+    local i, j = lo, hi
+    while i <= j do
+      while a[i] < pivot do i = i + 1 end
+      while a[j] > pivot do j = j - 1 end
+      if i <= j then
+        a[i], a[j] = a[j], a[i]
+        i, j = i + 1, j - 1
+      end
+    end
+    if k <= j then hi = j elseif k >= i then lo = i else return a[k] end
+  end
+  return a[k]
+end
+
 -- Magnitude masks keeping ⌊(1 − s)·size⌋ weights per layer or in all the
 -- layers together: of the weights still alive, the smallest |w| go until
--- that count is left; among equal |w| the lowest index goes first (layers
--- in order, each row-major), so ties prune exactly as many as needed. The
--- scores come to the CPU as a Lua array: one sort per event, whose cost
--- (a fraction of a second for 10⁵ weights) pruning events can afford.
+-- that count is left. The cut is the need-th smallest alive |w|: every
+-- weight above it stays, every one below goes, and of those equal to it
+-- the lowest indices go first (layers in order, each row-major), so ties
+-- prune exactly as many as needed. |w| comes to the CPU as a Lua array for
+-- the selection; the masks themselves are tensor comparisons.
 function GMP:_unstructured_masks(s)
   local groups = {}
   if self.scope == "global" then
@@ -472,38 +494,41 @@ function GMP:_unstructured_masks(s)
     for i, L in ipairs(self.layers) do groups[i] = { L } end
   end
   for _, group in ipairs(groups) do
-    local scores, alive, live, size = {}, {}, {}, 0
-    for _, L in ipairs(group) do
-      local a = L.module.weight:detach():abs():reshape(-1):cpu():totable()
-      local m = L.alive and L.alive:reshape(-1):cpu():totable()
-      for i = 1, #a do
-        size = size + 1
-        scores[size], alive[size] = a[i], not m or m[i] == 1
-        if alive[size] then live[#live + 1] = a[i] end
+    -- |w| with the pruned weights at −1: never counted, never kept.
+    local scores, flat, live, size = {}, {}, {}, 0
+    for i, L in ipairs(group) do
+      local a = L.module.weight:detach():abs()
+      if L.alive then a = a:masked_fill(L.alive:eq(0), -1) end
+      scores[i] = a:cpu()
+      flat[i] = scores[i]:reshape(-1):totable()
+      for _, v in ipairs(flat[i]) do
+        if v >= 0 then live[#live + 1] = v end
+      end
+      size = size + L.rows * L.cols
+    end
+    local need = #live - math.floor((1 - s) * size + 1e-9) -- how many more go
+    local cut, at_cut = -1, 0 -- above cut stays; of the weights equal to it, at_cut go
+    if need > 0 then
+      cut = kth_smallest(live, need)
+      at_cut = need
+      for _, v in ipairs(live) do
+        if v < cut then at_cut = at_cut - 1 end
       end
     end
-    local need = #live - math.floor((1 - s) * size + 1e-9) -- how many more to prune
-    if need > 0 then
-      table.sort(live)
-      local cut = live[need] -- the largest |w| that goes
-      local at_cut = 0       -- of the weights equal to cut, how many go
-      for i = need, 1, -1 do
-        if live[i] ~= cut then break end
-        at_cut = at_cut + 1
-      end
-      for i = 1, size do
-        if alive[i] and (scores[i] < cut or (scores[i] == cut and at_cut > 0)) then
-          if scores[i] == cut then at_cut = at_cut - 1 end
-          alive[i] = false
+    for i, L in ipairs(group) do
+      local keep = scores[i]:gt(cut):float()
+      if need > 0 then
+        for j, v in ipairs(flat[i]) do
+          if v == cut then
+            if at_cut > 0 then
+              at_cut = at_cut - 1 -- goes (gt left it 0)
+            else
+              keep:set(math.floor((j - 1) / L.cols) + 1, (j - 1) % L.cols + 1, 1)
+            end
+          end
         end
       end
-    end
-    local off = 0
-    for _, L in ipairs(group) do
-      local m = {}
-      for i = 1, L.rows * L.cols do m[i] = alive[off + i] and 1 or 0 end
-      off = off + L.rows * L.cols
-      L.alive = venom.tensor(m):reshape(L.rows, L.cols):to(device_of(L))
+      L.alive = keep:to(device_of(L))
     end
   end
 end
