@@ -236,7 +236,8 @@ end
 -- (the batch's loss, the learning rate it was trained with and, with
 -- --sparse, the pruning schedule's target sparsity in %) and one per
 -- evaluation (the train and val loss estimates), drawn after every
--- evaluation: the loss per step, the evaluations, the sparsity.
+-- evaluation and at the last step: the loss per step, the evaluations, the
+-- sparsity.
 local curves, records = log or opts.plot ~= "", log and log.records or {}
 local function record(r) if log then log:write(r) else records[#records + 1] = r end end
 local panels = {
@@ -291,7 +292,7 @@ for step = first_step, last do
     if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
     print(table.concat(lines, "\n"))
   end
-  if opts.plot ~= "" and (step % opts.eval_every == 0 or step == opts.steps) then
+  if opts.plot ~= "" and (step % opts.eval_every == 0 or step == last) then
     local ok_plot, err = pcall(plot.curves, opts.plot, records, panels)
     if not ok_plot then
       bar:close()
