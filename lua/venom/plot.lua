@@ -174,9 +174,11 @@ function Figure:close()
       f:close()
       parts[#parts + 1] = ("%s using 1:2 with %s title %s"):format(gp_string(data), s.style, gp_string(s.name))
     end
-    -- An empty panel still takes its place in the layout.
+    -- An empty panel still takes its place in the layout; with no point to
+    -- autoscale on, gnuplot needs a fixed (linear) y range to draw it.
     script[#script + 1] = #parts > 0 and "plot " .. table.concat(parts, ", ")
-      or "set key off; plot [0:1] NaN notitle; set key on"
+      or "set key off; unset logscale y; set yrange [0:1]; plot [0:1] NaN notitle; "
+        .. "set key on; set autoscale y"
   end
   script[#script + 1] = "unset multiplot"
   script[#script + 1] = "set output"

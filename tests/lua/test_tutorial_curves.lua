@@ -4,8 +4,9 @@
 -- step is trained); short runs with --log and --plot write a CSV or JSON
 -- Lines log with one record per step and per epoch / evaluation, and a
 -- picture with ink in it (checked by tests/python/png_stats.py, a decoder
--- of its own). Runs on Fashion-MNIST are skipped when the dataset package
--- is not installed, pictures when gnuplot is not.
+-- of its own), also when a run stops before its first evaluation. Runs on
+-- Fashion-MNIST are skipped when the dataset package is not installed,
+-- pictures when gnuplot is not.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local testutil = require "testutil"
@@ -195,6 +196,14 @@ do
   tap.ok(ok and steps == 12 and evals == 2, ("03: 12 step records and 2 evaluations, keys sorted "
     .. "(got %d and %d)"):format(steps, evals))
   sane_png(png, 3, false, "03: the PNG has the loss, evaluation and sparsity panels, with ink")
+
+  -- Stopped at step 4, before the first evaluation: a picture all the same
+  -- (its evaluation panel still empty).
+  png = dir .. "/t3-stopped.png"
+  out, rc = tutorial("03-tiny-gpt", "--stop-after 4 " .. outputs(dir .. "/t3-stopped.csv", png))
+  tap.ok(rc == 0 and out:find("stopped after step 4 of 12") ~= nil,
+    "03 stopped at step 4 with --plot" .. (rc ~= 0 and ": " .. out or ""))
+  sane_png(png, 2, true, "03: a run stopped before any evaluation still has its picture")
 end
 
 os.execute("rm -rf '" .. dir .. "'")
