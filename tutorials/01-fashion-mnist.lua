@@ -10,6 +10,7 @@
 --     venom tutorials/01-fashion-mnist.lua                 # 5 epochs, defaults below
 --     venom tutorials/01-fashion-mnist.lua --epochs 1 --hidden 256 --no-cosine
 --     venom tutorials/01-fashion-mnist.lua --save run.safetensors    # later: --resume run.safetensors
+--     venom tutorials/01-fashion-mnist.lua --log run.csv --plot run.png # training curves
 --     venom tutorials/01-fashion-mnist.lua --sparse 64:2:8  # V:N:M sparse hidden layers
 --     venom tutorials/01-fashion-mnist.lua --device cuda    # train on the GPU
 --     venom tutorials/01-fashion-mnist.lua --device cuda --sparse 64:2:8  # Sparse Tensor Cores
@@ -23,6 +24,7 @@ local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
 local checkpoint = require "venom.checkpoint"
+local plot = require "venom.plot"
 
 -- 1. Options ------------------------------------------------------------------
 --
@@ -40,7 +42,13 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   export_dense = { "", "write the trained weights as plain dense tensors (safetensors) to FILE" },
   sparse = { "", "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)" },
   device = { "cpu", "cpu or cuda: where the model trains (see section 3)" },
+  log = { "", "write the training curves to FILE.csv or FILE.jsonl (see section 6)" },
+  plot = { "", "draw the training curves to FILE.png or FILE.svg after every epoch (gnuplot)" },
 })
+-- Files the run writes are checked here too, so that a typo in a directory
+-- name stops the run at once instead of after the first epoch. The metrics
+-- log (--log) is opened here: its columns are the keys of every record below.
+local log
 local opts = util.parse_cli(arg, defaults, help, function(o)
   check_shared(o)
   if o.sparse ~= "" then
@@ -52,6 +60,12 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     if o.device == "cuda" and why then
       util.fail(("--sparse %s with --device cuda: %s, e.g. 64:2:8"):format(o.sparse, why))
     end
+  end
+  if o.plot ~= "" then plot.check_output(o.plot) end -- .png or .svg, and gnuplot
+  for _, k in ipairs({ "save", "log", "plot" }) do util.check_arg_path(o, k) end
+  if o.log ~= "" then
+    log = util.MetricsLog(o.log, { columns = { "step", "epoch", "loss", "lr", "train_loss",
+                                           "test_accuracy" } })
   end
 end)
 
@@ -175,19 +189,48 @@ local function accuracy() return util.accuracy(model, test_loader) end
 -- goes back to the allocator's cache without waiting for Lua's garbage
 -- collector. If the loss turns NaN or infinite, training has diverged
 -- (every later step would be NaN too): the run stops there with an error.
+--
+-- Training curves. --log FILE writes one record per step (the batch's loss
+-- and the learning rate it was trained with) and one per epoch (the mean
+-- training loss and the test accuracy), flushed line by line, so a run that
+-- is stopped keeps its log. util.train_epoch calls the criterion once per
+-- step: the wrapper below keeps that step's loss for the record. --plot
+-- FILE draws the records (venom.plot.curves, with gnuplot) after every
+-- epoch: the loss per step above, the test accuracy per epoch below.
+local curves, records = log or opts.plot ~= "", log and log.records or {}
+local function record(r) if log then log:write(r) else records[#records + 1] = r end end
+local step, step_loss = (first_epoch - 1) * #train_loader, nil
+local function logged_criterion(...) step_loss = criterion(...) return step_loss end
+local panels = {
+  { x = "step", y = { "loss" }, ylabel = "training loss" },
+  { x = "epoch", y = { "test_accuracy" }, ylabel = "test accuracy (%)", style = "+-" },
+}
 local epoch_times, final_acc = {}, nil
 for epoch = first_epoch, opts.epochs do
-  local loss, seen, train_time = util.train_epoch(model, train_loader, criterion, opt, {
+  local loss, seen, train_time = util.train_epoch(model, train_loader, logged_criterion, opt, {
     desc = ("epoch %d/%d"):format(epoch, opts.epochs), epoch = epoch, lr = opts.lr,
-    after_step = function() if sched then sched:step() end end })
+    after_step = function()
+      step = step + 1
+      if curves then
+        record({ step = step, epoch = epoch, loss = step_loss:item(), lr = opt.lr })
+      end
+      if sched then sched:step() end
+    end })
   local acc = accuracy()
   epoch_times[#epoch_times + 1], final_acc = train_time, acc
   print(("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch (%.0f images/s)")
     :format(epoch, opts.epochs, loss, 100 * acc, train_time, seen / train_time))
+  record({ step = step, epoch = epoch, train_loss = loss, test_accuracy = 100 * acc })
+  if opts.plot ~= "" then
+    local ok_plot, err = pcall(plot.curves, opts.plot, records, panels)
+    if not ok_plot then util.die(err) end
+  end
   if opts.save ~= "" then
     checkpoint.save(opts.save, parts, { epoch = epoch })
   end
 end
+
+if log then log:close() end
 
 -- With --sparse, what the sparse layers hold and the run's mean epoch time,
 -- to put next to the dense run's.

@@ -21,6 +21,7 @@
 --     venom tutorials/02-sparse-fashion-mnist.lua --mode nm --target 2:4
 --     venom tutorials/02-sparse-fashion-mnist.lua --mode unstructured --sparsity 0.75
 --     venom tutorials/02-sparse-fashion-mnist.lua --save run.st    # later: --resume run.st
+--     venom tutorials/02-sparse-fashion-mnist.lua --log run.csv --plot run.png  # curves
 --     venom tutorials/02-sparse-fashion-mnist.lua --device cuda    # on the GPU
 --     venom tutorials/02-sparse-fashion-mnist.lua --help
 --
@@ -33,6 +34,7 @@ local data = require "venom.data"
 local util = require "venom.util"
 local prune = require "venom.prune"
 local checkpoint = require "venom.checkpoint"
+local plot = require "venom.plot"
 
 -- 1. Options ------------------------------------------------------------------
 --
@@ -51,7 +53,11 @@ local defaults, help, check_shared = data.fashion_mnist_options({
     .. "epoch" },
   stop_after = { 0, "stop after this epoch, saving first with --save (0: run all --epochs)" },
   device = { "cpu", "cpu or cuda: where the model trains (sparse layers on Sparse Tensor Cores)" },
+  log = { "", "write the training curves (loss, lr, sparsity, accuracy) to FILE.csv / .jsonl" },
+  plot = { "", "draw the training curves to FILE.png or FILE.svg after every epoch (gnuplot)" },
 })
+-- The files the run writes are checked with the options, as in tutorial 1.
+local log
 local opts = util.parse_cli(arg, defaults, help, function(o)
   check_shared(o)
   util.check_arg_int(o, "every", 0)
@@ -75,6 +81,12 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
   if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
       :format(o.prune_start, o.prune_end))
+  end
+  if o.plot ~= "" then plot.check_output(o.plot) end -- .png or .svg, and gnuplot
+  for _, k in ipairs({ "save", "log", "plot" }) do util.check_arg_path(o, k) end
+  if o.log ~= "" then
+    log = util.MetricsLog(o.log, { columns = { "step", "epoch", "loss", "lr", "sparsity",
+                                           "train_loss", "test_accuracy" } })
   end
 end)
 if opts.target == "" then
@@ -164,6 +176,18 @@ local function accuracy() return util.accuracy(model, test_loader) end
 -- The loop of tutorial 1 with one more call after each optimizer step:
 -- gmp:step() re-zeroes what was pruned and, at the schedule's events,
 -- prunes further and returns the event, which we print.
+--
+-- Training curves, as in tutorial 1, with the schedule's target sparsity
+-- (gmp:sparsity(), in %) in every step's record and a third panel for it.
+local curves, records = log or opts.plot ~= "", log and log.records or {}
+local function record(r) if log then log:write(r) else records[#records + 1] = r end end
+local step_loss -- the criterion's output, kept for the record after the step
+local function logged_criterion(...) step_loss = criterion(...) return step_loss end
+local panels = {
+  { x = "step", y = { "loss" }, ylabel = "training loss" },
+  { x = "epoch", y = { "test_accuracy" }, ylabel = "test accuracy (%)", style = "+-" },
+  { x = "step", y = { "sparsity" }, ylabel = "target sparsity (%)" },
+}
 local phase_times = { dense = {}, pruning = {}, sparse = {} }
 local final_acc
 local last = opts.epochs
@@ -171,9 +195,14 @@ if opts.stop_after > 0 and opts.stop_after < last then last = opts.stop_after en
 for epoch = first_epoch, last do
   local first = step + 1
   local function after_step(bar)
+    local lr = opt.lr -- the rate this step was trained with
     if lr_sched then lr_sched:step() end
     local ev = gmp:step()
     step = step + 1
+    if curves then
+      record({ step = step, epoch = epoch, loss = step_loss:item(), lr = lr,
+               sparsity = 100 * gmp:sparsity() })
+    end
     if ev then
       local names = {}
       for _, l in ipairs(ev.layers) do names[#names + 1] = l.name .. " " .. l.pattern end
@@ -182,7 +211,7 @@ for epoch = first_epoch, last do
         table.concat(names, ", ")))
     end
   end
-  local loss, _, train_time = util.train_epoch(model, train_loader, criterion, opt, {
+  local loss, _, train_time = util.train_epoch(model, train_loader, logged_criterion, opt, {
     desc = ("epoch %d/%d"):format(epoch, opts.epochs), epoch = epoch, lr = opts.lr,
     after_step = after_step })
   -- The phase of the epoch: dense before any pruning, sparse once the final
@@ -193,10 +222,16 @@ for epoch = first_epoch, last do
   final_acc = accuracy()
   print(("epoch %d/%d  %-7s  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch")
     :format(epoch, opts.epochs, phase, loss, 100 * final_acc, train_time))
+  record({ step = step, epoch = epoch, train_loss = loss, test_accuracy = 100 * final_acc })
+  if opts.plot ~= "" then
+    local ok_plot, err = pcall(plot.curves, opts.plot, records, panels)
+    if not ok_plot then util.die(err) end
+  end
   if opts.save ~= "" then
     checkpoint.save(opts.save, parts, { epoch = epoch, step = step, epochs = opts.epochs })
   end
 end
+if log then log:close() end
 if last < opts.epochs then
   print(("stopped after epoch %d of %d%s"):format(last, opts.epochs,
     opts.save ~= "" and "; continue with --resume " .. opts.save or ""))

@@ -19,6 +19,7 @@
 --     venom tutorials/03-tiny-gpt.lua --steps 2000 --n-embd 256 --block-size 128
 --     venom tutorials/03-tiny-gpt.lua --text some-file.txt
 --     venom tutorials/03-tiny-gpt.lua --save run.st       # later: --resume run.st
+--     venom tutorials/03-tiny-gpt.lua --log run.csv --plot run.png  # training curves
 --     venom tutorials/03-tiny-gpt.lua --help
 --
 -- The default corpus is the Debian package fortunes (apt-get install fortunes).
@@ -28,6 +29,7 @@ local data = require "venom.data"
 local util = require "venom.util"
 local prune = require "venom.prune"
 local checkpoint = require "venom.checkpoint"
+local plot = require "venom.plot"
 -- models/ sits next to tutorials/: find it from this script's path, so
 -- that the tutorial runs from any directory.
 local root = arg[0]:match("^(.*)/tutorials/[^/]*$") or "."
@@ -38,7 +40,9 @@ local GPT = require "models.gpt"
 --
 -- The defaults are sized so that a run takes a few minutes on two CPU cores;
 -- the issue's reference model is --n-layer 4 --n-head 4 --n-embd 256
--- --block-size 128.
+-- --block-size 128. The files the run writes (--save, --log, --plot) are
+-- checked with the options, as in tutorial 1.
+local log
 local opts = util.parse_cli(arg, {
   steps = 600,
   batch_size = 32,
@@ -64,6 +68,8 @@ local opts = util.parse_cli(arg, {
   save = "",
   resume = "",
   stop_after = 0,
+  log = "",
+  plot = "",
 }, {
   steps = "optimizer steps",
   batch_size = "windows per step",
@@ -89,6 +95,8 @@ local opts = util.parse_cli(arg, {
   save = "write a checkpoint (weights, optimizer, schedules, RNG) to FILE every --eval-every steps",
   resume = "continue from a checkpoint written by --save (same options), after its step",
   stop_after = "stop after this step, saving first with --save (0: run all --steps)",
+  log = "write the training curves (loss, lr, evaluations) to FILE.csv or FILE.jsonl",
+  plot = "draw the training curves to FILE.png or FILE.svg after every evaluation (gnuplot)",
 }, function(o)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
                        "eval_every", "eval_batches" }) do
@@ -112,6 +120,12 @@ local opts = util.parse_cli(arg, {
       :format(o.prune_start, o.prune_end))
   end
   if #o.prompt == 0 then util.fail("--prompt must not be empty") end
+  if o.plot ~= "" then plot.check_output(o.plot) end -- .png or .svg, and gnuplot
+  for _, k in ipairs({ "save", "log", "plot" }) do util.check_arg_path(o, k) end
+  if o.log ~= "" then
+    log = util.MetricsLog(o.log, { columns = { "step", "loss", "lr", "sparsity", "train_loss",
+                                           "val_loss" } })
+  end
 end)
 
 venom.manual_seed(opts.seed)
@@ -217,6 +231,20 @@ end
 -- One step: a batch, the loss, backward, the AdamW update, the schedules.
 -- The graph's tensors are released by the garbage collector; a full
 -- collection after each step returns their memory at once.
+--
+-- Training curves (--log, --plot), as in tutorial 1: a record per step
+-- (the batch's loss, the learning rate it was trained with and, with
+-- --sparse, the pruning schedule's target sparsity in %) and one per
+-- evaluation (the train and val loss estimates), drawn after every
+-- evaluation and at the last step: the loss per step, the evaluations, the
+-- sparsity.
+local curves, records = log or opts.plot ~= "", log and log.records or {}
+local function record(r) if log then log:write(r) else records[#records + 1] = r end end
+local panels = {
+  { x = "step", y = { "loss" }, ylabel = "training loss" },
+  { x = "step", y = { "train_loss", "val_loss" }, ylabel = "loss (evaluation)", style = "+-" },
+}
+if gmp then panels[3] = { x = "step", y = { "sparsity" }, ylabel = "target sparsity (%)" } end
 local tokens_per_step = opts.batch_size * opts.block_size
 local bar = util.ProgressBar(math.max(1, opts.steps - first_step + 1), { desc = "train" })
 local train_time, smooth = 0, nil
@@ -230,6 +258,7 @@ for step = first_step, last do
   opt:zero_grad()
   loss:backward()
   opt:step()
+  local lr = opt.lr -- the rate this step was trained with
   if sched then sched:step() end
   local ev = gmp and gmp:step()
   local l = loss:item()
@@ -242,6 +271,9 @@ for step = first_step, last do
       :format(tostring(l), step, opts.lr))
   end
   smooth = smooth and 0.9 * smooth + 0.1 * l or l
+  if curves then
+    record({ step = step, loss = l, lr = lr, sparsity = gmp and 100 * gmp:sparsity() })
+  end
   bar:update(1, { loss = smooth, ["tok/s"] = ("%.0f"):format((step - first_step + 1)
     * tokens_per_step / train_time) })
   local lines = {}
@@ -251,12 +283,21 @@ for step = first_step, last do
   end
   if step % opts.eval_every == 0 or step == opts.steps then
     final_val = estimate(val)
-    lines[#lines + 1] = ("step %5d  train loss %.4f  val loss %.4f"):format(step,
-      estimate(train), final_val)
+    local train_loss = estimate(train)
+    lines[#lines + 1] = ("step %5d  train loss %.4f  val loss %.4f"):format(step, train_loss,
+      final_val)
+    record({ step = step, train_loss = train_loss, val_loss = final_val })
   end
   if #lines > 0 then
     if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
     print(table.concat(lines, "\n"))
+  end
+  if opts.plot ~= "" and (step % opts.eval_every == 0 or step == last) then
+    local ok_plot, err = pcall(plot.curves, opts.plot, records, panels)
+    if not ok_plot then
+      bar:close()
+      die(err)
+    end
   end
   if opts.save ~= "" and (step % opts.eval_every == 0 or step == last) then
     local ok_save, err = pcall(checkpoint.save, opts.save, parts,
@@ -268,6 +309,7 @@ for step = first_step, last do
   end
 end
 bar:close()
+if log then log:close() end
 local ran = last - first_step + 1
 if ran > 0 then
   print(("%d steps, %.1f s training, %.0f tokens/s"):format(ran, train_time,

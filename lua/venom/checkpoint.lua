@@ -66,6 +66,17 @@ local function check_parts(who, parts)
   return names
 end
 
+-- A function that puts part `obj` back as it is now: its own snapshot()
+-- when it has one (a pruning scheduler, which rebuilds modules), else a
+-- load_state_dict of a copy of its present state (tensors cloned: loading
+-- writes into the parameters in place).
+local function snapshot(obj)
+  if type(obj.snapshot) == "function" then return obj:snapshot() end
+  local sd = {}
+  for k, v in pairs(obj:state_dict()) do sd[k] = venom.is_tensor(v) and v:clone() or v end
+  return function() obj:load_state_dict(sd) end
+end
+
 --- Writes every part's state, the RNG state and `meta` (extra string or
 -- number entries such as {epoch = 3}; names without dots) to `path`.
 function checkpoint.save(path, parts, meta)
@@ -91,7 +102,10 @@ end
 --- Restores every part and the RNG state from `path`; returns the extra
 -- metadata saved with it (values as strings). Errors name the entry: a
 -- part with no entries in the file, an entry for a part not given, or
--- whatever a part's load_state_dict refuses.
+-- whatever a part's load_state_dict refuses. A load that fails changes
+-- nothing: the parts loaded before the refusal are put back (a part may
+-- define snapshot(), returning a function that restores it; otherwise a
+-- copy of its state_dict is loaded back), and so is the RNG state.
 function checkpoint.load(path, parts)
   local who = "checkpoint.load"
   local names = check_parts(who, parts)
@@ -122,8 +136,24 @@ function checkpoint.load(path, parts)
       fail(("%s: '%s' holds nothing for part '%s'"):format(who, path, name))
     end
   end
-  for _, name in ipairs(names) do parts[name]:load_state_dict(sds[name]) end
-  venom.set_rng_state(tensors[RNG])
+  -- All or nothing: a part is checked only as it loads (the model's and the
+  -- optimizer's entries against the layers a pruning scheduler rebuilds
+  -- first), so each part's present state is kept and, if any part or the
+  -- RNG state is refused, every part loaded so far is put back.
+  local undo = {}
+  for i, name in ipairs(names) do undo[i] = snapshot(parts[name]) end
+  local rng = venom.get_rng_state()
+  local ok, err = pcall(function()
+    for _, name in ipairs(names) do parts[name]:load_state_dict(sds[name]) end
+    venom.set_rng_state(tensors[RNG])
+  end)
+  if not ok then
+    -- In load order: a scheduler's structure first, so that the model's and
+    -- the optimizer's saved states fit their parameters again.
+    for _, restore in ipairs(undo) do restore() end
+    venom.set_rng_state(rng)
+    fail(util.error_text(err))
+  end
   return meta
 end
 

@@ -36,6 +36,21 @@ end
 
 local terminals = { png = "pngcairo", svg = "svg" }
 
+--- plot.check_output(path): fails unless a figure can be written to `path`
+-- later as far as venom can tell up front: a name ending in .png or .svg,
+-- and gnuplot installed (the message names the package). For a script to
+-- check its --plot option before training (util.check_arg_path checks the
+-- directory).
+function plot.check_output(path)
+  local ext = type(path) == "string" and path:match("%.(%w+)$")
+  if not terminals[ext and ext:lower()] then
+    fail(("%s: expected a file name ending in .png or .svg"):format(tostring(path)))
+  end
+  local ok, why = plot.available()
+  if not ok then fail(("cannot write %s: %s"):format(path, why)) end
+  return path
+end
+
 --- plot.figure(path, opts) → a figure that close() writes to `path`.
 -- path ends in .png or .svg (the format). opts: width, height (pixels;
 -- default 900 × 320 per panel), rows (panels stacked vertically, default 1),
@@ -159,9 +174,11 @@ function Figure:close()
       f:close()
       parts[#parts + 1] = ("%s using 1:2 with %s title %s"):format(gp_string(data), s.style, gp_string(s.name))
     end
-    -- An empty panel still takes its place in the layout.
+    -- An empty panel still takes its place in the layout; with no point to
+    -- autoscale on, gnuplot needs a fixed (linear) y range to draw it.
     script[#script + 1] = #parts > 0 and "plot " .. table.concat(parts, ", ")
-      or "set key off; plot [0:1] NaN notitle; set key on"
+      or "set key off; unset logscale y; set yrange [0:1]; plot [0:1] NaN notitle; "
+        .. "set key on; set autoscale y"
   end
   script[#script + 1] = "unset multiplot"
   script[#script + 1] = "set output"

@@ -35,7 +35,13 @@
 --     (keep ⌊M·(1 − s_t)⌋ per group, at least N).
 --   "unstructured" — masked dense weights, magnitude masks keeping
 --     ⌊(1 − s_t)·size⌋ weights per layer (scope = "layer") or over all the
---     pruned layers together (scope = "global").
+--     pruned layers together (scope = "global"). Exactly that many stay:
+--     among equal magnitudes the weight of lowest index goes first (layers
+--     in order, each row by row), so ties never prune more than the count.
+-- Only the masks say what is pruned: a weight that is exactly zero but was
+-- never pruned (a zero-initialised layer, a ReLU-dead unit) is alive and
+-- may grow. Selection by magnitude needs finite weights: a NaN or ±inf
+-- weight is an error naming the layer and the position, in every mode.
 -- Masked modes multiply the weight, its gradient and the optimizer's state
 -- tensors by the mask after every step, so Adam's moments of removed
 -- weights are zero and the weights stay exactly zero.
@@ -299,8 +305,9 @@ end
 -- before t0 and s_f after t0 + n·dt).
 function GMP:target(t)
   t = t or self.t
-  if type(t) ~= "number" then
-    fail(("GMP:target: t must be a step number, got %s"):format(type(t)))
+  if type(t) ~= "number" or t ~= t then -- NaN would compare false everywhere and give NaN
+    fail(("GMP:target: t must be a step number, got %s"):format(type(t) == "number"
+      and tostring(t) or type(t)))
   end
   if t <= self.t0 then return self.s_i end
   local span = self.n * self.dt
@@ -410,6 +417,26 @@ end
 
 -- nm / unstructured masks --------------------------------------------------------------
 
+-- Selection by magnitude has no answer for NaN (it compares false with
+-- everything) or ±inf: refuse them with the layer and the 1-based position,
+-- as vnm mode does. w − w is 0 where w is finite, so one sum tells.
+local function check_finite(L)
+  local w = L.module.weight:detach()
+  local d = w - w
+  local bad = d:sum():item() ~= 0
+  d:free()
+  if not bad then return end
+  local flat = w:reshape(-1):cpu():totable()
+  for i, v in ipairs(flat) do
+    if v - v ~= 0 then
+      fail(("GMP:step: layer '%s': weight (%d, %d) is %s; selection by magnitude needs finite "
+        .. "weights")
+        :format(L.path, math.floor((i - 1) / L.cols) + 1, (i - 1) % L.cols + 1,
+          v ~= v and "nan" or v > 0 and "inf" or "-inf"))
+    end
+  end
+end
+
 -- The N:M mask keeping `keep` of each group of M inputs per row, by
 -- magnitude among the alive weights.
 function GMP:_nm_mask(L, keep)
@@ -431,9 +458,34 @@ function GMP:_nm_mask(L, keep)
   return mask
 end
 
+-- The k-th smallest number of array a (1 ≤ k ≤ #a), reordering a: Hoare's
+-- selection (Wirth's version), linear time on average; runs of equal
+-- values split evenly, so ties do not make it quadratic.
+local function kth_smallest(a, k)
+  local lo, hi = 1, #a
+  while lo < hi do
+    local pivot = a[math.floor((lo + hi) / 2)]
+    local i, j = lo, hi
+    while i <= j do
+      while a[i] < pivot do i = i + 1 end
+      while a[j] > pivot do j = j - 1 end
+      if i <= j then
+        a[i], a[j] = a[j], a[i]
+        i, j = i + 1, j - 1
+      end
+    end
+    if k <= j then hi = j elseif k >= i then lo = i else return a[k] end
+  end
+  return a[k]
+end
+
 -- Magnitude masks keeping ⌊(1 − s)·size⌋ weights per layer or in all the
--- layers together: the threshold θ with #{|w| > θ} = that count, found by
--- bisection (exact unless weights tie at θ, then slightly fewer are kept).
+-- layers together: of the weights still alive, the smallest |w| go until
+-- that count is left. The cut is the need-th smallest alive |w|: every
+-- weight above it stays, every one below goes, and of those equal to it
+-- the lowest indices go first (layers in order, each row-major), so ties
+-- prune exactly as many as needed. |w| comes to the CPU as a Lua array for
+-- the selection; the masks themselves are tensor comparisons.
 function GMP:_unstructured_masks(s)
   local groups = {}
   if self.scope == "global" then
@@ -442,33 +494,41 @@ function GMP:_unstructured_masks(s)
     for i, L in ipairs(self.layers) do groups[i] = { L } end
   end
   for _, group in ipairs(groups) do
-    local scores, size, hi = {}, 0, 0
+    -- |w| with the pruned weights at −1: never counted, never kept.
+    local scores, flat, live, size = {}, {}, {}, 0
     for i, L in ipairs(group) do
       local a = L.module.weight:detach():abs()
-      if L.alive then a = a * L.alive end
-      scores[i], size = a, size + L.rows * L.cols
-      hi = math.max(hi, a:max():item())
-    end
-    local keep = math.floor((1 - s) * size + 1e-9)
-    local function count(theta)
-      local c = 0
-      for _, a in ipairs(scores) do c = c + a:gt(theta):sum():item() end
-      return c
-    end
-    local lo = 0
-    if count(lo) > keep then
-      for _ = 1, 64 do
-        local mid = (lo + hi) / 2
-        if mid <= lo or mid >= hi then break end
-        local c = count(mid)
-        if c > keep then lo = mid else hi = mid end
-        if c == keep then break end
+      if L.alive then a = a:masked_fill(L.alive:eq(0), -1) end
+      scores[i] = a:cpu()
+      flat[i] = scores[i]:reshape(-1):totable()
+      for _, v in ipairs(flat[i]) do
+        if v >= 0 then live[#live + 1] = v end
       end
-    else
-      hi = lo
+      size = size + L.rows * L.cols
+    end
+    local need = #live - math.floor((1 - s) * size + 1e-9) -- how many more go
+    local cut, at_cut = -1, 0 -- above cut stays; of the weights equal to it, at_cut go
+    if need > 0 then
+      cut = kth_smallest(live, need)
+      at_cut = need
+      for _, v in ipairs(live) do
+        if v < cut then at_cut = at_cut - 1 end
+      end
     end
     for i, L in ipairs(group) do
-      L.alive = scores[i]:gt(hi):float()
+      local keep = scores[i]:gt(cut):float()
+      if need > 0 then
+        for j, v in ipairs(flat[i]) do
+          if v == cut then
+            if at_cut > 0 then
+              at_cut = at_cut - 1 -- goes (gt left it 0)
+            else
+              keep:set(math.floor((j - 1) / L.cols) + 1, (j - 1) % L.cols + 1, 1)
+            end
+          end
+        end
+      end
+      L.alive = keep:to(device_of(L))
     end
   end
 end
@@ -488,7 +548,9 @@ end
 -- Sets the masks for the target at step t and records the event.
 function GMP:_update(t)
   local s = self:target(t)
-  self.current = s
+  if s > 0 and self.mode ~= "vnm" then -- vnm: nn.SparseLinear checks (the same message)
+    for _, L in ipairs(self.layers) do check_finite(L) end -- before any mask changes
+  end
   if s > 0 then
     if self.mode == "vnm" then
       local M = math.min(prune.vnm_M(s), self.layout.M)
@@ -508,6 +570,7 @@ function GMP:_update(t)
     end
     if self.mode ~= "vnm" then self:_apply() end
   end
+  self.current = s -- once the masks follow it (a refused weight leaves it as it was)
   local ev = { step = t, sparsity = s, layers = {} }
   for _, L in ipairs(self.layers) do
     ev.layers[#ev.layers + 1] = { name = L.path, pattern = self:_pattern(L) }
@@ -586,6 +649,31 @@ function GMP:state_dict()
     if L.vmask then sd[pre .. "vmask"] = L.vmask end
   end
   return sd
+end
+
+--- For venom.checkpoint: returns a function that puts the scheduler back as
+-- it is now — its position, each layer's mask and layout, the modules in
+-- their parents and their parameters (with their state) in the optimizer —
+-- undoing a load_state_dict when a later part of the checkpoint is refused.
+function GMP:snapshot()
+  local opt, saved, t, current = self.opt, {}, self.t, self.current
+  for i, L in ipairs(self.layers) do
+    local p = weight_param(L)
+    saved[i] = { module = L.module, param = p, state = opt.state[p], M = L.M, keep = L.keep,
+                 alive = L.alive, vmask = L.vmask, live = L.live }
+  end
+  return function()
+    for i, L in ipairs(self.layers) do
+      local b = saved[i]
+      if L.module ~= b.module then -- load_state_dict rebuilt it as a SparseLinear
+        opt:replace_parameter(weight_param(L), b.param, b.state)
+        L.parent[L.key] = b.module
+      end
+      L.module, L.M, L.keep, L.alive, L.vmask, L.live = b.module, b.M, b.keep, b.alive, b.vmask,
+        b.live
+    end
+    self.t, self.current = t, current
+  end
 end
 
 local shape_of = util.format_shape

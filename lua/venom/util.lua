@@ -546,6 +546,25 @@ function util.check_arg_device(opts, key)
   return v
 end
 
+--- For parse_cli's check: unless opts[key] is "" (not asked for), a file the
+-- run writes later (a checkpoint, a plot) must be creatable there: its
+-- directory exists and lets us write. An existing file is left as it is.
+-- The message names the option and gives the system's reason, so a typo in
+-- a directory stops the run at the start rather than after an epoch.
+function util.check_arg_path(opts, key)
+  local path = opts[key]
+  if path == "" then return path end
+  local existed = os.rename(path, path) -- true for any existing file, readable or not
+  local f, err = io.open(path, "a")     -- "a": creates a missing file, never truncates
+  if not f then
+    fail(("%s: cannot write %s: %s"):format(option_name(key), path,
+      err:sub(1, #path + 2) == path .. ": " and err:sub(#path + 3) or err))
+  end
+  f:close()
+  if not existed then os.remove(path) end
+  return path
+end
+
 --- util.MetricsLog(path, opts) → a metrics log writing CSV or JSON Lines
 -- (log:write{step = ..., loss = ...}, log.records, log:close()); see
 -- lua/venom/metrics.lua. Plot it with venom.plot.curves.

@@ -314,6 +314,75 @@ do
     "meta keys must be strings without dots", "save: a dotted meta key")
 end
 
+-- A refused checkpoint.load changes nothing: not the parts loaded before the
+-- refusal (the model, a pruning scheduler that rebuilt layers), nor the RNG.
+do
+  local prune = require "venom.prune"
+  local function mlp() return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)) end
+  local function weights(m)
+    local out = {}
+    for name, t in pairs(m:state_dict()) do out[name] = venom.is_tensor(t) and t:totable() or t end
+    return out
+  end
+  local function same_weights(a, b)
+    for name, t in pairs(a) do
+      if not same(t, b[name]) then return false end
+    end
+    return true
+  end
+
+  -- An AdamW checkpoint loaded into an SGD optimizer.
+  local src = mlp()
+  local adam = optim.AdamW(src:parameters(), { lr = 0.1 })
+  src(venom.randn(4, 8)):sum():backward()
+  adam:step()
+  checkpoint.save(path("adam.st"), { model = src, optim = adam }, { epoch = 1 })
+  local dst = mlp()
+  local sgd = optim.SGD(dst:parameters(), { lr = 0.5, momentum = 0.9 })
+  local before, rng = weights(dst), venom.get_rng_state():totable()
+  tap.error_like(function() checkpoint.load(path("adam.st"), { model = dst, optim = sgd }) end,
+    "unexpected entry 'state%.%d+%.", "an AdamW checkpoint into SGD is refused")
+  tap.ok(same_weights(before, weights(dst)), "... and the model keeps its own weights")
+  tap.ok(sgd.lr == 0.5 and next(sgd.state) == nil, "... the optimizer its own state")
+  tap.ok(same(rng, venom.get_rng_state():totable()), "... and the RNG its state")
+
+  -- A bad RNG state, the last thing loaded.
+  local ts, meta = venom.load(path("adam.st"))
+  ts.rng_state = venom.zeros(3)
+  venom.save(path("badrng.st"), ts, meta)
+  local adam2 = optim.AdamW(dst:parameters(), { lr = 0.5 })
+  tap.error_like(function() checkpoint.load(path("badrng.st"), { model = dst, optim = adam2 }) end,
+    "set_rng_state", "a checkpoint with a bad RNG state is refused")
+  tap.ok(same_weights(before, weights(dst)) and adam2.lr == 0.5 and next(adam2.state) == nil,
+    "... after the model and optimizer loaded: both are put back")
+
+  -- A pruning scheduler that turned layer 1 into a SparseLinear, loaded
+  -- into a run whose optimizer is SGD: the layer is a Linear again, in the
+  -- model and in the optimizer.
+  local sparse_src = mlp()
+  local opt_src = optim.AdamW(sparse_src:parameters(), { lr = 0.1 })
+  local g_src = prune.GMP(sparse_src, { optimizer = opt_src, pattern = "4:2:8", t0 = 0, n = 1 })
+  sparse_src(venom.randn(4, 8)):sum():backward()
+  opt_src:step()
+  g_src:step()
+  checkpoint.save(path("gmp.st"), { model = sparse_src, optim = opt_src, gmp = g_src })
+  local run = mlp()
+  local w1 = run[1].weight
+  local opt_run = optim.SGD(run:parameters(), { lr = 0.5 })
+  local g_run = prune.GMP(run, { optimizer = opt_run, pattern = "4:2:8", t0 = 0, n = 1 })
+  before = weights(run)
+  tap.error_like(function()
+    checkpoint.load(path("gmp.st"), { model = run, optim = opt_run, gmp = g_run })
+  end, "unexpected entry 'state%.%d+%.", "a GMP checkpoint with AdamW state into SGD is refused")
+  tap.ok(getmetatable(run[1]) == nn.Linear and run[1].weight == w1 and opt_run.params[1] == w1,
+    "... layer 1 is the same Linear in the model and the optimizer")
+  tap.ok(same_weights(before, weights(run)), "... with its own weights")
+  tap.ok(g_run.t == 0 and g_run:sparsity() == 0 and g_run:report()[1].pattern == "dense",
+    "... and the scheduler is back at step 0, dense")
+  g_run:step()
+  tap.is(g_run:report()[1].pattern, "4:2:8", "... from where it prunes as before")
+end
+
 -- resume equality --------------------------------------------------------------------------
 -- A small classifier with dropout, a shuffling loader, AdamW and a cosine
 -- schedule: every piece of state matters. Train 2 epochs, checkpoint, train
