@@ -34,7 +34,7 @@
 --     largest surviving |w| are kept, going from M:M down to N:M as s_t grows
 --     (keep ⌊M·(1 − s_t)⌋ per group, at least N).
 --   "unstructured" — masked dense weights, magnitude masks keeping
---     ⌊(1 − s_t)·size⌋ weights per layer (scope = "layer") or over all the
+--     size − ⌊s_t·size⌋ weights per layer (scope = "layer") or over all the
 --     pruned layers together (scope = "global"). Exactly that many stay:
 --     among equal magnitudes the weight of lowest index goes first (layers
 --     in order, each row by row), so ties never prune more than the count.
@@ -479,7 +479,7 @@ local function kth_smallest(a, k)
   return a[k]
 end
 
--- Magnitude masks keeping ⌊(1 − s)·size⌋ weights per layer or in all the
+-- Magnitude masks keeping size − ⌊s·size⌋ weights (⌊s·size⌋ pruned) per layer or in all the
 -- layers together: of the weights still alive, the smallest |w| go until
 -- that count is left. The cut is the need-th smallest alive |w|: every
 -- weight above it stays, every one below goes, and of those equal to it
@@ -506,7 +506,9 @@ function GMP:_unstructured_masks(s)
       end
       size = size + L.rows * L.cols
     end
-    local need = #live - math.floor((1 - s) * size + 1e-9) -- how many more go
+    -- ⌊s·size⌋ weights are pruned in all (1e-9 absorbs
+    -- s·size landing a hair under an integer), so size − ⌊s·size⌋ stay.
+    local need = #live - (size - math.floor(s * size + 1e-9)) -- how many more go
     local cut, at_cut = -1, 0 -- above cut stays; of the weights equal to it, at_cut go
     if need > 0 then
       cut = kth_smallest(live, need)

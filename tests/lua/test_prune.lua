@@ -79,10 +79,10 @@ do
   tap.ok(monotone, "each event follows the formula; sparsity and nnz never go the wrong way")
   local exact_count = true
   for _, r in ipairs(g:report()) do
-    exact_count = exact_count and r.nnz == math.floor((1 - s_f) * r.size + 1e-9)
+    exact_count = exact_count and r.nnz == r.size - math.floor(s_f * r.size + 1e-9)
       and count(weight(model, tonumber(r.name)):ne(0)) == r.nnz
   end
-  tap.ok(exact_count, "unstructured: ⌊(1 − s_f)·size⌋ nonzero weights per layer at the end")
+  tap.ok(exact_count, "unstructured: ⌊s_f·size⌋ weights pruned per layer at the end")
 end
 
 -- vnm: V:2:M stages ---------------------------------------------------------------------

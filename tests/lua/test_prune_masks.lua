@@ -49,7 +49,7 @@ do
   g:step()
   tap.is(alive_positions(g), "4 5 7 8", "the two 1s, then the lowest-index 2s")
 
-  -- Every weight of a 16×16 layer equal: exactly ⌊(1 − s)·256⌋ stay at each event.
+  -- Every weight of a 16×16 layer equal: exactly ⌊s·256⌋ go at each event.
   local m2 = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 2))
   venom.no_grad(function() m2[1].weight:fill_(0.25) end)
   local opt = optim.SGD(m2:parameters(), { lr = 0 })
@@ -58,12 +58,12 @@ do
   for _ = 1, 4 do
     local ev = g2:step()
     if ev then
-      local want = math.floor((1 - ev.sparsity) * 256 + 1e-9)
+      local want = 256 - math.floor(ev.sparsity * 256 + 1e-9)
       exact = exact and g2:report()[1].nnz == want
         and m2[1].weight:detach():ne(0):sum():item() == want
     end
   end
-  tap.ok(exact, "all-equal 16×16 layer: ⌊(1 − s_t)·256⌋ weights kept at every event")
+  tap.ok(exact, "all-equal 16×16 layer: ⌊s_t·256⌋ weights pruned at every event")
 
   -- Global scope: ties across layers go by layer order, then position.
   local m3 = nn.Sequential(nn.Linear(4, 2), nn.Linear(2, 4), nn.Linear(4, 2))
