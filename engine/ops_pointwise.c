@@ -570,11 +570,24 @@ vn_tensor *vn_sigmoid(const vn_tensor *t) { return unary(&OP_SIGMOID, t, 0, 0); 
 
 /* clamp (clamp_f in kernels/scalar.h) to [lo, hi] = [p0, p1]; y' = [lo <= x
  * <= hi]. A nan bound is replaced by an infinite one, which leaves that side
- * open. */
+ * open. Integers compare in their own type (VN_CLAMP_BOUND, VN_CLAMP_INT),
+ * so i64 values beyond 2^53 come out exact. */
+#define CLAMP_INT(T, TMIN, TMAX)                                                                 \
+    do {                                                                                         \
+        T lo = VN_CLAMP_BOUND(T, p->p0, TMIN, TMAX, TMIN);                                       \
+        T hi = VN_CLAMP_BOUND(T, p->p1, TMIN, TMAX, TMAX);                                       \
+        RUN1(T, T, VN_CLAMP_INT(a, lo, hi));                                                     \
+    } while (0)
 static void k_clamp(KARGS)
 {
     float lo = (float)p->p0, hi = (float)p->p1;
-    RUN1(float, float, clamp_f(a, lo, hi));
+    switch (p->dtype) {
+    case VN_F32: RUN1(float, float, clamp_f(a, lo, hi)); break;
+    case VN_I32: CLAMP_INT(int32_t, INT32_MIN, INT32_MAX); break;
+    case VN_I64: CLAMP_INT(int64_t, INT64_MIN, INT64_MAX); break;
+    case VN_U8: CLAMP_INT(uint8_t, 0, UINT8_MAX); break;
+    case VN_BF16: case VN_F16: break; /* refused by vn__check */
+    }
 }
 static void k_clamp_b(KARGS)
 {
@@ -585,9 +598,19 @@ static const pw_op OP_CLAMP_B = {.name = "clamp_b", .cpu = k_clamp_b, .cuda = VN
                                  .cost = 2};
 UNARY_BACKWARD(clamp, OP_CLAMP_B)
 static const pw_op OP_CLAMP = {.name = "clamp", .cpu = k_clamp, .cuda = VNK_CLAMP, .cost = 2,
-                               .f32_only = true, .backward = clamp_backward};
+                               .backward = clamp_backward};
+static bool fits(vn_dtype d, double value);
 vn_tensor *vn_clamp(const vn_tensor *t, double lo, double hi)
 {
+    if (vn__check_arg(t, "clamp", "input", VN_ALLOW_CUDA)) return NULL;
+    /* An integer clamp is exact: each bound must be a whole number the
+     * dtype holds (NaN: no bound), not one rounded or wrapped into it. */
+    const double bound[2] = {lo, hi};
+    for (int k = 0; k < 2 && t->dtype != VN_F32; k++)
+        if (!isnan(bound[k]) && !(fits(t->dtype, bound[k]) && bound[k] == trunc(bound[k])))
+            return vn__errp(VN_ERR_ARG, "clamp: the %s bound %g is not representable as %s "
+                            "(a whole number in its range)", k ? "upper" : "lower", bound[k],
+                            vn_dtype_name(t->dtype));
     if (isnan(lo)) lo = -INFINITY;
     if (isnan(hi)) hi = INFINITY;
     return unary(&OP_CLAMP, t, lo, hi);

@@ -139,3 +139,43 @@ vn_tensor *vn_randperm(int64_t n)
     }
     return t;
 }
+
+/* Whether [low, high) fits dtype: each integer in it is an exact element. */
+static bool randint_fits(vn_dtype dtype, int64_t low, int64_t high)
+{
+    switch (dtype) {
+    case VN_I32: return low >= INT32_MIN && high - 1 <= INT32_MAX;
+    case VN_U8: return low >= 0 && high <= 256;
+    case VN_F32: return low >= -(1 << 24) && high - 1 <= (1 << 24);
+    default: return true; /* i64 holds any; vn_empty refuses unknown dtypes */
+    }
+}
+
+vn_tensor *vn_randint(int64_t low, int64_t high, vn_dtype dtype, int ndim, const int64_t *shape)
+{
+    if (dtype == VN_BF16 || dtype == VN_F16)
+        return vn__errp(VN_ERR_DTYPE, "randint: expected dtype i64, i32, u8 or f32, got %s",
+                        vn_dtype_name(dtype));
+    if (low >= high)
+        return vn__errp(VN_ERR_ARG, "randint: expected low < high, got low = %lld, high = %lld",
+                        (long long)low, (long long)high);
+    if (!randint_fits(dtype, low, high))
+        return vn__errp(VN_ERR_ARG, "randint: [%lld, %lld) does not fit in %s", (long long)low,
+                        (long long)high, vn_dtype_name(dtype));
+    vn_tensor *t = vn_empty(dtype, ndim, shape);
+    if (!t) return NULL;
+    /* x % range is uniform only over whole multiples of range: draws among
+     * the last 2^64 mod range values are redrawn (at most half of them, so
+     * a draw is kept with probability above 1/2 whatever the range). */
+    uint64_t range = (uint64_t)high - (uint64_t)low, rem = (UINT64_MAX % range + 1) % range;
+    int64_t n = vn_tensor_numel(t);
+    void *p = t->storage->data;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t x;
+        do x = vn__rng_next();
+        while (x > UINT64_MAX - rem);
+        int64_t v = (int64_t)((uint64_t)low + x % range); /* in [low, high): no overflow */
+        VN_DTYPE_SWITCH(dtype, T, ((T *)p)[i] = (T)v);
+    }
+    return t;
+}

@@ -269,6 +269,51 @@ vn_tensor *vn_arange(double start, double end, double step, vn_dtype dtype)
     return t;
 }
 
+vn_tensor *vn_full_like(const vn_tensor *t, double value, vn_dtype dtype, vn_device device)
+{
+    if (vn__check_arg(t, "full_like", "input", VN_ALLOW_CUDA | VN_ALLOW_HALF)) return NULL;
+    return vn_full_on(device, dtype, t->ndim, t->shape, value);
+}
+
+vn_tensor *vn_zeros_like(const vn_tensor *t, vn_dtype dtype, vn_device device)
+{
+    return vn_full_like(t, 0, dtype, device);
+}
+
+vn_tensor *vn_ones_like(const vn_tensor *t, vn_dtype dtype, vn_device device)
+{
+    return vn_full_like(t, 1, dtype, device);
+}
+
+vn_tensor *vn_eye(int64_t n, int64_t m, vn_dtype dtype)
+{
+    if (n < 0 || m < 0)
+        return vn__errp(VN_ERR_ARG, "eye: sizes must be >= 0, got %lld × %lld", (long long)n,
+                        (long long)m);
+    const int64_t shape[2] = {n, m};
+    vn_tensor *t = vn_zeros(dtype, 2, shape);
+    for (int64_t i = 0; t && i < n && i < m; i++) vn__store(t, i * m + i, 1);
+    return t;
+}
+
+vn_tensor *vn_linspace(double start, double end, int64_t steps, vn_dtype dtype)
+{
+    if (!isfinite(start) || !isfinite(end))
+        return vn__errp(VN_ERR_ARG, "linspace: start and end must be finite, got %g and %g", start, end);
+    if (steps < 0 || steps > VN_MAX_NUMEL)
+        return vn__errp(VN_ERR_ARG, "linspace: steps must be in [0, %g], got %lld", VN_MAX_NUMEL,
+                        (long long)steps);
+    vn_tensor *t = vn_empty(dtype, 1, &steps);
+    if (!t) return NULL;
+    double step = steps > 1 ? (end - start) / (double)(steps - 1) : 0;
+    /* The first half counts from start and the second from end, so the
+     * last point is end itself, not start plus a rounded sum (as PyTorch). */
+    for (int64_t i = 0; i < steps; i++)
+        vn__store(t, i, i < steps / 2 || steps == 1 ? start + (double)i * step
+                                                    : end - (double)(steps - 1 - i) * step);
+    return t;
+}
+
 /* ---- accessors ----------------------------------------------------------- */
 
 /* Metadata stays readable after vn_tensor_free (only the storage goes), so

@@ -466,6 +466,52 @@ vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim)
     return out;
 }
 
+/* Each tensor gets a dim of size 1 at dim, then they are concatenated along
+ * it. A node holds at most VN_NODE_INPUTS inputs, so with gradients the cat
+ * runs in rounds of that many (a tree of cats); without, in one. */
+vn_tensor *vn_stack(vn_tensor *const *ts, int n, int dim)
+{
+    if (n < 1 || !ts) return vn__errp(VN_ERR_ARG, "stack: expected at least one tensor, got %d", n);
+    for (int k = 0; k < n; k++)
+        if (vn__check_for(ts[k], "stack", VN_ANY)) return NULL;
+    const vn_tensor *a = ts[0];
+    for (int k = 1; k < n; k++) {
+        const vn_tensor *b = ts[k];
+        if (b->ndim != a->ndim || b->dtype != a->dtype ||
+            memcmp(b->shape, a->shape, sizeof(int64_t) * (size_t)a->ndim))
+            return vn__errp(VN_ERR_SHAPE, "stack: tensor %d (%s %s) does not match tensor 0 (%s %s); "
+                            "stack needs one shape and dtype", k, vn_dtype_name(b->dtype),
+                            vn__shape(b->ndim, b->shape), vn_dtype_name(a->dtype), vn__shape(a->ndim, a->shape));
+    }
+    if (vn__same_device_strict("stack", n, (const vn_tensor *const *)ts, NULL, NULL)) return NULL;
+    if (a->ndim == VN_MAX_DIMS)
+        return vn__errp(VN_ERR_ARG, "stack: the tensors have %d dims already, the most a tensor has",
+                        VN_MAX_DIMS);
+    if (vn__wrap_dim(a->ndim + 1, &dim, "stack")) return NULL;
+    vn_tensor **parts = calloc((size_t)n, sizeof *parts);
+    if (!parts) return vn__errp(VN_ERR_MEMORY, "stack: out of memory");
+    int m = 0, group = n;
+    while (m < n && (parts[m] = vn_unsqueeze(ts[m], dim))) m++;
+    for (int k = 0; k < n; k++)
+        if (vn__needs_grad(ts[k])) group = VN_NODE_INPUTS;
+    bool ok = m == n;
+    do { /* one round: parts[k..k+group) → parts[k / group]; one tensor is copied too */
+        int w = 0;
+        for (int k = 0; k < m; k += group) {
+            int len = m - k < group ? m - k : group;
+            vn_tensor *c = ok ? vn_cat(parts + k, len, dim) : NULL;
+            ok = c != NULL;
+            for (int j = k; j < k + len; j++) vn_tensor_release(parts[j]);
+            parts[w++] = c;
+        }
+        m = w;
+    } while (ok && m > 1);
+    vn_tensor *out = ok ? parts[0] : NULL;
+    for (int k = ok ? 1 : 0; k < m; k++) vn_tensor_release(parts[k]);
+    free(parts);
+    return out;
+}
+
 /* The index_select kernels of kernels/ view t as (outer, size, inner) around
  * dim; the index is contiguous. */
 static void around(const vn_tensor *t, int dim, int64_t *outer, int64_t *inner)

@@ -127,10 +127,11 @@ static __global__ void map_f32(vnk_op op, float *out, const void *in0, const voi
 /* ---- ops of any dtype ----------------------------------------------------------- */
 
 /* add/sub/mul/neg/abs (output T), comparisons (output u8), where (u8 a, T b,
- * c → T) and masked_fill (T a, u8 b → T). fill is p0 already cast to T. */
+ * c → T), masked_fill (T a, u8 b → T) and the integer clamp. q0, q1 are p0,
+ * p1 already cast to T: masked_fill's value, clamp's bounds. */
 template <typename T>
 static __global__ void map_typed(vnk_op op, void *out, const void *in0, const void *in1,
-                                 const void *in2, vnk_loop L, int nin, int64_t n, T fill)
+                                 const void *in2, vnk_loop L, int nin, int64_t n, T q0, T q1)
 {
     const T *a = (const T *)in0, *b = (const T *)in1, *c = (const T *)in2;
     const uint8_t *m0 = (const uint8_t *)in0, *m1 = (const uint8_t *)in1;
@@ -152,7 +153,8 @@ static __global__ void map_typed(vnk_op op, void *out, const void *in0, const vo
         case VNK_GT: ob[pos] = (uint8_t)(a[off[0]] > b[off[1]]); break;
         case VNK_GE: ob[pos] = (uint8_t)(a[off[0]] >= b[off[1]]); break;
         case VNK_WHERE: o[pos] = m0[off[0]] ? b[off[1]] : c[off[2]]; break;
-        case VNK_MASKED_FILL: o[pos] = m1[off[1]] ? fill : a[off[0]]; break;
+        case VNK_MASKED_FILL: o[pos] = m1[off[1]] ? q0 : a[off[0]]; break;
+        case VNK_CLAMP: o[pos] = VN_CLAMP_INT(a[off[0]], q0, q1); break;
         default: break; /* not a typed op: vnk_map never launches it here */
         }
     }
@@ -265,7 +267,7 @@ static int check_map(vnk_op op, vn_dtype dtype, vn_dtype out_dtype, int nin)
     switch (op) {
     case VNK_COPY: return 0;
     case VNK_ADD: case VNK_SUB: case VNK_MUL: case VNK_NEG: case VNK_ABS:
-    case VNK_WHERE: case VNK_MASKED_FILL:
+    case VNK_WHERE: case VNK_MASKED_FILL: case VNK_CLAMP:
         if (!arith_dtype(dtype))
             return vnk__fail("vnk_map(%s): expected an f32, i32, i64 or u8 input, got %s", name,
                              vn_dtype_name(dtype));
@@ -336,7 +338,7 @@ int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dt
         }
         return vnk__launched("vnk_map(copy)");
     }
-    if (is_f32_op(op)) {
+    if (is_f32_op(op) && dtype == VN_F32) {
         /* a NaN clamp bound leaves that side open (the caller normally
          * replaces it already) */
         if (op == VNK_CLAMP || op == VNK_CLAMP_B) {
@@ -345,12 +347,26 @@ int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dt
         }
         map_f32<<<blocks, VNK_THREADS>>>(op, (float *)out, a, b, c, *L, nin, n, (float)p0,
                                          (float)p1);
+    } else if (op == VNK_CLAMP) {
+        /* an integer clamp (check_map let only integers through): the
+         * bounds as T, as the CPU's k_clamp makes them */
+#define CLAMP_LAUNCH(T, TMIN, TMAX)                                                     \
+    map_typed<T><<<blocks, VNK_THREADS>>>(op, out, a, b, c, *L, nin, n,                  \
+                                          VN_CLAMP_BOUND(T, p0, TMIN, TMAX, TMIN),        \
+                                          VN_CLAMP_BOUND(T, p1, TMIN, TMAX, TMAX))
+        switch (dtype) {
+        case VN_I32: CLAMP_LAUNCH(int32_t, INT32_MIN, INT32_MAX); break;
+        case VN_I64: CLAMP_LAUNCH(int64_t, INT64_MIN, INT64_MAX); break;
+        case VN_U8: CLAMP_LAUNCH(uint8_t, 0, UINT8_MAX); break;
+        default: break;
+        }
+#undef CLAMP_LAUNCH
     } else {
         /* masked_fill's value, cast like the CPU's (T)p0 (the caller checked
          * that it fits) */
         VNK_DTYPE_SWITCH(dtype, T, break,
             map_typed<T><<<blocks, VNK_THREADS>>>(op, out, a, b, c, *L, nin, n,
-                                                  op == VNK_MASKED_FILL ? (T)p0 : (T)0));
+                                                  op == VNK_MASKED_FILL ? (T)p0 : (T)0, (T)0));
     }
     char what[64];
     snprintf(what, sizeof what, "vnk_map(%s)", op_name(op));

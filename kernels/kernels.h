@@ -81,7 +81,7 @@ typedef enum {
     VNK_NEG, VNK_ABS, VNK_EXP, VNK_LOG, VNK_SQRT,
     VNK_POW_SCALAR, /* a^p0 */
     VNK_RELU, VNK_GELU, VNK_TANH, VNK_SIGMOID,
-    VNK_CLAMP, /* min(max(a, p0), p1), NaN bound = no bound */
+    VNK_CLAMP, /* min(max(a, p0), p1), NaN bound = no bound; also i32, i64, u8 */
     /* backward helpers, f32: */
     VNK_DIV_GB,     /* −a·b/c² */
     VNK_POW_GA,     /* a·c·b^(c−1) */

@@ -56,6 +56,18 @@ static inline VN_HD float clamp_f(float x, float lo, float hi)
     return y > hi ? hi : y;
 }
 
+/* An integer clamp's bound v as a T in [tmin, tmax]: saturating, so ±inf
+ * (no bound) becomes the range's end, and NaN becomes nan_to (the engine
+ * has replaced NaN bounds already). Exact for the whole numbers in range
+ * the engine accepts, i64 beyond 2^53 included. */
+#define VN_CLAMP_BOUND(T, v, tmin, tmax, nan_to)                                   \
+    ((v) != (v) ? (T)(nan_to) : (v) <= (double)(tmin) ? (T)(tmin)                 \
+     : (v) >= (double)(tmax) ? (T)(tmax) : (T)(v))
+
+/* min(max(x, lo), hi) in x's integer type (clamp_f's order: hi wins when
+ * lo > hi). */
+#define VN_CLAMP_INT(x, lo, hi) ((x) < (lo) ? ((lo) > (hi) ? (hi) : (lo)) : ((x) > (hi) ? (hi) : (x)))
+
 /* g·d(a^b)/db = g·a^b·ln a, taken as 0 where a = 0 and b >= 0 (the limit
  * from a > 0; ln 0 would give nan there). */
 static inline VN_HD float pow_grad_exponent(float g, float a, float b)

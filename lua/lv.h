@@ -40,9 +40,16 @@ typedef struct {
 int lv_fail(lua_State *L);
 int lv_raise(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int lv_argfail(lua_State *L, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void lv_setfuncs(lua_State *L, const luaL_Reg *reg);
+void lv_pushfunc(lua_State *L, const luaL_Reg *reg);
 void lv_status(lua_State *L, vn_status s);
 bool lv_whole(double x);
 int64_t lv_int(lua_State *L, int i, const char *what);
+double lv_number(lua_State *L, int i, const char *what);
+double lv_optnumber(lua_State *L, int i, double def, const char *what);
+bool lv_optbool(lua_State *L, int i, bool def, const char *what);
+const char *lv_string(lua_State *L, int i, const char *what);
+void lv_checktype(lua_State *L, int i, int type, const char *what);
 int lv_dim(lua_State *L, int i, int n);
 int lv_optdim(lua_State *L, int i, int n, int def);
 int64_t lv_pos(lua_State *L, int i, int dim0, int64_t size);
@@ -51,6 +58,7 @@ int lv_dtype_name_at(lua_State *L, int i);
 vn_dtype lv_dtype(lua_State *L, int i);
 void lv_parse_opts(lua_State *L, int i, lv_opts *o);
 lv_opts lv_take_opts(lua_State *L, int *top);
+lv_opts lv_take_opts_at(lua_State *L, int *top, int first, vn_dtype dtype);
 vn_tensor *lv_shifted(vn_tensor *t, double k);
 vn_tensor *lv_check_indices(lua_State *L, int i, const char *op, const char *what);
 vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what);
@@ -62,6 +70,8 @@ vn_tensor *lv_check(lua_State *L, int i);
 vn_tensor *lv_optcheck(lua_State *L, int i);
 int lv_push(lua_State *L, vn_tensor *t);
 int lv_push_new(lua_State *L, vn_tensor *t, const lv_opts *o);
+int lv_push2(lua_State *L, vn_tensor *a, vn_tensor *b);
+vn_tensor *lv_keepdim_all(vn_tensor *r, int ndim, bool keepdim);
 
 /* lv_view.c: views and copies (reshape, narrow, to, cat, copy_, ...). */
 extern const luaL_Reg lv_view_methods[];

@@ -29,7 +29,12 @@ int lv_raise(lua_State *L, const char *fmt, ...)
     return luaL_error(L, "%s", msg);
 }
 
-/* "bad argument #i to 'f' (message)", printf-formatted. */
+/* "bad argument #i to 'f' (message)", printf-formatted, in Lua's own words.
+ * f is the running function's registered name (lv_setfuncs gives it as
+ * upvalue 1), so the message names it where Lua cannot (a pcall, a tail
+ * call, a call through a local of another name), and i counts from self
+ * only when Lua called it as that method (x:narrow), as Lua counts.
+ * Functions without a registered name get luaL_argerror's message. */
 int lv_argfail(lua_State *L, int i, const char *fmt, ...)
 {
     char msg[512];
@@ -37,7 +42,30 @@ int lv_argfail(lua_State *L, int i, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return luaL_argerror(L, i, msg);
+    if (lua_type(L, lua_upvalueindex(1)) != LUA_TSTRING) return luaL_argerror(L, i, msg);
+    const char *name = lua_tostring(L, lua_upvalueindex(1));
+    lua_Debug ar;
+    bool method = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat &&
+                  strcmp(ar.namewhat, "method") == 0 && ar.name && strcmp(ar.name, name) == 0;
+    if (method && i == 1) return luaL_error(L, "calling '%s' on bad self (%s)", name, msg);
+    return luaL_error(L, "bad argument #%d to '%s' (%s)", method ? i - 1 : i, name, msg);
+}
+
+/* Set the functions of `reg` into the table on top of the stack, each a
+ * closure over its name for lv_argfail. */
+void lv_setfuncs(lua_State *L, const luaL_Reg *reg)
+{
+    for (; reg->name; reg++) {
+        lv_pushfunc(L, reg);
+        lua_setfield(L, -2, reg->name);
+    }
+}
+
+/* Push the function of one entry as a closure over its name. */
+void lv_pushfunc(lua_State *L, const luaL_Reg *reg)
+{
+    lua_pushstring(L, reg->name);
+    lua_pushcclosure(L, reg->func, 1);
 }
 
 /* Raise the engine's last error unless s is VN_OK. */
@@ -64,6 +92,43 @@ int64_t lv_int(lua_State *L, int i, const char *what)
     if (!lv_whole(x))
         lv_argfail(L, i, "%s must be an integer, found %g", what, x);
     return (int64_t)x;
+}
+
+/* The number at i (strings are not numbers); `what` names it. */
+double lv_number(lua_State *L, int i, const char *what)
+{
+    if (lua_type(L, i) != LUA_TNUMBER)
+        lv_argfail(L, i, "%s must be a number, found %s", what, luaL_typename(L, i));
+    return lua_tonumber(L, i);
+}
+
+double lv_optnumber(lua_State *L, int i, double def, const char *what)
+{
+    return lua_isnoneornil(L, i) ? def : lv_number(L, i, what);
+}
+
+/* A boolean at i, or def when it is nil or absent. */
+bool lv_optbool(lua_State *L, int i, bool def, const char *what)
+{
+    if (lua_isnoneornil(L, i)) return def;
+    if (lua_type(L, i) != LUA_TBOOLEAN)
+        lv_argfail(L, i, "%s must be a boolean, found %s", what, luaL_typename(L, i));
+    return lua_toboolean(L, i);
+}
+
+/* The string at i (numbers are not strings). */
+const char *lv_string(lua_State *L, int i, const char *what)
+{
+    if (lua_type(L, i) != LUA_TSTRING)
+        lv_argfail(L, i, "%s must be a string, found %s", what, luaL_typename(L, i));
+    return lua_tostring(L, i);
+}
+
+/* Raise unless the value at i has Lua type `type` (LUA_TTABLE, ...). */
+void lv_checktype(lua_State *L, int i, int type, const char *what)
+{
+    if (lua_type(L, i) != type)
+        lv_argfail(L, i, "%s must be a %s, found %s", what, lua_typename(L, type), luaL_typename(L, i));
 }
 
 /* A 1-based dim at i (1..n, or -n..-1 from the end) → 0-based. */
@@ -206,18 +271,26 @@ void lv_parse_opts(lua_State *L, int i, lv_opts *o)
  * table is a shape unless it has string keys. */
 lv_opts lv_take_opts(lua_State *L, int *top)
 {
-    lv_opts o = {VN_F32, false, VN_CPU};
+    return lv_take_opts_at(L, top, 1, VN_F32);
+}
+
+/* lv_take_opts for a function whose shape starts at argument `first` (a
+ * table there alone is a shape) and whose dtype is `dtype` unless the
+ * options say otherwise. */
+lv_opts lv_take_opts_at(lua_State *L, int *top, int first, vn_dtype dtype)
+{
+    lv_opts o = {dtype, false, VN_CPU};
     int i = *top;
     if (i >= 1 && lua_type(L, i) == LUA_TSTRING) {
         o.dtype = lv_dtype(L, i);
         (*top)--;
         return o;
     }
-    if (i < 1 || !lua_istable(L, i)) return o;
-    if (i == 1) {
-        if (lua_objlen(L, 1) > 0) return o;
+    if (i < first || !lua_istable(L, i)) return o;
+    if (i == first) {
+        if (lua_objlen(L, i) > 0) return o;
         lua_pushnil(L);
-        if (!lua_next(L, 1)) return o; /* {}: the 0-d shape */
+        if (!lua_next(L, i)) return o; /* {}: the 0-d shape */
         bool named = lua_type(L, -2) == LUA_TSTRING;
         lua_pop(L, 2);
         if (!named) return o;

@@ -76,7 +76,7 @@ static int l_is_grad_enabled(lua_State *L)
 /* no_grad(fn, ...): fn(...) with grad mode off, restored even if fn fails. */
 static int l_no_grad(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lv_checktype(L, 1, LUA_TFUNCTION, "fn");
     bool prev = vn_set_grad_enabled(false);
     int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
     vn_set_grad_enabled(prev);

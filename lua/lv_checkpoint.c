@@ -95,9 +95,9 @@ static lv_pair *collect(lua_State *L, int i, bool tensors, int keep, int *count)
 /* save(path, tensors, [metadata]): an atomic write (see vn_save). */
 static int l_save(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TTABLE);
+    const char *path = lv_string(L, 1, "path");
+    lv_checktype(L, 2, LUA_TTABLE, "tensors");
+    if (!lua_isnoneornil(L, 3)) lv_checktype(L, 3, LUA_TTABLE, "metadata");
     lua_settop(L, 3);
     lua_newtable(L); /* 4: strings made from numbers */
     int nt, nm = 0;
@@ -116,7 +116,7 @@ static int l_save(lua_State *L)
 /* load(path) → tensors (name → tensor), metadata (key → string). */
 static int l_load(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
+    const char *path = lv_string(L, 1, "path");
     vn_tensor_map *m = vn_load(path);
     if (!m) return lv_fail(L);
     lua_createtable(L, 0, m->n);

@@ -76,7 +76,7 @@ static int l_cuda_empty_cache(lua_State *L)
 
 static int l_cuda_set_allow_tf32(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    lv_checktype(L, 1, LUA_TBOOLEAN, "allow");
     lua_pushboolean(L, vn_cuda_set_allow_tf32(lua_toboolean(L, 1)));
     return 1;
 }

@@ -95,7 +95,7 @@ static int l_mse_loss(lua_State *L)
 static int l_dropout(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
-    double p = luaL_checknumber(L, 2);
+    double p = lv_number(L, 2, "p");
     bool training = lua_isnoneornil(L, 3) ? true : lua_toboolean(L, 3);
     return lv_push(L, vn_dropout(t, p, training));
 }

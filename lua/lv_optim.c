@@ -9,8 +9,8 @@
 static int l_sgd_step(lua_State *L)
 {
     vn_tensor *p = lv_check(L, 1), *g = lv_check(L, 2), *buf = lv_optcheck(L, 3);
-    lv_status(L, vn_sgd_step(p, g, buf, luaL_checknumber(L, 4), luaL_optnumber(L, 5, 0),
-                             luaL_optnumber(L, 6, 0), luaL_optnumber(L, 7, 0), lua_toboolean(L, 8),
+    lv_status(L, vn_sgd_step(p, g, buf, lv_number(L, 4, "lr"), lv_optnumber(L, 5, 0, "momentum"),
+                             lv_optnumber(L, 6, 0, "dampening"), lv_optnumber(L, 7, 0, "weight_decay"), lua_toboolean(L, 8),
                              lua_toboolean(L, 9)));
     return 0;
 }
@@ -21,16 +21,16 @@ static int l_adam_step(lua_State *L)
 {
     vn_tensor *p = lv_check(L, 1), *g = lv_check(L, 2), *m = lv_check(L, 3), *v = lv_check(L, 4);
     int64_t step = lv_int(L, 5, "step");
-    lv_status(L, vn_adam_step(p, g, m, v, step, luaL_checknumber(L, 6), luaL_checknumber(L, 7),
-                              luaL_checknumber(L, 8), luaL_checknumber(L, 9),
-                              luaL_optnumber(L, 10, 0), lua_toboolean(L, 11)));
+    lv_status(L, vn_adam_step(p, g, m, v, step, lv_number(L, 6, "lr"), lv_number(L, 7, "beta1"),
+                              lv_number(L, 8, "beta2"), lv_number(L, 9, "eps"),
+                              lv_optnumber(L, 10, 0, "weight_decay"), lua_toboolean(L, 11)));
     return 0;
 }
 
 /* The n tensors of the list at stack index i into out (n entries). */
 static void lv_tensor_list(lua_State *L, int i, int n, vn_tensor **out, const char *what)
 {
-    luaL_checktype(L, i, LUA_TTABLE);
+    lv_checktype(L, i, LUA_TTABLE, what);
     if ((int)lua_objlen(L, i) != n)
         lv_argfail(L, i, "expected %d %s (one per parameter), found %d", n, what,
                    (int)lua_objlen(L, i));
@@ -47,7 +47,7 @@ static void lv_tensor_list(lua_State *L, int i, int n, vn_tensor **out, const ch
  * beta2, eps, [weight_decay], [decoupled]): lists of tensors. */
 static int l_adam_step_multi(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
+    lv_checktype(L, 1, LUA_TTABLE, "params");
     int n = (int)lua_objlen(L, 1);
     vn_tensor **t = lua_newuserdata(L, sizeof *t * (size_t)(4 * n + 1));
     lv_tensor_list(L, 1, n, t, "params");
@@ -56,9 +56,9 @@ static int l_adam_step_multi(lua_State *L)
     lv_tensor_list(L, 4, n, t + 3 * n, "exp_avg_sqs");
     int64_t step = lv_int(L, 5, "step");
     lv_status(L, vn_adam_step_multi(n, t, (const vn_tensor *const *)(t + n), t + 2 * n, t + 3 * n,
-                                    step, luaL_checknumber(L, 6), luaL_checknumber(L, 7),
-                                    luaL_checknumber(L, 8), luaL_checknumber(L, 9),
-                                    luaL_optnumber(L, 10, 0), lua_toboolean(L, 11)));
+                                    step, lv_number(L, 6, "lr"), lv_number(L, 7, "beta1"),
+                                    lv_number(L, 8, "beta2"), lv_number(L, 9, "eps"),
+                                    lv_optnumber(L, 10, 0, "weight_decay"), lua_toboolean(L, 11)));
     return 0;
 }
 

@@ -12,7 +12,7 @@
 
 static int l_idx_load(lua_State *L)
 {
-    return lv_push(L, vn_idx_load(luaL_checkstring(L, 1)));
+    return lv_push(L, vn_idx_load(lv_string(L, 1, "path")));
 }
 
 static int l_memory_stats(lua_State *L)

@@ -26,6 +26,7 @@
 /* The creation families, each name written once: a name in a list gets its
  * wrapper l_<name> and its registration entry. */
 #define LV_FILLED(X) X(zeros, 0) X(ones, 1) X(empty, NAN) /* NaN: uninitialized */
+#define LV_FILLED_LIKE(X) X(zeros_like, 0) X(ones_like, 1)
 #define LV_RANDOM(X) X(rand) X(randn)
 
 /* ---- tensors on the stack ------------------------------------------------- */
@@ -108,6 +109,31 @@ int lv_push_new(lua_State *L, vn_tensor *t, const lv_opts *o)
     return lv_push(L, t);
 }
 
+/* Push a and b (taking their references) as two results; either NULL
+ * releases the other and raises the engine's last error. */
+int lv_push2(lua_State *L, vn_tensor *a, vn_tensor *b)
+{
+    if (!a || !b) {
+        vn_tensor_release(a);
+        vn_tensor_release(b);
+        return lv_fail(L);
+    }
+    lv_push(L, a);
+    lv_push(L, b);
+    return 2;
+}
+
+/* r, a reduction over every element of an ndim-d tensor, with keepdim:
+ * every dim of size 1 (r itself otherwise). Consumes r; NULL passes. */
+vn_tensor *lv_keepdim_all(vn_tensor *r, int ndim, bool keepdim)
+{
+    if (!r || !keepdim || ndim == 0) return r;
+    int64_t ones[VN_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    vn_tensor *k = vn_reshape(r, ndim, ones);
+    vn_tensor_release(r);
+    return k;
+}
+
 /* ---- creation -------------------------------------------------------------- */
 
 /* f(dims... | shape_table, [opts]): filled with `value`, or uninitialized
@@ -149,7 +175,7 @@ static int l_full(lua_State *L)
     if (top != 2) return luaL_error(L, "full: expected (shape, value, [opts]), found %d arguments", top);
     int64_t shape[VN_MAX_DIMS];
     int nd = lv_shape(L, 1, 1, shape, false);
-    double v = luaL_checknumber(L, 2);
+    double v = lv_number(L, 2, "value");
     lv_check_representable(L, "full", v, o.dtype, NULL);
     return lv_push_new(L, vn_full_on(o.device, o.dtype, nd, shape, v), &o);
 }
@@ -161,13 +187,79 @@ static int l_arange(lua_State *L)
     lv_opts o = lv_take_opts(L, &top);
     double start = 0, stop, step = 1;
     if (top == 1) {
-        stop = luaL_checknumber(L, 1);
+        stop = lv_number(L, 1, "stop");
     } else {
-        start = luaL_checknumber(L, 1);
-        stop = luaL_checknumber(L, 2);
-        step = top >= 3 ? luaL_checknumber(L, 3) : 1; /* not past the options */
+        start = lv_number(L, 1, "start");
+        stop = lv_number(L, 2, "stop");
+        step = top >= 3 ? lv_number(L, 3, "step") : 1; /* not past the options */
     }
     return lv_push_new(L, vn_arange(start, stop, step, o.dtype), &o);
+}
+
+/* linspace(start, stop, steps, [opts]): steps points from start to stop,
+ * both included. */
+static int l_linspace(lua_State *L)
+{
+    int top = lua_gettop(L);
+    lv_opts o = lv_take_opts(L, &top);
+    if (top != 3)
+        return luaL_error(L, "linspace: expected (start, stop, steps, [opts]), found %d arguments", top);
+    double start = lv_number(L, 1, "start"), stop = lv_number(L, 2, "stop");
+    int64_t steps = lv_int(L, 3, "steps");
+    return lv_push_new(L, vn_linspace(start, stop, steps, o.dtype), &o);
+}
+
+/* eye(n, [m], [opts]): the n × m identity (m = n when absent). */
+static int l_eye(lua_State *L)
+{
+    int top = lua_gettop(L);
+    lv_opts o = lv_take_opts_at(L, &top, 2, VN_F32);
+    if (top < 1 || top > 2)
+        return luaL_error(L, "eye: expected (n, [m], [opts]), found %d arguments", top);
+    int64_t n = lv_int(L, 1, "n"), m = top == 2 ? lv_int(L, 2, "m") : n;
+    return lv_push_new(L, vn_eye(n, m, o.dtype), &o);
+}
+
+/* randint(low, high, dims... | shape_table, [opts]): integers in
+ * [low, high), i64 unless the options say otherwise. */
+static int l_randint(lua_State *L)
+{
+    int top = lua_gettop(L);
+    lv_opts o = lv_take_opts_at(L, &top, 3, VN_I64);
+    if (top < 2) return luaL_error(L, "randint: expected (low, high, shape..., [opts]), found %d arguments", top);
+    int64_t low = lv_int(L, 1, "low"), high = lv_int(L, 2, "high");
+    int64_t shape[VN_MAX_DIMS];
+    int nd = lv_shape(L, 3, top, shape, false);
+    return lv_push_new(L, vn_randint(low, high, o.dtype, nd, shape), &o);
+}
+
+/* f(x, [value,] [opts]): a tensor of x's shape filled with value, with x's
+ * dtype and device unless the options (at opts_at) say otherwise. */
+static int lv_create_like(lua_State *L, const char *op, int opts_at, double value)
+{
+    vn_tensor *x = lv_check(L, 1);
+    lv_opts o = {vn_tensor_dtype(x), false, vn_tensor_device(x)};
+    if (lua_gettop(L) > opts_at)
+        lv_argfail(L, opts_at + 1, "expected at most %d arguments, found %d", opts_at, lua_gettop(L));
+    if (lua_type(L, opts_at) == LUA_TSTRING) {
+        o.dtype = lv_dtype(L, opts_at);
+    } else if (!lua_isnoneornil(L, opts_at)) {
+        lv_checktype(L, opts_at, LUA_TTABLE, "options");
+        lv_parse_opts(L, opts_at, &o);
+    }
+    lv_check_representable(L, op, value, o.dtype, NULL);
+    return lv_push_new(L, vn_full_like(x, value, o.dtype, o.device), &o);
+}
+
+#define LV_FILLED_LIKE_WRAPPER(name, value)                                     \
+    static int l_##name(lua_State *L) { return lv_create_like(L, #name, 2, value); }
+LV_FILLED_LIKE(LV_FILLED_LIKE_WRAPPER)
+
+/* full_like(x, value, [opts]) */
+static int l_full_like(lua_State *L)
+{
+    lv_check(L, 1);
+    return lv_create_like(L, "full_like", 3, lv_number(L, 2, "value"));
 }
 
 /* randperm(n): an i64 permutation of 1..n. */
@@ -276,7 +368,7 @@ static int l_set(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
     int top = lua_gettop(L);
-    double v = luaL_checknumber(L, top);
+    double v = lv_number(L, top, "value");
     lv_check_representable(L, "set", v, vn_tensor_dtype(t), NULL);
     int64_t idx[VN_MAX_DIMS];
     lv_index_args(L, t, 2, top - 2, idx, "set");
@@ -285,23 +377,29 @@ static int l_set(lua_State *L)
     return 1;
 }
 
+/* The tensor box at i, freed or not. */
+static lv_box *lv_checkbox(lua_State *L, int i)
+{
+    lv_box *b = luaL_testudata(L, i, LV_MT);
+    if (!b) lv_argfail(L, i, "expected a tensor, found %s", luaL_typename(L, i));
+    return b;
+}
+
 static int l_free(lua_State *L)
 {
-    lv_box *b = luaL_checkudata(L, 1, LV_MT);
-    vn_tensor_free(b->t);
+    vn_tensor_free(lv_checkbox(L, 1)->t);
     return 0;
 }
 
 static int l_is_freed(lua_State *L)
 {
-    lv_box *b = luaL_checkudata(L, 1, LV_MT);
-    lua_pushboolean(L, vn_tensor_is_freed(b->t));
+    lua_pushboolean(L, vn_tensor_is_freed(lv_checkbox(L, 1)->t));
     return 1;
 }
 
 static int l_gc(lua_State *L)
 {
-    lv_box *b = luaL_checkudata(L, 1, LV_MT);
+    lv_box *b = lv_checkbox(L, 1);
     vn_tensor_release(b->t);
     b->t = NULL;
     return 0;
@@ -391,6 +489,7 @@ static const luaL_Reg lv_tensor_methods[] = {
 
 static const luaL_Reg lv_tensor_functions[] = {
     LV_REG(tensor) LV_FILLED(LV_REG_FILLED) LV_RANDOM(LV_REG) LV_REG(full) LV_REG(arange)
+    LV_REG(linspace) LV_REG(eye) LV_REG(randint) LV_FILLED_LIKE(LV_REG_FILLED) LV_REG(full_like)
     LV_REG(randperm) LV_REG(manual_seed) LV_REG(is_tensor)
     {NULL, NULL},
 };
@@ -419,11 +518,11 @@ static const luaL_Reg *const lv_meta_tables[] = {lv_tensor_meta, lv_ops_meta, NU
 int luaopen_venom_core(lua_State *L)
 {
     lua_newtable(L); /* methods */
-    for (const luaL_Reg *const *m = lv_method_tables; *m; m++) luaL_setfuncs(L, *m, 0);
+    for (const luaL_Reg *const *m = lv_method_tables; *m; m++) lv_setfuncs(L, *m);
     int methods = lua_gettop(L);
 
     luaL_newmetatable(L, LV_MT);
-    for (const luaL_Reg *const *m = lv_meta_tables; *m; m++) luaL_setfuncs(L, *m, 0);
+    for (const luaL_Reg *const *m = lv_meta_tables; *m; m++) lv_setfuncs(L, *m);
     lua_pushvalue(L, methods);
     lua_pushcclosure(L, l_index, 1);
     lua_setfield(L, -2, "__index");
@@ -432,14 +531,14 @@ int luaopen_venom_core(lua_State *L)
     lua_pop(L, 1);
 
     lua_newtable(L); /* the module */
-    for (const luaL_Reg *const *f = lv_function_tables; *f; f++) luaL_setfuncs(L, *f, 0);
+    for (const luaL_Reg *const *f = lv_function_tables; *f; f++) lv_setfuncs(L, *f);
     for (const luaL_Reg *const *m = lv_method_tables; *m; m++) {
         for (const luaL_Reg *r = *m; r->name; r++) {
             lua_getfield(L, -1, r->name);
             bool taken = !lua_isnil(L, -1);
             lua_pop(L, 1);
             if (taken) continue;
-            lua_pushcfunction(L, r->func);
+            lv_pushfunc(L, r);
             lua_setfield(L, -2, r->name);
         }
     }

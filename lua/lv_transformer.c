@@ -29,7 +29,7 @@ static int l_embedding(lua_State *L)
 static int l_layer_norm(lua_State *L)
 {
     vn_tensor *x = lv_check(L, 1), *gamma = lv_optcheck(L, 2), *beta = lv_optcheck(L, 3);
-    return lv_push(L, vn_layer_norm(x, gamma, beta, luaL_optnumber(L, 4, 1e-5)));
+    return lv_push(L, vn_layer_norm(x, gamma, beta, lv_optnumber(L, 4, 1e-5, "eps")));
 }
 
 static int l_causal_attention(lua_State *L)

@@ -5,6 +5,9 @@
  * fill_, which write into a tensor. Dims and positions are 1-based here. */
 #include "lv.h"
 
+#include <stdio.h>
+#include <string.h>
+
 /* The families, each name written once: a name in a list gets its wrapper
  * l_<name> and its registration entry. The casts are t:float() = t:to("f32")
  * and so on (the names of Torch7). */
@@ -158,6 +161,48 @@ static int l_to(lua_State *L)
     return lv_push(L, vn_to_dtype(t, lv_dtype(L, 2)));
 }
 
+/* The Torch7 type names, by dtype (VN_F32, VN_I32, VN_I64, VN_U8, VN_BF16,
+ * VN_F16), as x:type() gives them after "venom." or "venom.cuda.". */
+static const char *const lv_type_names[] = {"FloatTensor", "IntTensor", "LongTensor",
+                                            "ByteTensor", "BFloat16Tensor", "HalfTensor"};
+
+/* The dtype of a type name without its "venom." or "venom.cuda." prefix, or -1. */
+static int lv_type_dtype(const char *s)
+{
+    for (int d = 0; d < (int)(sizeof lv_type_names / sizeof lv_type_names[0]); d++)
+        if (strcmp(s, lv_type_names[d]) == 0) return d;
+    return -1;
+}
+
+/* t:type() → "venom.FloatTensor", "venom.cuda.LongTensor", ... (as Torch7);
+ * t:type(name) converts: to the dtype and device a type name says, or to a
+ * dtype ("i64") on t's device; t itself when it is that already. */
+static int l_type(lua_State *L)
+{
+    vn_tensor *t = lv_check(L, 1);
+    vn_dtype dtype = vn_tensor_dtype(t);
+    vn_device device = vn_tensor_device(t);
+    if (lua_isnoneornil(L, 2)) {
+        lua_pushfstring(L, "venom.%s%s", device == VN_CUDA ? "cuda." : "", lv_type_names[dtype]);
+        return 1;
+    }
+    const char *s = lv_string(L, 2, "type");
+    int d = lv_dtype_name_at(L, 2);
+    if (d < 0 && strncmp(s, "venom.cuda.", 11) == 0) d = lv_type_dtype(s + 11), device = VN_CUDA;
+    else if (d < 0 && strncmp(s, "venom.", 6) == 0) d = lv_type_dtype(s + 6), device = VN_CPU;
+    if (d < 0)
+        lv_argfail(L, 2, "unknown type '%s' (expected a name like 'venom.FloatTensor', "
+                   "'venom.cuda.LongTensor' or a dtype like 'i64')", s);
+    if ((vn_dtype)d == dtype && device == vn_tensor_device(t)) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    vn_tensor *moved = vn_to_device(t, device);
+    vn_tensor *r = moved ? vn_to_dtype(moved, (vn_dtype)d) : NULL;
+    vn_tensor_release(moved);
+    return lv_push(L, r);
+}
+
 #define LV_CAST_WRAPPER(name, dtype)                                            \
     static int l_##name(lua_State *L) { return lv_push(L, vn_to_dtype(lv_check(L, 1), dtype)); }
 LV_CASTS(LV_CAST_WRAPPER)
@@ -173,39 +218,72 @@ static int l_index_select(lua_State *L)
     return lv_push(L, r);
 }
 
-/* cat({t1, t2, ...}, [dim = 1]). The shapes are checked here so that the
- * messages count table elements and dims from 1, as the caller does. */
-static int l_cat(lua_State *L)
+/* The tensors of the non-empty table at argument 1 of cat and stack, in a
+ * scratch array left on the stack (at *scratch) until the caller removes it;
+ * their count in *n. Arguments past 2 are dropped, so the array cannot land
+ * on the dim. */
+static vn_tensor **lv_tensor_list(lua_State *L, const char *op, int *n, int *scratch)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 2); /* the scratch array below must not land on the dim */
-    int n = (int)lua_objlen(L, 1);
-    if (n == 0) return luaL_error(L, "cat: expected a non-empty table of tensors");
-    vn_tensor **ts = lua_newuserdata(L, sizeof *ts * (size_t)n);
-    int scratch = lua_gettop(L);
-    for (int k = 0; k < n; k++) {
+    lv_checktype(L, 1, LUA_TTABLE, "the tensors");
+    lua_settop(L, 2);
+    *n = (int)lua_objlen(L, 1);
+    if (*n == 0) luaL_error(L, "%s: expected a non-empty table of tensors", op);
+    vn_tensor **ts = lua_newuserdata(L, sizeof *ts * (size_t)*n);
+    *scratch = lua_gettop(L);
+    for (int k = 0; k < *n; k++) {
         lua_rawgeti(L, 1, k + 1);
         ts[k] = lv_totensor(L, -1);
-        if (!ts[k]) return luaL_error(L, "cat: element %d of the table is a %s, expected a tensor", k + 1, luaL_typename(L, -1));
-        if (vn_tensor_is_freed(ts[k])) return luaL_error(L, "cat: element %d of the table was freed", k + 1);
+        if (!ts[k]) luaL_error(L, "%s: element %d of the table is a %s, expected a tensor", op, k + 1, luaL_typename(L, -1));
+        if (vn_tensor_is_freed(ts[k])) luaL_error(L, "%s: element %d of the table was freed", op, k + 1);
         lua_pop(L, 1);
     }
+    return ts;
+}
+
+/* Raise unless ts[1..n) have ts[0]'s dtype and shape (but along dim `free`,
+ * 0-based, or nowhere when -1), so that the messages count table elements
+ * and dims from 1, as the caller does. */
+static void lv_check_list(lua_State *L, const char *op, vn_tensor *const *ts, int n, int free)
+{
     int nd = vn_tensor_ndim(ts[0]);
-    if (nd == 0) return luaL_error(L, "cat: element 1 of the table is 0-d; cannot concatenate 0-d tensors");
-    int d = lv_optdim(L, 2, nd, 0);
     for (int k = 1; k < n; k++) {
         const int64_t *a = vn_tensor_shape(ts[0]), *b = vn_tensor_shape(ts[k]);
         bool ok = vn_tensor_ndim(ts[k]) == nd && vn_tensor_dtype(ts[k]) == vn_tensor_dtype(ts[0]);
-        for (int j = 0; ok && j < nd; j++) ok = j == d || a[j] == b[j];
+        for (int j = 0; ok && j < nd; j++) ok = j == free || a[j] == b[j];
         if (!ok) {
-            char x[128], y[128];
-            return lv_raise(L, "cat: element %d of the table (%s %s) does not match element 1 "
-                            "(%s %s) outside dim %d", k + 1, vn_dtype_name(vn_tensor_dtype(ts[k])),
-                            vn_shape_str(vn_tensor_ndim(ts[k]), b, x, sizeof x),
-                            vn_dtype_name(vn_tensor_dtype(ts[0])), vn_shape_str(nd, a, y, sizeof y), d + 1);
+            char x[128], y[128], where[32] = "";
+            if (free >= 0) snprintf(where, sizeof where, " outside dim %d", free + 1);
+            lv_raise(L, "%s: element %d of the table (%s %s) does not match element 1 (%s %s)%s", op,
+                     k + 1, vn_dtype_name(vn_tensor_dtype(ts[k])),
+                     vn_shape_str(vn_tensor_ndim(ts[k]), b, x, sizeof x),
+                     vn_dtype_name(vn_tensor_dtype(ts[0])), vn_shape_str(nd, a, y, sizeof y), where);
         }
     }
+}
+
+/* cat({t1, t2, ...}, [dim = 1]). */
+static int l_cat(lua_State *L)
+{
+    int n, scratch;
+    vn_tensor **ts = lv_tensor_list(L, "cat", &n, &scratch);
+    int nd = vn_tensor_ndim(ts[0]);
+    if (nd == 0) return luaL_error(L, "cat: element 1 of the table is 0-d; cannot concatenate 0-d tensors");
+    int d = lv_optdim(L, 2, nd, 0);
+    lv_check_list(L, "cat", ts, n, d);
     vn_tensor *r = vn_cat(ts, n, d);
+    lua_remove(L, scratch);
+    return lv_push(L, r);
+}
+
+/* stack({t1, t2, ...}, [dim = 1]): along a new dim (1..ndim+1), so n
+ * tensors of shape (a, b) stacked at dim 2 give (a, n, b). */
+static int l_stack(lua_State *L)
+{
+    int n, scratch;
+    vn_tensor **ts = lv_tensor_list(L, "stack", &n, &scratch);
+    int d = lv_optdim(L, 2, vn_tensor_ndim(ts[0]) + 1, 0);
+    lv_check_list(L, "stack", ts, n, -1);
+    vn_tensor *r = vn_stack(ts, n, d);
     lua_remove(L, scratch);
     return lv_push(L, r);
 }
@@ -228,7 +306,7 @@ static int l_copy_(lua_State *L)
 static int l_fill_(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
-    double v = luaL_checknumber(L, 2);
+    double v = lv_number(L, 2, "value");
     lv_check_representable(L, "fill_", v, vn_tensor_dtype(t), NULL);
     lv_status(L, vn_tensor_fill_(t, v));
     lua_settop(L, 1);
@@ -240,11 +318,11 @@ static int l_fill_(lua_State *L)
 const luaL_Reg lv_view_methods[] = {
     LV_COPY_OPS(LV_REG) LV_RESHAPE_OPS(LV_REG) LV_REG(transpose) LV_REG(t) LV_REG(permute)
     LV_REG(narrow) LV_REG(select) LV_REG(unsqueeze) LV_REG(squeeze) LV_REG(expand) LV_REG(to)
-    LV_CASTS(LV_REG_CAST) LV_REG(index_select) LV_REG(copy_) LV_REG(fill_)
+    LV_CASTS(LV_REG_CAST) LV_REG(type) LV_REG(index_select) LV_REG(copy_) LV_REG(fill_)
     {NULL, NULL},
 };
 
 const luaL_Reg lv_view_functions[] = {
-    LV_REG(cat)
+    LV_REG(cat) LV_REG(stack)
     {NULL, NULL},
 };

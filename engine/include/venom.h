@@ -254,6 +254,31 @@ vn_tensor *vn_rand_on(vn_device device, int ndim, const int64_t *shape);
 vn_tensor *vn_randn_on(vn_device device, int ndim, const int64_t *shape);
 /* i64 random permutation of 0..n-1 (Fisher–Yates on the engine RNG). */
 vn_tensor *vn_randperm(int64_t n);
+/* Integers drawn uniformly from [low, high) (each value equally likely:
+ * draws are rejected rather than folded with a modulo bias), from the
+ * engine RNG, so vn_manual_seed repeats them. dtype i64, i32, u8 or f32;
+ * the range must fit the dtype (for f32 within ±2^24, where every integer
+ * is exact). Errors: VN_ERR_ARG unless low < high and the range fits,
+ * VN_ERR_DTYPE for bf16/f16, and those of vn_empty. */
+vn_tensor *vn_randint(int64_t low, int64_t high, vn_dtype dtype, int ndim, const int64_t *shape);
+/* A new tensor of t's shape filled with 0, 1 or value (converted as
+ * vn_tensor_fill_ does), of `dtype` on `device`: pass vn_tensor_dtype(t)
+ * and vn_tensor_device(t) for t's own (PyTorch's zeros_like, ones_like,
+ * full_like). t is only read for its shape. Errors: those of vn_empty_on,
+ * VN_ERR_ARG for a NULL t, VN_ERR_STATE for a freed one. */
+vn_tensor *vn_zeros_like(const vn_tensor *t, vn_dtype dtype, vn_device device);
+vn_tensor *vn_ones_like(const vn_tensor *t, vn_dtype dtype, vn_device device);
+vn_tensor *vn_full_like(const vn_tensor *t, double value, vn_dtype dtype, vn_device device);
+/* The n × m identity: 1 at [i, i], 0 elsewhere (n = m for a square one).
+ * VN_ERR_ARG for a negative size. */
+vn_tensor *vn_eye(int64_t n, int64_t m, vn_dtype dtype);
+/* `steps` evenly spaced points from start to end, both included (PyTorch's
+ * linspace): point i = start + i·(end − start)/(steps − 1), computed from
+ * the nearer end so that the last point is exactly end; steps = 1 gives
+ * [start], steps = 0 an empty tensor. Integer dtypes truncate each point
+ * toward zero. VN_ERR_ARG for a negative steps or a start or end that is
+ * not finite. */
+vn_tensor *vn_linspace(double start, double end, int64_t steps, vn_dtype dtype);
 
 /* ---- tensor lifetime and properties ------------------------------------- */
 
@@ -381,6 +406,13 @@ vn_tensor *vn_clone(const vn_tensor *t);
 vn_tensor *vn_to_dtype(const vn_tensor *t, vn_dtype dtype);
 /* Concatenate n tensors along dim (other dims equal). */
 vn_tensor *vn_cat(vn_tensor *const *ts, int n, int dim);
+/* Stack n tensors of one shape, dtype and device along a new dim `dim`
+ * (0..ndim, negative from the end of the result's dims): n tensors of
+ * shape (a, b) stacked at dim 1 give (a, n, b). A new contiguous tensor,
+ * made of vn_unsqueeze and vn_cat, so the gradient of each input is its
+ * slice of the output's. VN_ERR_ARG for n < 1 or a bad dim, VN_ERR_SHAPE
+ * (naming both shapes) when the shapes or dtypes differ. */
+vn_tensor *vn_stack(vn_tensor *const *ts, int n, int dim);
 /* The entries index[0], index[1], ... of t along dim (a 1-D i32/i64 index,
  * 0-based, repeats allowed): for dim 0, rows of t. VN_ERR_ARG for an index
  * out of range, VN_ERR_DTYPE for another index dtype. */
@@ -420,7 +452,10 @@ vn_tensor *vn_relu(const vn_tensor *t);
 vn_tensor *vn_gelu(const vn_tensor *t);
 vn_tensor *vn_tanh(const vn_tensor *t);
 vn_tensor *vn_sigmoid(const vn_tensor *t);
-/* min(max(t, lo), hi); pass NAN for no bound. Gradient 1 inside, 0 outside. */
+/* min(max(t, lo), hi); pass NAN for no bound. Gradient 1 inside, 0 outside.
+ * f32, i32, i64 or u8; an integer clamp compares in its own type, so its
+ * results are exact, and each bound must be a whole number the dtype holds
+ * (VN_ERR_ARG for 0.5, or 300 for u8). lo > hi gives hi everywhere. */
 vn_tensor *vn_clamp(const vn_tensor *t, double lo, double hi);
 /* cond ? a : b, with cond a u8 tensor; all three broadcast. */
 vn_tensor *vn_where(const vn_tensor *cond, const vn_tensor *a, const vn_tensor *b);

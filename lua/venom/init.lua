@@ -15,6 +15,14 @@ for k, v in pairs(core) do
 end
 venom.core = core
 
+--- x:type() → the Torch7 name of x's type: "venom.FloatTensor" (f32),
+-- "venom.LongTensor" (i64), "venom.IntTensor" (i32), "venom.ByteTensor"
+-- (u8), "venom.HalfTensor" (f16), "venom.BFloat16Tensor" (bf16), with
+-- "venom.cuda." in place of "venom." on CUDA. x:type(name) converts: to
+-- the dtype and device such a name says ("venom.cuda.FloatTensor"), or to
+-- a dtype on x's device (x:type("i64")); x itself when it is that already.
+venom.type = core.type
+
 --- venom.cuda: the CUDA device.
 --   is_available()  → true when a CUDA device and driver are present and
 --                     venom was built with CUDA (VENOM_CUDA, see README)
