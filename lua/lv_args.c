@@ -13,10 +13,29 @@
 /* ---- errors ---------------------------------------------------------------- */
 
 /* Raise the engine's last error as a Lua error at the caller's line. */
-int lv_fail(lua_State *L)
+/* Raises msg positioned at the user's line: the innermost Lua frame outside
+ * venom's own Lua modules, as venom.util.where() finds it (so an error in an
+ * op that nn.Linear:forward called points at the script that called the
+ * model, not at nn.lua). Before venom.util is loaded, or if it fails, the
+ * caller's position, as luaL_error gives. */
+static int raise_at_user(lua_State *L, const char *msg)
 {
-    return luaL_error(L, "%s", vn_last_error());
+    bool have = false;
+    lua_getfield(L, LUA_REGISTRYINDEX, "_LOADED");
+    lua_getfield(L, -1, "venom.util");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "where");
+        /* a non-function, or a failed call's message, is one value to drop */
+        have = lua_isfunction(L, -1) && lua_pcall(L, 0, 1, 0) == 0 && lua_isstring(L, -1);
+        if (!have) lua_pop(L, 1);
+    }
+    if (!have) luaL_where(L, 1);
+    lua_pushstring(L, msg);
+    lua_concat(L, 2);
+    return lua_error(L);
 }
+
+int lv_fail(lua_State *L) { return raise_at_user(L, vn_last_error()); }
 
 /* Raise a printf-formatted error (lua_pushfstring has no %lld). */
 int lv_raise(lua_State *L, const char *fmt, ...)
@@ -26,7 +45,7 @@ int lv_raise(lua_State *L, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return luaL_error(L, "%s", msg);
+    return raise_at_user(L, msg);
 }
 
 /* "bad argument #i to 'f' (message)", printf-formatted, in Lua's own words.
@@ -47,8 +66,8 @@ int lv_argfail(lua_State *L, int i, const char *fmt, ...)
     lua_Debug ar;
     bool method = lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat &&
                   strcmp(ar.namewhat, "method") == 0 && ar.name && strcmp(ar.name, name) == 0;
-    if (method && i == 1) return luaL_error(L, "calling '%s' on bad self (%s)", name, msg);
-    return luaL_error(L, "bad argument #%d to '%s' (%s)", method ? i - 1 : i, name, msg);
+    if (method && i == 1) return lv_raise(L, "calling '%s' on bad self (%s)", name, msg);
+    return lv_raise(L, "bad argument #%d to '%s' (%s)", method ? i - 1 : i, name, msg);
 }
 
 /* Set the functions of `reg` into the table on top of the stack, each a

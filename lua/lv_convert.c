@@ -162,7 +162,7 @@ int l_tensor(lua_State *L)
 {
     lv_opts o = {VN_F32, false, VN_CPU};
     if (lua_gettop(L) > 2)
-        return luaL_error(L, "tensor: expected (data, [dtype | opts]), found %d arguments",
+        return lv_raise(L, "tensor: expected (data, [dtype | opts]), found %d arguments",
                           lua_gettop(L));
     if (lua_type(L, 2) == LUA_TSTRING) o.dtype = lv_dtype(L, 2);
     else if (lua_istable(L, 2)) lv_parse_opts(L, 2, &o);

@@ -68,7 +68,7 @@ static int lv_binop(lua_State *L, lv_binfn f, const char *op)
     lv_check_operand(L, 1);
     lv_check_operand(L, 2);
     vn_tensor *like = lv_totensor(L, 1) ? lv_totensor(L, 1) : lv_totensor(L, 2);
-    if (!like) return luaL_error(L, "expected a tensor among the two operands, found two numbers");
+    if (!like) return lv_raise(L, "expected a tensor among the two operands, found two numbers");
     vn_dtype dt = vn_tensor_dtype(like);
     lv_check_scalar(L, 1, dt, op);
     lv_check_scalar(L, 2, dt, op);
@@ -312,7 +312,7 @@ static int l_matmul(lua_State *L)
  * metamethods into one boolean, so an elementwise answer cannot come back. */
 static int l_compare_meta(lua_State *L)
 {
-    return luaL_error(L, "cannot compare tensors with <, <=, > or >= (Lua wants one boolean); "
+    return lv_raise(L, "cannot compare tensors with <, <=, > or >= (Lua wants one boolean); "
                          "use a:lt(b), a:le(b), a:gt(b) or a:ge(b) for an elementwise u8 mask");
 }
 

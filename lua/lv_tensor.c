@@ -172,7 +172,7 @@ static int l_full(lua_State *L)
 {
     int top = lua_gettop(L);
     lv_opts o = lv_take_opts(L, &top);
-    if (top != 2) return luaL_error(L, "full: expected (shape, value, [opts]), found %d arguments", top);
+    if (top != 2) return lv_raise(L, "full: expected (shape, value, [opts]), found %d arguments", top);
     int64_t shape[VN_MAX_DIMS];
     int nd = lv_shape(L, 1, 1, shape, false);
     double v = lv_number(L, 2, "value");
@@ -203,7 +203,7 @@ static int l_linspace(lua_State *L)
     int top = lua_gettop(L);
     lv_opts o = lv_take_opts(L, &top);
     if (top != 3)
-        return luaL_error(L, "linspace: expected (start, stop, steps, [opts]), found %d arguments", top);
+        return lv_raise(L, "linspace: expected (start, stop, steps, [opts]), found %d arguments", top);
     double start = lv_number(L, 1, "start"), stop = lv_number(L, 2, "stop");
     int64_t steps = lv_int(L, 3, "steps");
     return lv_push_new(L, vn_linspace(start, stop, steps, o.dtype), &o);
@@ -215,7 +215,7 @@ static int l_eye(lua_State *L)
     int top = lua_gettop(L);
     lv_opts o = lv_take_opts_at(L, &top, 2, VN_F32);
     if (top < 1 || top > 2)
-        return luaL_error(L, "eye: expected (n, [m], [opts]), found %d arguments", top);
+        return lv_raise(L, "eye: expected (n, [m], [opts]), found %d arguments", top);
     int64_t n = lv_int(L, 1, "n"), m = top == 2 ? lv_int(L, 2, "m") : n;
     return lv_push_new(L, vn_eye(n, m, o.dtype), &o);
 }
@@ -226,7 +226,7 @@ static int l_randint(lua_State *L)
 {
     int top = lua_gettop(L);
     lv_opts o = lv_take_opts_at(L, &top, 3, VN_I64);
-    if (top < 2) return luaL_error(L, "randint: expected (low, high, shape..., [opts]), found %d arguments", top);
+    if (top < 2) return lv_raise(L, "randint: expected (low, high, shape..., [opts]), found %d arguments", top);
     int64_t low = lv_int(L, 1, "low"), high = lv_int(L, 2, "high");
     int64_t shape[VN_MAX_DIMS];
     int nd = lv_shape(L, 3, top, shape, false);
@@ -409,7 +409,7 @@ static int l_gc(lua_State *L)
 static int l_len(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
-    if (vn_tensor_ndim(t) == 0) return luaL_error(L, "#: a 0-d tensor has no length (use t:item())");
+    if (vn_tensor_ndim(t) == 0) return lv_raise(L, "#: a 0-d tensor has no length (use t:item())");
     lua_pushnumber(L, (lua_Number)vn_tensor_shape(t)[0]);
     return 1;
 }
@@ -434,7 +434,7 @@ static int l_index(lua_State *L)
     }
     if (lua_type(L, 2) == LUA_TNUMBER) {
         vn_tensor *t = lv_check(L, 1);
-        if (vn_tensor_ndim(t) == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:item())");
+        if (vn_tensor_ndim(t) == 0) return lv_raise(L, "cannot index a 0-d tensor (use t:item())");
         int64_t i = lv_pos(L, 2, 0, vn_tensor_shape(t)[0]);
         if (vn_tensor_ndim(t) == 1) {
             double v;
@@ -444,7 +444,7 @@ static int l_index(lua_State *L)
         }
         return lv_push(L, vn_select(t, 0, i));
     }
-    return luaL_error(L, "cannot index a tensor with a %s", luaL_typename(L, 2));
+    return lv_raise(L, "cannot index a tensor with a %s", luaL_typename(L, 2));
 }
 
 /* t.grad = g | nil, and t[i] = number | tensor (fills that slice). */
@@ -458,7 +458,7 @@ static int l_newindex(lua_State *L)
     if (lua_type(L, 2) != LUA_TNUMBER)
         return lv_raise(L, "cannot set field '%s' of a tensor (only t.grad and t[i] can be set)",
                         lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : luaL_typename(L, 2));
-    if (vn_tensor_ndim(t) == 0) return luaL_error(L, "cannot index a 0-d tensor (use t:fill_(v))");
+    if (vn_tensor_ndim(t) == 0) return lv_raise(L, "cannot index a 0-d tensor (use t:fill_(v))");
     int64_t i = lv_pos(L, 2, 0, vn_tensor_shape(t)[0]);
     bool number = lua_type(L, 3) == LUA_TNUMBER;
     if (!number && !lv_totensor(L, 3))

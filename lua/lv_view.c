@@ -40,7 +40,7 @@ static int l_t(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
     int nd = vn_tensor_ndim(t);
-    if (nd > 2) return luaL_error(L, "t: expected a tensor of at most 2 dims, found %d (use transpose)", nd);
+    if (nd > 2) return lv_raise(L, "t: expected a tensor of at most 2 dims, found %d (use transpose)", nd);
     if (nd < 2) {
         lua_settop(L, 1);
         return 1;
@@ -56,7 +56,7 @@ static int l_permute(lua_State *L)
     bool seen[VN_MAX_DIMS] = {false};
     bool table = lua_istable(L, 2);
     int n = table ? (int)lua_objlen(L, 2) : lua_gettop(L) - 1;
-    if (n != nd) return luaL_error(L, "permute: expected %d dims (a permutation of 1..%d), found %d", nd, nd, n);
+    if (n != nd) return lv_raise(L, "permute: expected %d dims (a permutation of 1..%d), found %d", nd, nd, n);
     for (int k = 0; k < nd; k++) {
         int at = 2 + k;
         if (table) {
@@ -64,7 +64,7 @@ static int l_permute(lua_State *L)
             at = lua_gettop(L);
         }
         dims[k] = lv_dim(L, at, nd);
-        if (seen[dims[k]]) return luaL_error(L, "permute: dim %d appears twice (expected a permutation of 1..%d)", dims[k] + 1, nd);
+        if (seen[dims[k]]) return lv_raise(L, "permute: dim %d appears twice (expected a permutation of 1..%d)", dims[k] + 1, nd);
         seen[dims[k]] = true;
         if (table) lua_pop(L, 1);
     }
@@ -135,7 +135,7 @@ static int l_expand(lua_State *L)
     int nd = vn_tensor_ndim(t), lead = n - nd;
     for (int k = 0; k < n; k++) {
         if (shape[k] != -1) continue;
-        if (k < lead) return luaL_error(L, "expand: -1 is not allowed for a new leading dim (size %d)", k + 1);
+        if (k < lead) return lv_raise(L, "expand: -1 is not allowed for a new leading dim (size %d)", k + 1);
         shape[k] = vn_tensor_shape(t)[k - lead];
     }
     return lv_push(L, vn_expand(t, n, shape));
@@ -149,7 +149,7 @@ static int l_to(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
     if (lua_gettop(L) > 2)
-        return luaL_error(L, "to: expected one dtype or device, found %d arguments",
+        return lv_raise(L, "to: expected one dtype or device, found %d arguments",
                           lua_gettop(L) - 1);
     if (lua_type(L, 2) == LUA_TSTRING && lv_device_name_at(L, 2) >= 0)
         return lv_push(L, vn_to_device(t, (vn_device)lv_device_name_at(L, 2)));
@@ -227,14 +227,14 @@ static vn_tensor **lv_tensor_list(lua_State *L, const char *op, int *n, int *scr
     lv_checktype(L, 1, LUA_TTABLE, "the tensors");
     lua_settop(L, 2);
     *n = (int)lua_objlen(L, 1);
-    if (*n == 0) luaL_error(L, "%s: expected a non-empty table of tensors", op);
+    if (*n == 0) lv_raise(L, "%s: expected a non-empty table of tensors", op);
     vn_tensor **ts = lua_newuserdata(L, sizeof *ts * (size_t)*n);
     *scratch = lua_gettop(L);
     for (int k = 0; k < *n; k++) {
         lua_rawgeti(L, 1, k + 1);
         ts[k] = lv_totensor(L, -1);
-        if (!ts[k]) luaL_error(L, "%s: element %d of the table is a %s, expected a tensor", op, k + 1, luaL_typename(L, -1));
-        if (vn_tensor_is_freed(ts[k])) luaL_error(L, "%s: element %d of the table was freed", op, k + 1);
+        if (!ts[k]) lv_raise(L, "%s: element %d of the table is a %s, expected a tensor", op, k + 1, luaL_typename(L, -1));
+        if (vn_tensor_is_freed(ts[k])) lv_raise(L, "%s: element %d of the table was freed", op, k + 1);
         lua_pop(L, 1);
     }
     return ts;
@@ -267,7 +267,7 @@ static int l_cat(lua_State *L)
     int n, scratch;
     vn_tensor **ts = lv_tensor_list(L, "cat", &n, &scratch);
     int nd = vn_tensor_ndim(ts[0]);
-    if (nd == 0) return luaL_error(L, "cat: element 1 of the table is 0-d; cannot concatenate 0-d tensors");
+    if (nd == 0) return lv_raise(L, "cat: element 1 of the table is 0-d; cannot concatenate 0-d tensors");
     int d = lv_optdim(L, 2, nd, 0);
     lv_check_list(L, "cat", ts, n, d);
     vn_tensor *r = vn_cat(ts, n, d);

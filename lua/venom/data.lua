@@ -39,7 +39,7 @@ end
 -- caller's line rather than inside this file.
 local function idx_load(who, path)
   local ok, t = pcall(venom.idx_load, path)
-  if not ok then fail(("%s: %s"):format(who, tostring(t))) end
+  if not ok then fail(("%s: %s"):format(who, util.error_text(t))) end
   return t
 end
 

@@ -73,7 +73,7 @@ local function compress(who, w, V, N, M)
     wd:free(); diff:free(); bad:free()
   end
   local ok, s = pcall(core.vnm_from_dense, w, V, N, M)
-  if not ok then fail(who .. ": " .. tostring(s):gsub("^vnm_from_dense: ", "")) end
+  if not ok then fail(who .. ": " .. util.error_text(s):gsub("^vnm_from_dense: ", "")) end
   return s
 end
 
@@ -213,7 +213,7 @@ function SparseLinear:_load_extra_state(st)
   end
   local ok, s = pcall(core.vnm_from_pattern, self.out_features, self.in_features, V, N, M,
                       st.columns, st.indices, self.values)
-  if not ok then fail(who .. ": " .. tostring(s)) end
+  if not ok then fail(who .. ": " .. util.error_text(s)) end
   self.matrix = s
 end
 

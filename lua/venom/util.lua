@@ -49,6 +49,21 @@ function util.fail(msg)
 end
 local fail = util.fail
 
+--- "file:line: " of the user's line: the innermost frame outside venom's own
+-- Lua (and C) code, or "" when there is none. The binding puts it in front
+-- of the errors its C functions raise, so they point where util.fail's do.
+function util.where()
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "Sl")
+    if not info then return "" end
+    if not is_internal(info) then
+      return info.currentline > 0 and ("%s:%d: "):format(info.short_src, info.currentline) or ""
+    end
+    level = level + 1
+  end
+end
+
 --- The text of error value `err` without the "file:line: " position that
 -- error() puts in front of a message, for showing it to a user.
 function util.error_text(err)
