@@ -4,7 +4,8 @@
  *   venom -e 'code'              run a string
  *   venom                        a REPL: line editing and history (libedit),
  *                                results printed, multi-line input, Tab
- *                                completion, errors shown without leaving.
+ *                                completion, ?name for help, errors shown
+ *                                without leaving, Ctrl-C stops a line.
  *
  * The state is prepared by the Lua bridge (vn_lua_setup, lua/host.c): the
  * venom.core C module is registered in package.preload and the Lua half of
@@ -39,21 +40,89 @@ static void usage(FILE *f)
     fputs("usage: venom [options] [script.lua [args...]]\n"
           "  script.lua  run a script: arg[0] is its name, arg[1], ... its arguments\n"
           "  -           run a script read from stdin\n"
-          "  -e code     run code (with venom, nn and optim as globals)\n"
+          "  -e code     run code (with venom, nn, optim and help as globals)\n"
           "  -i          open the REPL after the script or code\n"
           "  -v          print the version\n"
           "  -h, --help  print this help\n"
           "  --          stop reading options\n"
           "With no script and no -e, venom opens a REPL: results are printed, Tab\n"
-          "completes names (venom.ze<Tab>, x:res<Tab>), history is kept in\n"
-          "~/.venom_history (or $VENOM_HISTORY), Ctrl-C drops the input being typed\n"
-          "(or stops the code running), Ctrl-D exits.\n",
+          "completes names (venom.ze<Tab>, x:res<Tab>), help(f) or ?name shows the\n"
+          "documentation (help() an overview), history is kept in ~/.venom_history\n"
+          "(or $VENOM_HISTORY), Ctrl-C drops the input being typed or stops the\n"
+          "line running (a second Ctrl-C ends venom), Ctrl-D exits. In a script,\n"
+          "Ctrl-C ends venom with status 130.\n",
           f);
 }
 
 /* ---- running code ------------------------------------------------------------ */
 
-/* Message handler: the error text plus a stack traceback. */
+/* Ctrl-C while Lua runs. SIGINT sets a count hook (as lua.c and luajit.c do) that raises an
+ * "interrupted" error at the next instruction the interpreter runs. Two
+ * things never reach the hook: a C call runs to its end first (a big matmul
+ * finishes), and a loop that LuaJIT compiled to machine code never returns
+ * to the interpreter (`while true do end` in a script). So the REPL runs
+ * the lines typed at it in the interpreter (repl() turns the JIT off for
+ * them); a script, which Ctrl-C must end, is ended by a timer one second
+ * later if the error has not unwound it by then; and a second Ctrl-C ends
+ * the process at once (one that came before the hook ran: the hook
+ * re-arms Ctrl-C, so a REPL line whose pcall caught the error can be
+ * interrupted again). Exit status 130 (128 + SIGINT), as a shell reports
+ * for a process that SIGINT killed. When venom starts with SIGINT ignored
+ * (`nohup`, `venom ... &` from a script) it stays ignored. */
+static volatile sig_atomic_t g_interrupted; /* a SIGINT came during the current docall */
+static volatile sig_atomic_t g_pending;     /* ... and the hook has not run yet */
+static bool g_sigint_ignored;                /* SIGINT was ignored when venom started */
+static bool g_interrupt_exits;               /* running a script or -e: an interrupt ends venom */
+
+enum { EXIT_INTERRUPTED = 130 };
+
+/* The last resort, async-signal-safe: one line on stderr, then _exit. */
+static void exit_interrupted(int sig)
+{
+    (void)sig;
+    static const char msg[] = "venom: interrupted\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(EXIT_INTERRUPTED);
+}
+
+/* The hook: stop here with an error that says where, at the innermost
+ * Lua line (inside a hook, level 0 is the function that was running; the
+ * hook also fires on a call into C, which has no line). */
+static void interrupted(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    g_pending = 0;
+    lua_Debug d;
+    for (int level = 0; lua_getstack(L, level, &d); level++) {
+        if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
+            lua_pushfstring(L, "%s:%d: interrupted", d.short_src, d.currentline);
+            lua_error(L);
+        }
+    }
+    lua_pushliteral(L, "interrupted");
+    lua_error(L);
+}
+
+static void on_sigint(int sig)
+{
+    if (g_pending) exit_interrupted(sig);
+    g_pending = g_interrupted = 1;
+    lua_sethook(g_L, interrupted, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+    if (g_interrupt_exits) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = exit_interrupted;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGALRM, &sa, NULL);
+        alarm(1);
+    }
+}
+
+/* Message handler: the error text plus a stack traceback (none for an
+ * interrupt: where the code stood is in the message, and a traceback would
+ * bury it). */
 static int traceback(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
@@ -63,33 +132,27 @@ static int traceback(lua_State *L)
         else
             msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     }
-    luaL_traceback(L, L, msg, 1);
+    if (g_interrupted) lua_pushstring(L, msg);
+    else luaL_traceback(L, L, msg, 1);
     return 1;
 }
 
-/* Ctrl-C while Lua runs: stop at the next Lua instruction with an error. */
-static void interrupted(lua_State *L, lua_Debug *ar)
-{
-    (void)ar;
-    lua_sethook(L, NULL, 0, 0);
-    luaL_error(L, "interrupted");
-}
-
-static void on_sigint(int sig)
-{
-    signal(sig, SIG_DFL); /* a second Ctrl-C kills the process */
-    lua_sethook(g_L, interrupted, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
-}
-
-/* Call the function below narg arguments with a traceback handler. */
+/* Call the function below narg arguments with a traceback handler and
+ * Ctrl-C caught; g_interrupted says afterwards whether Ctrl-C came. */
 static int docall(lua_State *L, int narg, int nres)
 {
     int base = lua_gettop(L) - narg;
     lua_pushcfunction(L, traceback);
     lua_insert(L, base);
-    void (*outside)(int) = signal(SIGINT, on_sigint);
+    struct sigaction sa, outside;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    g_interrupted = g_pending = 0;
+    if (!g_sigint_ignored) sigaction(SIGINT, &sa, &outside);
     int rc = lua_pcall(L, narg, nres, base);
-    signal(SIGINT, outside);
+    if (!g_sigint_ignored) sigaction(SIGINT, &outside, NULL);
+    alarm(0);                   /* the call has ended: no need to end it by force */
     lua_sethook(L, NULL, 0, 0); /* a Ctrl-C that came as the call ended */
     lua_remove(L, base);
     return rc;
@@ -142,14 +205,15 @@ static void set_arg(lua_State *L, char **argv, int argc, int script)
     lua_setglobal(L, "arg");
 }
 
-/* Globals for interactive use: venom, nn, optim (each only if it loads). */
+/* Globals for interactive use: venom, nn, optim, help (each only if it
+ * loads). */
 static void set_globals(lua_State *L)
 {
     static const char code[] =
         "local ok, venom = pcall(require, 'venom')\n"
         "if not ok then error(venom, 0) end\n"
         "_G.venom = venom\n"
-        "for _, name in ipairs { 'nn', 'optim' } do\n"
+        "for _, name in ipairs { 'nn', 'optim', 'help' } do\n"
         "  local ok2, m = pcall(function() return venom[name] end)\n"
         "  if ok2 then _G[name] = m\n"
         "  else io.stderr:write('venom: venom.', name, ' is not available: ', tostring(m), '\\n') end\n"
@@ -157,10 +221,22 @@ static void set_globals(lua_State *L)
     run_string(L, code, "=(venom globals)");
 }
 
+/* A script gets `help` alone as a global (it requires what else it uses).
+ * Quietly absent if venom does not load: the script's own require says why. */
+static void set_script_globals(lua_State *L)
+{
+    static const char code[] =
+        "local ok, help = pcall(require, 'venom.help')\n"
+        "if ok then _G.help = help end\n";
+    if (luaL_loadbuffer(L, code, sizeof code - 1, "=(venom globals)") != 0 || lua_pcall(L, 0, 0, 0) != 0)
+        lua_pop(L, 1);
+}
+
 /* ---- the REPL ------------------------------------------------------------------- */
 
 static int g_show = LUA_NOREF;     /* venom.repl.show, or a plain fallback */
 static int g_complete = LUA_NOREF; /* venom.repl.complete, if it loaded */
+static int g_help = LUA_NOREF;     /* venom.repl.help_command, if it loaded */
 
 static void load_repl_helpers(lua_State *L)
 {
@@ -175,6 +251,8 @@ static void load_repl_helpers(lua_State *L)
     if (lua_pcall(L, 1, 1, 0) == 0 && lua_istable(L, -1)) {
         lua_getfield(L, -1, "complete");
         g_complete = luaL_ref(L, LUA_REGISTRYINDEX);
+        lua_getfield(L, -1, "help_command");
+        g_help = luaL_ref(L, LUA_REGISTRYINDEX);
         lua_getfield(L, -1, "show");
         g_show = luaL_ref(L, LUA_REGISTRYINDEX);
         lua_pop(L, 1);
@@ -253,10 +331,11 @@ static void on_sigint_at_prompt(int sig)
 }
 
 /* Sets up the pipe and the handler (for the whole REPL session: docall
- * swaps in on_sigint while Lua runs and puts this one back). */
+ * swaps in on_sigint while Lua runs and puts this one back). Not when
+ * SIGINT is ignored. */
 static bool catch_sigint_at_prompt(void)
 {
-    if (pipe(g_sigpipe) != 0) return false;
+    if (g_sigint_ignored || pipe(g_sigpipe) != 0) return false;
     for (int k = 0; k < 2; k++) {
         fcntl(g_sigpipe[k], F_SETFL, fcntl(g_sigpipe[k], F_GETFL) | O_NONBLOCK);
         fcntl(g_sigpipe[k], F_SETFD, FD_CLOEXEC);
@@ -358,6 +437,22 @@ static int load_chunk(lua_State *L, const char *chunk, size_t n)
     return luaL_loadbuffer(L, chunk, n, "=stdin");
 }
 
+/* `?name` at the prompt: print venom.repl.help_command(name). */
+static void help_line(lua_State *L, const char *name)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g_help);
+    if (!lua_isfunction(L, -1)) {
+        lua_pop(L, 1);
+        fputs("venom: ?name needs venom.repl, which did not load\n", stderr);
+        return;
+    }
+    lua_pushstring(L, name);
+    if (report(L, docall(L, 1, 1), "") == 0) {
+        puts(lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+        lua_pop(L, 1);
+    }
+}
+
 /* Print the values above `base` (a line's results) through g_show. */
 static void print_results(lua_State *L, int base)
 {
@@ -390,7 +485,8 @@ static void repl(lua_State *L)
         using_history();
         stifle_history(1000);
         if (history[0]) read_history(history);
-        printf("venom %s (%s) - globals: venom, nn, optim. Tab completes; Ctrl-D exits.\n",
+        printf("venom %s (%s) - globals: venom, nn, optim, help. help() or ?name for help;\n"
+               "Tab completes; Ctrl-C stops a line; Ctrl-D exits.\n",
                VENOM_VERSION, LUAJIT_VERSION);
     }
 
@@ -407,6 +503,12 @@ static void repl(lua_State *L)
         if (tty && line[0]) {
             add_history(line);
             if (history[0]) write_history(history);
+        }
+        if (len == 0 && line[0] == '?') {
+            help_line(L, line + 1);
+            free(line);
+            fflush(stdout);
+            continue;
         }
         /* "=expr" prints expr, as in the Lua 5.1 REPL. */
         const char *text = len == 0 && line[0] == '=' ? line + 1 : line;
@@ -432,6 +534,9 @@ static void repl(lua_State *L)
         }
         len = 0;
         if (rc == 0) {
+            /* Interpreted, so that Ctrl-C can stop the line (see on_sigint);
+             * the functions it calls from modules are still compiled. */
+            luaJIT_setmode(L, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);
             rc = docall(L, 0, LUA_MULTRET);
             if (rc == 0) print_results(L, base);
         }
@@ -469,6 +574,8 @@ int main(int argc, char **argv)
         return 1;
     }
     g_L = L;
+    struct sigaction at_start;
+    g_sigint_ignored = sigaction(SIGINT, NULL, &at_start) == 0 && at_start.sa_handler == SIG_IGN;
     luaL_openlibs(L);
     if (vn_lua_setup(L) != VN_OK) {
         fprintf(stderr, "venom: %s\n", vn_last_error());
@@ -514,8 +621,16 @@ int main(int argc, char **argv)
     set_arg(L, argv, argc, script);
 
     if (ncodes > 0 || (interactive || !script)) set_globals(L);
-    for (int k = 0; k < ncodes && rc == 0; k++) rc = run_string(L, codes[k], "=(command line)");
-    if (rc == 0 && script) rc = run_script(L, argv, argc, script);
+    else set_script_globals(L);
+    g_interrupt_exits = true;
+    for (int k = 0; k < ncodes && rc == 0 && !g_interrupted; k++)
+        rc = run_string(L, codes[k], "=(command line)");
+    if (rc == 0 && script && !g_interrupted) rc = run_script(L, argv, argc, script);
+    g_interrupt_exits = false;
+    if (g_interrupted) {
+        rc = EXIT_INTERRUPTED;
+        goto done;
+    }
     if (rc == 0 && (interactive || (!script && ncodes == 0))) repl(L);
     rc = rc ? 1 : 0;
 done:

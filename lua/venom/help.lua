@@ -113,13 +113,39 @@ local function build_index()
   add("venom.cuda.", venom.cuda)
   for _, m in ipairs(modules) do
     local ok, t = pcall(require, "venom." .. m)
-    if ok and type(t) == "table" then add("venom." .. m:gsub("_", ".") .. ".", t) end
+    if ok and type(t) == "table" then
+      local q = "venom." .. m:gsub("_", ".")
+      add(q .. ".", t)
+      index[q], names[t] = true, q -- help(nn) prints the module's header
+    end
   end
+  names[venom] = "venom"
+end
+
+-- The comment at the top of a module's file (its overview), without the
+-- comment dashes.
+local function module_doc(module)
+  local text = read(here .. "/" .. module .. ".lua")
+  if not text then return nil end
+  local lines = {}
+  for line in (text .. "\n"):gmatch("(.-)\n") do
+    local doc = line:match("^%-%-%-? ?(.*)$")
+    if not doc then break end
+    lines[#lines + 1] = doc
+  end
+  return #lines > 0 and table.concat(lines, "\n") or nil
 end
 
 local cdocs, ldocs
 
 local function doc_of(qualified)
+  if qualified == "venom" then return module_doc("init") end
+  local module = qualified:match("^venom%.([%w_.]+)$")
+  if module then
+    for _, m in ipairs(modules) do
+      if m:gsub("_", ".") == module then return module_doc(m) end
+    end
+  end
   cdocs = cdocs or c_docs()
   if not ldocs then
     ldocs = {}
@@ -180,6 +206,8 @@ function help.text(what)
       local s = help.suggest(qualified)
       return nil, ("no %s in venom%s"):format(qualified, #s > 0 and "; did you mean " .. table.concat(s, ", ") .. "?" or "")
     end
+  elseif what == nil then
+    return nil, "no documentation for nil (a misspelt field? help(\"venom.name\") suggests names)"
   else
     qualified = names[what]
     if not qualified then return nil, ("no documentation for this %s (not a venom function)"):format(type(what)) end
@@ -190,9 +218,45 @@ function help.text(what)
     .. "\n\n" .. d
 end
 
---- help(what): prints help.text(what), or the reason there is none.
-setmetatable(help, { __call = function(_, what)
-  local text, err = help.text(what)
+--- help.name_of(v) → the qualified name under which help knows `v` (a
+-- function, class or module of venom: "venom.nn.Linear", "venom.nn"), or nil.
+function help.name_of(v)
+  if not index then build_index() end
+  return names[v]
+end
+
+--- help.overview() → what help() with no argument prints: how to ask for
+-- help and the modules there are.
+function help.overview()
+  return [[
+help(venom.matmul)  help(x.sum)  help(nn.Linear)  the documentation of a function,
+                                                  a tensor method or a class
+help("venom.topk")  by name; a misspelt name gets "did you mean ...?"
+help(nn)             the overview of a module
+?venom.matmul  ?x.sum  ?nn.Linear   the same at the REPL prompt (? alone: this text)
+
+Modules (the REPL has venom, nn, optim and help as globals):
+  venom             tensors, ops and autograd: venom.randn, x:matmul(w), loss:backward()
+  venom.nn          layers and losses: nn.Linear, nn.Sequential, nn.CrossEntropyLoss
+  venom.optim       optimizers and schedules: optim.SGD, optim.Adam, optim.AdamW, optim.StepLR
+  venom.data        datasets and batching: data.fashion_mnist, data.DataLoader
+  venom.sparse      V:N:M sparse layers: nn.SparseLinear, sparse.from_dense, sparse.sparsify
+  venom.prune       gradual magnitude pruning: prune.GMP
+  venom.checkpoint  a whole training state in one safetensors file
+  venom.util        progress bar, train_epoch, command-line parsing
+  venom.metrics     a log of training metrics (CSV or JSON Lines)
+  venom.plot        training curves to PNG or SVG through gnuplot
+Tab completes names at the prompt: venom.ze<Tab>, x:res<Tab>.]]
+end
+
+--- help(what): prints help.text(what), or the reason there is none;
+-- help() with no argument prints help.overview().
+setmetatable(help, { __call = function(_, ...)
+  if select("#", ...) == 0 then
+    print(help.overview())
+    return
+  end
+  local text, err = help.text((...))
   print(text or err)
 end })
 

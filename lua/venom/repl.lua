@@ -102,4 +102,52 @@ function repl.complete(text)
   return out
 end
 
+-- The name help.text looks up for a path whose part `names[i]` is missing
+-- from `parent` (the value of the parts before it): under the parent's
+-- qualified name when help knows it ("nn.Linaer" → "venom.nn.Linaer"; a
+-- tensor's methods are venom's functions), else the path as typed (an
+-- unknown global "topk" is looked up as "venom.topk").
+local function missing_name(help, parent, names, i)
+  local rest = table.concat(names, ".", i)
+  if i == 1 then return rest end
+  local venom = require "venom"
+  local prefix = help.name_of(parent) or (venom.is_tensor(parent) and "venom")
+  return prefix and prefix .. "." .. rest or table.concat(names, ".")
+end
+
+--- repl.help_command(expr) → the text `?expr` prints at the prompt: the
+-- help of what `expr` names (`?venom.matmul`, `?x.sum`, `?x:matmul`,
+-- `?nn.Linear`, `?"venom.softmax"`), found by indexing from the globals
+-- without calling anything; a name that leads nowhere gets "did you mean
+-- ...?" (help.suggest), and `?` alone the overview.
+function repl.help_command(expr)
+  local help = require "venom.help"
+  local function text_of(what)
+    local text, err = help.text(what)
+    return text or err
+  end
+  expr = expr:match("^%s*(.-)%s*$")
+  if expr == "" then return help.overview() end
+  local quoted = expr:match('^"(.*)"$') or expr:match("^'(.*)'$")
+  if quoted then return text_of(quoted) end
+  local names, rest = {}, "." .. expr
+  while rest ~= "" do
+    local name, after = rest:match("^[.:]([%a_][%w_]*)(.*)$")
+    if not name then
+      return ("?%s: ? takes a name such as venom.matmul, x.sum or nn.Linear"):format(expr)
+    end
+    names[#names + 1], rest = name, after
+  end
+  local v = _G
+  for i, name in ipairs(names) do
+    local ok, x = pcall(function() return v[name] end)
+    if not ok or x == nil then return text_of(missing_name(help, v, names, i)) end
+    v = x
+  end
+  if require("venom").is_tensor(v) then
+    return ("%s is a tensor: ?%s.sum gives a method's help, %s:<Tab> lists them"):format(expr, expr, expr)
+  end
+  return text_of(v)
+end
+
 return repl

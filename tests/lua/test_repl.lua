@@ -65,6 +65,34 @@ do
   tap.ok(out:match("ok\n$"), "the REPL goes on after a venom error")
 end
 
+-- help in the REPL: the help global, help(), ?name ----------------------------------
+do
+  local out = run("", table.concat({
+    "type(help)",
+    "help()",
+    "?venom.matmul",
+    "x = venom.ones(2)",
+    "?x.sum",
+    "? x:sum",
+    "?venom.mtmul",
+    "?nn.Linaer",
+    "?nn.Linear",
+    "?1 + 1",
+    "print('end')",
+  }, "\n") .. "\n")
+  tap.ok(out:match("^table\n"), "help is a global in the REPL")
+  tap.ok(has(out, "help(venom.matmul)") and has(out, "venom.nn ") and has(out, "venom.optim "),
+    "help() prints an overview: how to ask and the modules")
+  tap.ok(has(out, "vn_matmul") and has(out, "inner dims"), "?venom.matmul prints matmul's docstring")
+  local _, sums = out:gsub("keepdim", "")
+  tap.ok(sums >= 2, "?x.sum and ? x:sum print the method's docstring")
+  tap.ok(has(out, "no venom.mtmul in venom; did you mean venom.matmul"), "a misspelt ?name gets a suggestion")
+  tap.ok(has(out, "did you mean venom.nn.Linear?"), "a misspelt field of nn gets one too")
+  tap.ok(has(out, "out_features"), "?nn.Linear prints the class's docstring")
+  tap.ok(has(out, "? takes a name"), "?expr that is not a name says what ? takes")
+  tap.ok(out:match("end\n$"), "the REPL goes on after help")
+end
+
 -- command line ----------------------------------------------------------------
 do
   local out, rc = run("-e " .. quote("print(venom.ones(2):sum():item())"))
@@ -144,6 +172,17 @@ do
   c = set(repl.complete("obj:"))
   tap.ok(c["obj:method"] and not c["obj:value"], "after ':' only functions, found through __index")
   _G.obj = nil
+
+  -- ?name (venom.repl.help_command), beyond what the REPL run above covers
+  _G.xx = venom.ones(2)
+  tap.ok(repl.help_command("xx.sm"):find("did you mean venom.sum", 1, true), "?x.sm suggests the tensor method sum")
+  tap.ok(repl.help_command("xx"):find("is a tensor", 1, true), "?x on a tensor points to its methods")
+  _G.xx = nil
+  tap.ok(repl.help_command("  "):find("Modules", 1, true), "? alone gives the overview")
+  tap.ok(repl.help_command("'venom.sum'"):find("keepdim", 1, true), "?'venom.sum' looks the name up")
+  tap.ok(repl.help_command("softmx"):find("did you mean venom.softmax", 1, true),
+    "an unknown global is looked up among venom's names")
+  tap.ok(repl.help_command("nn"):find("torch.nn", 1, true), "?nn prints the module's overview")
 end
 
 tap.done()

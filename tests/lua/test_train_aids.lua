@@ -144,10 +144,10 @@ end
 do
   local layer = nn.Linear(3, 4)
   local ok, err = pcall(function() return layer(venom.ones(2, 3):long()) end)
-  tap.ok(not ok and tostring(err):find("^tests/lua/test_train_aids%.lua:%d+: linear: input: expected dtype f32") ~= nil,
+  tap.ok(not ok and tostring(err):find("test_train_aids%.lua:%d+: linear: input: expected dtype f32") ~= nil,
          "an engine error inside nn.Linear:forward points at the caller's line, not nn.lua: " .. tostring(err))
   ok, err = pcall(function() local r = venom.ones(2):narrow("a"); return r end)
-  tap.ok(not ok and tostring(err):find("^tests/lua/test_train_aids%.lua:%d+: bad argument #1 to 'narrow'") ~= nil,
+  tap.ok(not ok and tostring(err):find("test_train_aids%.lua:%d+: bad argument #1 to 'narrow'") ~= nil,
          "a bad argument names the method and the user's line: " .. tostring(err))
 end
 
