@@ -61,12 +61,7 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
       util.fail(("--sparse %s with --device cuda: %s, e.g. 64:2:8"):format(o.sparse, why))
     end
   end
-  if o.plot ~= "" then plot.check_output(o.plot) end -- .png or .svg, and gnuplot
-  for _, k in ipairs({ "save", "log", "plot" }) do util.check_arg_path(o, k) end
-  if o.log ~= "" then
-    log = util.MetricsLog(o.log, { columns = { "step", "epoch", "loss", "lr", "train_loss",
-                                           "test_accuracy" } })
-  end
+  log = util.check_outputs(o, { "step", "epoch", "loss", "lr", "train_loss", "test_accuracy" })
 end)
 
 -- Every random choice below (initial weights, the order of the batches) is

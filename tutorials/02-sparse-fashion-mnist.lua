@@ -82,12 +82,8 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
       :format(o.prune_start, o.prune_end))
   end
-  if o.plot ~= "" then plot.check_output(o.plot) end -- .png or .svg, and gnuplot
-  for _, k in ipairs({ "save", "log", "plot" }) do util.check_arg_path(o, k) end
-  if o.log ~= "" then
-    log = util.MetricsLog(o.log, { columns = { "step", "epoch", "loss", "lr", "sparsity",
-                                           "train_loss", "test_accuracy" } })
-  end
+  log = util.check_outputs(o, { "step", "epoch", "loss", "lr", "sparsity", "train_loss",
+                                "test_accuracy" })
 end)
 if opts.target == "" then
   opts.target = opts.mode == "nm" and "2:4" or "64:2:8"

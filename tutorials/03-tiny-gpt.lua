@@ -120,12 +120,7 @@ local opts = util.parse_cli(arg, {
       :format(o.prune_start, o.prune_end))
   end
   if #o.prompt == 0 then util.fail("--prompt must not be empty") end
-  if o.plot ~= "" then plot.check_output(o.plot) end -- .png or .svg, and gnuplot
-  for _, k in ipairs({ "save", "log", "plot" }) do util.check_arg_path(o, k) end
-  if o.log ~= "" then
-    log = util.MetricsLog(o.log, { columns = { "step", "loss", "lr", "sparsity", "train_loss",
-                                           "val_loss" } })
-  end
+  log = util.check_outputs(o, { "step", "loss", "lr", "sparsity", "train_loss", "val_loss" })
 end)
 
 venom.manual_seed(opts.seed)

@@ -580,6 +580,19 @@ function util.check_arg_path(opts, key)
   return path
 end
 
+--- The output files of a training script, checked at the start (inside a
+-- parse_cli check): opts.save, opts.log and opts.plot, where given, must be
+-- creatable (check_arg_path), --plot a .png or .svg with gnuplot installed
+-- (venom.plot.check_output); --log is opened as a MetricsLog with
+-- `columns` and returned (nil without --log).
+function util.check_outputs(opts, columns)
+  if (opts.plot or "") ~= "" then require("venom.plot").check_output(opts.plot) end
+  for _, k in ipairs({ "save", "log", "plot" }) do
+    if opts[k] ~= nil then util.check_arg_path(opts, k) end
+  end
+  if (opts.log or "") ~= "" then return util.MetricsLog(opts.log, { columns = columns }) end
+end
+
 --- util.MetricsLog(path, opts) → a metrics log writing CSV or JSON Lines
 -- (log:write{step = ..., loss = ...}, log.records, log:close()); see
 -- lua/venom/metrics.lua. Plot it with venom.plot.curves.
