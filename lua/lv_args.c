@@ -6,6 +6,8 @@
  * expected and what was found; none returns a bad value. */
 #include "lv.h"
 
+#include <math.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,8 +110,10 @@ int64_t lv_int(lua_State *L, int i, const char *what)
     if (lua_type(L, i) != LUA_TNUMBER)
         lv_argfail(L, i, "%s must be an integer, found %s", what, luaL_typename(L, i));
     double x = lua_tonumber(L, i);
-    if (!lv_whole(x))
+    if (x != x || x != floor(x))
         lv_argfail(L, i, "%s must be an integer, found %g", what, x);
+    if (!lv_whole(x)) /* whole, but past the exactly representable range */
+        lv_argfail(L, i, "%s must be an integer in [-2^53, 2^53], found %g", what, x);
     return (int64_t)x;
 }
 

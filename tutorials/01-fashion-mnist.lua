@@ -40,9 +40,9 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   save = { "", "write a checkpoint (weights, optimizer, schedule, RNG) to FILE after every epoch" },
   resume = { "", "continue from a checkpoint written by --save, with the epoch after it" },
   export_dense = { "", "write the trained weights as plain dense tensors (safetensors) to FILE" },
-  sparse = { "", "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3)" },
-  device = { "cpu", "cpu or cuda: where the model trains (see section 3)" },
-  log = { "", "write the training curves to FILE.csv or FILE.jsonl (see section 6)" },
+  sparse = { "", "V:N:M, e.g. 64:2:8: make the hidden layers V:N:M sparse (see section 3 of this file)" },
+  device = { "cpu", "cpu or cuda: where the model trains (see section 3 of this file)" },
+  log = { "", "write the training curves to FILE.csv or FILE.jsonl (see section 6 of this file)" },
   plot = { "", "draw the training curves to FILE.png or FILE.svg after every epoch (gnuplot)" },
 })
 -- Files the run writes are checked here too, so that a typo in a directory
@@ -61,6 +61,7 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
       util.fail(("--sparse %s with --device cuda: %s, e.g. 64:2:8"):format(o.sparse, why))
     end
   end
+  util.check_arg_file(o, "resume")
   log = util.check_outputs(o, { "step", "epoch", "loss", "lr", "train_loss", "test_accuracy" })
 end)
 

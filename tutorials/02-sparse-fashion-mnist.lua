@@ -71,6 +71,16 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
   if not (o.sparsity >= 0 and o.sparsity < 1) then
     util.fail("--sparsity must be in [0, 1), got " .. tostring(o.sparsity))
   end
+  -- The final layout is checked now, as prune.GMP will, before any data loads.
+  if o.mode == "unstructured" then
+    prune.check_target(o.mode, o.sparsity)
+  else
+    prune.check_target(o.mode, o.target ~= "" and o.target or (o.mode == "nm" and "2:4" or "64:2:8"))
+  end
+  if o.stop_after > o.epochs then
+    util.fail(("--stop-after %d is past --epochs %d"):format(o.stop_after, o.epochs))
+  end
+  util.check_arg_file(o, "resume")
   if o.device == "cuda" and o.mode == "vnm" then
     local V, M = (o.target ~= "" and o.target or "64:2:8"):match("^(%d+):%d+:(%d+)$")
     local why = V and require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))

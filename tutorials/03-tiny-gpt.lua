@@ -103,6 +103,13 @@ local opts = util.parse_cli(arg, {
     util.check_arg_int(o, k, 1)
   end
   for _, k in ipairs({ "warmup", "seed", "sample", "top_k", "stop_after" }) do util.check_arg_int(o, k, 0) end
+  -- Attention keeps a block × block matrix per head and batch row: past a
+  -- few thousand bytes of context that alone outgrows any memory here.
+  if o.block_size > 4096 then
+    util.fail(("--block-size must be at most 4096 (attention holds block² scores per head), got %d")
+      :format(o.block_size))
+  end
+  util.check_arg_file(o, "resume")
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)

@@ -134,6 +134,25 @@ end
 -- Shifts every integer component of the dotted names of sd by `by`;
 -- values are kept. The metadata a loaded state dict falls back to is renamed
 -- too.
+-- The decimal string digits + by (by = 1 or -1) as a string, exact for any
+-- length (tonumber would round a 20-digit index); nil below 0.
+local function decimal_add(digits, by)
+  local d = { digits:byte(1, -1) }
+  local i = #d
+  while i >= 1 do
+    local v = d[i] - 48 + by
+    if v >= 0 and v <= 9 then d[i] = v + 48; break end
+    d[i] = (v < 0 and 9 or 0) + 48
+    i = i - 1
+  end
+  if i == 0 then
+    if by < 0 then return nil end
+    table.insert(d, 1, 49) -- 99 + 1 = 100
+  end
+  local s = string.char(unpack(d)):gsub("^0+(%d)", "%1")
+  return s
+end
+
 local function shift_names(who, sd, by)
   if type(sd) ~= "table" then
     fail(("%s: expected a state dict (a table of name → tensor), got %s"):format(who, type(sd)))
@@ -147,12 +166,12 @@ local function shift_names(who, sd, by)
       local parts = {}
       for part in (k .. "."):gmatch("([^.]*)%.") do
         if part:match("^%d+$") then
-          local n = tonumber(part) + by
-          if n < 0 then
+          local n = decimal_add(part, by)
+          if not n then
             fail(("%s: '%s' has the index %s; venom's module indices count from 1")
               :format(who, k, part))
           end
-          part = tostring(n)
+          part = n
         end
         parts[#parts + 1] = part
       end

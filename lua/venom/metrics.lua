@@ -7,8 +7,8 @@
 --     log:close()
 --     venom.plot.curves("run.png", log.records, {...})    -- see venom.plot
 --
--- Values are numbers (written with 17 significant digits, so they read
--- back exactly; NaN and ±inf as nan/inf in CSV and null in JSON, which has
+-- Values are numbers (written with the fewest digits that read back as the
+-- same double, 17 at most; NaN and ±inf as nan/inf in CSV and null in JSON, which has
 -- no such numbers), strings or booleans. CSV: the header is the union of
 -- keys of the first record, or opts.columns; a later record with a key
 -- not in the header is an error naming it, and a missing key is an empty
@@ -30,6 +30,12 @@ local function number_text(v, json)
   if v == math.huge then return json and "null" or "inf" end
   if v == -math.huge then return json and "null" or "-inf" end
   if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return ("%d"):format(v) end
+  -- The shortest text that reads back as the same double (0.1, not
+  -- 0.10000000000000001); 17 digits always do.
+  for digits = 15, 16 do
+    local t = ("%." .. digits .. "g"):format(v)
+    if tonumber(t) == v then return t end
+  end
   return ("%.17g"):format(v)
 end
 

@@ -435,8 +435,8 @@ end
 -- cycle_momentum (default true) the momentum moves the other way, from
 -- max_momentum down to base_momentum and back (SGD's momentum, Adam's
 -- beta1); an optimizer without momentum (SGD with momentum 0) is an error
--- unless cycle_momentum = false. Call sched:step() after each opt:step();
--- stepping past total_steps is an error.
+-- unless cycle_momentum = false. Call sched:step() after each opt:step(),
+-- total_steps times at most (more is an error).
 -- opts: max_lr (required), total_steps (required), pct_start = 0.3,
 -- anneal_strategy = "cos", div_factor = 25, final_div_factor = 1e4,
 -- cycle_momentum = true, base_momentum = 0.85, max_momentum = 0.95.
@@ -505,8 +505,11 @@ function OneCycleLR:apply()
 end
 
 function OneCycleLR:step()
-  if self.t + 1 >= self.total_steps then
-    fail(("optim.OneCycleLR: stepped %d times, past total_steps = %d"):format(self.t + 1, self.total_steps))
+  -- As PyTorch: total_steps calls of step() are allowed (one per batch of a
+  -- run of total_steps batches; the last one goes past the final phase).
+  if self.t + 1 > self.total_steps then
+    fail(("optim.OneCycleLR: step %d is past total_steps = %d (one step() per batch)")
+      :format(self.t + 1, self.total_steps))
   end
   self.t = self.t + 1
   return self:apply()

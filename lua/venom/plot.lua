@@ -129,7 +129,9 @@ function Figure:plot(...)
         fail(("plot: %s: value %d is not a number"):format(what, i))
       end
     end
-    table.insert(self.panels[self.current].series, { name = s[1], x = x, y = y, style = styles[style] })
+    -- A line through one point draws nothing: mark it.
+    local gp_style = #x == 1 and styles[style] == "lines" and "linespoints" or styles[style]
+    table.insert(self.panels[self.current].series, { name = s[1], x = x, y = y, style = gp_style })
   end
   return self
 end
@@ -154,7 +156,10 @@ function Figure:close()
   local script = {
     ("set terminal %s size %d,%d noenhanced"):format(terminals[self.ext], self.width, self.height),
     "set output " .. gp_string(self.path),
-    "set grid", "set key top right",
+    -- The key beside the plot, not over the curves; fixed margins keep the
+    -- panels' x axes aligned whatever their keys' widths.
+    "set grid", "set key outside right top",
+    "set lmargin at screen 0.1", "set rmargin at screen 0.76",
     ("set multiplot layout %d,1%s"):format(self.rows, self.title and " title " .. gp_string(self.title) or ""),
   }
   for _, p in ipairs(self.panels) do

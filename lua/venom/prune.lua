@@ -200,6 +200,17 @@ local function select_layers(who, model, names)
   return chosen
 end
 
+--- prune.check_target(mode, target): raises the error prune.GMP would give
+-- for this final layout (target: a pattern string for "vnm"/"nm", the final
+-- sparsity s_f for "unstructured"), so that a script can check its options
+-- before it loads data and builds a model.
+function prune.check_target(mode, target)
+  if mode ~= "vnm" and mode ~= "nm" and mode ~= "unstructured" then
+    fail(("prune.GMP: mode must be \"vnm\", \"nm\" or \"unstructured\", got %s"):format(tostring(mode)))
+  end
+  parse_target("prune.GMP", mode, type(target) == "number" and { s_f = target } or { pattern = target })
+end
+
 --- A GMP scheduler for `model`. opts:
 --   optimizer  the optimizer over model:parameters() (required): masked
 --              modes clear its state at pruned positions, vnm swaps in the

@@ -580,6 +580,20 @@ function util.check_arg_path(opts, key)
   return path
 end
 
+--- opts[key], if not "", must name a file that can be read (a checkpoint
+-- given with --resume, say): checked at the start, so a typo stops the run
+-- before the data is loaded.
+function util.check_arg_file(opts, key)
+  local path = opts[key]
+  if path == "" then return path end
+  local f, err = io.open(path, "rb")
+  if not f then fail(("%s: cannot read %s"):format(option_name(key), err)) end
+  local _, dir_err = f:read(0) -- a directory opens, then fails to read
+  f:close()
+  if dir_err then fail(("%s: %s is not a file (%s)"):format(option_name(key), path, dir_err)) end
+  return path
+end
+
 --- The output files of a training script, checked at the start (inside a
 -- parse_cli check): opts.save, opts.log and opts.plot, where given, must be
 -- creatable (check_arg_path), --plot a .png or .svg with gnuplot installed

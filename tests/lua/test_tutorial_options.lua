@@ -1,0 +1,27 @@
+-- Tutorial options that can only fail later are checked at the start: each
+-- of these exits with status 2 and an `error:` line before any data loads.
+package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
+local tap = require "tap"
+
+local exe = os.getenv("VENOM_EXE") or arg[-1]
+
+local cases = {
+  { "02-sparse-fashion-mnist.lua --mode nm --target 64:2:8", "pattern must be N:M" },
+  { "02-sparse-fashion-mnist.lua --target 64:2:3", "pattern must be V:2:M" },
+  { "02-sparse-fashion-mnist.lua --stop-after 9 --epochs 2", "%-%-stop%-after 9 is past %-%-epochs 2" },
+  { "02-sparse-fashion-mnist.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
+  { "01-fashion-mnist.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
+  { "01-fashion-mnist.lua --resume /", "is not a file" },
+  { "03-tiny-gpt.lua --block-size 100000", "%-%-block%-size must be at most 4096" },
+  { "03-tiny-gpt.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
+}
+for _, c in ipairs(cases) do
+  local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
+  local out = p:read("*a")
+  p:close()
+  local rc = tonumber(out:match("rc=(%d+)\n$"))
+  local first = out:match("^[^\n]*")
+  tap.ok(rc == 2 and first:find("^error: ") and first:find(c[2]) and not out:find("traceback"),
+         ("%s: exit 2 with a clear error at once (%s, rc %s)"):format(c[1], first, tostring(rc)))
+end
+tap.done()
