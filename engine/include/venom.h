@@ -690,7 +690,7 @@ vn_tensor *vn_csr_values(const vn_csr *a);
 /* Y = A·X: X (cols, F...) f32 → Y (rows, F...). values (nnz) f32 overrides
  * A's own values when not NULL (attention weights computed by a model).
  * Autograd: dX = Aᵀ·dY (the transpose built once and cached in a) and, when
- * the values used (given or A's own) require grad, dvalues[e] = dY[row e] ·
+ * the values used (given or A's own; on CUDA the given ones) require grad, dvalues[e] = dY[row e] ·
  * X[col e] (SDDMM at the stored positions). CPU: OpenMP over rows. CUDA
  * (X and values on the device): cuSPARSE cusparseSpMM, the index arrays
  * copied to the device once and cached. Errors: VN_ERR_SHAPE (X's first dim

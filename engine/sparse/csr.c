@@ -210,8 +210,8 @@ void vn_csr_free(vn_csr *a)
     vn_tensor_release(a->col_idx);
     vn_tensor_release(a->values);
     vn_tensor_release(atomic_load(&a->transpose));
-    vn_tensor_release(atomic_load(&a->cuda_row_ptr));
-    vn_tensor_release(atomic_load(&a->cuda_col_idx));
+    vn_tensor_release(atomic_load(&a->cuda_a));
+    vn_tensor_release(atomic_load(&a->cuda_t));
     free(a);
 }
 

@@ -20,7 +20,10 @@ struct vn_csr {
     /* i64 (cols + 1 + nnz): the transpose's column pointers, then perm:
      * column j's entries are perm[tptr[j] .. tptr[j+1]), in row order. */
     _Atomic(vn_tensor *) transpose;
-    _Atomic(vn_tensor *) cuda_row_ptr, cuda_col_idx; /* device copies for cuSPARSE */
+    /* Device copies for the CUDA path (csr_cuda.c), i64 on the GPU: A as
+     * [row_ptr | col_idx | row_idx], its transpose as [tptr | the entries'
+     * rows in transposed order | perm]. */
+    _Atomic(vn_tensor *) cuda_a, cuda_t;
 };
 
 /* The transpose blob of a (built now if needed); borrowed, lives as long
