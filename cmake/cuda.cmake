@@ -42,7 +42,7 @@ if(VENOM_HAVE_CUDA)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()
   target_compile_options(venom PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
-  target_link_libraries(venom PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt)
+  target_link_libraries(venom PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt CUDA::cusparse)
   message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}")
   # GPU benchmarks (tables, never pass/fail; tests/gpu/device-check.sh runs
   # them): bench/cuda_ops (GEMM against cuBLAS, launch overhead, bandwidth)

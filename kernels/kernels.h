@@ -252,6 +252,22 @@ int vnk_vnm_pack_values(void *out, vn_dtype dtype, const float *values, const in
 int vnk_vnm_transpose_input(void *xt, vn_dtype dtype, int64_t ldx, const float *x, int64_t B,
                             int64_t K);
 
+/* ---- CSR sparse matrices (kernels/csr.cu) -------------------------------- */
+
+/* y (rows, F) = A·x (cols, F), row-major f32, for A in CSR with i64
+ * row_ptr (rows + 1), col_idx (nnz) and f32 vals (nnz), all dev: cuSPARSE
+ * cusparseSpMM with CUSPARSE_SPMM_CSR_ALG2 (deterministic: the same bits
+ * run after run). nnz may be 0 (y = 0). */
+int vnk_csr_spmm(float *y, const int64_t *row_ptr, const int64_t *col_idx, const float *vals,
+                 const float *x, int64_t rows, int64_t cols, int64_t nnz, int64_t F);
+/* SDDMM at the stored positions: dv[e] = dy[row_idx[e], :] · x[col_idx[e], :]
+ * for e < nnz, dy (rows, F) and x (cols, F) row-major f32 (one warp per
+ * entry, no atomics). */
+int vnk_csr_sddmm(float *dv, const int64_t *row_idx, const int64_t *col_idx, const float *dy,
+                  const float *x, int64_t nnz, int64_t F);
+/* out[k] = in[idx[k]] for k < n (f32; the transpose's values). */
+int vnk_gather_f32(float *out, const float *in, const int64_t *idx, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -166,3 +166,17 @@ int vnk_vnm_transpose_input(void *xt, vn_dtype dtype, int64_t ldx, const float *
 {
     NO_CUDA;
 }
+
+int vnk_csr_spmm(float *y, const int64_t *row_ptr, const int64_t *col_idx, const float *vals,
+                 const float *x, int64_t rows, int64_t cols, int64_t nnz, int64_t F)
+{
+    NO_CUDA;
+}
+
+int vnk_csr_sddmm(float *dv, const int64_t *row_idx, const int64_t *col_idx, const float *dy,
+                  const float *x, int64_t nnz, int64_t F)
+{
+    NO_CUDA;
+}
+
+int vnk_gather_f32(float *out, const float *in, const int64_t *idx, int64_t n) { NO_CUDA; }
