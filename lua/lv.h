@@ -104,6 +104,11 @@ extern const luaL_Reg lv_checkpoint_functions[];
 /* lv_sparse.c: V:N:M sparse matrices (venom.VNM userdata) and their ops. */
 extern const luaL_Reg lv_sparse_functions[];
 
+/* lv_graph.c: CSR graphs (venom.Graph userdata) and their SAGA-NN ops;
+ * lv_graph_open makes the metatable and core.graph_methods. */
+extern const luaL_Reg lv_graph_functions[];
+void lv_graph_open(lua_State *L);
+
 /* lv_device.c: t:cuda()/cpu()/device()/is_cuda(), venom.cuda_* and autocast. */
 extern const luaL_Reg lv_device_methods[];
 extern const luaL_Reg lv_device_functions[];

@@ -3,7 +3,7 @@
  * tensor userdata (boxing, creation, properties, elements, metamethods) and
  * luaopen_venom_core, which gathers the tables of its siblings: lv_view.c
  * (views and copies), lv_ops.c (arithmetic, pointwise, reductions), lv_nn.c,
- * lv_optim.c, lv_autograd.c, lv_device.c, lv_convert.c (tables and
+ * lv_optim.c, lv_autograd.c, lv_device.c, lv_graph.c, lv_convert.c (tables and
  * printing), lv_sparse.c, lv_transformer.c, lv_checkpoint.c, lv_system.c;
  * lv_args.c reads their arguments.
  *
@@ -509,7 +509,7 @@ static const luaL_Reg *const lv_method_tables[] = {
 static const luaL_Reg *const lv_function_tables[] = {
     lv_tensor_functions, lv_view_functions, lv_ops_functions, lv_nn_functions,
     lv_optim_functions, lv_autograd_functions, lv_system_functions, lv_sparse_functions,
-    lv_transformer_functions, lv_checkpoint_functions, lv_device_functions, NULL,
+    lv_graph_functions, lv_transformer_functions, lv_checkpoint_functions, lv_device_functions, NULL,
 };
 
 /* __index is not here: it is a closure over the methods (luaopen_venom_core). */
@@ -546,6 +546,7 @@ int luaopen_venom_core(lua_State *L)
     lua_setfield(L, -2, "Tensor");
     lua_pushliteral(L, VENOM_VERSION);
     lua_setfield(L, -2, "version");
+    lv_graph_open(L);
     lua_remove(L, methods);
     return 1;
 }

@@ -646,6 +646,76 @@ vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor
 vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
 vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);
 
+/* ---- sparse matrices and graphs (CSR) ------------------------------------ */
+
+/* A sparse matrix in CSR (compressed sparse row) form. As a graph, row =
+ * destination vertex and col = source vertex: the edge j→i is entry (i, j),
+ * so Y = A·X sums, into each vertex, the features of its in-neighbours. The
+ * graph-neural-network ops follow NGra's SAGA-NN stages (Ma et al., "Towards
+ * Efficient Large-Scale Graph Neural Network Computing", arXiv 1810.08403):
+ * Scatter (vertex data onto edges), ApplyEdge (ordinary tensor ops on the
+ * (nnz, F) edge tensor), Gather (a reduction into destination vertices),
+ * ApplyVertex (ordinary ops). A vn_csr is read-only once built (its
+ * transpose is built on first need, thread-safely) and may be shared by
+ * threads; the ops keep what their backward needs, so the matrix may be
+ * freed while a graph that used it still waits for backward. The index
+ * arrays live on the CPU; vn_csr_spmm also runs on CUDA tensors (cuSPARSE),
+ * the other ops are CPU only (VN_ERR_DEVICE for a CUDA tensor). Every op is
+ * deterministic: each output row is summed by one thread in the stored
+ * order. */
+typedef struct vn_csr vn_csr;
+/* From COO: row, col are (E) i32/i64 0-based tensors, values (E) f32 or NULL
+ * (all ones). Entries are sorted by row, then col (a stable sort: this is
+ * "the stored order" that edge tensors follow); duplicate (row, col) pairs
+ * are summed into one entry (in their input order; duplicates without
+ * values give an entry of value 2, 3, ...). rows or E may be 0. Errors:
+ * VN_ERR_ARG for a negative size or an index out of range or negative (the
+ * message gives the position and value), VN_ERR_SHAPE when row, col and
+ * values are not 1-d of one length, VN_ERR_DTYPE, VN_ERR_DEVICE. */
+vn_csr *vn_csr_from_coo(int64_t rows, int64_t cols, const vn_tensor *row, const vn_tensor *col,
+                        const vn_tensor *values);
+void vn_csr_free(vn_csr *a); /* NULL is a no-op */
+/* Sizes; 0 (and the error set) for NULL. */
+int64_t vn_csr_rows(const vn_csr *a);
+int64_t vn_csr_cols(const vn_csr *a);
+int64_t vn_csr_nnz(const vn_csr *a);
+/* The arrays, each a new reference: row pointers i64 (rows + 1); each
+ * entry's row (destination) i64 (nnz); each entry's column (source) i64
+ * (nnz); the matrix's own values f32 (nnz), shared, not a copy, or NULL with
+ * vn_last_status() VN_OK when the matrix has none (all ones). */
+vn_tensor *vn_csr_row_ptr(const vn_csr *a);
+vn_tensor *vn_csr_row_idx(const vn_csr *a);
+vn_tensor *vn_csr_col_idx(const vn_csr *a);
+vn_tensor *vn_csr_values(const vn_csr *a);
+/* Y = A·X: X (cols, F...) f32 → Y (rows, F...). values (nnz) f32 overrides
+ * A's own values when not NULL (attention weights computed by a model).
+ * Autograd: dX = Aᵀ·dY (the transpose built once and cached in a) and, when
+ * the values used (given or A's own) require grad, dvalues[e] = dY[row e] ·
+ * X[col e] (SDDMM at the stored positions). CPU: OpenMP over rows. CUDA
+ * (X and values on the device): cuSPARSE cusparseSpMM, the index arrays
+ * copied to the device once and cached. Errors: VN_ERR_SHAPE (X's first dim
+ * is not cols, values not (nnz)), VN_ERR_DTYPE, VN_ERR_DEVICE. */
+vn_tensor *vn_csr_spmm(const vn_csr *a, const vn_tensor *values, const vn_tensor *x);
+/* SAGA-NN stages, differentiable, deterministic (CPU):
+ * scatter: x (cols, F...) for the source side [or (rows, F...) for the
+ *   destination side] → (nnz, F...); entry e gets x[col e] (source) or
+ *   x[row e]. The gradient sums each vertex's edges in the stored order.
+ * gather: e (nnz, F...) → (rows, F...), reduced over each row's entries:
+ *   sum, mean, max (rows without entries give 0; max's gradient goes to the
+ *   first maximum in the stored order).
+ * edge_softmax: scores (nnz) or (nnz, H) → softmax over each row's entries
+ *   (per head), as in GAT (Veličković et al. 2018): α_e = exp(s_e − m) /
+ *   Σ_{e' into the same vertex} exp(s_e' − m), m the row's maximum. */
+typedef enum { VN_GATHER_SUM, VN_GATHER_MEAN, VN_GATHER_MAX } vn_gather_op;
+vn_tensor *vn_csr_scatter(const vn_csr *a, const vn_tensor *x, bool source);
+vn_tensor *vn_csr_gather(const vn_csr *a, const vn_tensor *e, vn_gather_op op);
+vn_tensor *vn_csr_edge_softmax(const vn_csr *a, const vn_tensor *scores);
+/* The entries [first, first + count) in the stored order as a matrix of the
+ * same shape (rows × cols), for NGra's edge-chunk streaming: the gather of
+ * each chunk, summed over the chunks, is the gather of the whole. Errors:
+ * VN_ERR_ARG for a range outside [0, nnz]. */
+vn_csr *vn_csr_slice(const vn_csr *a, int64_t first, int64_t count);
+
 /* ---- softmax and losses ------------------------------------------------- */
 
 /* softmax(x)_i = exp(x_i − max x) / Σ_j exp(x_j − max x) along dim. */

@@ -181,7 +181,8 @@ function venom.from_torch_names(sd) return shift_names("from_torch_names", sd, 1
 function venom.to_torch_names(sd) return shift_names("to_torch_names", sd, -1) end
 
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
-                     checkpoint = true, sparse = true, plot = true, metrics = true, help = true }
+                     checkpoint = true, sparse = true, plot = true, metrics = true, help = true,
+                     graph = true }
 
 return setmetatable(venom, {
   __index = function(t, k)
