@@ -166,6 +166,7 @@ local function run(seed, verbose)
     local acc = { train = accuracy(out, ds.train), val = accuracy(out, ds.val),
                   test = accuracy(out, ds.test) }
     if acc.val > best.val then best = { val = acc.val, test = acc.test, epoch = epoch } end
+    best.final = acc.test
     if verbose and (epoch % opts.print_every == 0 or epoch == 1 or epoch == opts.epochs) then
       print(("epoch %3d/%d  loss %.4f  train %.3f  val %.3f  test %.3f  %.1f ms/epoch")
         :format(epoch, opts.epochs, l, acc.train, acc.val, acc.test, 1000 * train_time / epoch))
@@ -204,8 +205,8 @@ if opts.seeds > 1 then
   for _, r in ipairs(results) do var = var + (r.test - mean) ^ 2 end
   local std = math.sqrt(var / (#results - 1))
   for k, r in ipairs(results) do
-    print(("seed %d: test %.1f%% (val %.1f%%, epoch %d)"):format(opts.seed + k - 1, 100 * r.test,
-      100 * r.val, r.epoch))
+    print(("seed %d: test %.1f%% (val %.1f%%, epoch %d); final %.1f%%"):format(opts.seed + k - 1, 100 * r.test,
+      100 * r.val, r.epoch, 100 * r.final))
   end
   print(("%s on %s over %d seeds: test accuracy %.1f%% ± %.1f%% (mean ± std; min %.1f%%, "
     .. "max %.1f%%); %.2f ms per training epoch"):format(opts.model:upper(), opts.name,
