@@ -195,9 +195,9 @@ if bar then bar:close() end
 
 -- 5. Mean and spread over seeds ------------------------------------------------
 if opts.seeds > 1 then
-  local sum, ms, lo, hi = 0, 0, math.huge, -math.huge
+  local sum, final, ms, lo, hi = 0, 0, 0, math.huge, -math.huge
   for _, r in ipairs(results) do
-    sum, ms = sum + r.test, ms + r.ms
+    sum, final, ms = sum + r.test, final + r.final, ms + r.ms
     lo, hi = math.min(lo, r.test), math.max(hi, r.test)
   end
   local mean = sum / #results
@@ -205,10 +205,11 @@ if opts.seeds > 1 then
   for _, r in ipairs(results) do var = var + (r.test - mean) ^ 2 end
   local std = math.sqrt(var / (#results - 1))
   for k, r in ipairs(results) do
-    print(("seed %d: test %.1f%% (val %.1f%%, epoch %d); final %.1f%%"):format(opts.seed + k - 1, 100 * r.test,
-      100 * r.val, r.epoch, 100 * r.final))
+    print(("seed %d: test %.1f%% (val %.1f%%, epoch %d); at the last epoch %.1f%%")
+      :format(opts.seed + k - 1, 100 * r.test, 100 * r.val, r.epoch, 100 * r.final))
   end
   print(("%s on %s over %d seeds: test accuracy %.1f%% ± %.1f%% (mean ± std; min %.1f%%, "
-    .. "max %.1f%%); %.2f ms per training epoch"):format(opts.model:upper(), opts.name,
-    #results, 100 * mean, 100 * std, 100 * lo, 100 * hi, ms / #results))
+    .. "max %.1f%%); at the last epoch %.1f%%; %.2f ms per training epoch"):format(
+    opts.model:upper(), opts.name, #results, 100 * mean, 100 * std, 100 * lo, 100 * hi,
+    100 * final / #results, ms / #results))
 end
