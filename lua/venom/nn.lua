@@ -819,6 +819,8 @@ setmetatable(nn, {
     if k == "SparseLinear" then return require("venom.sparse").SparseLinear end
     -- nn.init (lua/venom/nn_init.lua) and nn.utils (nn_utils.lua), loaded on first use
     if k == "init" or k == "utils" then return require("venom.nn_" .. k) end
+    -- the graph layers (lua/venom/nn_graph.lua), loaded on first use
+    if k == "GCNConv" or k == "SAGEConv" or k == "GATConv" then return require("venom.nn_graph")[k] end
   end,
 })
 
