@@ -1,7 +1,8 @@
 /* lv_system.c — what the venom.core Lua module offers besides tensors:
  * engine memory (memory_stats, empty_cache), a monotonic clock and isatty
- * (venom.util's progress display uses both), and idx_load (IDX files such as
- * MNIST, read by venom.data). */
+ * (venom.util's progress display uses both), idx_load (IDX files such as
+ * MNIST, read by venom.data) and read_file (a file's bytes, gunzipped by
+ * zlib when it is gzip: venom.data's .gz text files). */
 #include "lv.h"
 
 #include <lualib.h>
@@ -13,6 +14,16 @@
 static int l_idx_load(lua_State *L)
 {
     return lv_push(L, vn_idx_load(lv_string(L, 1, "path")));
+}
+
+/* read_file(path) → the file's bytes as a Lua string (gzip decompressed). */
+static int l_read_file(lua_State *L)
+{
+    vn_tensor *t = vn_read_file(lv_string(L, 1, "path"));
+    if (!t) return lv_fail(L);
+    lua_pushlstring(L, vn_tensor_data(t), (size_t)vn_tensor_numel(t));
+    vn_tensor_release(t);
+    return 1;
 }
 
 static int l_memory_stats(lua_State *L)
@@ -53,5 +64,6 @@ static int l_isatty(lua_State *L)
 
 const luaL_Reg lv_system_functions[] = {
     LV_REG(memory_stats) LV_REG(empty_cache) LV_REG(clock) LV_REG(isatty) LV_REG(idx_load)
+    LV_REG(read_file)
     {NULL, NULL},
 };

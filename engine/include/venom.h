@@ -809,6 +809,12 @@ vn_status vn_adam_step_multi(int n, vn_tensor *const *param, const vn_tensor *co
  * VN_ERR_FORMAT (bad magic, unsupported type code, truncated data; the
  * message gives expected and found byte counts). */
 vn_tensor *vn_idx_load(const char *path);
+/* The bytes of a file as a 1-D u8 tensor, decompressed when it is gzip
+ * (zlib detects it; a plain file is read as it is): for text data sets
+ * shipped as .gz. Errors: VN_ERR_IO (cannot open or read: the message names
+ * the path and the system's reason), VN_ERR_FORMAT (a damaged gzip stream),
+ * VN_ERR_ARG (over 4 GiB), VN_ERR_MEMORY. */
+vn_tensor *vn_read_file(const char *path);
 
 /* ---- checkpoints: safetensors files ------------------------------------- */
 

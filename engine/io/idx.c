@@ -3,38 +3,14 @@
  * big-endian u32, then the elements in row-major order, big-endian. Files are
  * read through zlib's gz* calls, which pass plain files through unchanged, so
  * the same code reads .gz and uncompressed files. */
-#include "internal.h"
+#include "gz.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <zlib.h>
 
 /* Bigger than any real dataset file; a larger header is corrupt. */
 #define IDX_MAX_BYTES ((int64_t)1 << 34)
-
-/* Reads up to n bytes; returns how many were read (fewer at end of file), or
- * -1 after setting the message on a read or decompression error. */
-static int64_t read_bytes(gzFile f, void *buf, int64_t n, const char *path)
-{
-    int64_t got = 0;
-    while (got < n) {
-        unsigned chunk = n - got > (1 << 30) ? 1u << 30 : (unsigned)(n - got);
-        int r = gzread(f, (char *)buf + got, chunk);
-        if (r < 0) {
-            int errnum;
-            const char *msg = gzerror(f, &errnum);
-            if (errnum == Z_ERRNO)
-                vn__err(VN_ERR_IO, "idx: error reading '%s': %s", path, strerror(errno));
-            else
-                vn__err(VN_ERR_FORMAT, "idx: '%s' is a damaged gzip file: %s", path, msg);
-            return -1;
-        }
-        if (r == 0) break;
-        got += r;
-    }
-    return got;
-}
 
 /* The element type of an IDX type code: the tensor dtype it loads as and its
  * size in the file; false (message set) for codes venom does not load. */
@@ -67,7 +43,7 @@ static void from_big_endian32(void *data, int64_t n)
 static vn_tensor *idx_read(gzFile f, const char *path)
 {
     uint8_t magic[4];
-    int64_t got = read_bytes(f, magic, 4, path);
+    int64_t got = vn__gz_read(f, magic, 4, path, "idx");
     if (got < 0) return NULL;
     if (got < 4)
         return vn__errp(VN_ERR_FORMAT, "idx: '%s' is truncated: expected a 4-byte header, found "
@@ -86,7 +62,7 @@ static vn_tensor *idx_read(gzFile f, const char *path)
 
     uint8_t raw[4 * VN_MAX_DIMS];
     int64_t dims_bytes = 4 * (int64_t)ndim;
-    if ((got = read_bytes(f, raw, dims_bytes, path)) < 0) return NULL;
+    if ((got = vn__gz_read(f, raw, dims_bytes, path, "idx")) < 0) return NULL;
     if (got < dims_bytes)
         return vn__errp(VN_ERR_FORMAT, "idx: '%s' is truncated: expected %lld bytes of dims after "
                         "the magic, found %lld", path, (long long)dims_bytes, (long long)got);
@@ -113,9 +89,9 @@ static vn_tensor *idx_read(gzFile f, const char *path)
         vn_tensor_release(t);
         return vn__errp(VN_ERR_MEMORY, "idx: out of memory reading '%s'", path);
     }
-    got = read_bytes(f, dst, nbytes, path);
+    got = vn__gz_read(f, dst, nbytes, path, "idx");
     uint8_t extra;
-    int64_t more = got == nbytes ? read_bytes(f, &extra, 1, path) : 0;
+    int64_t more = got == nbytes ? vn__gz_read(f, &extra, 1, path, "idx") : 0;
     if (got >= 0 && more >= 0) {
         if (got < nbytes)
             vn__err(VN_ERR_FORMAT, "idx: '%s' is truncated: shape %s of %s needs %lld bytes of "

@@ -503,15 +503,9 @@ end
 -- Rows of features per venom.tensor call: bounds the Lua table built for each piece.
 local FEATURE_CHUNK = 262144
 
--- Shell quoting of a path for io.popen.
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
 -- The text of NAME.content (plain) or NAME.content.gz under root, and the
--- path read. The engine exposes zlib only through its IDX reader, so a .gz
--- file is decompressed by `gzip -dc`; the shell appends its exit status
--- after a newline so that a failure is not taken for an empty file.
+-- path read; a .gz file is decompressed by zlib in the engine
+-- (venom.read_file).
 local function read_content(who, root, name, hint)
   local plain = root .. "/" .. name .. ".content"
   local f = io.open(plain, "rb")
@@ -525,14 +519,8 @@ local function read_content(who, root, name, hint)
     fail(("%s: cannot open %s (no such file; nor %s)%s"):format(who, gz, plain, hint))
   end
   f:close()
-  local p = io.popen(("gzip -dc -- %s 2>/dev/null; printf '\\n%%d' $?"):format(shell_quote(gz)))
-  local s = p and p:read("*a")
-  if p then p:close() end
-  local text, status = (s or ""):match("^(.*)\n(%d+)$")
-  if status ~= "0" then
-    fail(("%s: cannot decompress %s with gzip -dc (%s)"):format(who, gz,
-      status and "exit status " .. status or "could not run gzip"))
-  end
+  local ok, text = pcall(venom.read_file, gz)
+  if not ok then fail(("%s: %s"):format(who, util.error_text(text))) end
   return text, gz
 end
 

@@ -167,6 +167,40 @@ static void test_fashion_mnist(void **state)
     vn_tensor_release(t);
 }
 
+/* vn_read_file: a gzip file and a plain one give the same bytes, across
+ * the reader's buffer doublings (200 KB); a missing file and a damaged gzip
+ * stream are errors naming the path. */
+static void test_read_file(void **state)
+{
+    (void)state;
+    size_t n = 200000;
+    unsigned char *bytes = malloc(n);
+    for (size_t i = 0; i < n; i++) bytes[i] = (unsigned char)(i * 7919u >> 3);
+    const char *names[] = {"blob.bin", "blob.bin.gz"};
+    for (int k = 0; k < 2; k++) {
+        vn_tensor *t = vn_read_file(write_file(names[k], bytes, n));
+        CHECK_PTR(t);
+        assert_int_equal(vn_tensor_dtype(t), VN_U8);
+        assert_int_equal(vn_tensor_numel(t), (int64_t)n);
+        assert_memory_equal(vn_tensor_data(t), bytes, n);
+        vn_tensor_release(t);
+        remove(write_file(names[k], "", 0));
+    }
+    vn_tensor *empty = vn_read_file(write_file("empty.txt", "", 0));
+    CHECK_PTR(empty);
+    assert_int_equal(vn_tensor_numel(empty), 0);
+    vn_tensor_release(empty);
+    remove(write_file("empty.txt", "", 0));
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/missing.gz", dir);
+    expect_error(vn_read_file(missing), (const char *[]){"read_file: cannot open", "missing.gz", NULL});
+    const unsigned char damaged[] = {31, 139, 8, 0, 0, 0, 0, 0, 0, 3, 255, 255, 255, 255, 255, 255};
+    const char *path = write_file("damaged.bin", damaged, sizeof damaged);
+    expect_error(vn_read_file(path), (const char *[]){"damaged gzip", "damaged.bin", NULL});
+    remove(path);
+    free(bytes);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -175,6 +209,7 @@ int main(void)
         cmocka_unit_test(test_wide_types),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_read_file),
     };
     return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }
