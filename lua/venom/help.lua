@@ -88,7 +88,7 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "help" }
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "graph", "help" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 

@@ -750,70 +750,8 @@ function MSELoss:forward(a, b)
   return venom.mse_loss(a, b, self.reduction)
 end
 
--- Transformer layers -----------------------------------------------------------
-
---- Lookup table: row ids[...] of weight (num_embeddings, embedding_dim),
--- drawn from N(0, 1) as in PyTorch. forward(ids) takes an i64/i32 tensor of
--- 1-based ids (any shape) and returns (..., embedding_dim); an id used
--- several times gets all its gradients added into its row.
-local Embedding = Module:extend("Embedding")
-nn.Embedding = Embedding
-
-function Embedding:__init(num_embeddings, embedding_dim)
-  Module.__init(self)
-  check_positive_int("nn.Embedding", "num_embeddings", num_embeddings)
-  check_positive_int("nn.Embedding", "embedding_dim", embedding_dim)
-  self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-  self:register_parameter("weight", venom.randn(num_embeddings, embedding_dim))
-end
-
-function Embedding:forward(ids)
-  if not is_tensor(ids) then
-    fail("nn.Embedding: expected a tensor of 1-based ids, got " .. type(ids))
-  end
-  return venom.embedding(self.weight, ids)
-end
-
-function Embedding:extra_repr()
-  return ("%d, %d"):format(self.num_embeddings, self.embedding_dim)
-end
-
---- Layer normalization over the last dim (Ba et al. 2016):
--- y = (x − mean)/sqrt(var + eps)·weight + bias, weight = 1 and bias = 0 at
--- first, both (dim). opts: eps = 1e-5.
-local LayerNorm = Module:extend("LayerNorm")
-nn.LayerNorm = LayerNorm
-
-function LayerNorm:__init(dim, opts)
-  Module.__init(self)
-  check_positive_int("nn.LayerNorm", "dim", dim)
-  opts = check_opts(opts, { "eps" }, "nn.LayerNorm")
-  local eps = opts.eps or 1e-5
-  if type(eps) ~= "number" or not (eps > 0 and eps < math.huge) then
-    fail("nn.LayerNorm: eps must be a positive number, got " .. tostring(eps))
-  end
-  self.dim, self.eps = dim, eps
-  self:register_parameter("weight", venom.ones(dim))
-  self:register_parameter("bias", venom.zeros(dim))
-end
-
-function LayerNorm:forward(x)
-  if not is_tensor(x) then
-    fail("nn.LayerNorm: expected a tensor input, got " .. type(x))
-  end
-  local nd = x:dim()
-  if nd == 0 or x:size(nd) ~= self.dim then
-    fail(("nn.LayerNorm: expected an input of shape (..., %d), got %s"):format(self.dim,
-      nd == 0 and "a 0-d tensor" or fmt_shape(x)))
-  end
-  return venom.layer_norm(x, self.weight, self.bias, self.eps)
-end
-
-function LayerNorm:extra_repr()
-  return ("%d, eps=%g"):format(self.dim, self.eps)
-end
-
--- nn.SparseLinear lives in venom.sparse, loaded on first use.
+-- nn.SparseLinear lives in venom.sparse; other families of layers in their
+-- own files, each loaded on first use.
 setmetatable(nn, {
   __index = function(_, k)
     if k == "SparseLinear" then return require("venom.sparse").SparseLinear end
@@ -821,6 +759,8 @@ setmetatable(nn, {
     if k == "init" or k == "utils" then return require("venom.nn_" .. k) end
     -- the graph layers (lua/venom/nn_graph.lua), loaded on first use
     if k == "GCNConv" or k == "SAGEConv" or k == "GATConv" then return require("venom.nn_graph")[k] end
+    -- the transformer layers (lua/venom/nn_transformer.lua), loaded on first use
+    if k == "Embedding" or k == "LayerNorm" then return require("venom.nn_transformer")[k] end
   end,
 })
 
