@@ -31,8 +31,12 @@ local function c_docs()
   if not text then return docs end
   local comment, last_was_decl = nil, false
   local in_comment, buf = false, {}
+  local open_decl -- a declaration whose parameters continue on the next lines
   for line in (text .. "\n"):gmatch("(.-)\n") do
-    if in_comment then
+    if open_decl then
+      open_decl.decl = open_decl.decl .. "\n    " .. line:gsub("^%s+", "")
+      if line:find(";") then open_decl = nil end
+    elseif in_comment then
       buf[#buf + 1] = line
       if line:find("%*/") then
         in_comment = false
@@ -45,7 +49,10 @@ local function c_docs()
       comment = nil
     else
       local name = line:match("[%s%*]vn_([%w_]+)%(")
-      if name and comment then docs[name] = { comment = comment, decl = line } end
+      if name and comment then
+        docs[name] = { comment = comment, decl = line }
+        if not line:find(";") then open_decl = docs[name] end
+      end
       if not name and not last_was_decl and not line:match("^%s") then comment = nil end
       last_was_decl = name ~= nil or line:match("^%s") ~= nil
     end
@@ -111,6 +118,7 @@ local function build_index()
   if mt and type(mt.__methods) == "table" then add("venom.", mt.__methods) end
   if type(venom.Tensor) == "table" then add("venom.Tensor.", venom.Tensor) end
   add("venom.cuda.", venom.cuda)
+  if type(venom.core.graph_methods) == "table" then add("venom.graph.", venom.core.graph_methods) end
   for _, m in ipairs(modules) do
     local ok, t = pcall(require, "venom." .. m)
     if ok and type(t) == "table" then
@@ -160,7 +168,7 @@ local function doc_of(qualified)
   end
   name = qualified:match("([%w_]+)$")
   if ldocs.init["venom." .. name] then return ldocs.init["venom." .. name] end
-  local d = cdocs[name] or cdocs["tensor_" .. name]
+  local d = cdocs[name] or cdocs["tensor_" .. name] or (mod == "graph" and cdocs["csr_" .. name]) or nil
   return d, d ~= nil
 end
 
@@ -201,6 +209,9 @@ function help.text(what)
   if not index then build_index() end
   local qualified
   if type(what) == "string" then
+    if not what:match("^[%w_.]+$") then
+      return nil, ("help: expected a name such as \"venom.matmul\", got %q"):format(what)
+    end
     qualified = what:match("^venom%.") and what or "venom." .. what
     if not index[qualified] then
       local s = help.suggest(qualified)
@@ -239,7 +250,8 @@ Modules (the REPL has venom, nn, optim and help as globals):
   venom             tensors, ops and autograd: venom.randn, x:matmul(w), loss:backward()
   venom.nn          layers and losses: nn.Linear, nn.Sequential, nn.CrossEntropyLoss
   venom.optim       optimizers and schedules: optim.SGD, optim.Adam, optim.AdamW, optim.StepLR
-  venom.data        datasets and batching: data.fashion_mnist, data.DataLoader
+  venom.data        datasets and batching: data.fashion_mnist, data.planetoid, data.DataLoader
+  venom.graph       sparse graphs (CSR): graph.from_edges, g:spmm, g:scatter, g:gather, g:propagate
   venom.sparse      V:N:M sparse layers: nn.SparseLinear, sparse.from_dense, sparse.sparsify
   venom.prune       gradual magnitude pruning: prune.GMP
   venom.checkpoint  a whole training state in one safetensors file

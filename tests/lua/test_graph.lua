@@ -8,7 +8,7 @@ local venom = require "venom"
 local graph = venom.graph
 
 venom.manual_seed(5)
-T.plan(16)
+T.plan(25)
 
 local function same_list(got, want, name)
   local ok = #got == #want
@@ -72,4 +72,26 @@ T.error_like(function() return graph.from_edges({ 1, 0 }, { 1, 1 }, 5) end, "src
              "index 0 (Lua counts from 1) is refused")
 T.error_like(function() return g:gather(venom.zeros(5, 2), "median") end, "sum.*mean.*max",
              "an unknown reduction lists the known ones")
+-- Mistakes a user makes, each a clear error naming the real culprit.
+do
+  local G = venom.graph
+  local h = G.from_edges({ 1, 2, 3 }, { 2, 3, 1 }, 3)
+  local x = venom.ones(3, 2)
+  T.error_like(function() G.from_edges({ 1, 2 }, { 2, 1 }, 2, { values = venom.tensor({ -3, 1 }) }):gcn_norm() end,
+    "gcn_norm: 1 vertices have a weighted degree <= 0", "gcn_norm refuses a non-positive degree (no silent 0)")
+  T.error_like(function() h:propagate(x, function() return nil end, "sum") end,
+    "edge_fn must return a tensor of 3 rows", "propagate names edge_fn when it returns nil")
+  T.error_like(function() h:propagate(x, function(e) return e:narrow(1, 1, 1) end, "sum", { max_edges = 2 }) end,
+    "edge_fn returned shape %(1, 2%) for edges 1..2", "propagate names edge_fn's wrong shape in a chunk")
+  T.error_like(function() h:propagate(x, nil, "sum") end, "edge_fn must be a function", "a missing edge_fn")
+  T.error_like(function() return h.edges() end, "g:edges: expected a graph as self", "a dot for a colon")
+  T.error_like(function() G.from_edges({ 1, 2, 3 }, { 2, 3 }, 3) end, "src and dst must be 1%-d and of one length",
+    "src and dst of different lengths, named as such")
+  T.error_like(function() G.from_edges({ 1.5, 1 }, { 2, 3 }, 3) end, "src%[1%] must be a whole vertex number",
+    "a fractional vertex number")
+  T.error_like(function() G.from_edges({ 1, 2 }, { 2, 3 }, 3, { values = venom.tensor({ 1, 2 }, "i64") }) end,
+    "values must be an f32 tensor", "i64 edge weights")
+  local w = G.from_edges({ 1, 2 }, { 2, 3 }, 3, { values = { 0.5, 2 } })
+  T.ok(w:values() and w:values():get(2) == 2, "edge weights as a Lua array")
+end
 T.done()
