@@ -55,6 +55,14 @@ vn_tensor *vn_read_file(const char *path)
         if (r < 0) break; /* the message is set */
         len += r;
         if (len < cap) {
+            /* zlib ends a gzip stream cut short as if it were complete and
+             * leaves the reason in gzerror. */
+            int errnum = Z_OK;
+            gzerror(f, &errnum);
+            if (errnum == Z_BUF_ERROR) {
+                vn__err(VN_ERR_FORMAT, "read_file: '%s' is truncated (the gzip stream ends early)", path);
+                break;
+            }
             int64_t shape[1] = {len};
             t = vn_from_data(VN_U8, 1, shape, buf);
             break;

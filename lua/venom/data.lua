@@ -518,7 +518,13 @@ local function read_content(who, root, name, hint)
   if not f then
     fail(("%s: cannot open %s (no such file; nor %s)%s"):format(who, gz, plain, hint))
   end
+  -- zlib reads a file that is not gzip as plain text; a .gz name that is
+  -- not gzip is a mistake to report, not text to parse.
+  local magic = f:read(2)
   f:close()
+  if magic ~= "\31\139" then
+    fail(("%s: %s is not a gzip file (it does not start with the gzip magic bytes 1f 8b)"):format(who, gz))
+  end
   local ok, text = pcall(venom.read_file, gz)
   if not ok then fail(("%s: %s"):format(who, util.error_text(text))) end
   return text, gz
@@ -733,8 +739,9 @@ function data.planetoid(root, name, opts)
       root = root .. "/" .. name
     end
   end
-  local hint = ("; expected %s.content[.gz], %s.cites and %s.split in %s (the LINQS layout; "
-    .. "get Cora or CiteSeer from the Planetoid or LINQS releases)"):format(name, name, name, root)
+  local hint = ("; expected %s.content[.gz], %s.cites and %s.split in %s or in %s/%s/ (the LINQS "
+    .. "layout; get Cora or CiteSeer from the Planetoid or LINQS releases)"):format(name, name, name, root,
+    root, name)
   local text, content_path = read_content(who, root, name, hint)
   local ids, index, features, labels, classes =
     parse_content(who, text, content_path, opts.normalize ~= false)
