@@ -39,12 +39,12 @@ vn_tensor *csr__new_rows(const vn_tensor *t, int64_t n)
  * (1) keeps a block of up to 64 columns of y[s, :] in registers for the
  * whole segment (acc of constant width W, which GCC unrolls into AVX
  * registers) instead of loading and storing y once per entry, (2) prefetches
- * the row it will gather some 1–4 KiB of gathers later (the hardware
- * prefetcher cannot guess a gather; on a 1M-node graph at F = 16 this
- * alone more than halves the time), and (3) walks F in W-wide blocks so a
- * wide row is summed block by block with the block in registers. Each
- * y[s, f] is still summed in entry order by one thread, so results do not
- * change. */
+ * the row it will gather about 4 KiB of gathers later (64 entries ahead at
+ * W = 16, 16 at W = 64; the hardware prefetcher cannot guess a gather, and
+ * on a 1M-node graph at F = 16 this alone more than halves the time), and
+ * (3) walks F in W-wide blocks so a wide row is summed block by block with
+ * the block in registers. Each y[s, f] is still summed in entry order by
+ * one thread, so results do not change. */
 
 #define CSR_SRC(k) (src ? src[perm ? perm[k] : (k)] : (perm ? perm[k] : (k)))
 
