@@ -31,7 +31,8 @@
  * --dump DIR writes each graph as raw little-endian arrays for
  * bench/torch_spmm.py: NAME.row_ptr.i64, NAME.col_idx.i64, NAME.values.f32
  * and NAME.txt ("rows cols nnz"), then runs the benchmark as usual. */
-#include "venom.h"
+#define BENCH_NAME "spmm"
+#include "bench.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -49,19 +50,6 @@ typedef struct {
     int64_t F[MAX_F];
     const char *cora, *graphs, *dump;
 } options;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "spmm: %s: %s\n", what, vn_last_error());
-    exit(1);
-}
 
 static options parse_args(int argc, char **argv)
 {

@@ -17,7 +17,8 @@
  *
  * (Without OMP_WAIT_POLICY set, the program sets it to passive and
  * re-executes itself: spinning OpenMP threads starve OpenBLAS's.) */
-#include "venom.h"
+#define BENCH_NAME "vnm_cpu"
+#include "bench.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -34,19 +35,6 @@ typedef struct {
     int nshapes, nM, nV;
     int64_t shapes[MAX_LIST][2], M[MAX_LIST], V[MAX_LIST];
 } options;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void die(const char *what)
-{
-    fprintf(stderr, "vnm_cpu: %s: %s\n", what, vn_last_error());
-    exit(1);
-}
 
 /* A comma-separated list of integers (or RxK pairs when pairs != NULL). */
 static int parse_list(const char *s, int64_t *out, int64_t (*pairs)[2], const char *name)
