@@ -7,6 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+gzFile vn__gz_open(const char *path, const char *op)
+{
+    if (!path) return vn__errp(VN_ERR_ARG, "%s: path is NULL", op);
+    errno = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f)
+        return vn__errp(VN_ERR_IO, "%s: cannot open '%s': %s", op, path,
+                        errno ? strerror(errno) : "out of memory");
+    gzbuffer(f, 1 << 17);
+    return f;
+}
+
 int64_t vn__gz_read(gzFile f, void *buf, int64_t n, const char *path, const char *op)
 {
     int64_t got = 0;
@@ -34,13 +46,8 @@ int64_t vn__gz_read(gzFile f, void *buf, int64_t n, const char *path, const char
 
 vn_tensor *vn_read_file(const char *path)
 {
-    if (!path) return vn__errp(VN_ERR_ARG, "read_file: path is NULL");
-    errno = 0;
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return vn__errp(VN_ERR_IO, "read_file: cannot open '%s': %s", path,
-                        errno ? strerror(errno) : "out of memory");
-    gzbuffer(f, 1 << 17);
+    gzFile f = vn__gz_open(path, "read_file");
+    if (!f) return NULL;
     /* Grow a buffer by doubling until a read comes back short (the end of
      * the file); the tensor gets a copy of the exact size. */
     int64_t cap = 1 << 16, len = 0;

@@ -7,6 +7,11 @@
 
 #include <zlib.h>
 
+/* Opens path for reading through zlib (gzip or plain), with a 128 KiB
+ * buffer; NULL after setting the message ("op: cannot open '<path>': <the
+ * system's reason>", or "op: path is NULL"). */
+gzFile vn__gz_open(const char *path, const char *op);
+
 /* Reads up to n bytes of f into buf; returns how many were read (fewer at
  * the end of the file), or -1 after setting the message ("op: ..." naming
  * path) on a read or decompression error. */

@@ -5,7 +5,6 @@
  * the same code reads .gz and uncompressed files. */
 #include "gz.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -121,13 +120,8 @@ static vn_tensor *idx_read(gzFile f, const char *path)
 
 vn_tensor *vn_idx_load(const char *path)
 {
-    if (!path) return vn__errp(VN_ERR_ARG, "idx: path is NULL");
-    errno = 0;
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return vn__errp(VN_ERR_IO, "idx: cannot open '%s': %s", path,
-                        errno ? strerror(errno) : "out of memory");
-    gzbuffer(f, 1 << 17);
+    gzFile f = vn__gz_open(path, "idx");
+    if (!f) return NULL;
     vn_tensor *t = idx_read(f, path);
     gzclose(f);
     return t;
