@@ -61,6 +61,14 @@ lv_opts lv_take_opts(lua_State *L, int *top);
 lv_opts lv_take_opts_at(lua_State *L, int *top, int first, vn_dtype dtype);
 vn_tensor *lv_shifted(vn_tensor *t, double k);
 vn_tensor *lv_check_indices(lua_State *L, int i, const char *op, const char *what);
+/* Engine objects Lua holds (a vn_vnm, a vn_csr): a userdata "box" of one
+ * pointer whose metatable is registered as mt, and whose __gc frees the
+ * object and sets the slot to NULL. lv_box_check gives the slot of the box
+ * at i, or raises an argument error "expected <what>"; lv_box_new pushes an
+ * empty box (NULL) with mt's metatable, which must exist: make the box
+ * first, then the object, so a failed allocation of the box leaks nothing. */
+void **lv_box_check(lua_State *L, int i, const char *mt, const char *what);
+void **lv_box_new(lua_State *L, const char *mt);
 vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what);
 bool lv_is_integer_dtype(vn_dtype d);
 

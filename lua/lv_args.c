@@ -385,3 +385,19 @@ vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const
     }
     return out;
 }
+
+void **lv_box_check(lua_State *L, int i, const char *mt, const char *what)
+{
+    void **slot = luaL_testudata(L, i, mt);
+    if (!slot) lv_argfail(L, i, "expected %s, found %s", what, luaL_typename(L, i));
+    return slot;
+}
+
+void **lv_box_new(lua_State *L, const char *mt)
+{
+    void **slot = lua_newuserdata(L, sizeof *slot);
+    *slot = NULL;
+    luaL_getmetatable(L, mt);
+    lua_setmetatable(L, -2);
+    return slot;
+}

@@ -21,35 +21,27 @@
 
 #define LV_GRAPH_MT "venom.Graph"
 
-typedef struct {
-    vn_csr *a; /* NULL once collected */
-} lv_graph_box;
-
 static vn_csr *check_graph(lua_State *L, int i)
 {
-    lv_graph_box *b = luaL_testudata(L, i, LV_GRAPH_MT);
-    if (!b) lv_argfail(L, i, "expected a graph, found %s", luaL_typename(L, i));
-    return b->a;
+    return *(vn_csr **)lv_box_check(L, i, LV_GRAPH_MT, "a graph");
 }
 
 static int graph_gc(lua_State *L)
 {
-    lv_graph_box *b = luaL_checkudata(L, 1, LV_GRAPH_MT);
-    vn_csr_free(b->a);
-    b->a = NULL;
+    vn_csr **slot = (vn_csr **)lv_box_check(L, 1, LV_GRAPH_MT, "a graph");
+    vn_csr_free(*slot);
+    *slot = NULL;
     return 0;
 }
 
-/* Pushes a box for a (a new graph, or NULL: raise the engine's error). */
-static int push_graph(lua_State *L, vn_csr *a)
-{
-    if (!a) return lv_fail(L);
-    lv_graph_box *b = lua_newuserdata(L, sizeof *b);
-    b->a = a;
-    luaL_getmetatable(L, LV_GRAPH_MT);
-    lua_setmetatable(L, -2);
-    return 1;
-}
+/* Pushes a new graph made by make(args...) (NULL: raise the engine's error),
+ * its box made first. */
+#define PUSH_GRAPH(L, make)                                                          \
+    do {                                                                             \
+        vn_csr **slot_ = (vn_csr **)lv_box_new(L, LV_GRAPH_MT);                       \
+        if (!(*slot_ = (make))) return lv_fail(L);                                    \
+        return 1;                                                                    \
+    } while (0)
 
 static int graph_num_nodes(lua_State *L)
 {
@@ -122,7 +114,7 @@ static int graph_slice(lua_State *L)
 {
     vn_csr *a = check_graph(L, 1);
     int64_t first = lv_int(L, 2, "first"), count = lv_int(L, 3, "count");
-    return push_graph(L, vn_csr_slice(a, first - 1, count));
+    PUSH_GRAPH(L, vn_csr_slice(a, first - 1, count));
 }
 
 static int graph_tostring(lua_State *L)
@@ -153,7 +145,7 @@ static int l_graph_from_edges(lua_State *L)
     lv_push(L, lv_indices0(L, 1, n, "graph", "src"));
     lv_push(L, lv_indices0(L, 2, n, "graph", "dst"));
     vn_tensor *src0 = lv_totensor(L, -2), *dst0 = lv_totensor(L, -1);
-    return push_graph(L, vn_csr_from_coo(n, n, dst0, src0, values));
+    PUSH_GRAPH(L, vn_csr_from_coo(n, n, dst0, src0, values));
 }
 
 static int l_is_graph(lua_State *L)
@@ -166,7 +158,7 @@ static int l_is_graph(lua_State *L)
 void lv_graph_open(lua_State *L)
 {
     lua_newtable(L);
-    luaL_setfuncs(L, graph_methods, 0);
+    lv_setfuncs(L, graph_methods);
     luaL_newmetatable(L, LV_GRAPH_MT);
     lua_pushcfunction(L, graph_gc);
     lua_setfield(L, -2, "__gc");

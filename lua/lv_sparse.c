@@ -16,22 +16,16 @@
 
 #define LV_VNM_MT "venom.VNM"
 
-typedef struct {
-    vn_vnm *s; /* NULL once collected */
-} lv_vnm_box;
-
 static vn_vnm *check_vnm(lua_State *L, int i)
 {
-    lv_vnm_box *b = luaL_testudata(L, i, LV_VNM_MT);
-    if (!b) lv_argfail(L, i, "expected a V:N:M sparse matrix, found %s", luaL_typename(L, i));
-    return b->s;
+    return *(vn_vnm **)lv_box_check(L, i, LV_VNM_MT, "a V:N:M sparse matrix");
 }
 
 static int vnm_gc(lua_State *L)
 {
-    lv_vnm_box *b = luaL_checkudata(L, 1, LV_VNM_MT);
-    vn_vnm_free(b->s);
-    b->s = NULL;
+    vn_vnm **slot = (vn_vnm **)lv_box_check(L, 1, LV_VNM_MT, "a V:N:M sparse matrix");
+    vn_vnm_free(*slot);
+    *slot = NULL;
     return 0;
 }
 
@@ -89,21 +83,19 @@ static const luaL_Reg vnm_methods[] = {
 };
 
 /* A new, empty box with the metatable (made on first use) on the stack. */
-static lv_vnm_box *new_box(lua_State *L)
+static vn_vnm **new_box(lua_State *L)
 {
-    lv_vnm_box *b = lua_newuserdata(L, sizeof *b);
-    b->s = NULL;
     if (luaL_newmetatable(L, LV_VNM_MT)) {
         lua_pushcfunction(L, vnm_gc);
         lua_setfield(L, -2, "__gc");
         lua_pushcfunction(L, vnm_tostring);
         lua_setfield(L, -2, "__tostring");
         lua_newtable(L);
-        luaL_setfuncs(L, vnm_methods, 0);
+        lv_setfuncs(L, vnm_methods);
         lua_setfield(L, -2, "__index");
     }
-    lua_setmetatable(L, -2);
-    return b;
+    lua_pop(L, 1);
+    return (vn_vnm **)lv_box_new(L, LV_VNM_MT);
 }
 
 /* core.vnm_from_dense(W, V, N, M) */
@@ -111,8 +103,8 @@ static int l_vnm_from_dense(lua_State *L)
 {
     vn_tensor *w = lv_check(L, 1);
     int64_t V = lv_int(L, 2, "V"), N = lv_int(L, 3, "N"), M = lv_int(L, 4, "M");
-    lv_vnm_box *b = new_box(L);
-    if (!(b->s = vn_vnm_from_dense(w, V, N, M))) return lv_fail(L);
+    vn_vnm **slot = new_box(L);
+    if (!(*slot = vn_vnm_from_dense(w, V, N, M))) return lv_fail(L);
     return 1;
 }
 
@@ -122,8 +114,8 @@ static int l_vnm_from_pattern(lua_State *L)
     int64_t R = lv_int(L, 1, "R"), K = lv_int(L, 2, "K"), V = lv_int(L, 3, "V");
     int64_t N = lv_int(L, 4, "N"), M = lv_int(L, 5, "M");
     vn_tensor *cols = lv_check(L, 6), *idx = lv_check(L, 7), *values = lv_optcheck(L, 8);
-    lv_vnm_box *b = new_box(L);
-    if (!(b->s = vn_vnm_from_pattern(R, K, V, N, M, cols, idx, values))) return lv_fail(L);
+    vn_vnm **slot = new_box(L);
+    if (!(*slot = vn_vnm_from_pattern(R, K, V, N, M, cols, idx, values))) return lv_fail(L);
     return 1;
 }
 
