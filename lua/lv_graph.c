@@ -120,7 +120,8 @@ static int graph_slice(lua_State *L)
 static int graph_tostring(lua_State *L)
 {
     vn_csr *a = check_graph(L, 1);
-    lua_pushfstring(L, "Graph(%d nodes, %d edges)", (int)vn_csr_rows(a), (int)vn_csr_nnz(a));
+    int n = (int)vn_csr_rows(a), e = (int)vn_csr_nnz(a);
+    lua_pushfstring(L, "Graph(%d node%s, %d edge%s)", n, n == 1 ? "" : "s", e, e == 1 ? "" : "s");
     return 1;
 }
 

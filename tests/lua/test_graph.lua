@@ -8,7 +8,7 @@ local venom = require "venom"
 local graph = venom.graph
 
 venom.manual_seed(5)
-T.plan(25)
+T.plan(27)
 
 local function same_list(got, want, name)
   local ok = #got == #want
@@ -21,6 +21,8 @@ local g = graph.from_edges({ 1, 2, 3, 1, 2 }, { 2, 3, 1, 3, 2 }, 5)
 T.ok(graph.is_graph(g) and not graph.is_graph(venom.zeros(2)), "is_graph")
 T.is(g:num_nodes(), 5, "num_nodes")
 T.is(g:num_edges(), 5, "num_edges")
+T.is(tostring(g), "Graph(5 nodes, 5 edges)", "tostring counts nodes and edges")
+T.is(tostring(graph.from_edges({ 1 }, { 1 }, 1)), "Graph(1 node, 1 edge)", "tostring: singular for one")
 local src, dst = g:edges()
 same_list(src:totable(), { 3, 1, 2, 1, 2 }, "edges: src in the stored order (by dst, then src)")
 same_list(dst:totable(), { 1, 2, 2, 3, 3 }, "edges: dst")
