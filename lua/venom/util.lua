@@ -247,17 +247,24 @@ function util.ProgressBar(total, opts)
   return self
 end
 
+-- The speed as tqdm prints it: items per second, or seconds per item when
+-- an item takes longer than a second (0.0it/s would say nothing).
+local function format_rate(rate)
+  if rate > 0 and rate < 1 then return ("%.1fs/it"):format(1 / rate) end
+  return ("%.1fit/s"):format(rate)
+end
+
 -- The status text after the bar: "197/469 [00:02<00:03, 98.5it/s, loss=0.42]".
 function ProgressBar:status()
   local elapsed = self.clock() - self.start
   local rate = elapsed > 0 and self.n / elapsed or 0
   local parts
   if self.total == 0 then
-    parts = { ("%d [%s, %.1fit/s"):format(self.n, util.format_time(elapsed), rate) }
+    parts = { ("%d [%s, %s"):format(self.n, util.format_time(elapsed), format_rate(rate)) }
   else
     local eta = rate > 0 and (self.total - self.n) / rate or nil
-    parts = { ("%d/%d [%s<%s, %.1fit/s"):format(self.n, self.total,
-      util.format_time(elapsed), util.format_time(eta), rate) }
+    parts = { ("%d/%d [%s<%s, %s"):format(self.n, self.total,
+      util.format_time(elapsed), util.format_time(eta), format_rate(rate)) }
   end
   if self.postfix then
     local keys = {}

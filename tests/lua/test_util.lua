@@ -95,6 +95,16 @@ end
 do
   local out = sink()
   local c, clock = fake_clock()
+  local bar = util.ProgressBar(10, { file = out, tty = false, clock = clock })
+  for _ = 1, 2 do c.t = c.t + 24.4; bar:update() end
+  bar:close()
+  tap.ok(out:text():find(" 2/10 %[00:49<03:15, 24%.4s/it%]\n$"),
+    "progress bar: an item slower than a second is shown as s/it, not 0.0it/s")
+end
+
+do
+  local out = sink()
+  local c, clock = fake_clock()
   local bar = util.ProgressBar(4, { desc = "train", width = 8, file = out, tty = true, clock = clock })
   for _ = 1, 4 do c.t = c.t + 1; bar:update(1, { loss = 0.25 }) end
   bar:close()
