@@ -45,20 +45,22 @@ for _, case in ipairs({ { k = 1, cf = math.huge }, { k = 1, cf = 0.5 }, { k = 2,
   if case.cf < 1 then tap.ok(r.dropped > 0, name .. ": tokens were dropped") end
 end
 
--- Finite differences: loss = Σ y·R over a Switch layer with drops, in
--- training mode (the aux loss added), against the router's and the input's
--- gradients. Routing is piecewise constant: a step of 1e-3 does not move it
--- here (checked: the routing is the same at both ends).
-do
-  local moe = nn.MoE(D, H, { experts = E, k = 1, capacity_factor = 0.75, alpha = 0.1 })
+-- Finite differences: loss = Σ y·R (+ the aux loss, in training mode)
+-- against the router's and the input's gradients, for a Switch layer with
+-- drops and for the DTS gate (its Gumbel noise made the same in every call
+-- by reseeding, τ held by resetting the step count). Routing is piecewise
+-- constant: a step of 1e-3 does not move it here (checked: the kept loads
+-- are the same at both ends).
+local function check_fd(name, moe, reset)
   local xin = venom.randn(T, D):requires_grad_(true)
   local R = venom.randn(T, D)
   local function loss_of()
+    if reset then reset(moe) end
     local y = moe(xin)
     return (y * R):sum() + moe.aux_loss, moe.stats.kept
   end
   local loss = loss_of()
-  tap.ok(moe.stats.dropped_fraction > 0, "gradcheck case drops tokens")
+  local dropped = moe.stats.dropped_fraction
   loss:backward()
   local worst, moved = 0, false
   local function probe(t, i, j)
@@ -77,10 +79,17 @@ do
   end
   for _, ij in ipairs({ { 1, 1 }, { 2, 3 }, { 4, 6 }, { 3, 2 } }) do probe(moe.router.weight, ij[1], ij[2]) end
   for _, ij in ipairs({ { 1, 1 }, { 7, 3 }, { 20, 6 } }) do probe(xin, ij[1], ij[2]) end
-  tap.ok(not moved, "the routing stays put under the finite-difference steps")
-  tap.ok(worst < 2e-2, ("router and input gradients match finite differences (worst rel. error %.2g)")
-    :format(worst))
+  tap.ok(not moved, name .. ": the routing stays put under the finite-difference steps")
+  tap.ok(worst < 2e-2, ("%s: router and input gradients match finite differences (worst rel. error %.2g)")
+    :format(name, worst))
+  return dropped
 end
+local dropped = check_fd("Switch", nn.MoE(D, H, { experts = E, k = 1, capacity_factor = 0.75, alpha = 0.1 }))
+tap.ok(dropped > 0, "Switch gradcheck case drops tokens")
+check_fd("DTS", nn.MoE(D, H, { experts = E, k = 1, gate = "dts", anneal_steps = 10 }), function(m)
+  m.steps = 5 -- τ halfway: 1.15
+  venom.manual_seed(42)
+end)
 
 -- DTS: dense at τ_max, sparser as τ falls to τ_min, top-k in eval.
 do
