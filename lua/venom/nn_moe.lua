@@ -37,6 +37,17 @@ local util = require "venom.util"
 local nn = require "venom.nn"
 local fail = util.fail
 
+--- nn.MoE(d_model, d_hidden, opts): E experts d_model → d_hidden → d_model.
+-- opts (defaults): experts = 8, k = 1, gate = "topk" | "dts",
+-- capacity_factor = 1.25 (math.huge: none), alpha = 0.01 (balance loss),
+-- z_loss = 0, tau_max = 2, tau_min = 0.3, anneal_steps = 1000,
+-- threshold = 0.001 (DTS's γ), expert = {V = 64, M = 8} for V:N:M experts,
+-- new_expert = function(e) → module to build the experts yourself.
+-- After each call, self.stats = {load (tokens routed to each expert, a
+-- list), kept (after the capacity drop), balance (max load / mean load),
+-- experts_per_token, dropped_fraction, capacity, tau (DTS in training)};
+-- in training self.aux_loss is the balance (+ z) loss to add to the task
+-- loss (nil in eval).
 local MoE = nn.Module:extend("MoE")
 
 local DEFAULTS = { experts = 8, k = 1, gate = "topk", capacity_factor = 1.25, alpha = 0.01,
@@ -103,17 +114,7 @@ local function default_expert(d_model, d_hidden, sp)
   return nn.Sequential(linear(d_model, d_hidden), nn.GELU(), linear(d_hidden, d_model))
 end
 
---- nn.MoE(d_model, d_hidden, opts): E experts d_model → d_hidden → d_model.
--- opts (defaults): experts = 8, k = 1, gate = "topk" | "dts",
--- capacity_factor = 1.25 (math.huge: none), alpha = 0.01 (balance loss),
--- z_loss = 0, tau_max = 2, tau_min = 0.3, anneal_steps = 1000,
--- threshold = 0.001 (DTS's γ), expert = {V = 64, M = 8} for V:N:M experts,
--- new_expert = function(e) → module to build the experts yourself.
--- After each call, self.stats = {load (tokens routed to each expert, a
--- list), kept (after the capacity drop), balance (max load / mean load),
--- experts_per_token, dropped_fraction, capacity, tau (DTS in training)};
--- in training self.aux_loss is the balance (+ z) loss to add to the task
--- loss (nil in eval).
+-- Builds the router and the experts (options: see nn.MoE above).
 function MoE:__init(d_model, d_hidden, opts)
   nn.Module.__init(self)
   local c = check_config(d_model, d_hidden, opts)
