@@ -169,7 +169,7 @@ function MoE:balance_loss(logits, probs, r)
   local loss = (f * probs:mean(1)):sum() * (c.alpha * c.experts)
   if c.z_loss > 0 then
     local m = logits:detach():max(2, true) -- a constant shift: the gradient is softmax either way
-    local lse = (logits - m):exp():sum(2):log() + m
+    local lse = (logits - m):exp():sum(2, true):log() + m -- (T, 1)
     loss = loss + (lse * lse):mean() * c.z_loss
   end
   return loss

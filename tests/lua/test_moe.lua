@@ -86,10 +86,33 @@ local function check_fd(name, moe, reset)
 end
 local dropped = check_fd("Switch", nn.MoE(D, H, { experts = E, k = 1, capacity_factor = 0.75, alpha = 0.1 }))
 tap.ok(dropped > 0, "Switch gradcheck case drops tokens")
+check_fd("top-2 with z-loss", nn.MoE(D, H, { experts = E, k = 2, capacity_factor = 0.8, z_loss = 0.5 }))
 check_fd("DTS", nn.MoE(D, H, { experts = E, k = 1, gate = "dts", anneal_steps = 10 }), function(m)
   m.steps = 5 -- τ halfway: 1.15
   venom.manual_seed(42)
 end)
+
+-- The aux loss against plain loops: α·E·Σ fᵢ·Pᵢ + z·mean_t (log Σ_e exp l_te)².
+do
+  local moe = nn.MoE(D, H, { experts = E, k = 1, alpha = 0.3, z_loss = 0.2 })
+  moe(x)
+  local l = moe.router(x):totable()
+  local f, P, z = {}, {}, 0
+  for e = 1, E do f[e], P[e] = 0, 0 end
+  for t = 1, T do
+    local best, sum = 1, 0
+    for e = 1, E do
+      if l[t][e] > l[t][best] then best = e end
+      sum = sum + math.exp(l[t][e])
+    end
+    f[best] = f[best] + 1 / T
+    for e = 1, E do P[e] = P[e] + math.exp(l[t][e]) / sum / T end
+    z = z + math.log(sum) ^ 2 / T
+  end
+  local want = 0.2 * z
+  for e = 1, E do want = want + 0.3 * E * f[e] * P[e] end
+  tap.near(moe.aux_loss:item(), want, 1e-5, "aux loss = balance loss + z-loss, as plain loops compute them")
+end
 
 -- DTS: dense at τ_max, sparser as τ falls to τ_min, top-k in eval.
 do
