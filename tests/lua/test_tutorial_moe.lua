@@ -6,15 +6,13 @@
 -- is not there.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
+local testutil = require "testutil"
 
 local exe = os.getenv("VENOM_EXE") or arg[-1]
 local TEXT = "../shared/data/tinyshakespeare/input.txt"
 
 local function tutorial(args)
-  local p = io.popen(("'%s' tutorials/06-moe.lua %s 2>&1; echo \"rc=$?\""):format(exe, args))
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("rc=(%d+)\n$"))
+  return testutil.run(("'%s' tutorials/06-moe.lua %s"):format(exe, args))
 end
 
 local out, rc = tutorial("--models dense,hash")
