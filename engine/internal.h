@@ -259,4 +259,11 @@ float vn__f16_to_f32(uint16_t h);
 
 #define VN_F32_PTR(t) ((float *)vn_tensor_data(t))
 
+/* out (outer, size, inner) += the rows of y (outer, m, inner) at the 1-d
+ * i32/i64 indices idx (m, entries in [0, size)), each times w[k] (w NULL: 1),
+ * in the order of k (engine/ops_moe.c; the scatter of vn_scatter_add_rows and
+ * of index_select's gradient). */
+void vn__scatter_add_rows_f32(float *out, const float *y, const vn_tensor *idx, const float *w,
+                              int64_t outer, int64_t size, int64_t m, int64_t inner);
+
 #endif

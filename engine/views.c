@@ -580,24 +580,16 @@ static vn_tensor *index_select_cuda(const vn_tensor *t, int dim, const vn_tensor
 static vn_status index_select_backward(vn_node *n, const vn_tensor *g)
 {
     const vn_tensor *x = n->inputs[0], *idx = n->inputs[1];
-    vn_tensor *full = vn_zeros(VN_F32, x->ndim, x->shape);
-    if (!full) return VN_ERR_MEMORY;
     int dim = VN_SAVED_STATE(n, struct dim_saved)->dim;
-    vn_status s = VN_OK;
-    for (int64_t k = 0; k < idx->shape[0] && !s; k++) { /* scatter-add: repeats accumulate */
-        int64_t row = (int64_t)vn__load(idx, vn__offset_of(idx, k));
-        vn_tensor *src = vn_select(g, dim, k), *dst = vn_select(full, dim, row);
-        vn_tensor *sum = src && dst ? vn_add(dst, src) : NULL;
-        s = sum ? vn_tensor_copy_(dst, sum) : VN_ERR_MEMORY;
-        vn_tensor_release(src);
-        vn_tensor_release(dst);
-        vn_tensor_release(sum);
-    }
-    if (s) {
-        vn_tensor_release(full);
-        return s;
-    }
-    return vn__accum(n, 0, full);
+    int64_t outer, inner;
+    around(x, dim, &outer, &inner);
+    vn_tensor *gc = vn__plain_contiguous(g);
+    vn_tensor *full = gc ? vn_zeros(VN_F32, x->ndim, x->shape) : NULL;
+    if (full) /* scatter-add: repeats accumulate */
+        vn__scatter_add_rows_f32(vn_tensor_data(full), vn_tensor_data(gc), idx, NULL, outer,
+                                 x->shape[dim], idx->shape[0], inner);
+    vn_tensor_release(gc);
+    return full ? vn__accum(n, 0, full) : VN_ERR_MEMORY;
 }
 
 vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)

@@ -6,7 +6,8 @@
 --     local GPT = require "models.gpt"
 --     local model = GPT({vocab_size = 256, block_size = 128, n_layer = 4,
 --                        n_head = 4, n_embd = 256, dropout = 0,
---                        mlp = {V = 64, M = 8}})       -- optional: V:2:M MLP layers
+--                        mlp = {V = 64, M = 8},        -- optional: V:2:M MLP layers
+--                        moe = {experts = 8, k = 1, gate = "topk", every = 2}}) -- optional
 --     local logits = model(idx)                        -- idx i64 (B, T) → (B, T, vocab)
 --     local loss = model:loss(idx, targets)            -- mean cross-entropy
 --     local out = model:generate({72, 105}, 100, {temperature = 0.8, top_k = 40})
@@ -17,6 +18,12 @@
 -- nn.SparseLinear layers (venom.sparse) holding the V:2:M magnitude pruning
 -- of those initial weights; without it they are nn.Linear, which
 -- venom.prune.GMP can prune during training (gpt:mlp_layers() names them).
+-- With `moe`, the MLP of every `every`-th block (blocks every, 2·every, ...)
+-- is an nn.MoE layer (lua/venom/nn_moe.lua) of `experts` copies of that MLP
+-- and a router; the other keys of `moe` are nn.MoE's options (k, gate,
+-- capacity_factor, alpha, z_loss, tau_max, tau_min, anneal_steps,
+-- threshold, expert = {V, M} for V:2:M experts). model:loss adds their
+-- balance losses in training; model:moe_stats() reports their routing.
 local venom = require "venom"
 local nn = require "venom.nn"
 local util = require "venom.util"
@@ -109,12 +116,26 @@ end
 
 local Block = nn.Module:extend("Block")
 
-function Block:__init(cfg, resid_std)
+-- An nn.MoE whose experts are this file's MLP (V:2:M with moe.expert) and
+-- whose router starts as GPT-2's projections do.
+local function moe_layer(cfg, resid_std)
+  local opts = { new_expert = function()
+    return MLP({ n_embd = cfg.n_embd, dropout = cfg.dropout, mlp = cfg.moe.expert }, resid_std)
+  end }
+  for k, v in pairs(cfg.moe) do
+    if k ~= "every" then opts[k] = v end
+  end
+  local moe = nn.MoE(cfg.n_embd, 4 * cfg.n_embd, opts)
+  init_linear(moe.router, 0.02)
+  return moe
+end
+
+function Block:__init(cfg, resid_std, use_moe)
   nn.Module.__init(self)
   self:add_module("ln1", nn.LayerNorm(cfg.n_embd))
   self:add_module("attn", Attention(cfg, resid_std))
   self:add_module("ln2", nn.LayerNorm(cfg.n_embd))
-  self:add_module("mlp", MLP(cfg, resid_std))
+  self:add_module("mlp", use_moe and moe_layer(cfg, resid_std) or MLP(cfg, resid_std))
 end
 
 -- Pre-LayerNorm residual block: x + attn(ln1(x)), then + mlp(ln2(·)).
@@ -133,7 +154,7 @@ local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, 
 local function check_config(opts)
   local who = "GPT"
   opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
-                                    "dropout", "mlp" }, who)
+                                    "dropout", "mlp", "moe" }, who)
   local cfg = {}
   for k, v in pairs(DEFAULTS) do
     if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
@@ -150,6 +171,14 @@ local function check_config(opts)
   if opts.mlp ~= nil then
     local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
     cfg.mlp = { V = m.V or 64, M = m.M or 8 }
+  end
+  if opts.moe ~= nil then
+    local m = check_options(opts.moe, { "experts", "k", "gate", "every", "capacity_factor", "alpha",
+      "z_loss", "tau_max", "tau_min", "anneal_steps", "threshold", "expert" }, "GPT: moe")
+    cfg.moe = {}
+    for k, v in pairs(m) do cfg.moe[k] = v end
+    cfg.moe.every = m.every or 2
+    util.check_int(cfg.moe.every, "every", { min = 1, max = cfg.n_layer, who = "GPT: moe" })
   end
   return cfg
 end
@@ -169,20 +198,59 @@ function GPT:__init(opts)
   end)
   self:add_module("drop", nn.Dropout(cfg.dropout))
   local blocks = nn.Sequential()
-  for _ = 1, cfg.n_layer do blocks:add(Block(cfg, resid_std)) end
+  for i = 1, cfg.n_layer do
+    blocks:add(Block(cfg, resid_std, cfg.moe ~= nil and i % cfg.moe.every == 0))
+  end
   self:add_module("blocks", blocks)
   self:add_module("ln_f", nn.LayerNorm(cfg.n_embd))
   -- Position ids 1..block_size, narrowed to the sequence length in forward.
   self.positions = venom.arange(1, cfg.block_size + 1, 1, "i64")
 end
 
---- The dotted module paths of the MLP projections ("blocks.1.mlp.fc", ...),
--- for venom.prune.GMP's `layers` option.
+--- The dotted module paths of the MLP projections ("blocks.1.mlp.fc", ...;
+-- an MoE block's are its experts', "blocks.2.mlp.experts.1.fc", ...), for
+-- venom.prune.GMP's `layers` option.
 function GPT:mlp_layers()
   local out = {}
   for i = 1, self.config.n_layer do
-    out[#out + 1] = ("blocks.%d.mlp.fc"):format(i)
-    out[#out + 1] = ("blocks.%d.mlp.proj"):format(i)
+    local mlp = self.blocks[i].mlp
+    local prefixes = { ("blocks.%d.mlp"):format(i) }
+    if mlp.experts then
+      prefixes = {}
+      for e = 1, mlp.config.experts do prefixes[e] = ("blocks.%d.mlp.experts.%d"):format(i, e) end
+    end
+    for _, p in ipairs(prefixes) do
+      out[#out + 1] = p .. ".fc"
+      out[#out + 1] = p .. ".proj"
+    end
+  end
+  return out
+end
+
+-- The nn.MoE layers with their block numbers, in order.
+local function moe_layers(self)
+  local out = {}
+  for i = 1, self.config.n_layer do
+    local mlp = self.blocks[i].mlp
+    if mlp.experts then out[#out + 1] = { block = i, layer = mlp } end
+  end
+  return out
+end
+
+--- The routing of each MoE layer in the last forward pass, a list of
+-- {block, load (tokens routed to each expert), kept (after the capacity
+-- drop), balance (max load / mean load), experts_per_token,
+-- dropped_fraction, capacity, tau (DTS in training)}; {} without `moe` or
+-- before the first forward.
+function GPT:moe_stats()
+  local out = {}
+  for _, m in ipairs(moe_layers(self)) do
+    local s = m.layer.stats
+    if s then
+      local row = { block = m.block }
+      for k, v in pairs(s) do row[k] = v end
+      out[#out + 1] = row
+    end
   end
   return out
 end
@@ -211,7 +279,11 @@ end
 function GPT:loss(idx, targets)
   local logits = self:forward(idx)
   local V = self.config.vocab_size
-  return venom.cross_entropy(logits:reshape(-1, V), targets:reshape(-1), "mean")
+  local loss = venom.cross_entropy(logits:reshape(-1, V), targets:reshape(-1), "mean")
+  for _, m in ipairs(moe_layers(self)) do -- the MoE balance losses (training only)
+    if m.layer.aux_loss then loss = loss + m.layer.aux_loss end
+  end
+  return loss
 end
 
 -- The 1-based index of a draw from the distribution ∝ exp(l / temperature)
@@ -306,9 +378,10 @@ end
 
 function GPT:extra_repr()
   local c = self.config
-  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s")
+  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s%s")
     :format(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout,
-      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or "")
+      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or "",
+      c.moe and (", moe every %d"):format(c.moe.every) or "")
 end
 
 return GPT

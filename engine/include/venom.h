@@ -871,6 +871,9 @@ vn_tensor *vn_tensor_map_get(const vn_tensor_map *m, const char *name);
 /* The metadata value under `key`, or NULL (VN_ERR_ARG) if absent. */
 const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
+/* Mixture-of-Experts dispatch: row scatter-add, routing. */
+#include "venom/moe.h"
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,4 +30,13 @@ function M.tmpdir()
   return dir
 end
 
+--- Runs a shell command line with stderr joined to stdout; returns the
+-- output and the exit status.
+function M.run(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read("*a")
+  p:close()
+  return out, tonumber(out:match("rc=(%d+)\n$"))
+end
+
 return M
