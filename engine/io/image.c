@@ -298,7 +298,12 @@ vn_tensor *vn_image_resize(const vn_tensor *img, int64_t height, int64_t width)
                         vn__shape(vn_tensor_ndim(img), vn_tensor_shape(img)));
     vn_tensor *plain = vn__plain_contiguous(img);
     vn_tensor *out = plain ? new_image(img, height, width, c) : NULL;
-    if (out && !stbir_resize_uint8(vn_tensor_data(plain), (int)w, (int)h, 0, vn_tensor_data(out),
+    /* stb filters even at scale 1 (with the smoothing Mitchell filter), so
+     * the same size is a plain copy: resizing to the size it has keeps an
+     * image as it is. */
+    if (out && height == h && width == w)
+        memcpy(vn_tensor_data(out), vn_tensor_data(plain), (size_t)(h * w * c));
+    else if (out && !stbir_resize_uint8(vn_tensor_data(plain), (int)w, (int)h, 0, vn_tensor_data(out),
                                    (int)width, (int)height, 0, (int)c)) {
         vn_tensor_release(out);
         out = vn__errp(VN_ERR_MEMORY, "image_resize: out of memory resizing %s to %lld x %lld",
