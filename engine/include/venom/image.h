@@ -58,10 +58,10 @@ vn_status vn_image_save(const char *path, const vn_tensor *img, int quality);
 
 /* A new u8 image of height × width pixels resampled from `img` (u8 (H, W)
  * or (H, W, C), CPU) by stb_image_resize: separable filtering, the
- * Catmull-Rom cubic where a dimension grows and the Mitchell-Netravali cubic
- * (B = C = 1/3) where it shrinks or keeps its size, edges clamped, channels independent, values
- * rounded and clamped to 0..255; at the same size, a copy. The output has
- * img's number of dims.
+ * Catmull-Rom cubic along a dimension that grows and the Mitchell-Netravali
+ * cubic (B = C = 1/3) along one that shrinks or keeps its size, edges
+ * clamped, channels independent, values rounded and clamped to 0..255; at
+ * the same height and width, a copy. The output has img's number of dims.
  * Errors: VN_ERR_ARG (height or width < 1 or above 2^24), VN_ERR_DTYPE,
  * VN_ERR_SHAPE, VN_ERR_DEVICE, VN_ERR_MEMORY. */
 vn_tensor *vn_image_resize(const vn_tensor *img, int64_t height, int64_t width);
