@@ -20,6 +20,9 @@ local util = require "venom.util"
 
 local core = venom.core
 local fail = util.fail
+-- errors raised here and in venom.image point at the user's line
+util.add_internal_source("[/\\]venom[/\\]data_image%.lua$")
+util.add_internal_source("[/\\]venom[/\\]image%.lua$")
 
 return function(data)
   local T = {}
@@ -41,9 +44,9 @@ return function(data)
   -- Fails unless x is a u8 image (H, W, C): the geometric transforms come before ToTensor.
   local function check_u8_image(who, x)
     if not venom.is_tensor(x) or x:dtype() ~= "u8" or x:dim() ~= 3 then
-      fail(("%s: expected a u8 image (H, W, C), as venom.image.load gives (put %s before "
-        .. "ToTensor), got %s"):format(who, who, venom.is_tensor(x)
-        and x:dtype() .. " " .. util.format_shape(x) or type(x)))
+      fail(("%s: expected a u8 image (H, W, C), as venom.image.load gives%s, got %s"):format(who,
+        who == "ToTensor" and "" or " (put " .. who .. " before ToTensor)",
+        venom.is_tensor(x) and x:dtype() .. " " .. util.format_shape(x) or type(x)))
     end
   end
 
@@ -122,6 +125,13 @@ return function(data)
     end)
   end
 
+  -- d / 2 rounded as torchvision's offsets are (Python's round: a half goes
+  -- to the even neighbour), so both crop the same window.
+  local function half_even(d)
+    local q = math.floor(d / 2)
+    return (d % 2 == 1 and q % 2 == 1) and q + 1 or q
+  end
+
   --- T.CenterCrop(size) → transform: the central height × width window of a
   -- u8 image (size = n or {height, width}); an image smaller than that is
   -- padded with 0 around it.
@@ -130,10 +140,7 @@ return function(data)
     local h, w = check_size(who, size)
     return transform(who, function(x)
       check_u8_image(who, x)
-      -- torchvision's offsets: round((H − h) / 2), halves rounded to even
-      local top = math.floor((x:size(1) - h) / 2 + 0.5)
-      local left = math.floor((x:size(2) - w) / 2 + 0.5)
-      return core.image_crop(x, top + 1, left + 1, h, w, 0)
+      return core.image_crop(x, half_even(x:size(1) - h) + 1, half_even(x:size(2) - w) + 1, h, w, 0)
     end)
   end
 
@@ -178,7 +185,7 @@ return function(data)
   end
 
   --- T.Compose(list) → transform: applies the transforms of `list` in order
-  -- (intermediate results are freed at once).
+  -- (intermediate results are freed at once; the input is left alone).
   function T.Compose(list)
     if type(list) ~= "table" then fail("Compose: expected a list of transforms, got " .. type(list)) end
     for i, t in ipairs(list) do
@@ -188,9 +195,10 @@ return function(data)
       end
     end
     return transform("Compose", function(x)
+      local input = x
       for _, t in ipairs(list) do
         local y = t(x)
-        if y ~= x and venom.is_tensor(x) then x:free() end
+        if y ~= x and x ~= input and venom.is_tensor(x) then x:free() end
         x = y
       end
       return x
@@ -250,7 +258,7 @@ return function(data)
     end
     if #ds.classes == 0 then
       fail(("%s: '%s' holds no class folders; expected the layout root/<class>/<image>, found "
-        .. "%d files and no sub-folders"):format(who, root, #names))
+        .. "no sub-folders among its %d entries"):format(who, root, #names))
     end
     for label, class in ipairs(ds.classes) do
       local dir = root .. "/" .. class
@@ -305,14 +313,19 @@ return function(data)
     if not ok then fail(("%s: %s"):format(who, util.error_text(imgs))) end
     local shape
     for k, img in ipairs(imgs) do
-      if self.transform then imgs[k] = self.transform(img) end
+      if self.transform then
+        imgs[k] = self.transform(img)
+        if imgs[k] ~= img then img:free() end
+      end
       local s = util.format_shape(imgs[k])
       shape = shape or s
       if s ~= shape then
-        for _, t in ipairs(imgs) do if venom.is_tensor(t) then t:free() end end
+        local hint = imgs[1]:dim() == imgs[k]:dim() and imgs[1]:size(1) == imgs[k]:size(1)
+          and imgs[1]:size(2) == imgs[k]:size(2) and "ImageFolder's channels option"
+          or "a Resize transform (and a CenterCrop)"
+        for _, t in ipairs(imgs) do t:free() end
         fail(("%s: images differ in shape after the transforms: '%s' is %s but '%s' is %s "
-          .. "(add a Resize and CenterCrop transform, or channels = 3)")
-          :format(who, paths[1], shape, paths[k], s))
+          .. "(to stack them, add %s)"):format(who, paths[1], shape, paths[k], s, hint))
       end
     end
     local batch = venom.stack(imgs, 1)

@@ -429,5 +429,6 @@ int main(void)
         cmocka_unit_test(test_batch),         cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_dirs),
     };
+    cmocka_set_message_output(CM_OUTPUT_TAP);
     return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
 }
