@@ -34,25 +34,26 @@ vn_status vn_dir_list(const char *path, int *n, char ***names, bool **is_dir)
                            strerror(errno));
     int count = 0, cap = 0;
     char **list = NULL;
-    vn_status s = VN_OK;
+    bool oom = false;
     struct dirent *e;
-    for (errno = 0; s == VN_OK && (e = readdir(d)); errno = 0) {
+    for (errno = 0; !oom && (e = readdir(d)); errno = 0) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (count == cap) {
             cap = cap ? 2 * cap : 64;
             char **grown = realloc(list, (size_t)cap * sizeof *list);
-            if (!grown) break;
-            list = grown;
+            if (grown) list = grown;
+            else oom = true;
         }
-        if (!(list[count] = strdup(e->d_name))) break;
-        count++;
+        if (!oom && !(list[count++] = strdup(e->d_name))) oom = true;
     }
-    if (e && s == VN_OK) s = vn__err(VN_ERR_MEMORY, "dir_list: out of memory listing '%s'", path);
+    vn_status s = VN_OK;
+    if (oom) s = vn__err(VN_ERR_MEMORY, "dir_list: out of memory listing '%s'", path);
     else if (errno) s = vn__err(VN_ERR_IO, "dir_list: cannot read directory '%s': %s", path,
                                 strerror(errno));
     closedir(d);
     bool *dirs = s == VN_OK ? calloc((size_t)count + 1, sizeof *dirs) : NULL;
-    if (s == VN_OK && !dirs) s = vn__err(VN_ERR_MEMORY, "dir_list: out of memory listing '%s'", path);
+    if (s == VN_OK && !dirs)
+        s = vn__err(VN_ERR_MEMORY, "dir_list: out of memory listing '%s'", path);
     if (s != VN_OK) {
         vn_dir_list_free(count, list, dirs);
         return s;

@@ -778,6 +778,8 @@ function data.planetoid(root, name, opts)
   }
 end
 
-require("venom.data_image")(data) -- data.ImageFolder, data.transforms, data.export_image_folder
+-- data.ImageFolder, data.transforms and data.export_image_folder live in
+-- lua/venom/data_image.lua, loaded on first use.
+setmetatable(data, { __index = function(_, k) return require("venom.data_image")[k] end })
 
 return data
