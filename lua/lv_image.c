@@ -17,8 +17,8 @@ static int channels_at(lua_State *L, int i)
 {
     if (lua_isnoneornil(L, i)) return 0;
     int64_t c = lv_int(L, i, "channels");
-    if (c < 0 || c > 4) return lv_argfail(L, i, "channels must be 0 (as stored) or 1..4, found %lld",
-                                          (long long)c);
+    if (c < 0 || c > 4)
+        return lv_argfail(L, i, "channels must be 0 (as stored) or 1..4, found %lld", (long long)c);
     return (int)c;
 }
 
@@ -62,9 +62,10 @@ static int l_image_save(lua_State *L)
     const char *path = lv_string(L, 1, "image_save: path");
     vn_tensor *img = lv_check(L, 2);
     int64_t quality = lua_isnoneornil(L, 3) ? 0 : lv_int(L, 3, "image_save: quality");
-    if (quality < 1 && !lua_isnoneornil(L, 3))
-        return lv_argfail(L, 3, "image_save: quality must be 1..100, found %lld", (long long)quality);
-    lv_status(L, vn_image_save(path, img, quality > 100 ? 101 : (int)quality));
+    if (!lua_isnoneornil(L, 3) && (quality < 1 || quality > 100))
+        return lv_argfail(L, 3, "image_save: quality must be 1..100, found %lld",
+                          (long long)quality);
+    lv_status(L, vn_image_save(path, img, (int)quality));
     return 0;
 }
 

@@ -12,7 +12,7 @@ local data = venom.data
 local image = venom.image
 local tf = data.transforms
 
-T.plan(33)
+T.plan(37)
 
 local tmp = testutil.tmpdir()
 
@@ -190,6 +190,13 @@ error_like(function() data.export_image_folder(venom.zeros(2, 3, 3, { dtype = "u
   { classes = { "b", "a" } }) end, { "sorted order" }, "export: class names out of sorted order")
 error_like(function() tf.ToTensor()(venom.zeros(3, 3, 3)) end, { "ToTensor", "f32 (3, 3, 3)" },
   "ToTensor of an f32 tensor")
+
+error_like(function() image.load(5) end, { "path must be a string" }, "image.load(5)")
+error_like(function() image.save(tmp .. "/q.jpg", img, 500) end, { "quality must be 1..100, found 500" },
+  "image.save with quality 500")
+error_like(function() image.resize(img, 0, 3) end, { "image_resize", "0 x 3" }, "image.resize to 0 x 3")
+error_like(function() image.load_batch({ tmp .. "/a.png", 7 }) end, { "paths[2] must be a string" },
+  "image.load_batch with a number for a path")
 
 os.execute("rm -rf '" .. tmp .. "'")
 T.done()
