@@ -35,16 +35,21 @@ local is_extension = {}
 for _, e in ipairs(EXTENSIONS) do is_extension[e] = true end
 
 -- A transform is a callable table: t(x) → x', with its name for messages.
-local function transform(name, fn)
-  return setmetatable({ name = name }, {
+-- fields: `batchable` (it also takes a batch of images, so ImageFolder may
+-- apply it once to the stacked batch), `list` (Compose's transforms).
+local function transform(name, fn, fields)
+  local t = fields or {}
+  t.name = name
+  return setmetatable(t, {
     __call = function(_, x) return fn(x) end,
     __tostring = function() return name end,
   })
 end
 
--- Fails unless x is a u8 image (H, W, C): the geometric transforms come before ToTensor.
-local function check_u8_image(who, x)
-  if not venom.is_tensor(x) or x:dtype() ~= "u8" or x:dim() ~= 3 then
+-- Fails unless x is a u8 image (H, W, C) (or a batch of them, (B, H, W, C),
+-- where batch is true): the geometric transforms come before ToTensor.
+local function check_u8_image(who, x, batch)
+  if not venom.is_tensor(x) or x:dtype() ~= "u8" or not (x:dim() == 3 or batch and x:dim() == 4) then
     fail(("%s: expected a u8 image (H, W, C), as venom.image.load gives%s, got %s"):format(who,
       who == "ToTensor" and "" or " (put " .. who .. " before ToTensor)",
       venom.is_tensor(x) and x:dtype() .. " " .. util.format_shape(x) or type(x)))
@@ -70,20 +75,22 @@ local function draw(n)
 end
 
 --- transforms.ToTensor() → transform: a u8 image (H, W, C) to f32 (C, H, W) with
--- values x/255 in [0, 1] (torchvision's ToTensor).
+-- values x/255 in [0, 1] (torchvision's ToTensor); a batch (B, H, W, C) to
+-- (B, C, H, W).
 function transforms.ToTensor()
   return transform("ToTensor", function(x)
-    check_u8_image("ToTensor", x)
+    check_u8_image("ToTensor", x, true)
     local f = x:float()
-    local chw = f:permute(3, 1, 2):contiguous()
+    local chw = (x:dim() == 3 and f:permute(3, 1, 2) or f:permute(1, 4, 2, 3)):contiguous()
     f:free()
     chw:div_(255)
     return chw
-  end)
+  end, { batchable = true })
 end
 
---- transforms.Normalize(mean, std) → transform: f32 (C, H, W) to (x − mean[c]) /
--- std[c] for each channel c; mean and std are lists of C numbers (std > 0).
+--- transforms.Normalize(mean, std) → transform: f32 (C, H, W) (or a batch
+-- (B, C, H, W)) to (x − mean[c]) / std[c] for each channel c; mean and std
+-- are lists of C numbers (std > 0).
 function transforms.Normalize(mean, std)
   local who = "Normalize"
   if type(mean) ~= "table" or type(std) ~= "table" or #mean == 0 or #mean ~= #std then
@@ -98,15 +105,17 @@ function transforms.Normalize(mean, std)
   local m = venom.tensor(mean):view(#mean, 1, 1)
   local s = venom.tensor(std):view(#std, 1, 1)
   return transform(who, function(x)
-    if not venom.is_tensor(x) or x:dtype() ~= "f32" or x:dim() ~= 3 or x:size(1) ~= #mean then
-      fail(("%s: expected an f32 image (%d, H, W) (put ToTensor before it), got %s"):format(who,
-        #mean, venom.is_tensor(x) and x:dtype() .. " " .. util.format_shape(x) or type(x)))
+    if not venom.is_tensor(x) or x:dtype() ~= "f32" or x:dim() < 3 or x:dim() > 4
+        or x:size(x:dim() - 2) ~= #mean then
+      fail(("%s: expected an f32 image (%d, H, W) or batch (B, %d, H, W) (put ToTensor before "
+        .. "it), got %s"):format(who, #mean, #mean,
+        venom.is_tensor(x) and x:dtype() .. " " .. util.format_shape(x) or type(x)))
     end
     local d = x:sub(m)
     local y = d:div(s)
     d:free()
     return y
-  end)
+  end, { batchable = true })
 end
 
 --- transforms.Resize(size) → transform: resamples a u8 image (venom.image.resize).
@@ -203,7 +212,7 @@ function transforms.Compose(list)
       x = y
     end
     return x
-  end)
+  end, { list = list })
 end
 
 -- ImageFolder ------------------------------------------------------------------
@@ -231,7 +240,9 @@ Folder.__index = Folder
 -- Fields: root, classes (names, by label), class_to_idx (name → label),
 -- paths and labels (Lua lists, one per image), n.
 -- Methods: ds:size(), ds:get(i) → image, label; ds:get_batch(indices [,
--- workers]) → images stacked along a new first dim, i64 labels. Hand it to
+-- workers]) → images stacked along a new first dim, i64 labels (the
+-- trailing ToTensor and Normalize of the transforms run once on the
+-- stacked batch: the same values as image by image). Hand it to
 -- data.DataLoader(ds, {workers = k, ...}) to decode each batch's files on k
 -- threads. Errors: no class folders, an empty class (naming it), a file
 -- that does not decode (naming it), images that differ in shape after the
@@ -248,9 +259,20 @@ function data.ImageFolder(root, opts)
   if tf ~= nil and type(tf) ~= "function" and not (type(tf) == "table" and getmetatable(tf).__call) then
     fail(("%s: transform must be a transform or a list of them, got %s"):format(who, type(tf)))
   end
+  -- The tail of batchable transforms (ToTensor, Normalize) runs once on
+  -- the stacked batch, the rest on each image: the same values, fewer ops.
+  local list = tf and (tf.list or { tf }) or {}
+  local cut = #list
+  while cut > 0 and type(list[cut]) == "table" and list[cut].batchable do cut = cut - 1 end
+  local per_image, per_batch = {}, {}
+  for i, t in ipairs(list) do
+    if i <= cut then per_image[#per_image + 1] = t else per_batch[#per_batch + 1] = t end
+  end
   local names, is_dir = list_dir(who, root)
   local ds = setmetatable({ root = root, classes = {}, class_to_idx = {}, paths = {}, labels = {},
-    transform = tf, channels = channels }, Folder)
+    transform = tf, channels = channels,
+    per_image = cut > 0 and transforms.Compose(per_image) or nil,
+    per_batch = #per_batch > 0 and transforms.Compose(per_batch) or nil }, Folder)
   for i, name in ipairs(names) do
     if is_dir[i] and name:sub(1, 1) ~= "." then
       ds.classes[#ds.classes + 1] = name
@@ -314,8 +336,8 @@ function Folder.get_batch(self, indices, workers)
   if not ok then fail(("%s: %s"):format(who, util.error_text(imgs))) end
   local shape
   for k, img in ipairs(imgs) do
-    if self.transform then
-      imgs[k] = self.transform(img)
+    if self.per_image then
+      imgs[k] = self.per_image(img)
       if imgs[k] ~= img then img:free() end
     end
     local s = util.format_shape(imgs[k])
@@ -331,6 +353,11 @@ function Folder.get_batch(self, indices, workers)
   end
   local batch = venom.stack(imgs, 1)
   for _, t in ipairs(imgs) do t:free() end
+  if self.per_batch then
+    local out = self.per_batch(batch)
+    if out ~= batch then batch:free() end
+    batch = out
+  end
   return batch, venom.tensor(labels, "i64")
 end
 

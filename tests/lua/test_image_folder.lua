@@ -12,7 +12,7 @@ local data = venom.data
 local image = venom.image
 local tf = data.transforms
 
-T.plan(37)
+T.plan(38)
 
 local tmp = testutil.tmpdir()
 
@@ -85,6 +85,13 @@ for _, workers in ipairs({ 0, 2, 0 }) do
 end
 T.is(maxdiff(runs[1].x, runs[2].x), 0, "2 workers: the same augmented images as 0 workers")
 T.is(maxdiff(runs[1].y, runs[2].y), 0, "2 workers: the same labels")
+venom.manual_seed(5)
+local xb = ds:get_batch({ 3, 1, 7 })
+venom.manual_seed(5)
+local one = {}
+for k, i in ipairs({ 3, 1, 7 }) do one[k] = ds:get(i) end
+T.ok(same_shape(xb, venom.zeros(3, 3, 12, 10)) and maxdiff(xb, venom.stack(one, 1)) == 0,
+  "get_batch (ToTensor, Normalize on the stacked batch) equals ds:get image by image")
 local plain = data.ImageFolder(root, { transform = { tf.ToTensor(), tf.Normalize({ 0.5, 0.4, 0.3 }, { 0.2, 0.25, 0.3 }) } })
 venom.manual_seed(11)
 local px = epoch(data.DataLoader(plain, { batch_size = 16, shuffle = true }))
