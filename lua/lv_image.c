@@ -9,6 +9,7 @@
  *   core.image_resize(img, height, width)         → u8 image
  *   core.image_crop(img, top, left, height, width [, fill]) → u8 image (top, left 1-based)
  *   core.image_hflip(img)                         → u8 image
+ *   core.image_to_float(img)                      → f32 (C, H, W) or (B, C, H, W) of x/255
  *   core.dir_list(path)                           → names (sorted), is_dir (booleans)
  *   core.make_dir(path)                           (mkdir -p) */
 #include "lv.h"
@@ -89,6 +90,8 @@ static int l_image_crop(lua_State *L)
 
 static int l_image_hflip(lua_State *L) { return lv_push(L, vn_image_hflip(lv_check(L, 1))); }
 
+static int l_image_to_float(lua_State *L) { return lv_push(L, vn_image_to_float(lv_check(L, 1))); }
+
 static int l_dir_list(lua_State *L)
 {
     const char *path = lv_string(L, 1, "dir_list: path");
@@ -116,6 +119,7 @@ static int l_make_dir(lua_State *L)
 
 const luaL_Reg lv_image_functions[] = {
     LV_REG(image_load) LV_REG(image_load_batch) LV_REG(image_save) LV_REG(image_resize)
-    LV_REG(image_crop) LV_REG(image_hflip) LV_REG(dir_list) LV_REG(make_dir)
+    LV_REG(image_crop) LV_REG(image_hflip) LV_REG(image_to_float) LV_REG(dir_list)
+    LV_REG(make_dir)
     {NULL, NULL},
 };

@@ -364,3 +364,31 @@ vn_tensor *vn_image_hflip(const vn_tensor *img)
     vn_tensor_release(plain);
     return out;
 }
+
+vn_tensor *vn_image_to_float(const vn_tensor *img)
+{
+    vn_status s = vn__check_dtype_arg(img, VN_U8, "image_to_float", "image", 0);
+    if (s != VN_OK) return NULL;
+    int nd = vn_tensor_ndim(img);
+    const int64_t *shape = vn_tensor_shape(img);
+    if (nd < 2 || nd > 4)
+        return vn__errp(VN_ERR_SHAPE, "image_to_float: expected an image (H, W) or (H, W, C) or a "
+                        "batch (B, H, W, C), found shape %s", vn__shape(nd, shape));
+    /* (B, H, W, C) with B = 1 and C = 1 where the dims are absent */
+    int64_t b = nd == 4 ? shape[0] : 1, h = shape[nd == 4], w = shape[1 + (nd == 4)];
+    int64_t c = nd >= 3 ? shape[nd - 1] : 1;
+    int64_t out_shape[4] = {b, c, h, w};
+    vn_tensor *plain = vn__plain_contiguous(img);
+    vn_tensor *out = plain ? nd == 4 ? vn__new(VN_F32, 4, out_shape) : vn__new(VN_F32, 3, out_shape + 1)
+                           : NULL;
+    if (out) {
+        const uint8_t *src = vn_tensor_data(plain);
+        float *dst = vn_tensor_data(out);
+        /* interleaved (h, w, c) to planes (c, h, w), one image at a time */
+        for (int64_t i = 0; i < b; i++, src += h * w * c, dst += c * h * w)
+            for (int64_t p = 0; p < h * w; p++)
+                for (int64_t k = 0; k < c; k++) dst[k * h * w + p] = src[p * c + k] * (1.0f / 255);
+    }
+    vn_tensor_release(plain);
+    return out;
+}

@@ -80,11 +80,7 @@ end
 function transforms.ToTensor()
   return transform("ToTensor", function(x)
     check_u8_image("ToTensor", x, true)
-    local f = x:float()
-    local chw = (x:dim() == 3 and f:permute(3, 1, 2) or f:permute(1, 4, 2, 3)):contiguous()
-    f:free()
-    chw:div_(255)
-    return chw
+    return core.image_to_float(x)
   end, { batchable = true })
 end
 

@@ -1,12 +1,12 @@
 /* Images through stb_image: PNG, BMP and TGA round trips byte for byte (1..4
  * channels, (H, W) images), JPEG within a tolerance, channel conversion;
- * crop and hflip against plain reference loops (windows past every edge);
- * resize: a copy at the same size, constant images stay constant, ramps
- * stay ramps; load_batch equal for 0 and 4
- * threads, with the same error (the first bad file) for both; hostile files
- * (every truncation of a PNG, a flipped bit in every byte, a header declaring
- * 10^10 pixels, truncated JPEGs) give errors and never a crash (run under
- * the sanitizers by the ASan build); bad arguments give messages naming the
+ * crop, hflip and to_float against plain reference loops (crop windows past
+ * every edge); resize: a copy at the same size, constant images stay
+ * constant, ramps stay ramps; load_batch equal for 0 and 4 threads, with the
+ * same error (the first bad file) for both; hostile files (every truncation
+ * of a PNG, a flipped bit in every byte, headers declaring 4·10^8 and 10^10
+ * pixels, truncated JPEGs) give errors and never a crash (run under the
+ * sanitizers by the ASan build); bad arguments give messages naming the
  * file; dir_list's order and make_dir. */
 #include "gradcheck.h"
 
@@ -209,6 +209,39 @@ static void test_crop_flip(void **state)
     assert_int_equal(vn_last_status(), VN_ERR_SHAPE);
     expect_message((const char *[]){"(2, 2, 5)", NULL});
     vn_tensor_release(x);
+    vn_tensor_release(img);
+}
+
+/* ToTensor: out[b][k][y][x] = in[b][y][x][k] / 255, as a plain loop */
+static void test_to_float(void **state)
+{
+    const int64_t B = 2, H = 3, W = 4, C = 3;
+    vn_tensor *img = random_image(4, (int64_t[]){B, H, W, C}, 12);
+    vn_tensor *f = vn_image_to_float(img);
+    CHECK_PTR(f);
+    assert_int_equal(vn_tensor_ndim(f), 4);
+    assert_int_equal(vn_tensor_shape(f)[1], C);
+    const uint8_t *src = vn_tensor_data(img);
+    const float *o = vn_tensor_data(f);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < C; k++)
+            for (int64_t y = 0; y < H; y++)
+                for (int64_t x = 0; x < W; x++)
+                    assert_float_equal(o[((b * C + k) * H + y) * W + x],
+                                       src[((b * H + y) * W + x) * C + k] / 255.0f, 1e-7);
+    vn_tensor_release(f);
+    vn_tensor *gray = random_image(2, (int64_t[]){H, W}, 13);
+    f = vn_image_to_float(gray);
+    CHECK_PTR(f);
+    assert_int_equal(vn_tensor_ndim(f), 3);
+    assert_int_equal(vn_tensor_shape(f)[0], 1);
+    assert_float_equal(((float *)vn_tensor_data(f))[5], ((uint8_t *)vn_tensor_data(gray))[5] / 255.0f, 1e-7);
+    vn_tensor_release(f);
+    vn_tensor_release(gray);
+    vn_tensor *one = vn_zeros(VN_U8, 1, (int64_t[]){4});
+    assert_null(vn_image_to_float(one));
+    expect_message((const char *[]){"image_to_float", "(4,)", NULL});
+    vn_tensor_release(one);
     vn_tensor_release(img);
 }
 
@@ -426,6 +459,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),   cmocka_unit_test(test_jpeg),
         cmocka_unit_test(test_crop_flip),     cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_to_float),
         cmocka_unit_test(test_batch),         cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_dirs),
     };

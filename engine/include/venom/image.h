@@ -82,6 +82,13 @@ vn_tensor *vn_image_crop(const vn_tensor *img, int64_t top, int64_t left, int64_
  * VN_ERR_SHAPE, VN_ERR_DEVICE, VN_ERR_MEMORY. */
 vn_tensor *vn_image_hflip(const vn_tensor *img);
 
+/* torchvision's ToTensor in one pass: u8 images (H, W, C) or a batch
+ * (B, H, W, C) (CPU, any layout) to a new f32 tensor (C, H, W) or
+ * (B, C, H, W) of x / 255, in [0, 1]; (H, W) gives (1, H, W). Errors:
+ * VN_ERR_DTYPE (not u8), VN_ERR_SHAPE (not 2-D to 4-D), VN_ERR_DEVICE,
+ * VN_ERR_MEMORY. */
+vn_tensor *vn_image_to_float(const vn_tensor *img);
+
 /* The entries of directory `path`, "." and ".." left out, sorted by strcmp
  * (bytewise, as Python's sorted() orders torchvision's class names):
  * *names gets n malloc'ed strings and *is_dir says for each whether it is a
