@@ -1,6 +1,6 @@
 /* Images through stb_image: PNG, BMP and TGA round trips byte for byte (1..4
- * channels, (H, W) images), JPEG within a tolerance, channel conversion;
- * crop, hflip and to_float against plain reference loops (crop windows past
+ * channels, (H, W) images), JPEG within a tolerance, a hand-written GIF,
+ * channel conversion; crop, hflip and to_float against plain reference loops (crop windows past
  * every edge); resize: a copy at the same size, constant images stay
  * constant, ramps stay ramps; load_batch equal for 0 and 4 threads, with the
  * same error (the first bad file) for both; hostile files (every truncation
@@ -129,6 +129,24 @@ static void test_round_trips(void **state)
         vn_tensor_release(back);
         vn_tensor_release(img);
     }
+}
+
+/* GIF (stb_image reads, does not write): a hand-written 1 × 1 GIF89a whose
+ * palette entry 0 is red and whose one pixel (LZW: clear, 0, end) uses it;
+ * stb_image gives GIFs as RGBA. */
+static void test_gif(void **state)
+{
+    static const unsigned char gif[] = {
+        'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0x80, 0, 0, /* 1 × 1, 2-colour table */
+        0xff, 0, 0, 0, 0, 0,                                   /* red, black */
+        0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0,                       /* image descriptor */
+        2, 2, 0x44, 0x01, 0, 0x3b};                            /* LZW data, trailer */
+    spit(path_of("red.gif"), gif, sizeof gif);
+    vn_tensor *t = vn_image_load(path_of("red.gif"), 0);
+    CHECK_PTR(t);
+    assert_int_equal(vn_tensor_numel(t), 4);
+    assert_memory_equal(vn_tensor_data(t), ((const uint8_t[]){255, 0, 0, 255}), 4);
+    vn_tensor_release(t);
 }
 
 static void test_jpeg(void **state)
@@ -459,7 +477,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),   cmocka_unit_test(test_jpeg),
         cmocka_unit_test(test_crop_flip),     cmocka_unit_test(test_resize),
-        cmocka_unit_test(test_to_float),
+        cmocka_unit_test(test_to_float),      cmocka_unit_test(test_gif),
         cmocka_unit_test(test_batch),         cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_dirs),
     };
