@@ -1,13 +1,13 @@
 /* Images through stb_image: PNG, BMP and TGA round trips byte for byte (1..4
  * channels, (H, W) images), JPEG within a tolerance, a hand-written GIF,
- * channel conversion; crop, hflip and to_float against plain reference loops (crop windows past
- * every edge); resize: a copy at the same size, constant images stay
- * constant, ramps stay ramps; load_batch equal for 0 and 4 threads, with the
- * same error (the first bad file) for both; hostile files (every truncation
- * of a PNG, a flipped bit in every byte, headers declaring 4·10^8 and 10^10
- * pixels, truncated JPEGs) give errors and never a crash (run under the
- * sanitizers by the ASan build); bad arguments give messages naming the
- * file; dir_list's order and make_dir. */
+ * channel conversion; crop, hflip and to_float against plain reference
+ * loops (crop windows past every edge); resize: a copy at the same size,
+ * constant images stay constant, ramps stay ramps; load_batch equal for 0
+ * and 4 threads, with the same error (the first bad file) for both; hostile
+ * files (every truncation of a PNG, a flipped bit in every byte, headers
+ * declaring 4·10^8 and 10^10 pixels, truncated JPEGs) give errors and never
+ * a crash (run under the sanitizers by the ASan build); bad arguments give
+ * messages naming the file; dir_list's order and make_dir. */
 #include "gradcheck.h"
 
 #include <stdio.h>
