@@ -257,7 +257,7 @@ function data.ImageFolder(root, opts)
   end
   -- The tail of batchable transforms (ToTensor, Normalize) runs once on
   -- the stacked batch, the rest on each image: the same values, fewer ops.
-  local list = tf and (tf.list or { tf }) or {}
+  local list = type(tf) == "table" and tf.list or { tf }
   local cut = #list
   while cut > 0 and type(list[cut]) == "table" and list[cut].batchable do cut = cut - 1 end
   local per_image, per_batch = {}, {}

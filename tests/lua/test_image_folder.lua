@@ -12,7 +12,7 @@ local data = venom.data
 local image = venom.image
 local tf = data.transforms
 
-T.plan(38)
+T.plan(39)
 
 local tmp = testutil.tmpdir()
 
@@ -92,6 +92,9 @@ local one = {}
 for k, i in ipairs({ 3, 1, 7 }) do one[k] = ds:get(i) end
 T.ok(same_shape(xb, venom.zeros(3, 3, 12, 10)) and maxdiff(xb, venom.stack(one, 1)) == 0,
   "get_batch (ToTensor, Normalize on the stacked batch) equals ds:get image by image")
+local fn_ds = data.ImageFolder(root, { transform = function(im) return image.hflip(im) end })
+T.is(maxdiff(fn_ds:get_batch({ 2 }):select(1, 1), image.hflip(image.load(fn_ds.paths[2]))), 0,
+  "a plain function as the transform")
 local plain = data.ImageFolder(root, { transform = { tf.ToTensor(), tf.Normalize({ 0.5, 0.4, 0.3 }, { 0.2, 0.25, 0.3 }) } })
 venom.manual_seed(11)
 local px = epoch(data.DataLoader(plain, { batch_size = 16, shuffle = true }))
