@@ -150,7 +150,8 @@ vn_status vn_image_load_batch(int n, const char *const *paths, int channels, int
         free(msg), free(st);
         return vn__err(VN_ERR_MEMORY, "image_load_batch: out of memory for %d files", n);
     }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 1 ? threads : 1) if (threads > 1)
+    int team = threads < n ? threads : n; /* no more threads than files */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team > 1 ? team : 1) if (team > 1)
     for (int i = 0; i < n; i++) {
         out[i] = vn_image_load(paths[i], channels);
         if (!out[i]) {
