@@ -3,7 +3,8 @@
 #
 #   lib/libvenom.so, libvenom.a     the engine (venom.h)
 #   lib/libvenom_lua.so             the Lua bridge for C hosts (venom_lua.h)
-#   include/venom.h, venom_lua.h, venom/*.h (venom.h's sub-headers)
+#   include/venom.h, venom_lua.h
+#   include/venom/*.h               venom.h's sub-headers (reached only through it)
 #   bin/venom                       the script runner and REPL
 #   share/lua/5.1/venom/*.lua       the Lua modules
 #   lib/lua/5.1/venom/core.so       the C module, for a stock `luajit`

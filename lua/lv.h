@@ -128,6 +128,10 @@ int lv_device_name_at(lua_State *L, int i);
 /* lv_transformer.c: embedding, layer_norm and causal_attention. */
 extern const luaL_Reg lv_transformer_functions[];
 
+/* lv_image.c: images through stb_image (load, save, resize, crop, hflip)
+ * and the directory listing and mkdir of image folders. */
+extern const luaL_Reg lv_image_functions[];
+
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */
 bool lv_representable(vn_dtype d, double v);

@@ -877,4 +877,6 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 #ifdef __cplusplus
 }
 #endif
+
+#include "venom/image.h"
 #endif

@@ -233,6 +233,9 @@ local Loader = {}
 --   device = "cpu" (each batch is copied to this device, e.g. "cuda", before
 --   the transform: the data stays in host memory and one batch at a time
 --   crosses over).
+-- `tensors` may also be a data set with a get_batch method, such as
+-- data.ImageFolder: each batch is then ds:get_batch(positions, workers),
+-- with opts.workers = 0 (threads decoding the batch's files; 0: this one).
 -- `#loader` is the number of batches per epoch. A batch is one index_select
 -- per tensor when shuffling and a view (narrow, no copy) otherwise.
 -- `for b1, b2, ... in loader do` runs one epoch (as loader:iter() does):
@@ -240,11 +243,12 @@ local Loader = {}
 -- after a loop left with break.
 function data.DataLoader(tensors, opts)
   local who = "data.DataLoader"
-  if type(tensors) ~= "table" or #tensors == 0 then
-    fail(who .. ": expected a list of tensors such as {x, y}, got " .. type(tensors))
+  local dataset = type(tensors) == "table" and type(tensors.get_batch) == "function" and tensors
+  if type(tensors) ~= "table" or (#tensors == 0 and not dataset) then
+    fail(who .. ": expected a list of tensors such as {x, y} or a data set, got " .. type(tensors))
   end
-  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform", "device" },
-    who)
+  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform", "device",
+    "workers" }, who)
   local device = opts.device or "cpu"
   if device ~= "cpu" and device ~= "cuda" then
     fail(who .. ": device must be 'cpu' or 'cuda', got " .. tostring(device))
@@ -267,6 +271,11 @@ function data.DataLoader(tensors, opts)
         :format(who, n, i, ni))
     end
   end
+  if dataset then n = util.check_int(dataset.n, "the data set's n", { min = 0, who = who }) end
+  if opts.workers ~= nil and not dataset then
+    fail(who .. ": workers applies to a data set that decodes files (data.ImageFolder), not to tensors")
+  end
+  local workers = util.check_int(opts.workers or 0, "workers", { min = 0, max = 1024, who = who })
   local bs = util.check_int(opts.batch_size or 64, "batch_size", { min = 1, who = who })
   for _, k in ipairs({ "shuffle", "drop_last" }) do
     if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
@@ -280,7 +289,7 @@ function data.DataLoader(tensors, opts)
     tensors = tensors, n = n, batch_size = bs,
     shuffle = opts.shuffle and true or false,
     drop_last = opts.drop_last and true or false,
-    transform = opts.transform, device = device,
+    transform = opts.transform, device = device, dataset = dataset or nil, workers = workers,
   }
   -- LuaJIT honours __len only on userdata, so the loader is a proxy.
   local proxy = newproxy(true)
@@ -338,8 +347,16 @@ function Loader.iter(self)
     local start = (k - 1) * bs + 1
     local len = math.min(bs, n - start + 1)
     local idx = perm and perm:narrow(1, start, len)
-    for i, t in ipairs(tensors) do
-      batch[i] = idx and t:index_select(1, idx) or t:narrow(1, start, len)
+    if self.dataset then
+      local positions = idx and idx:totable() or {}
+      for j = #positions + 1, len do positions[j] = start + j - 1 end
+      batch = { self.dataset:get_batch(positions, self.workers) }
+    else
+      for i, t in ipairs(tensors) do
+        batch[i] = idx and t:index_select(1, idx) or t:narrow(1, start, len)
+      end
+    end
+    for i = 1, #batch do
       if batch[i]:device() ~= self.device then
         local host = batch[i]
         batch[i] = host:to(self.device)
@@ -348,9 +365,9 @@ function Loader.iter(self)
     end
     if idx then idx:free() end
     if transform then
-      return transform(unpack(batch, 1, #tensors))
+      return transform(unpack(batch, 1, #batch))
     end
-    return unpack(batch, 1, #tensors)
+    return unpack(batch, 1, #batch)
   end
 end
 
@@ -760,5 +777,9 @@ function data.planetoid(root, name, opts)
     num_edges = #src, classes = classes, names = ids,
   }
 end
+
+-- data.ImageFolder, data.transforms and data.export_image_folder live in
+-- lua/venom/data_image.lua, loaded on first use.
+setmetatable(data, { __index = function(_, k) return require("venom.data_image")[k] end })
 
 return data

@@ -102,7 +102,8 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "graph", "help" }
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "graph", "help", "image",
+                  "data_image" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 
@@ -134,6 +135,7 @@ local function build_index()
       index[q], names[t] = true, q -- help(nn) prints the module's header
     end
   end
+  add("venom.data.transforms.", venom.data.transforms)
   names[venom] = "venom"
 end
 
@@ -172,6 +174,12 @@ local function doc_of(qualified)
     local file = mod:gsub("%.", "_")
     local d = ldocs[file] and (ldocs[file][name] or ldocs[file][mod .. "." .. name])
     if d then return d end
+    -- a function of a table inside a module's file, by the table's name
+    -- (venom.data.transforms.ToTensor: transforms.ToTensor in data_image.lua)
+    local inner = mod:match("([%w_]+)$") .. "." .. name
+    for _, m in ipairs(modules) do
+      if ldocs[m][inner] then return ldocs[m][inner] end
+    end
   end
   name = qualified:match("([%w_]+)$")
   if ldocs.init["venom." .. name] then return ldocs.init["venom." .. name] end
