@@ -46,7 +46,8 @@ check "cmake --install into a temporary prefix" cmake --install "$build" --prefi
 missing=
 for f in lib/libvenom.so lib/libvenom.a lib/libvenom_lua.so include/venom.h include/venom_lua.h \
          lib/pkgconfig/venom.pc lib/pkgconfig/venom-lua.pc lib/cmake/venom/venomConfig.cmake \
-         share/lua/5.1/venom/init.lua share/lua/5.1/venom/nn.lua lib/lua/5.1/venom/core.so bin/venom; do
+         share/lua/5.1/venom/init.lua share/lua/5.1/venom/nn.lua lib/lua/5.1/venom/core.so bin/venom \
+         include/venom/dynamic.h; do
     [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 if [ -z "$missing" ]; then ok "installed files in place"; else not_ok "installed files in place" "missing:$missing"; fi
@@ -54,9 +55,10 @@ if [ -z "$missing" ]; then ok "installed files in place"; else not_ok "installed
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 
 # ---- venom.h (and the bridge's venom_lua.h) are the only public headers ----
-# Installed: include/ holds just those two, and a program compiled with the
+# Installed: include/ holds just those two (and venom/, venom.h's
+# sub-headers, which refuse to be included on their own), and a program compiled with the
 # package's flags cannot include the library's internal.h.
-extra=$(cd "$prefix/include" && ls | grep -vx 'venom.h' | grep -vx 'venom_lua.h' | tr '\n' ' ')
+extra=$(cd "$prefix/include" && ls | grep -vx 'venom.h' | grep -vx 'venom_lua.h' | grep -vx 'venom' | tr '\n' ' ')
 printf '#include "internal.h"\nint main(void) { return 0; }\n' > "$tmp/internal.c"
 if [ -z "$extra" ] && ! $cc $(pkg-config --cflags venom-lua) -c "$tmp/internal.c" -o "$tmp/internal.o" 2>/dev/null; then
     ok "an installed consumer cannot include internal.h"
