@@ -117,6 +117,9 @@ extern const luaL_Reg lv_sparse_functions[];
 extern const luaL_Reg lv_graph_functions[];
 void lv_graph_open(lua_State *L);
 
+/* lv_dynamic.c: dynamic activation sparsity (act_sparse_linear). */
+extern const luaL_Reg lv_dynamic_functions[];
+
 /* lv_device.c: t:cuda()/cpu()/device()/is_cuda(), venom.cuda_* and autocast. */
 extern const luaL_Reg lv_device_methods[];
 extern const luaL_Reg lv_device_functions[];

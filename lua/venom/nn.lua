@@ -761,6 +761,8 @@ setmetatable(nn, {
     if k == "GCNConv" or k == "SAGEConv" or k == "GATConv" then return require("venom.nn_graph")[k] end
     -- the transformer layers (lua/venom/nn_transformer.lua), loaded on first use
     if k == "Embedding" or k == "LayerNorm" then return require("venom.nn_transformer")[k] end
+    -- dynamic activation sparsity (lua/venom/nn_dynamic.lua), loaded on first use
+    if k == "SparseInputLinear" then return require("venom.nn_dynamic")[k] end
   end,
 })
 
