@@ -54,6 +54,11 @@ function SparseInputLinear:forward(x)
   if not venom.is_tensor(x) then
     fail("nn.SparseInputLinear: expected a tensor input, got " .. type(x))
   end
+  local nd = x:dim()
+  if nd == 0 or x:size(nd) ~= self.in_features then
+    fail(("nn.SparseInputLinear: expected an input of shape (..., %d), got %s")
+      :format(self.in_features, util.format_shape(x)))
+  end
   local y, st = venom.act_sparse_linear(x, self.weight, self.bias, self.activation, self.tile_rows,
                                         self.dense_above)
   rawset(self, "last_stats", st)

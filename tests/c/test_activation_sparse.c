@@ -192,6 +192,122 @@ static void test_gradcheck(void **state)
     vn_tensor_release(x0);
 }
 
+
+/* ---- the fused MLP ---------------------------------------------------------------------- */
+
+enum { MD = 13, MH = 29, MO = 7, MROWS = 45, MTILE = 8 };
+
+/* Inputs whose hidden layer Z = X·W1ᵀ + b1 has clustered zeros: b1 keeps a
+ * third of the columns alive; column 0 of X makes tile 2 all positive,
+ * column 1 tile 1 all negative (an all-zero tile of H). */
+static void make_mlp(vn_tensor **in)
+{
+    float x[MROWS * MD], w1[MH * MD], b1[MH];
+    uint32_t s = 77;
+    for (int i = 0; i < MROWS * MD; i++) x[i] = (float)(lcg(&s) % 2000) / 1000.0f - 1.0f;
+    for (int i = 0; i < MH * MD; i++) w1[i] = (float)(lcg(&s) % 300) / 1000.0f - 0.15f;
+    for (int j = 0; j < MH; j++) {
+        b1[j] = j % 3 ? -1.0f : 0.5f;
+        w1[j * MD] = w1[j * MD + 1] = 1;
+    }
+    for (int i = 0; i < MROWS; i++) {
+        x[i * MD] = i / MTILE == 2 ? 3.0f : 0.0f;
+        x[i * MD + 1] = i / MTILE == 1 ? -3.0f : 0.0f;
+    }
+    in[0] = tf32(2, (int64_t[]){MROWS, MD}, x);
+    in[1] = tf32(2, (int64_t[]){MH, MD}, w1);
+    in[2] = trand(2, (int64_t[]){MO, MH}, -1, 1, 8);
+    in[3] = tf32(1, (int64_t[]){MH}, b1);
+    in[4] = trand(1, (int64_t[]){MO}, -1, 1, 9);
+    for (int k = 0; k < 5; k++) CHECK_OK(vn_tensor_set_requires_grad(in[k], true));
+}
+
+/* The same MLP from the plain ops: linear, relu (squared), linear. */
+static vn_tensor *plain_mlp(vn_tensor **in, vn_sparse_act act)
+{
+    vn_tensor *z = vn_linear(in[0], in[1], in[3]), *h = z ? vn_relu(z) : NULL;
+    vn_tensor *h2 = h && act == VN_ACT_RELU2 ? vn_mul(h, h) : NULL;
+    vn_tensor *y = h ? vn_linear(act == VN_ACT_RELU2 ? h2 : h, in[2], in[4]) : NULL;
+    vn_tensor_release(z);
+    vn_tensor_release(h);
+    vn_tensor_release(h2);
+    return y;
+}
+
+/* Output and all five gradients against the plain ops' (themselves
+ * checked against finite differences in their own tests), condensed,
+ * mixed and dense, both activations; then the tile stats. */
+static void test_mlp_against_plain(void **state)
+{
+    (void)state;
+    const double modes[] = {1.0, 0.4, 0.0};
+    vn_tensor *in[5];
+    make_mlp(in);
+    vn_tensor *r = trand(2, (int64_t[]){MROWS, MO}, -1, 1, 10);
+    for (int a = VN_ACT_RELU; a <= VN_ACT_RELU2; a++)
+        for (size_t m = 0; m < 3; m++) {
+            vn_tensor *grads[2][5];
+            vn_act_sparse_stats st;
+            for (int pass = 0; pass < 2; pass++) {
+                vn_tensor *y = pass ? plain_mlp(in, (vn_sparse_act)a)
+                                    : vn_act_sparse_mlp(in[0], in[1], in[3], in[2], in[4], (vn_sparse_act)a,
+                                                        MTILE, modes[m], &st);
+                CHECK_PTR(y);
+                CHECK_OK(vn_backward(y, r));
+                for (int k = 0; k < 5; k++) {
+                    grads[pass][k] = vn_clone(vn_tensor_grad(in[k]));
+                    CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+                }
+                vn_tensor_release(y);
+            }
+            for (int k = 0; k < 5; k++) {
+                double e = max_rel_diff(grads[0][k], grads[1][k]);
+                if (e > 1e-5) fail_msg("mlp act %d dense_above %g: input %d's gradient differs by %g", a,
+                                       modes[m], k, e);
+                vn_tensor_release(grads[0][k]);
+                vn_tensor_release(grads[1][k]);
+            }
+            assert_int_equal(st.dense, modes[m] == 0.0);
+            assert_true(st.tile_density < 0.5); /* the clustered zeros were found */
+        }
+    /* The output itself, against the plain ops, condensed. */
+    vn_tensor *y = vn_act_sparse_mlp(in[0], in[1], NULL, in[2], NULL, VN_ACT_RELU2, MTILE, 1.0, NULL);
+    vn_tensor *z = vn_linear(in[0], in[1], NULL), *h = vn_relu(z), *h2 = vn_mul(h, h);
+    vn_tensor *ref = vn_linear(h2, in[2], NULL);
+    CHECK_PTR(y);
+    assert_true(max_rel_diff(y, ref) < 1e-5);
+    vn_tensor *all[6] = {y, z, h, h2, ref, r};
+    for (int k = 0; k < 6; k++) vn_tensor_release(all[k]);
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
+static vn_tensor *f_mlp(vn_tensor **in, void *c)
+{
+    const ctx_t *k = c;
+    return vn_act_sparse_mlp(in[0], in[1], in[3], in[2], in[4], k->act, MTILE, k->dense_above, NULL);
+}
+
+/* Finite differences through the fused MLP (x, w1, w2, b1, b2). */
+static void test_mlp_gradcheck(void **state)
+{
+    (void)state;
+    vn_tensor *in[5];
+    make_mlp(in);
+    /* 20 rows (tiles 0 random, 1 all zero, 2 all positive and short): a
+     * smaller sum, so f32 differences keep their digits */
+    vn_tensor *part = vn_narrow(in[0], 0, 0, 20), *copy = vn_clone(part);
+    vn_tensor_release(in[0]);
+    in[0] = vn_detach(copy);
+    vn_tensor_release(part);
+    vn_tensor_release(copy);
+    CHECK_OK(vn_tensor_set_requires_grad(in[0], true));
+    for (int a = VN_ACT_RELU; a <= VN_ACT_RELU2; a++) {
+        ctx_t c = {(vn_sparse_act)a, 1.0};
+        gradcheck(f_mlp, in, 5, &c, 1e-3, 5e-3); /* f32: eps 1e-3 stays off the kinks */
+    }
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
 static void expect_error(const void *result, vn_status want, const char *needle)
 {
     assert_null(result);
@@ -207,7 +323,7 @@ static void test_errors(void **state)
     vn_tensor *w5 = trand(2, (int64_t[]){3, 5}, -1, 1, 3), *b = trand(1, (int64_t[]){4}, -1, 1, 4);
     vn_tensor *xi = vn_zeros(VN_I32, 2, (int64_t[]){4, 6}), *w1 = trand(1, (int64_t[]){6}, -1, 1, 5);
     expect_error(vn_act_sparse_linear(x, w5, NULL, VN_ACT_RELU, 0, -1, NULL), VN_ERR_SHAPE,
-                 "last dim to be in = 5");
+                 "expected 2-d (out, the input's last dim = 6)");
     expect_error(vn_act_sparse_linear(x, w1, NULL, VN_ACT_RELU, 0, -1, NULL), VN_ERR_SHAPE, "2-d");
     expect_error(vn_act_sparse_linear(x, w, b, VN_ACT_RELU, 0, -1, NULL), VN_ERR_SHAPE,
                  "bias of shape (4,), expected (3)");
@@ -218,6 +334,10 @@ static void test_errors(void **state)
                  "dense_above 1.5");
     expect_error(vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, 0, NAN, NULL), VN_ERR_ARG, "dense_above");
     expect_error(vn_act_sparse_linear(NULL, w, NULL, VN_ACT_RELU, 0, -1, NULL), VN_ERR_ARG, "NULL");
+    expect_error(vn_act_sparse_mlp(x, w, NULL, w5, NULL, VN_ACT_RELU, 0, -1, NULL), VN_ERR_SHAPE,
+                 "w2 of shape (3, 5), expected 2-d (out, hidden, w1's rows = 3)");
+    expect_error(vn_act_sparse_mlp(x, w, b, w, NULL, VN_ACT_RELU, 0, -1, NULL), VN_ERR_SHAPE,
+                 "b1 of shape (4,), expected (3)");
     vn_tensor *all[6] = {x, w, w5, b, xi, w1};
     for (int k = 0; k < 6; k++) vn_tensor_release(all[k]);
 }
@@ -227,7 +347,8 @@ int main(void)
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_loops), cmocka_unit_test(test_stats),
-        cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_mlp_against_plain),
+        cmocka_unit_test(test_mlp_gradcheck), cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

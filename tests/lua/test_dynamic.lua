@@ -69,6 +69,6 @@ T.error_like(function() nn.SparseInputLinear(4, 2, { dense_above = 2 }) end,
 T.error_like(function() nn.SparseInputLinear(4, 2, { tile_rows = 0 }) end, "tile_rows", "tile_rows checked")
 T.error_like(function() nn.SparseInputLinear(4, 2, { tile = 3 }) end, "tile", "unknown option")
 T.error_like(function() nn.SparseInputLinear(4, 2)(venom.zeros(3, 5)) end,
-  "last dim to be in = 4", "wrong input width")
+  "expected an input of shape %(..., 4%), got %(3, 5%)", "wrong input width")
 T.error_like(function() venom.act_sparse_linear(venom.zeros(3, 4), venom.zeros(2, 4), nil, "tanh") end,
   'activation "tanh"', "core: activation name checked")

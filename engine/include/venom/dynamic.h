@@ -50,3 +50,19 @@ typedef struct vn_act_sparse_stats {
 vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bias,
                                 vn_sparse_act act, int64_t tile_rows, double dense_above,
                                 vn_act_sparse_stats *stats);
+
+/* The two-layer MLP Y = act(X·W1ᵀ + b1)·W2ᵀ + b2 with its hidden layer
+ * sparse, as one op: x (..., d) f32, w1 (hidden, d), b1 (hidden) or NULL,
+ * w2 (out, hidden), b2 (out) or NULL; y (..., out). CPU only. The first
+ * product Z = X·W1ᵀ + b1 is dense (its zeros are not known before it is
+ * computed); the index of Z's positive columns per tile (as in
+ * vn_act_sparse_linear) then serves the whole rest: Y = act(Z)·W2ᵀ on the
+ * kept columns, and in the backward dW2 and dZ = (dY·W2) ⊙ act'(Z) on them;
+ * dZ is zero off them, so the first layer's dX = dZ·W1 reads only the kept
+ * rows of W1 and dW1 = dZᵀ·X, db1 touch only those rows. Five of the six
+ * products of a training step shrink with the hidden layer's density.
+ * tile_rows, dense_above and stats as in vn_act_sparse_linear. Errors: as
+ * there, naming w1, b1, w2, b2. */
+vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
+                             const vn_tensor *w2, const vn_tensor *b2, vn_sparse_act act,
+                             int64_t tile_rows, double dense_above, vn_act_sparse_stats *stats);
