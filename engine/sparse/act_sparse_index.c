@@ -92,8 +92,17 @@ vn_tensor *act__index(act_index *ix, const float *x, int64_t tile, double dense_
     return index;
 }
 
-const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *w,
-                              float *hc, float *wc, int64_t *ldw)
+vn_tensor *act__transposed(const vn_tensor *w)
+{
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *v = vn_transpose(w, 0, 1), *t = v ? vn_contiguous(v) : NULL;
+    vn_set_grad_enabled(was);
+    vn_tensor_release(v);
+    return t;
+}
+
+const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
+                              float *hc, float *wc)
 {
     int64_t in = ix->in, k = ix->count[t], r0 = t * ix->tile, m = act__tile_rows(ix, t);
     const int64_t *cols = ix->cols + t * in;
@@ -102,36 +111,42 @@ const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, co
         const float *row = x + (r0 + r) * in;
         for (int64_t l = 0; l < k; l++) hc[r * k + l] = act__f(ix->act, row[cols[l]]);
     }
-    if (k == in) {
-        *ldw = in;
-        return w;
-    }
-#pragma omp parallel for schedule(static) if (ix->out * k > VN_OMP_MIN_WORK)
-    for (int64_t o = 0; o < ix->out; o++)
-        for (int64_t l = 0; l < k; l++) wc[o * k + l] = w[o * in + cols[l]];
-    *ldw = k;
+    if (k == in) return wt;
+    act__gather_rows(ix, t, wt, ix->out, wc);
     return wc;
 }
 
-void act__scatter_add_cols(const act_index *ix, int64_t t, const float *g, float *dw)
+void act__gather_rows(const act_index *ix, int64_t t, const float *src, int64_t width, float *dst)
 {
-    int64_t in = ix->in, k = ix->count[t];
-    const int64_t *cols = ix->cols + t * in;
-#pragma omp parallel for schedule(static) if (ix->out * k > VN_OMP_MIN_WORK)
-    for (int64_t o = 0; o < ix->out; o++)
-        for (int64_t l = 0; l < k; l++) dw[o * in + cols[l]] += g[o * k + l];
+    int64_t k = ix->count[t];
+    const int64_t *cols = ix->cols + t * ix->in;
+#pragma omp parallel for schedule(static) if (width * k > VN_OMP_MIN_WORK)
+    for (int64_t l = 0; l < k; l++)
+        memcpy(dst + l * width, src + cols[l] * width, sizeof(float) * (size_t)width);
 }
 
-void act__forward_tiles(const act_index *ix, const float *x, const float *w, const float *b,
+void act__scatter_add_rows(const act_index *ix, int64_t t, const float *g, int64_t width, float *dst)
+{
+    int64_t k = ix->count[t];
+    const int64_t *cols = ix->cols + t * ix->in;
+#pragma omp parallel for schedule(static) if (width * k > VN_OMP_MIN_WORK)
+    for (int64_t l = 0; l < k; l++) {
+        float *row = dst + cols[l] * width;
+        const float *gl = g + l * width;
+        for (int64_t j = 0; j < width; j++) row[j] += gl[j];
+    }
+}
+
+void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,
                         float *hc, float *wc, float *y)
 {
     for (int64_t i = 0; i < ix->rows; i++)
         for (int64_t o = 0; o < ix->out; o++) y[i * ix->out + o] = b ? b[o] : 0;
     for (int64_t t = 0; t < ix->ntiles; t++) {
-        int64_t k = ix->count[t], m = act__tile_rows(ix, t), ldw;
+        int64_t k = ix->count[t], m = act__tile_rows(ix, t);
         if (k == 0) continue; /* H is all zero in this tile */
-        const float *wop = act__gather_tile(ix, t, x, w, hc, wc, &ldw);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)ix->out, (int)k, 1.0f,
-                    hc, (int)k, wop, (int)ldw, 1.0f, y + t * ix->tile * ix->out, (int)ix->out);
+        const float *wop = act__gather_tile(ix, t, x, wt, hc, wc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)ix->out, (int)k, 1.0f,
+                    hc, (int)k, wop, (int)ix->out, 1.0f, y + t * ix->tile * ix->out, (int)ix->out);
     }
 }

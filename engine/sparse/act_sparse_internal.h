@@ -48,15 +48,24 @@ void act__index_views(act_index *ix, const vn_tensor *t);
 /* The widest condensed tile (count < in), 0 when there is none. */
 int64_t act__max_condensed(const act_index *ix);
 
+/* The weight W (out × in) is used transposed, Wt (in × out), so that the
+ * kept columns of W are rows of Wt: a gather is one copy per row, and a
+ * scatter-add runs along rows, touching only the kept share of the bytes
+ * (a column gather from row-major W touches nearly every cache line of W
+ * as soon as more than 1/16 of the columns are kept). act__transposed makes
+ * that copy of a 2-d tensor (not recorded). */
+vn_tensor *act__transposed(const vn_tensor *w);
 /* Hc (m × k) = act(X[tile rows, kept cols]) and, unless the tile is dense,
- * Wc (out × k) = W[:, kept cols]. Returns the W operand to use: W itself
- * for a dense tile (*ldw = in), else Wc (*ldw = k). */
-const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *w,
-                              float *hc, float *wc, int64_t *ldw);
-/* dW[:, kept cols] += G (out × k) for a condensed tile. */
-void act__scatter_add_cols(const act_index *ix, int64_t t, const float *g, float *dw);
-/* The product of tile t: y rows += Hc·Wᵀ (y's rows start at bias or 0). */
-void act__forward_tiles(const act_index *ix, const float *x, const float *w, const float *b,
+ * Wc (k × out) = Wt[kept cols, :]. Returns the W operand to use (leading
+ * dimension out): Wt itself for a dense tile, else Wc. */
+const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
+                              float *hc, float *wc);
+/* dst (k × width) = src[kept cols of tile t, :], src (in × width). */
+void act__gather_rows(const act_index *ix, int64_t t, const float *src, int64_t width, float *dst);
+/* dst[kept cols of tile t, :] += G (k × width), dst (in × width). */
+void act__scatter_add_rows(const act_index *ix, int64_t t, const float *g, int64_t width, float *dst);
+/* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product. */
+void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,
                         float *hc, float *wc, float *y);
 
 /* Argument checks shared by the ops (activation_sparse.c): x f32 on the

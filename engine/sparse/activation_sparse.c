@@ -14,11 +14,11 @@
 #include <cblas.h>
 #include <limits.h>
 
-enum { SAVED_INDEX };
+enum { SAVED_INDEX, SAVED_WT };
 struct act_sparse_saved { int64_t rows, in, out, tile, ntiles; vn_sparse_act act; };
 
 /* Scratch: Hc (tile × in at most), then Wc and, for the backward's dW, G
- * (out × the widest condensed tile each; a dense tile uses W and dW in
+ * (the widest condensed tile × out each; a dense tile uses Wt and dWt in
  * place). *wc and *g point into it. */
 static float *scratch(const act_index *ix, bool with_g, vn_tensor **hold, float **wc, float **g)
 {
@@ -54,43 +54,44 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
     const struct act_sparse_saved *sv = VN_SAVED_STATE(node, struct act_sparse_saved);
     act_index ix = {sv->rows, sv->in, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL};
     act__index_views(&ix, node->saved[SAVED_INDEX]);
-    const vn_tensor *x = node->inputs[0], *w = node->inputs[1];
+    const vn_tensor *x = node->inputs[0];
     bool want_x = vn__input_needs_grad(node, 0), want_w = vn__input_needs_grad(node, 1);
     bool want_b = node->ninputs == 3 && vn__input_needs_grad(node, 2);
-    int64_t out_n = sv->out, ws[2] = {sv->out, sv->in};
-    vn_tensor *dy = vn__plain_contiguous(gout), *xc = dy ? vn__plain_contiguous(x) : NULL;
-    vn_tensor *wcon = xc ? vn__plain_contiguous(w) : NULL, *buf = NULL;
+    int64_t out_n = sv->out, ws[2] = {sv->in, sv->out};
+    vn_tensor *dy = vn__plain_contiguous(gout), *xc = dy ? vn__plain_contiguous(x) : NULL, *buf = NULL;
     float *wc = NULL, *g = NULL;
-    float *s = wcon && (want_x || want_w) ? scratch(&ix, want_w, &buf, &wc, &g) : NULL;
+    float *s = xc && (want_x || want_w) ? scratch(&ix, want_w, &buf, &wc, &g) : NULL;
     vn_tensor *dx = s && want_x ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
-    vn_tensor *dw = s && want_w ? vn_zeros(VN_F32, 2, ws) : NULL;
-    vn_tensor *db = wcon && want_b ? vn_zeros(VN_F32, 1, &out_n) : NULL;
-    vn_status st = !wcon || ((want_x || want_w) && !s) || (want_x && !dx) || (want_w && !dw) ||
+    vn_tensor *dwt = s && want_w ? vn_zeros(VN_F32, 2, ws) : NULL, *dw = NULL;
+    vn_tensor *db = xc && want_b ? vn_zeros(VN_F32, 1, &out_n) : NULL;
+    vn_status st = !xc || ((want_x || want_w) && !s) || (want_x && !dx) || (want_w && !dwt) ||
                    (want_b && !db) ? VN_ERR_MEMORY : VN_OK;
     if (!st && s) {
-        const float *X = vn_tensor_data(xc), *W = vn_tensor_data(wcon), *DY = vn_tensor_data(dy);
+        const float *X = vn_tensor_data(xc), *WT = vn_tensor_data(node->saved[SAVED_WT]);
+        const float *DY = vn_tensor_data(dy);
         float *hc = s;
         for (int64_t t = 0; t < ix.ntiles; t++) {
-            int64_t k = ix.count[t], m = act__tile_rows(&ix, t), ldw;
+            int64_t k = ix.count[t], m = act__tile_rows(&ix, t);
             const float *dyt = DY + t * ix.tile * ix.out;
             if (k == 0) { /* H is all zero here: no dW, and dX is 0 */
                 if (dx) write_dx_tile(&ix, t, NULL, X, VN_F32_PTR(dx));
                 continue;
             }
-            const float *wop = act__gather_tile(&ix, t, X, W, hc, wc, &ldw);
-            if (dw) { /* dW[:, cols] += dY_tᵀ·Hc */
+            const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc);
+            if (dwt) { /* dWt[cols, :] += Hcᵀ·dY_t */
                 bool dense = k == ix.in;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ix.out, (int)k, (int)m,
-                            1.0f, dyt, (int)ix.out, hc, (int)k, dense ? 1.0f : 0.0f,
-                            dense ? VN_F32_PTR(dw) : g, (int)k);
-                if (!dense) act__scatter_add_cols(&ix, t, g, VN_F32_PTR(dw));
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)ix.out, (int)m, 1.0f,
+                            hc, (int)k, dyt, (int)ix.out, dense ? 1.0f : 0.0f,
+                            dense ? VN_F32_PTR(dwt) : g, (int)ix.out);
+                if (!dense) act__scatter_add_rows(&ix, t, g, ix.out, VN_F32_PTR(dwt));
             }
-            if (dx) { /* dHc = dY_t·Wc, in hc's space (Hc is no longer needed) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)k, (int)ix.out,
-                            1.0f, dyt, (int)ix.out, wop, (int)ldw, 0.0f, hc, (int)k);
+            if (dx) { /* dHc = dY_t·Wcᵀ, in hc's space (Hc is no longer needed) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)ix.out, 1.0f,
+                            dyt, (int)ix.out, wop, (int)ix.out, 0.0f, hc, (int)k);
                 write_dx_tile(&ix, t, hc, X, VN_F32_PTR(dx));
             }
         }
+        if (dwt && !(dw = act__transposed(dwt))) st = VN_ERR_MEMORY;
     }
     if (!st && db) {
         const float *DY = vn_tensor_data(dy);
@@ -101,7 +102,7 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
     if (!st && dx) st = vn__accum(node, 0, dx), dx = NULL;
     if (!st && dw) st = vn__accum(node, 1, dw), dw = NULL;
     if (!st && db) st = vn__accum(node, 2, db), db = NULL;
-    vn_tensor *all[7] = {dx, dw, db, dy, xc, wcon, buf};
+    vn_tensor *all[7] = {dx, dw, dwt, db, dy, xc, buf};
     for (int k = 0; k < 7; k++) vn_tensor_release(all[k]);
     return st;
 }
@@ -157,9 +158,9 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
                         vn__shape(x->ndim, x->shape), INT_MAX);
     memcpy(ysh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     ysh[x->ndim - 1] = out;
-    vn_tensor *xc = vn__plain_contiguous(x), *wc = xc ? vn__plain_contiguous(w) : NULL;
-    vn_tensor *bc = wc && bias ? vn__plain_contiguous(bias) : NULL;
-    vn_tensor *index = wc && (bc || !bias) ? act__index(&ix, vn_tensor_data(xc),
+    vn_tensor *xc = vn__plain_contiguous(x), *wt = xc ? act__transposed(w) : NULL;
+    vn_tensor *bc = wt && bias ? vn__plain_contiguous(bias) : NULL;
+    vn_tensor *index = wt && (bc || !bias) ? act__index(&ix, vn_tensor_data(xc),
                                                         tile_rows > 0 ? tile_rows : VN_ACT_SPARSE_TILE_ROWS,
                                                         dense_above, stats) : NULL;
     vn_tensor *buf = NULL, *y = NULL;
@@ -167,17 +168,18 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
     float *s = index ? scratch(&ix, false, &buf, &wbuf, &unused) : NULL;
     if (s) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
-        act__forward_tiles(&ix, vn_tensor_data(xc), vn_tensor_data(wc), bc ? vn_tensor_data(bc) : NULL,
+        act__forward_tiles(&ix, vn_tensor_data(xc), vn_tensor_data(wt), bc ? vn_tensor_data(bc) : NULL,
                            s, wbuf, vn_tensor_data(y));
     const vn_tensor *ins[3] = {x, w, bias};
     vn_node *node = y ? vn__record(y, op, act_sparse_backward, bias ? 3 : 2, ins) : NULL;
     if (node) {
         node->saved[SAVED_INDEX] = index;
-        index = NULL;
+        node->saved[SAVED_WT] = wt;
+        index = wt = NULL;
         *VN_SAVED_STATE(node, struct act_sparse_saved) =
             (struct act_sparse_saved){ix.rows, ix.in, ix.out, ix.tile, ix.ntiles, ix.act};
     }
-    vn_tensor *all[5] = {index, buf, xc, wc, bc};
+    vn_tensor *all[5] = {index, buf, xc, wt, bc};
     for (int k = 0; k < 5; k++) vn_tensor_release(all[k]);
     return y;
 }

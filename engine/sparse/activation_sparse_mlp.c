@@ -9,12 +9,12 @@
 
 #include <cblas.h>
 
-enum { SAVED_INDEX, SAVED_Z };
+enum { SAVED_INDEX, SAVED_Z, SAVED_W2T };
 struct act_mlp_saved { int64_t rows, d, hidden, out, tile, ntiles; vn_sparse_act act; };
 enum { IN_X, IN_W1, IN_W2, IN_B1, IN_B2 };
 
-/* The buffers of one tile: Hc / dZc (tile × hidden), Wc2 and G2 (out ×
- * kmax), W1c and G1 (kmax × d), kmax the widest condensed tile. */
+/* The buffers of one tile: Hc / dZc (tile × hidden), Wc2 and G2 (kmax ×
+ * out), W1c and G1 (kmax × d), kmax the widest condensed tile. */
 typedef struct { float *hc, *wc2, *g2, *w1c, *g1; } mlp_bufs;
 
 static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bufs *b)
@@ -30,23 +30,23 @@ static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bu
     return true;
 }
 
-/* The second layer's backward on tile t: dW2[:, cols] += dY_tᵀ·Hc, then
- * dZc = (dY_t·Wc2) ⊙ act'(Zc) into b->hc (m × k), and db1[cols] += its
+/* The second layer's backward on tile t: dW2t[cols, :] += Hcᵀ·dY_t, then
+ * dZc = (dY_t·Wc2ᵀ) ⊙ act'(Zc) into b->hc (m × k), and db1[cols] += its
  * column sums. */
-static void tile_backward_2(const act_index *ix, int64_t t, const float *z, const float *w2,
-                            const float *dyt, float *dw2, float *db1, const mlp_bufs *b)
+static void tile_backward_2(const act_index *ix, int64_t t, const float *z, const float *w2t,
+                            const float *dyt, float *dw2t, float *db1, const mlp_bufs *b)
 {
-    int64_t k = ix->count[t], m = act__tile_rows(ix, t), ldw, r0 = t * ix->tile;
+    int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile, out = ix->out;
     const int64_t *cols = ix->cols + t * ix->in;
-    const float *wop = act__gather_tile(ix, t, z, w2, b->hc, b->wc2, &ldw);
+    const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2);
     bool dense = k == ix->in;
-    if (dw2) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ix->out, (int)k, (int)m, 1.0f, dyt,
-                    (int)ix->out, b->hc, (int)k, dense ? 1.0f : 0.0f, dense ? dw2 : b->g2, (int)k);
-        if (!dense) act__scatter_add_cols(ix, t, b->g2, dw2);
+    if (dw2t) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
+                    (int)k, dyt, (int)out, dense ? 1.0f : 0.0f, dense ? dw2t : b->g2, (int)out);
+        if (!dense) act__scatter_add_rows(ix, t, b->g2, out, dw2t);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)k, (int)ix->out, 1.0f, dyt,
-                (int)ix->out, wop, (int)ldw, 0.0f, b->hc, (int)k);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)out, 1.0f, dyt, (int)out,
+                wop, (int)out, 0.0f, b->hc, (int)k);
     for (int64_t r = 0; r < m; r++) {
         const float *zr = z + (r0 + r) * ix->in;
         for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
@@ -62,28 +62,16 @@ static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const flo
                             float *dx, float *dw1, const mlp_bufs *b)
 {
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile;
-    const int64_t *cols = ix->cols + t * ix->in;
     bool dense = k == ix->in;
     if (dx) {
-        const float *w1op = w1;
-        if (!dense) {
-            for (int64_t l = 0; l < k; l++)
-                memcpy(b->w1c + l * d, w1 + cols[l] * d, sizeof(float) * (size_t)d);
-            w1op = b->w1c;
-        }
+        if (!dense) act__gather_rows(ix, t, w1, d, b->w1c);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
-                    (int)k, w1op, (int)d, 0.0f, dx + r0 * d, (int)d);
+                    (int)k, dense ? w1 : b->w1c, (int)d, 0.0f, dx + r0 * d, (int)d);
     }
     if (dw1) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
                     x + r0 * d, (int)d, dense ? 1.0f : 0.0f, dense ? dw1 : b->g1, (int)d);
-        if (!dense)
-#pragma omp parallel for schedule(static) if (k * d > VN_OMP_MIN_WORK)
-            for (int64_t l = 0; l < k; l++) {
-                float *row = dw1 + cols[l] * d;
-                const float *g = b->g1 + l * d;
-                for (int64_t j = 0; j < d; j++) row[j] += g[j];
-            }
+        if (!dense) act__scatter_add_rows(ix, t, b->g1, d, dw1);
     }
 }
 
@@ -95,16 +83,15 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
     bool want[5];
     for (int i = 0; i < 5; i++) want[i] = i < node->ninputs && node->inputs[i] && vn__input_needs_grad(node, i);
     const vn_tensor *x = node->inputs[IN_X];
-    int64_t d = sv->d, w1s[2] = {sv->hidden, d}, w2s[2] = {sv->out, sv->hidden};
+    int64_t d = sv->d, w1s[2] = {sv->hidden, d}, w2ts[2] = {sv->hidden, sv->out};
     vn_tensor *dy = vn__plain_contiguous(gout), *xc = dy ? vn__plain_contiguous(x) : NULL;
-    vn_tensor *w1 = xc ? vn__plain_contiguous(node->inputs[IN_W1]) : NULL;
-    vn_tensor *w2 = w1 ? vn__plain_contiguous(node->inputs[IN_W2]) : NULL, *buf = NULL;
+    vn_tensor *w1 = xc ? vn__plain_contiguous(node->inputs[IN_W1]) : NULL, *buf = NULL, *dw2t = NULL;
     vn_tensor *g[5] = {NULL, NULL, NULL, NULL, NULL};
     mlp_bufs b;
-    bool ok = w2 && mlp_scratch(&ix, d, &buf, &b);
+    bool ok = w1 && mlp_scratch(&ix, d, &buf, &b);
     if (ok && want[IN_X]) ok = (g[IN_X] = vn_zeros(VN_F32, x->ndim, x->shape)) != NULL;
     if (ok && want[IN_W1]) ok = (g[IN_W1] = vn_zeros(VN_F32, 2, w1s)) != NULL;
-    if (ok && want[IN_W2]) ok = (g[IN_W2] = vn_zeros(VN_F32, 2, w2s)) != NULL;
+    if (ok && want[IN_W2]) ok = (dw2t = vn_zeros(VN_F32, 2, w2ts)) != NULL;
     if (ok && want[IN_B1]) ok = (g[IN_B1] = vn_zeros(VN_F32, 1, &sv->hidden)) != NULL;
     if (ok && want[IN_B2]) ok = (g[IN_B2] = vn_zeros(VN_F32, 1, &sv->out)) != NULL;
 #define GP(i) (g[i] ? VN_F32_PTR(g[i]) : NULL)
@@ -112,10 +99,11 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
         const float *Z = vn_tensor_data(node->saved[SAVED_Z]), *DY = vn_tensor_data(dy);
         for (int64_t t = 0; t < ix.ntiles; t++) {
             if (ix.count[t] == 0) continue; /* H is all zero here: every gradient but db2 is 0 */
-            tile_backward_2(&ix, t, Z, vn_tensor_data(w2), DY + t * ix.tile * ix.out, GP(IN_W2), GP(IN_B1),
-                            &b);
+            tile_backward_2(&ix, t, Z, vn_tensor_data(node->saved[SAVED_W2T]), DY + t * ix.tile * ix.out,
+                            dw2t ? VN_F32_PTR(dw2t) : NULL, GP(IN_B1), &b);
             tile_backward_1(&ix, t, d, vn_tensor_data(xc), vn_tensor_data(w1), GP(IN_X), GP(IN_W1), &b);
         }
+        if (dw2t && !(g[IN_W2] = act__transposed(dw2t))) ok = false;
         if (g[IN_B2])
             for (int64_t i = 0; i < ix.rows; i++)
                 for (int64_t o = 0; o < ix.out; o++) GP(IN_B2)[o] += DY[i * ix.out + o];
@@ -126,7 +114,7 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
         if (!st && g[i]) st = vn__accum(node, i, g[i]);
         else vn_tensor_release(g[i]);
     }
-    vn_tensor *all[5] = {dy, xc, w1, w2, buf};
+    vn_tensor *all[5] = {dy, xc, w1, dw2t, buf};
     for (int k = 0; k < 5; k++) vn_tensor_release(all[k]);
     return st;
 }
@@ -151,10 +139,10 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
     ysh[x->ndim - 1] = out;
     int64_t zs[2] = {ix.rows, hidden};
     vn_tensor *xc = vn__plain_contiguous(x), *w1c = xc ? vn__plain_contiguous(w1) : NULL;
-    vn_tensor *w2c = w1c ? vn__plain_contiguous(w2) : NULL;
-    vn_tensor *b1c = w2c && b1 ? vn__plain_contiguous(b1) : NULL;
-    vn_tensor *b2c = w2c && (b1c || !b1) && b2 ? vn__plain_contiguous(b2) : NULL;
-    vn_tensor *z = w2c && (b1c || !b1) && (b2c || !b2) ? vn__new(VN_F32, 2, zs) : NULL;
+    vn_tensor *w2t = w1c ? act__transposed(w2) : NULL;
+    vn_tensor *b1c = w2t && b1 ? vn__plain_contiguous(b1) : NULL;
+    vn_tensor *b2c = w2t && (b1c || !b1) && b2 ? vn__plain_contiguous(b2) : NULL;
+    vn_tensor *z = w2t && (b1c || !b1) && (b2c || !b2) ? vn__new(VN_F32, 2, zs) : NULL;
     vn_tensor *index = NULL, *buf = NULL, *y = NULL;
     if (z) { /* Z = X·W1ᵀ + b1, dense */
         float *Z = vn_tensor_data(z);
@@ -170,18 +158,19 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
     mlp_bufs b;
     if (index && mlp_scratch(&ix, 0, &buf, &b)) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
-        act__forward_tiles(&ix, vn_tensor_data(z), vn_tensor_data(w2c), b2c ? vn_tensor_data(b2c) : NULL,
+        act__forward_tiles(&ix, vn_tensor_data(z), vn_tensor_data(w2t), b2c ? vn_tensor_data(b2c) : NULL,
                            b.hc, b.wc2, vn_tensor_data(y));
     const vn_tensor *ins[5] = {x, w1, w2, b1, b2};
     vn_node *node = y ? vn__record(y, op, act_mlp_backward, b2 ? 5 : b1 ? 4 : 3, ins) : NULL;
     if (node) {
         node->saved[SAVED_INDEX] = index;
         node->saved[SAVED_Z] = z;
-        index = z = NULL;
+        node->saved[SAVED_W2T] = w2t;
+        index = z = w2t = NULL;
         *VN_SAVED_STATE(node, struct act_mlp_saved) =
             (struct act_mlp_saved){ix.rows, d, hidden, out, ix.tile, ix.ntiles, act};
     }
-    vn_tensor *all[8] = {index, z, buf, xc, w1c, w2c, b1c, b2c};
+    vn_tensor *all[8] = {index, z, buf, xc, w1c, w2t, b1c, b2c};
     for (int k = 0; k < 8; k++) vn_tensor_release(all[k]);
     return y;
 }

@@ -28,6 +28,20 @@ local fail = util.fail
 -- layer:activation_stats() and reset by layer:reset_stats().
 local SparseInputLinear = nn.Module:extend("SparseInputLinear")
 
+-- Running sums of the ops' stats (also kept by models/gpt.lua's MLP).
+local function new_stats() return { calls = 0, density = 0, tile_density = 0, dense = 0 } end
+
+local function add_stats(s, st)
+  s.calls, s.density, s.tile_density = s.calls + 1, s.density + st.density, s.tile_density + st.tile_density
+  if st.dense then s.dense = s.dense + 1 end
+end
+
+local function mean_stats(s)
+  if s.calls == 0 then return { calls = 0, dense = 0 } end
+  return { calls = s.calls, density = s.density / s.calls, tile_density = s.tile_density / s.calls,
+           dense = s.dense }
+end
+
 local ACTS = { relu = true, relu2 = true }
 
 function SparseInputLinear:__init(in_features, out_features, opts)
@@ -62,11 +76,7 @@ function SparseInputLinear:forward(x)
   local y, st = venom.act_sparse_linear(x, self.weight, self.bias, self.activation, self.tile_rows,
                                         self.dense_above)
   rawset(self, "last_stats", st)
-  if self.track_stats then
-    local s = self._stats
-    s.calls, s.density, s.tile_density = s.calls + 1, s.density + st.density, s.tile_density + st.tile_density
-    if st.dense then s.dense = s.dense + 1 end
-  end
+  if self.track_stats then add_stats(self._stats, st) end
   return y
 end
 
@@ -75,15 +85,12 @@ end
 -- (tile_density), and how many calls ran dense: {calls, density,
 -- tile_density, dense}; the means are nil before the first call.
 function SparseInputLinear:activation_stats()
-  local s = self._stats
-  if s.calls == 0 then return { calls = 0, dense = 0 } end
-  return { calls = s.calls, density = s.density / s.calls, tile_density = s.tile_density / s.calls,
-           dense = s.dense }
+  return mean_stats(self._stats)
 end
 
 --- Starts the running sums of activation_stats() afresh.
 function SparseInputLinear:reset_stats()
-  rawset(self, "_stats", { calls = 0, density = 0, tile_density = 0, dense = 0 })
+  rawset(self, "_stats", new_stats())
 end
 
 function SparseInputLinear:extra_repr()
@@ -91,4 +98,5 @@ function SparseInputLinear:extra_repr()
     :format(self.in_features, self.out_features, tostring(self.bias ~= nil), self.activation)
 end
 
-return { SparseInputLinear = SparseInputLinear }
+return { SparseInputLinear = SparseInputLinear, new_stats = new_stats, add_stats = add_stats,
+         mean_stats = mean_stats }
