@@ -29,6 +29,11 @@ local function c_docs()
   local text = read(here .. "/../../engine/include/venom.h") or read(here .. "/../../../../include/venom.h")
   local docs = {}
   if not text then return docs end
+  -- venom.h's sub-headers (#include "venom/NAME.h"), appended in order
+  for sub in text:gmatch('#include "(venom/[%w_]+%.h)"') do
+    local t = read(here .. "/../../engine/include/" .. sub) or read(here .. "/../../../../include/" .. sub)
+    if t then text = text .. "\n" .. t end
+  end
   local comment, last_was_decl = nil, false
   local in_comment, buf = false, {}
   local open_decl -- a declaration whose parameters continue on the next lines
@@ -95,7 +100,7 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "graph", "help" }
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_dynamic", "graph", "help" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 

@@ -28,14 +28,19 @@ local fail = util.fail
 -- layer:activation_stats() and reset by layer:reset_stats().
 local SparseInputLinear = nn.Module:extend("SparseInputLinear")
 
--- Running sums of the ops' stats (also kept by models/gpt.lua's MLP).
+--- Running sums of the ops' stats (kept by this layer and by models/gpt.lua's
+-- MLP): a new, empty record.
 local function new_stats() return { calls = 0, density = 0, tile_density = 0, dense = 0 } end
 
+--- Adds the stats table of one call (venom.act_sparse_linear / _mlp's second
+-- result) to the record s.
 local function add_stats(s, st)
   s.calls, s.density, s.tile_density = s.calls + 1, s.density + st.density, s.tile_density + st.tile_density
   if st.dense then s.dense = s.dense + 1 end
 end
 
+--- The record s as means: {calls, density, tile_density, dense (calls run
+-- dense)}; density and tile_density are nil before the first call.
 local function mean_stats(s)
   if s.calls == 0 then return { calls = 0, dense = 0 } end
   return { calls = s.calls, density = s.density / s.calls, tile_density = s.tile_density / s.calls,

@@ -9,7 +9,7 @@ local venom = require "venom"
 local nn = require "venom.nn"
 
 venom.manual_seed(3)
-T.plan(19)
+T.plan(24)
 
 -- x (70, 48): rows 1-32 only use columns 1-8, rows 33-70 random signs.
 local function make_x()
@@ -72,3 +72,25 @@ T.error_like(function() nn.SparseInputLinear(4, 2)(venom.zeros(3, 5)) end,
   "expected an input of shape %(..., 4%), got %(3, 5%)", "wrong input width")
 T.error_like(function() venom.act_sparse_linear(venom.zeros(3, 4), venom.zeros(2, 4), nil, "tanh") end,
   'activation "tanh"', "core: activation name checked")
+
+-- The GPT's MLP with relu2: the fused op equals the same modules in steps,
+-- activation_stats has one entry per block, a bad activation is refused.
+package.path = "./?.lua;" .. package.path
+local GPT = require "models.gpt"
+local gpt = GPT({ vocab_size = 32, block_size = 16, n_layer = 2, n_head = 2, n_embd = 16,
+                  activation = "relu2" })
+local mlp = gpt.blocks[1].mlp
+local hx = venom.randn(2, 16, 16)
+local fused = mlp(hx)
+local h = mlp.fc(hx):relu()
+local steps = mlp.proj(h * h)
+T.ok(U.max_diff(fused, steps) < 1e-5, "GPT relu2 MLP: the fused op equals fc, relu², proj")
+local idx = venom.randint(1, 33, { 2, 16 }, "i64")
+gpt:loss(idx, idx):backward()
+local st = gpt:activation_stats({ reset = true })
+T.is(#st, 2, "activation_stats: one entry per block")
+T.ok(st[2].calls == 1 and st[2].density > 0 and st[2].density <= st[2].tile_density,
+  "activation_stats: a call counted, density <= tile share")
+T.is(gpt:activation_stats()[1].calls, 0, "activation_stats: reset")
+T.error_like(function() GPT({ activation = "tanh" }) end, 'activation tanh, expected "gelu", "relu" or "relu2"',
+  "GPT: activation checked")
