@@ -38,7 +38,6 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { D = 1024, HID = 4096 };
 
@@ -186,10 +185,7 @@ static void median_spread(double *v, int n, double *med, double *lo, double *hi)
 
 int main(int argc, char **argv)
 {
-    if (!getenv("OMP_WAIT_POLICY")) { /* spinning OpenMP threads starve OpenBLAS's */
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);
-    }
+    passive_omp(argv);
     options o = parse_args(argc, argv);
     vn_manual_seed(0);
     int64_t w1s[2] = {HID, D}, w2s[2] = {D, HID}, hid = HID, d = D, dys[2] = {o.tokens, D};

@@ -74,5 +74,10 @@ void act__forward_tiles(const act_index *ix, const float *x, const float *wt, co
 vn_status act__check_common(const char *op, const vn_tensor *x, vn_sparse_act act, double dense_above);
 vn_status act__check_weight(const char *op, const char *wname, const vn_tensor *w, int64_t in,
                             const char *in_name, const char *bname, const vn_tensor *b);
+/* *ix for x (..., in) against a product of width out (rows = x's leading
+ * dims; at most INT_MAX, BLAS's limit), and ysh the output's shape
+ * (x's with the last dim out). */
+vn_status act__prepare(const char *op, const vn_tensor *x, int64_t in, int64_t out, vn_sparse_act act,
+                       act_index *ix, int64_t *ysh);
 
 #endif

@@ -140,6 +140,18 @@ vn_status act__check_weight(const char *op, const char *wname, const vn_tensor *
     return VN_OK;
 }
 
+vn_status act__prepare(const char *op, const vn_tensor *x, int64_t in, int64_t out, vn_sparse_act act,
+                       act_index *ix, int64_t *ysh)
+{
+    *ix = (act_index){vn__numel(x->ndim - 1, x->shape), in, out, 0, 0, act, NULL, NULL};
+    if (ix->rows > INT_MAX)
+        return vn__err(VN_ERR_ARG, "%s: input %s has more than %d rows", op, vn__shape(x->ndim, x->shape),
+                       INT_MAX);
+    memcpy(ysh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    ysh[x->ndim - 1] = out;
+    return VN_OK;
+}
+
 vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bias,
                                 vn_sparse_act act, int64_t tile_rows, double dense_above,
                                 vn_act_sparse_stats *stats)
@@ -151,13 +163,9 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
     if (act__check_weight(op, "weight", w, x->shape[x->ndim - 1], "the input's last dim", "bias", bias))
         return NULL;
     if (dense_above < 0) dense_above = VN_ACT_SPARSE_DENSE_ABOVE;
-    int64_t in = w->shape[1], out = w->shape[0], ysh[VN_MAX_DIMS];
-    act_index ix = {vn__numel(x->ndim - 1, x->shape), in, out, 0, 0, act, NULL, NULL};
-    if (ix.rows > INT_MAX)
-        return vn__errp(VN_ERR_ARG, "%s: input %s has more than %d rows", op,
-                        vn__shape(x->ndim, x->shape), INT_MAX);
-    memcpy(ysh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    ysh[x->ndim - 1] = out;
+    int64_t ysh[VN_MAX_DIMS];
+    act_index ix;
+    if (act__prepare(op, x, w->shape[1], w->shape[0], act, &ix, ysh)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x), *wt = xc ? act__transposed(w) : NULL;
     vn_tensor *bc = wt && bias ? vn__plain_contiguous(bias) : NULL;
     vn_tensor *index = wt && (bc || !bias) ? act__index(&ix, vn_tensor_data(xc),

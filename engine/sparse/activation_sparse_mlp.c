@@ -131,12 +131,8 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
         return NULL;
     if (dense_above < 0) dense_above = VN_ACT_SPARSE_DENSE_ABOVE;
     int64_t d = w1->shape[1], hidden = w1->shape[0], out = w2->shape[0], ysh[VN_MAX_DIMS];
-    act_index ix = {vn__numel(x->ndim - 1, x->shape), hidden, out, 0, 0, act, NULL, NULL};
-    if (ix.rows > INT32_MAX)
-        return vn__errp(VN_ERR_ARG, "%s: input %s has more than %d rows", op,
-                        vn__shape(x->ndim, x->shape), INT32_MAX);
-    memcpy(ysh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    ysh[x->ndim - 1] = out;
+    act_index ix;
+    if (act__prepare(op, x, hidden, out, act, &ix, ysh)) return NULL;
     int64_t zs[2] = {ix.rows, hidden};
     vn_tensor *xc = vn__plain_contiguous(x), *w1c = xc ? vn__plain_contiguous(w1) : NULL;
     vn_tensor *w2t = w1c ? act__transposed(w2) : NULL;
