@@ -12,6 +12,7 @@ void act__index_views(act_index *ix, const vn_tensor *t)
     const int64_t *p = vn_tensor_data(t);
     ix->count = p;
     ix->cols = p + ix->ntiles;
+    ix->plain_w = act__max_condensed(ix) == 0;
 }
 
 int64_t act__max_condensed(const act_index *ix)
@@ -111,6 +112,11 @@ vn_tensor *act__transposed(const vn_tensor *w)
     return t;
 }
 
+vn_tensor *act__weight(const act_index *ix, const vn_tensor *w)
+{
+    return ix->plain_w ? vn__plain_contiguous(w) : act__transposed(w);
+}
+
 const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
                               float *hc, float *wc)
 {
@@ -156,7 +162,8 @@ void act__forward_tiles(const act_index *ix, const float *x, const float *wt, co
         int64_t k = ix->count[t], m = act__tile_rows(ix, t);
         if (k == 0) continue; /* H is all zero in this tile */
         const float *wop = act__gather_tile(ix, t, x, wt, hc, wc);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)ix->out, (int)k, 1.0f,
-                    hc, (int)k, wop, (int)ix->out, 1.0f, y + t * ix->tile * ix->out, (int)ix->out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, ix->plain_w ? CblasTrans : CblasNoTrans, (int)m,
+                    (int)ix->out, (int)k, 1.0f, hc, (int)k, wop, (int)(ix->plain_w ? ix->in : ix->out),
+                    1.0f, y + t * ix->tile * ix->out, (int)ix->out);
     }
 }

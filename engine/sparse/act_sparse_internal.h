@@ -16,6 +16,7 @@ typedef struct {
     int64_t rows, in, out, tile, ntiles;
     vn_sparse_act act;
     const int64_t *count, *cols; /* cols of tile t: cols + t·in */
+    bool plain_w; /* no tile is condensed: W is used as it is, not transposed (see act__weight) */
 } act_index;
 
 static inline float act__f(vn_sparse_act act, float x)
@@ -43,7 +44,7 @@ static inline int64_t act__tile_rows(const act_index *ix, int64_t t)
  * error set when out of memory. */
 vn_tensor *act__index(act_index *ix, const float *x, int64_t tile, double dense_above,
                       vn_act_sparse_stats *stats);
-/* ix's count and cols pointed into the index tensor t. */
+/* ix's count and cols pointed into the index tensor t, and plain_w set. */
 void act__index_views(act_index *ix, const vn_tensor *t);
 /* The widest condensed tile (count < in), 0 when there is none. */
 int64_t act__max_condensed(const act_index *ix);
@@ -55,9 +56,13 @@ int64_t act__max_condensed(const act_index *ix);
  * as soon as more than 1/16 of the columns are kept). act__transposed makes
  * that copy of a 2-d tensor (not recorded). */
 vn_tensor *act__transposed(const vn_tensor *w);
+/* The weight operand of a call: Wt = act__transposed(w), or w itself
+ * (contiguous) when ix->plain_w: the dense path then costs no transposes. */
+vn_tensor *act__weight(const act_index *ix, const vn_tensor *w);
 /* Hc (m × k) = act(X[tile rows, kept cols]) and, unless the tile is dense,
- * Wc (k × out) = Wt[kept cols, :]. Returns the W operand to use (leading
- * dimension out): Wt itself for a dense tile, else Wc. */
+ * Wc (k × out) = Wt[kept cols, :]. Returns the W operand to use: the
+ * weight operand itself for a dense tile (Wt, or W when ix->plain_w), else
+ * Wc. */
 const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
                               float *hc, float *wc);
 /* dst (k × width) = src[kept cols of tile t, :], src (in × width). */

@@ -14,7 +14,7 @@
 #include <cblas.h>
 #include <limits.h>
 
-enum { SAVED_INDEX, SAVED_WT };
+enum { SAVED_INDEX, SAVED_WT }; /* SAVED_WT: the weight operand, Wt or W (act__weight) */
 struct act_sparse_saved { int64_t rows, in, out, tile, ntiles; vn_sparse_act act; };
 
 /* Scratch: Hc (tile × in at most), then Wc and, for the backward's dW, G
@@ -52,17 +52,19 @@ static void write_dx_tile(const act_index *ix, int64_t t, const float *dhc, cons
 static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
 {
     const struct act_sparse_saved *sv = VN_SAVED_STATE(node, struct act_sparse_saved);
-    act_index ix = {sv->rows, sv->in, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL};
+    act_index ix = {sv->rows, sv->in, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL, false};
     act__index_views(&ix, node->saved[SAVED_INDEX]);
     const vn_tensor *x = node->inputs[0];
     bool want_x = vn__input_needs_grad(node, 0), want_w = vn__input_needs_grad(node, 1);
     bool want_b = node->ninputs == 3 && vn__input_needs_grad(node, 2);
-    int64_t out_n = sv->out, ws[2] = {sv->in, sv->out};
+    int64_t out_n = sv->out, ws[2] = {sv->in, sv->out}, wplain[2] = {sv->out, sv->in};
     vn_tensor *dy = vn__plain_contiguous(gout), *xc = dy ? vn__plain_contiguous(x) : NULL, *buf = NULL;
     float *wc = NULL, *g = NULL;
     float *s = xc && (want_x || want_w) ? scratch(&ix, want_w, &buf, &wc, &g) : NULL;
     vn_tensor *dx = s && want_x ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
-    vn_tensor *dwt = s && want_w ? vn_zeros(VN_F32, 2, ws) : NULL, *dw = NULL;
+    /* dW builds as dWt (in × out) and is transposed at the end, unless W
+     * was used as it is (ix.plain_w): then straight into dW (out × in). */
+    vn_tensor *dwt = s && want_w ? vn_zeros(VN_F32, 2, ix.plain_w ? wplain : ws) : NULL, *dw = NULL;
     vn_tensor *db = xc && want_b ? vn_zeros(VN_F32, 1, &out_n) : NULL;
     vn_status st = !xc || ((want_x || want_w) && !s) || (want_x && !dx) || (want_w && !dwt) ||
                    (want_b && !db) ? VN_ERR_MEMORY : VN_OK;
@@ -78,20 +80,25 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
                 continue;
             }
             const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc);
-            if (dwt) { /* dWt[cols, :] += Hcᵀ·dY_t */
+            if (dwt && ix.plain_w) /* dW += dY_tᵀ·H_t */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ix.out, (int)k, (int)m, 1.0f,
+                            dyt, (int)ix.out, hc, (int)k, 1.0f, VN_F32_PTR(dwt), (int)k);
+            else if (dwt) { /* dWt[cols, :] += Hcᵀ·dY_t */
                 bool dense = k == ix.in;
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)ix.out, (int)m, 1.0f,
                             hc, (int)k, dyt, (int)ix.out, dense ? 1.0f : 0.0f,
                             dense ? VN_F32_PTR(dwt) : g, (int)ix.out);
                 if (!dense) act__scatter_add_rows(&ix, t, g, ix.out, VN_F32_PTR(dwt));
             }
-            if (dx) { /* dHc = dY_t·Wcᵀ, in hc's space (Hc is no longer needed) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)ix.out, 1.0f,
-                            dyt, (int)ix.out, wop, (int)ix.out, 0.0f, hc, (int)k);
+            if (dx) { /* dHc = dY_t·Wcᵀ (or dY_t·W), in hc's space (Hc is no longer needed) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, ix.plain_w ? CblasNoTrans : CblasTrans, (int)m,
+                            (int)k, (int)ix.out, 1.0f, dyt, (int)ix.out, wop,
+                            (int)(ix.plain_w ? ix.in : ix.out), 0.0f, hc, (int)k);
                 write_dx_tile(&ix, t, hc, X, VN_F32_PTR(dx));
             }
         }
-        if (dwt && !(dw = act__transposed(dwt))) st = VN_ERR_MEMORY;
+        if (dwt && ix.plain_w) dw = dwt, dwt = NULL;
+        else if (dwt && !(dw = act__transposed(dwt))) st = VN_ERR_MEMORY;
     }
     if (!st && db) {
         const float *DY = vn_tensor_data(dy);
@@ -143,7 +150,7 @@ vn_status act__check_weight(const char *op, const char *wname, const vn_tensor *
 vn_status act__prepare(const char *op, const vn_tensor *x, int64_t in, int64_t out, vn_sparse_act act,
                        act_index *ix, int64_t *ysh)
 {
-    *ix = (act_index){vn__numel(x->ndim - 1, x->shape), in, out, 0, 0, act, NULL, NULL};
+    *ix = (act_index){vn__numel(x->ndim - 1, x->shape), in, out, 0, 0, act, NULL, NULL, false};
     if (ix->rows > INT_MAX)
         return vn__err(VN_ERR_ARG, "%s: input %s has more than %d rows", op, vn__shape(x->ndim, x->shape),
                        INT_MAX);
@@ -166,14 +173,13 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
     int64_t ysh[VN_MAX_DIMS];
     act_index ix;
     if (act__prepare(op, x, w->shape[1], w->shape[0], act, &ix, ysh)) return NULL;
-    vn_tensor *xc = vn__plain_contiguous(x), *wt = xc ? act__transposed(w) : NULL;
-    vn_tensor *bc = wt && bias ? vn__plain_contiguous(bias) : NULL;
-    vn_tensor *index = wt && (bc || !bias) ? act__index(&ix, vn_tensor_data(xc),
+    vn_tensor *xc = vn__plain_contiguous(x), *bc = xc && bias ? vn__plain_contiguous(bias) : NULL;
+    vn_tensor *index = xc && (bc || !bias) ? act__index(&ix, vn_tensor_data(xc),
                                                         tile_rows > 0 ? tile_rows : VN_ACT_SPARSE_TILE_ROWS,
                                                         dense_above, stats) : NULL;
-    vn_tensor *buf = NULL, *y = NULL;
+    vn_tensor *wt = index ? act__weight(&ix, w) : NULL, *buf = NULL, *y = NULL;
     float *wbuf = NULL, *unused = NULL;
-    float *s = index ? scratch(&ix, false, &buf, &wbuf, &unused) : NULL;
+    float *s = wt ? scratch(&ix, false, &buf, &wbuf, &unused) : NULL;
     if (s) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
         act__forward_tiles(&ix, vn_tensor_data(xc), vn_tensor_data(wt), bc ? vn_tensor_data(bc) : NULL,

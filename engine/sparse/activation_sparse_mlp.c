@@ -9,7 +9,7 @@
 
 #include <cblas.h>
 
-enum { SAVED_INDEX, SAVED_Z, SAVED_W2T };
+enum { SAVED_INDEX, SAVED_Z, SAVED_W2T }; /* SAVED_W2T: W2's operand, W2t or W2 (act__weight) */
 struct act_mlp_saved { int64_t rows, d, hidden, out, tile, ntiles; vn_sparse_act act; };
 enum { IN_X, IN_W1, IN_W2, IN_B1, IN_B2 };
 
@@ -30,7 +30,8 @@ static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bu
     return true;
 }
 
-/* The second layer's backward on tile t: dW2t[cols, :] += Hcᵀ·dY_t, then
+/* The second layer's backward on tile t: dW2t[cols, :] += Hcᵀ·dY_t (or,
+ * with W2 used as it is, dW2 += dY_tᵀ·H_t), then
  * dZc = (dY_t·Wc2ᵀ) ⊙ act'(Zc) into b->hc (m × k), and db1[cols] += its
  * column sums. */
 static void tile_backward_2(const act_index *ix, int64_t t, const float *z, const float *w2t,
@@ -39,19 +40,25 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile, out = ix->out;
     const int64_t *cols = ix->cols + t * ix->in;
     const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2);
-    bool dense = k == ix->in;
-    if (dw2t) {
+    bool dense = k == ix->in, plain = ix->plain_w;
+    if (dw2t && plain) /* dW2 (out × hidden) += dY_tᵀ·H_t */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
+                    b->hc, (int)k, 1.0f, dw2t, (int)k);
+    else if (dw2t) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
                     (int)k, dyt, (int)out, dense ? 1.0f : 0.0f, dense ? dw2t : b->g2, (int)out);
         if (!dense) act__scatter_add_rows(ix, t, b->g2, out, dw2t);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)out, 1.0f, dyt, (int)out,
-                wop, (int)out, 0.0f, b->hc, (int)k);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
+                1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
     for (int64_t r = 0; r < m; r++) {
         const float *zr = z + (r0 + r) * ix->in;
         for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
     }
-    if (db1)
+    if (db1 && dense) /* the same sums without the index: vectorized */
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t l = 0; l < k; l++) db1[l] += b->hc[r * k + l];
+    else if (db1)
         for (int64_t r = 0; r < m; r++)
             for (int64_t l = 0; l < k; l++) db1[cols[l]] += b->hc[r * k + l];
 }
@@ -78,7 +85,7 @@ static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const flo
 static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
 {
     const struct act_mlp_saved *sv = VN_SAVED_STATE(node, struct act_mlp_saved);
-    act_index ix = {sv->rows, sv->hidden, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL};
+    act_index ix = {sv->rows, sv->hidden, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL, false};
     act__index_views(&ix, node->saved[SAVED_INDEX]);
     bool want[5];
     for (int i = 0; i < 5; i++) want[i] = i < node->ninputs && node->inputs[i] && vn__input_needs_grad(node, i);
@@ -91,7 +98,8 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
     bool ok = w1 && mlp_scratch(&ix, d, &buf, &b);
     if (ok && want[IN_X]) ok = (g[IN_X] = vn_zeros(VN_F32, x->ndim, x->shape)) != NULL;
     if (ok && want[IN_W1]) ok = (g[IN_W1] = vn_zeros(VN_F32, 2, w1s)) != NULL;
-    if (ok && want[IN_W2]) ok = (dw2t = vn_zeros(VN_F32, 2, w2ts)) != NULL;
+    int64_t w2s[2] = {sv->out, sv->hidden}; /* dW2 straight, when W2 was used as it is */
+    if (ok && want[IN_W2]) ok = (dw2t = vn_zeros(VN_F32, 2, ix.plain_w ? w2s : w2ts)) != NULL;
     if (ok && want[IN_B1]) ok = (g[IN_B1] = vn_zeros(VN_F32, 1, &sv->hidden)) != NULL;
     if (ok && want[IN_B2]) ok = (g[IN_B2] = vn_zeros(VN_F32, 1, &sv->out)) != NULL;
 #define GP(i) (g[i] ? VN_F32_PTR(g[i]) : NULL)
@@ -103,7 +111,8 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
                             dw2t ? VN_F32_PTR(dw2t) : NULL, GP(IN_B1), &b);
             tile_backward_1(&ix, t, d, vn_tensor_data(xc), vn_tensor_data(w1), GP(IN_X), GP(IN_W1), &b);
         }
-        if (dw2t && !(g[IN_W2] = act__transposed(dw2t))) ok = false;
+        if (dw2t && ix.plain_w) g[IN_W2] = dw2t, dw2t = NULL;
+        else if (dw2t && !(g[IN_W2] = act__transposed(dw2t))) ok = false;
         if (g[IN_B2])
             for (int64_t i = 0; i < ix.rows; i++)
                 for (int64_t o = 0; o < ix.out; o++) GP(IN_B2)[o] += DY[i * ix.out + o];
@@ -135,11 +144,10 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
     if (act__prepare(op, x, hidden, out, act, &ix, ysh)) return NULL;
     int64_t zs[2] = {ix.rows, hidden};
     vn_tensor *xc = vn__plain_contiguous(x), *w1c = xc ? vn__plain_contiguous(w1) : NULL;
-    vn_tensor *w2t = w1c ? act__transposed(w2) : NULL;
-    vn_tensor *b1c = w2t && b1 ? vn__plain_contiguous(b1) : NULL;
-    vn_tensor *b2c = w2t && (b1c || !b1) && b2 ? vn__plain_contiguous(b2) : NULL;
-    vn_tensor *z = w2t && (b1c || !b1) && (b2c || !b2) ? vn__new(VN_F32, 2, zs) : NULL;
-    vn_tensor *index = NULL, *buf = NULL, *y = NULL;
+    vn_tensor *b1c = w1c && b1 ? vn__plain_contiguous(b1) : NULL;
+    vn_tensor *b2c = w1c && (b1c || !b1) && b2 ? vn__plain_contiguous(b2) : NULL;
+    vn_tensor *z = w1c && (b1c || !b1) && (b2c || !b2) ? vn__new(VN_F32, 2, zs) : NULL;
+    vn_tensor *index = NULL, *buf = NULL, *y = NULL, *w2t = NULL;
     if (z) { /* Z = X·W1ᵀ + b1, dense */
         float *Z = vn_tensor_data(z);
         const float *B1 = b1c ? vn_tensor_data(b1c) : NULL;
@@ -152,7 +160,8 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
                            stats);
     }
     mlp_bufs b;
-    if (index && mlp_scratch(&ix, 0, &buf, &b)) y = vn__new(VN_F32, x->ndim, ysh);
+    if (index) w2t = act__weight(&ix, w2); /* W2 transposed, or W2 itself on the dense path */
+    if (w2t && mlp_scratch(&ix, 0, &buf, &b)) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
         act__forward_tiles(&ix, vn_tensor_data(z), vn_tensor_data(w2t), b2c ? vn_tensor_data(b2c) : NULL,
                            b.hc, b.wc2, vn_tensor_data(y));

@@ -15,7 +15,7 @@ typedef enum { VN_ACT_RELU = 1, VN_ACT_RELU2 = 2 } vn_sparse_act;
  * the micro-tile height in rows and the density of kept (tile, column)
  * pairs above which the whole product runs dense. Both were measured by
  * bench/dynamic_sparsity (see bench/RESULTS.md). */
-#define VN_ACT_SPARSE_TILE_ROWS 64
+#define VN_ACT_SPARSE_TILE_ROWS 128
 #define VN_ACT_SPARSE_DENSE_ABOVE 0.5
 
 /* What one call of vn_act_sparse_linear saw: the share of H = act(x)'s
