@@ -21,7 +21,7 @@ local fail = util.fail
 -- Primer), on the nonzeros of act(x) only. x is the activation's INPUT
 -- (..., in_features). Options: activation, bias (default true), tile_rows
 -- (the micro-tile height, default 128), dense_above (the kept share above
--- which the call runs the dense product, default 0.5). W and b are drawn as
+-- which the call runs the dense product, default 0.65). W and b are drawn as
 -- nn.Linear draws them. The layer keeps what it saw: self.last_stats
 -- ({density, tile_density, dense} of the last call) and, while
 -- self.track_stats is true (the default), running sums read by
