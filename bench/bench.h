@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Seconds on the monotonic clock. */
 static inline double now(void)
@@ -23,6 +24,16 @@ static inline void die(const char *what)
 {
     fprintf(stderr, "%s: %s: %s\n", BENCH_NAME, what, vn_last_error());
     exit(1);
+}
+
+/* Runs the program again with OMP_WAIT_POLICY=passive unless it is set:
+ * spinning OpenMP threads starve OpenBLAS's. Call first in main. */
+static inline void passive_omp(char **argv)
+{
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);
+    }
 }
 
 #endif

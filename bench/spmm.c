@@ -328,10 +328,7 @@ static void bench_graph(const options *o, const graph *g, double bw)
 
 int main(int argc, char **argv)
 {
-    if (!getenv("OMP_WAIT_POLICY")) { /* spinning OpenMP threads starve OpenBLAS's */
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);
-    }
+    passive_omp(argv);
     options o = parse_args(argc, argv);
     vn_manual_seed(0);
     double bw = triad_gbs();

@@ -181,10 +181,7 @@ static void bench_shape(const options *o, int64_t R, int64_t K)
 
 int main(int argc, char **argv)
 {
-    if (!getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);
-    }
+    passive_omp(argv);
     options o = parse_args(argc, argv);
     vn_manual_seed(0);
     printf("V:N:M CPU kernels vs OpenBLAS sgemm: X of %lld rows, f32, best of %d; kernels: %s; "

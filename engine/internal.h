@@ -44,7 +44,7 @@ struct vn_tensor {
  * backward(n, gout) receives dL/d(output) and calls vn__accum(n, i, g) for
  * each input i that needs a gradient (vn__input_needs_grad). It runs with
  * grad mode off, so it may use the public ops freely. */
-#define VN_NODE_INPUTS 3
+#define VN_NODE_INPUTS 5 /* the fused MLP of engine/sparse/activation_sparse_mlp.c has 5 */
 #define VN_NODE_SAVED 4
 #define VN_NODE_STATE_BYTES 64
 typedef vn_status (*vn_backward_fn)(vn_node *n, const vn_tensor *gout);

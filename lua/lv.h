@@ -119,6 +119,8 @@ void lv_graph_open(lua_State *L);
 
 /* lv_moe.c: Mixture-of-Experts dispatch (scatter_add_rows, moe_route). */
 extern const luaL_Reg lv_moe_functions[];
+/* lv_dynamic.c: dynamic activation sparsity (act_sparse_linear). */
+extern const luaL_Reg lv_dynamic_functions[];
 
 /* lv_device.c: t:cuda()/cpu()/device()/is_cuda(), venom.cuda_* and autocast. */
 extern const luaL_Reg lv_device_methods[];

@@ -7,7 +7,8 @@
 --     local model = GPT({vocab_size = 256, block_size = 128, n_layer = 4,
 --                        n_head = 4, n_embd = 256, dropout = 0,
 --                        mlp = {V = 64, M = 8},        -- optional: V:2:M MLP layers
---                        moe = {experts = 8, k = 1, gate = "topk", every = 2}}) -- optional
+--                        moe = {experts = 8, k = 1, gate = "topk", every = 2}, -- optional
+--                        activation = "gelu"})         -- or "relu", "relu2" (squared ReLU)
 --     local logits = model(idx)                        -- idx i64 (B, T) → (B, T, vocab)
 --     local loss = model:loss(idx, targets)            -- mean cross-entropy
 --     local out = model:generate({72, 105}, 100, {temperature = 0.8, top_k = 40})
@@ -24,6 +25,12 @@
 -- capacity_factor, alpha, z_loss, tau_max, tau_min, anneal_steps,
 -- threshold, expert = {V, M} for V:2:M experts). model:loss adds their
 -- balance losses in training; model:moe_stats() reports their routing.
+--
+-- With activation "relu" or "relu2" (max(x, 0)², So et al. 2021, "Primer")
+-- the MLP runs as one activation-sparse op (venom.act_sparse_mlp: its second
+-- projection and the whole backward skip the hidden units that are zero in
+-- a tile of tokens) while its projections are dense nn.Linear layers; the
+-- measured sparsity is read with gpt:activation_stats().
 local venom = require "venom"
 local nn = require "venom.nn"
 local util = require "venom.util"
@@ -97,19 +104,34 @@ end
 -- MLP ---------------------------------------------------------------------------------
 
 local MLP = nn.Module:extend("MLP")
+local dynamic = require "venom.nn_dynamic"
 
 function MLP:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
   self:add_module("fc", projection(C, 4 * C, 0.02, cfg.mlp))
-  self:add_module("gelu", nn.GELU())
+  if cfg.activation == "gelu" then self:add_module("gelu", nn.GELU()) end
   self:add_module("proj", projection(4 * C, C, resid_std, cfg.mlp))
   self:add_module("drop", nn.Dropout(cfg.dropout))
+  rawset(self, "activation", cfg.activation)
+  rawset(self, "_stats", dynamic.new_stats())
 end
 
--- Looks the layers up on every call: GMP may have replaced them.
+-- Looks the layers up on every call: GMP may have replaced them. With
+-- relu/relu2 and dense projections, one activation-sparse op; with
+-- projections that are no longer plain nn.Linear, the same maths in steps.
 function MLP:forward(x)
-  return self.drop(self.proj(self.gelu(self.fc(x))))
+  local act = self.activation
+  if act == "gelu" then return self.drop(self.proj(self.gelu(self.fc(x)))) end
+  local fc, proj = self.fc, self.proj
+  if fc.__name == "Linear" and proj.__name == "Linear" then
+    local y, st = venom.act_sparse_mlp(x, fc.weight, fc.bias, proj.weight, proj.bias, act)
+    dynamic.add_stats(self._stats, st)
+    return self.drop(y)
+  end
+  local h = fc(x):relu()
+  if act == "relu2" then h = h * h end
+  return self.drop(proj(h))
 end
 
 -- Block -------------------------------------------------------------------------------
@@ -120,7 +142,8 @@ local Block = nn.Module:extend("Block")
 -- whose router starts as GPT-2's projections do.
 local function moe_layer(cfg, resid_std)
   local opts = { new_expert = function()
-    return MLP({ n_embd = cfg.n_embd, dropout = cfg.dropout, mlp = cfg.moe.expert }, resid_std)
+    return MLP({ n_embd = cfg.n_embd, dropout = cfg.dropout, mlp = cfg.moe.expert,
+                 activation = cfg.activation }, resid_std)
   end }
   for k, v in pairs(cfg.moe) do
     if k ~= "every" then opts[k] = v end
@@ -149,12 +172,12 @@ end
 local GPT = nn.Module:extend("GPT")
 
 local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, n_embd = 256,
-                   dropout = 0 }
+                   dropout = 0, activation = "gelu" }
 
 local function check_config(opts)
   local who = "GPT"
   opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
-                                    "dropout", "mlp", "moe" }, who)
+                                    "dropout", "mlp", "moe", "activation" }, who)
   local cfg = {}
   for k, v in pairs(DEFAULTS) do
     if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
@@ -167,6 +190,10 @@ local function check_config(opts)
   end
   if type(cfg.dropout) ~= "number" or not (cfg.dropout >= 0 and cfg.dropout < 1) then
     fail(("%s: dropout must be a number in [0, 1), got %s"):format(who, tostring(cfg.dropout)))
+  end
+  local a = cfg.activation
+  if a ~= "gelu" and a ~= "relu" and a ~= "relu2" then
+    fail(('%s: activation %s, expected "gelu", "relu" or "relu2"'):format(who, tostring(a)))
   end
   if opts.mlp ~= nil then
     local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
@@ -251,6 +278,23 @@ function GPT:moe_stats()
       for k, v in pairs(s) do row[k] = v end
       out[#out + 1] = row
     end
+  end
+  return out
+end
+
+--- The MLPs' measured activation sparsity (relu/relu2 only), one entry
+-- per block: {calls, density (share of nonzero hidden activations),
+-- tile_density (share of (token tile, hidden unit) pairs computed), dense
+-- (calls that ran the dense path)}, means over the forward passes since
+-- the last call with {reset = true} (or since the start). nil means for a
+-- block that has not run the sparse op.
+function GPT:activation_stats(opts)
+  opts = check_options(opts, { "reset" }, "GPT:activation_stats")
+  local out = {}
+  for i = 1, self.config.n_layer do
+    local mlp = self.blocks[i].mlp
+    out[i] = dynamic.mean_stats(mlp._stats)
+    if opts.reset then rawset(mlp, "_stats", dynamic.new_stats()) end
   end
   return out
 end
@@ -378,10 +422,11 @@ end
 
 function GPT:extra_repr()
   local c = self.config
-  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s%s")
+  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s%s%s")
     :format(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout,
       c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or "",
-      c.moe and (", moe every %d"):format(c.moe.every) or "")
+      c.moe and (", moe every %d"):format(c.moe.every) or "",
+      c.activation ~= "gelu" and (", activation=%s"):format(c.activation) or "")
 end
 
 return GPT

@@ -16,11 +16,18 @@
 --
 --     venom tutorials/03-tiny-gpt.lua                     # dense, default steps
 --     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8     # MLPs pruned to 75%
+--     venom tutorials/03-tiny-gpt.lua --activation relu2  # squared-ReLU MLPs, run sparse
 --     venom tutorials/03-tiny-gpt.lua --steps 2000 --n-embd 256 --block-size 128
 --     venom tutorials/03-tiny-gpt.lua --text some-file.txt
 --     venom tutorials/03-tiny-gpt.lua --save run.st       # later: --resume run.st
 --     venom tutorials/03-tiny-gpt.lua --log run.csv --plot run.png  # training curves
 --     venom tutorials/03-tiny-gpt.lua --help
+--
+-- With `--activation relu2` (or relu) the MLPs use squared ReLU (Primer,
+-- So et al. 2021) instead of GELU: most hidden activations are exactly 0,
+-- and the MLP skips them (venom.act_sparse_mlp, SparDA / PIT's sparse–dense
+-- transformation); each evaluation prints the measured activation density
+-- per block (model:activation_stats()).
 --
 -- The default corpus is the Debian package fortunes (apt-get install fortunes).
 local venom = require "venom"
@@ -59,6 +66,7 @@ local opts = util.parse_cli(arg, {
   eval_every = 200,
   eval_batches = 8,
   sparse = "",
+  activation = "gelu",
   prune_start = 0.2,
   prune_end = 0.6,
   sample = 300,
@@ -86,6 +94,7 @@ local opts = util.parse_cli(arg, {
   eval_every = "steps between two train/val loss evaluations",
   eval_batches = "batches averaged per loss evaluation",
   sparse = "V:2:M pattern the MLP weights are pruned to during training (e.g. 64:2:8)",
+  activation = "the MLPs' activation: gelu, relu or relu2 (the last two run activation-sparse)",
   prune_start = "fraction of the steps after which pruning starts",
   prune_end = "fraction of the steps at which the final pattern is reached",
   sample = "bytes of text generated at the end",
@@ -127,6 +136,9 @@ local opts = util.parse_cli(arg, {
       :format(o.prune_start, o.prune_end))
   end
   if #o.prompt == 0 then util.fail("--prompt must not be empty") end
+  if o.activation ~= "gelu" and o.activation ~= "relu" and o.activation ~= "relu2" then
+    util.fail("--activation must be gelu, relu or relu2, got " .. o.activation)
+  end
   log = util.check_outputs(o, { "step", "loss", "lr", "sparsity", "train_loss", "val_loss" })
 end)
 
@@ -153,6 +165,7 @@ print(("corpus: %s, %d bytes for training, %d for validation"):format(
 local ok_model, model = pcall(GPT, {
   vocab_size = data.TEXT_VOCAB, block_size = opts.block_size, n_layer = opts.n_layer,
   n_head = opts.n_head, n_embd = opts.n_embd, dropout = opts.dropout,
+  activation = opts.activation,
 })
 if not ok_model then die(model) end
 print(model)
@@ -284,11 +297,23 @@ for step = first_step, last do
       ev.layers[1].pattern, 100 * ev.sparsity)
   end
   if step % opts.eval_every == 0 or step == opts.steps then
+    local act_line -- the MLPs' measured sparsity over the training steps since the last evaluation
+    if opts.activation ~= "gelu" then
+      local dens, kept = {}, {}
+      for i, st in ipairs(model:activation_stats({ reset = true })) do
+        dens[i] = st.density and ("%.3f"):format(st.density) or "-"
+        kept[i] = st.tile_density and ("%.3f"):format(st.tile_density) or "-"
+      end
+      act_line = ("step %5d  MLP activation density per block %s  (tile share computed %s)")
+        :format(step, table.concat(dens, " "), table.concat(kept, " "))
+    end
     final_val = estimate(val)
     local train_loss = estimate(train)
+    if opts.activation ~= "gelu" then model:activation_stats({ reset = true }) end
     lines[#lines + 1] = ("step %5d  train loss %.4f  val loss %.4f"):format(step, train_loss,
       final_val)
     record({ step = step, train_loss = train_loss, val_loss = final_val })
+    if act_line then lines[#lines + 1] = act_line end
   end
   if #lines > 0 then
     if bar.tty then io.write("\r\27[K") end -- clear the bar's line first

@@ -873,6 +873,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
 /* Mixture-of-Experts dispatch: row scatter-add, routing. */
 #include "venom/moe.h"
+#include "venom/dynamic.h" /* dynamic activation sparsity (SparDA / PIT) */
 
 #ifdef __cplusplus
 }

@@ -102,7 +102,7 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "graph", "help", "image",
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "nn_dynamic", "graph", "help", "image",
                   "data_image" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name

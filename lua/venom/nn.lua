@@ -763,6 +763,8 @@ setmetatable(nn, {
     if k == "Embedding" or k == "LayerNorm" then return require("venom.nn_transformer")[k] end
     -- the Mixture-of-Experts layer (lua/venom/nn_moe.lua), loaded on first use
     if k == "MoE" then return require("venom.nn_moe").MoE end
+    -- dynamic activation sparsity (lua/venom/nn_dynamic.lua), loaded on first use
+    if k == "SparseInputLinear" then return require("venom.nn_dynamic")[k] end
   end,
 })
 

@@ -1,5 +1,7 @@
 #include "gradcheck.h"
 
+#include <string.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,4 +124,12 @@ double gradcheck(gc_fn f, vn_tensor **inputs, int n, void *ctx, double eps, doub
         free(ga);
     }
     return worst;
+}
+
+void expect_null_error(const void *result, vn_status want, const char *needle)
+{
+    assert_null(result);
+    assert_int_equal(vn_last_status(), want);
+    if (!strstr(vn_last_error(), needle))
+        fail_msg("error \"%s\" does not mention \"%s\"", vn_last_error(), needle);
 }

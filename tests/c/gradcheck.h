@@ -35,4 +35,9 @@ typedef vn_tensor *(*gc_fn)(vn_tensor **inputs, void *ctx);
  * both values) when it is beyond tol. */
 double gradcheck(gc_fn f, vn_tensor **inputs, int n, void *ctx, double eps, double tol);
 
+/* Fails the test unless result is NULL with vn_last_status() == want and
+ * vn_last_error() containing needle (the shared form of the bad-input
+ * checks of a function that returns a pointer). */
+void expect_null_error(const void *result, vn_status want, const char *needle);
+
 #endif

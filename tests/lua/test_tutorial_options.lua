@@ -14,6 +14,7 @@ local cases = {
   { "01-fashion-mnist.lua --resume /", "is not a file" },
   { "03-tiny-gpt.lua --block-size 100000", "%-%-block%-size must be at most 4096" },
   { "03-tiny-gpt.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
+  { "03-tiny-gpt.lua --activation tanh", "%-%-activation must be gelu, relu or relu2, got tanh" },
 }
 for _, c in ipairs(cases) do
   local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))

@@ -1,0 +1,88 @@
+/* act_sparse_internal.h — what the dynamic activation sparsity files share
+ * (activation_sparse.c: the layer op; activation_sparse_mlp.c: the fused
+ * MLP; act_sparse_index.c: the index and the gathers). Private to the wing. */
+#ifndef VENOM_ACT_SPARSE_INTERNAL_H
+#define VENOM_ACT_SPARSE_INTERNAL_H
+
+#include "internal.h"
+
+/* The index of a call over a matrix X (rows × in), cut into tiles of `tile`
+ * rows (the last may be shorter). It lives in one i64 tensor: count[t]
+ * (ntiles), then for each tile a slot of `in` column numbers of which the
+ * first count[t] are its kept columns, ascending. A tile run dense has
+ * count = in and the identity in its slot. `out` is the width of the
+ * product's other operand (W: out × in). */
+typedef struct {
+    int64_t rows, in, out, tile, ntiles;
+    vn_sparse_act act;
+    const int64_t *count, *cols; /* cols of tile t: cols + t·in */
+    bool plain_w; /* no tile is condensed: W is used as it is, not transposed (see act__weight) */
+} act_index;
+
+static inline float act__f(vn_sparse_act act, float x)
+{
+    float r = x > 0 ? x : 0;
+    return act == VN_ACT_RELU2 ? r * r : r;
+}
+
+static inline float act__df(vn_sparse_act act, float x)
+{
+    return x > 0 ? (act == VN_ACT_RELU2 ? 2 * x : 1) : 0;
+}
+
+static inline int64_t act__tile_rows(const act_index *ix, int64_t t)
+{
+    int64_t r0 = t * ix->tile;
+    return r0 + ix->tile < ix->rows ? ix->tile : ix->rows - r0;
+}
+
+/* Builds the index of x (ix->rows × ix->in, contiguous; rows, in, out, act
+ * set in *ix, tile the wanted height, dense_above in [0, 1]) with one pass
+ * over x, and fills the rest of *ix. When the kept share of (tile, column)
+ * pairs is above dense_above the index is the dense path: one tile of all
+ * rows, all columns. stats (may be NULL) gets the shares. NULL and the
+ * error set when out of memory. */
+vn_tensor *act__index(act_index *ix, const float *x, int64_t tile, double dense_above,
+                      vn_act_sparse_stats *stats);
+/* ix's count and cols pointed into the index tensor t, and plain_w set. */
+void act__index_views(act_index *ix, const vn_tensor *t);
+/* The widest condensed tile (count < in), 0 when there is none. */
+int64_t act__max_condensed(const act_index *ix);
+
+/* The weight W (out × in) is used transposed, Wt (in × out), so that the
+ * kept columns of W are rows of Wt: a gather is one copy per row, and a
+ * scatter-add runs along rows, touching only the kept share of the bytes
+ * (a column gather from row-major W touches nearly every cache line of W
+ * as soon as more than 1/16 of the columns are kept). act__transposed makes
+ * that copy of a 2-d tensor (not recorded). */
+vn_tensor *act__transposed(const vn_tensor *w);
+/* The weight operand of a call: Wt = act__transposed(w), or w itself
+ * (contiguous) when ix->plain_w: the dense path then costs no transposes. */
+vn_tensor *act__weight(const act_index *ix, const vn_tensor *w);
+/* Hc (m × k) = act(X[tile rows, kept cols]) and, unless the tile is dense,
+ * Wc (k × out) = Wt[kept cols, :]. Returns the W operand to use: the
+ * weight operand itself for a dense tile (Wt, or W when ix->plain_w), else
+ * Wc. */
+const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
+                              float *hc, float *wc);
+/* dst (k × width) = src[kept cols of tile t, :], src (in × width). */
+void act__gather_rows(const act_index *ix, int64_t t, const float *src, int64_t width, float *dst);
+/* dst[kept cols of tile t, :] += G (k × width), dst (in × width). */
+void act__scatter_add_rows(const act_index *ix, int64_t t, const float *g, int64_t width, float *dst);
+/* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product. */
+void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,
+                        float *hc, float *wc, float *y);
+
+/* Argument checks shared by the ops (activation_sparse.c): x f32 on the
+ * CPU, act and dense_above valid; a weight w (out, in) f32 with its bias b
+ * (out) or NULL, names quoted in the messages. */
+vn_status act__check_common(const char *op, const vn_tensor *x, vn_sparse_act act, double dense_above);
+vn_status act__check_weight(const char *op, const char *wname, const vn_tensor *w, int64_t in,
+                            const char *in_name, const char *bname, const vn_tensor *b);
+/* *ix for x (..., in) against a product of width out (rows = x's leading
+ * dims; at most INT_MAX, BLAS's limit), and ysh the output's shape
+ * (x's with the last dim out). */
+vn_status act__prepare(const char *op, const vn_tensor *x, int64_t in, int64_t out, vn_sparse_act act,
+                       act_index *ix, int64_t *ysh);
+
+#endif

@@ -1,0 +1,181 @@
+/* activation_sparse_mlp.c — the fused two-layer MLP with a sparse hidden
+ * layer, Y = act(X·W1ᵀ + b1)·W2ᵀ + b2 (SparDA / PIT's transformation, see
+ * activation_sparse.c). One index of the hidden layer's kept columns per
+ * row tile, built once in the forward, serves the second product, its
+ * backward, the activation's backward and the first layer's backward: dZ
+ * is zero off the kept columns, so dX = dZ·W1 gathers only the kept rows of
+ * W1 (contiguous rows: a copy per row) and dW1 gets only those rows. */
+#include "act_sparse_internal.h"
+
+#include <cblas.h>
+
+enum { SAVED_INDEX, SAVED_Z, SAVED_W2T }; /* SAVED_W2T: W2's operand, W2t or W2 (act__weight) */
+struct act_mlp_saved { int64_t rows, d, hidden, out, tile, ntiles; vn_sparse_act act; };
+enum { IN_X, IN_W1, IN_W2, IN_B1, IN_B2 };
+
+/* The buffers of one tile: Hc / dZc (tile × hidden), Wc2 and G2 (kmax ×
+ * out), W1c and G1 (kmax × d), kmax the widest condensed tile. */
+typedef struct { float *hc, *wc2, *g2, *w1c, *g1; } mlp_bufs;
+
+static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bufs *b)
+{
+    int64_t kmax = act__max_condensed(ix);
+    int64_t n = ix->tile * ix->in + 2 * ix->out * kmax + 2 * kmax * d + 1;
+    if (!(*hold = vn__new(VN_F32, 1, &n))) return false;
+    b->hc = vn_tensor_data(*hold);
+    b->wc2 = b->hc + ix->tile * ix->in;
+    b->g2 = b->wc2 + ix->out * kmax;
+    b->w1c = b->g2 + ix->out * kmax;
+    b->g1 = b->w1c + kmax * d;
+    return true;
+}
+
+/* The second layer's backward on tile t: dW2t[cols, :] += Hcᵀ·dY_t (or,
+ * with W2 used as it is, dW2 += dY_tᵀ·H_t), then
+ * dZc = (dY_t·Wc2ᵀ) ⊙ act'(Zc) into b->hc (m × k), and db1[cols] += its
+ * column sums. */
+static void tile_backward_2(const act_index *ix, int64_t t, const float *z, const float *w2t,
+                            const float *dyt, float *dw2t, float *db1, const mlp_bufs *b)
+{
+    int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile, out = ix->out;
+    const int64_t *cols = ix->cols + t * ix->in;
+    const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2);
+    bool dense = k == ix->in, plain = ix->plain_w;
+    if (dw2t && plain) /* dW2 (out × hidden) += dY_tᵀ·H_t */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
+                    b->hc, (int)k, 1.0f, dw2t, (int)k);
+    else if (dw2t) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
+                    (int)k, dyt, (int)out, dense ? 1.0f : 0.0f, dense ? dw2t : b->g2, (int)out);
+        if (!dense) act__scatter_add_rows(ix, t, b->g2, out, dw2t);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
+                1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
+    for (int64_t r = 0; r < m; r++) {
+        const float *zr = z + (r0 + r) * ix->in;
+        for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
+    }
+    if (db1 && dense) /* the same sums without the index: vectorized */
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t l = 0; l < k; l++) db1[l] += b->hc[r * k + l];
+    else if (db1)
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t l = 0; l < k; l++) db1[cols[l]] += b->hc[r * k + l];
+}
+
+/* The first layer's backward on tile t from dZc (b->hc, m × k): dX_t =
+ * dZc·W1[cols, :] and dW1[cols, :] += dZcᵀ·X_t. */
+static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const float *x, const float *w1,
+                            float *dx, float *dw1, const mlp_bufs *b)
+{
+    int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile;
+    bool dense = k == ix->in;
+    if (dx) {
+        if (!dense) act__gather_rows(ix, t, w1, d, b->w1c);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
+                    (int)k, dense ? w1 : b->w1c, (int)d, 0.0f, dx + r0 * d, (int)d);
+    }
+    if (dw1) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
+                    x + r0 * d, (int)d, dense ? 1.0f : 0.0f, dense ? dw1 : b->g1, (int)d);
+        if (!dense) act__scatter_add_rows(ix, t, b->g1, d, dw1);
+    }
+}
+
+static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
+{
+    const struct act_mlp_saved *sv = VN_SAVED_STATE(node, struct act_mlp_saved);
+    act_index ix = {sv->rows, sv->hidden, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL, false};
+    act__index_views(&ix, node->saved[SAVED_INDEX]);
+    bool want[5];
+    for (int i = 0; i < 5; i++) want[i] = i < node->ninputs && node->inputs[i] && vn__input_needs_grad(node, i);
+    const vn_tensor *x = node->inputs[IN_X];
+    int64_t d = sv->d, w1s[2] = {sv->hidden, d}, w2ts[2] = {sv->hidden, sv->out};
+    vn_tensor *dy = vn__plain_contiguous(gout), *xc = dy ? vn__plain_contiguous(x) : NULL;
+    vn_tensor *w1 = xc ? vn__plain_contiguous(node->inputs[IN_W1]) : NULL, *buf = NULL, *dw2t = NULL;
+    vn_tensor *g[5] = {NULL, NULL, NULL, NULL, NULL};
+    mlp_bufs b;
+    bool ok = w1 && mlp_scratch(&ix, d, &buf, &b);
+    if (ok && want[IN_X]) ok = (g[IN_X] = vn_zeros(VN_F32, x->ndim, x->shape)) != NULL;
+    if (ok && want[IN_W1]) ok = (g[IN_W1] = vn_zeros(VN_F32, 2, w1s)) != NULL;
+    int64_t w2s[2] = {sv->out, sv->hidden}; /* dW2 straight, when W2 was used as it is */
+    if (ok && want[IN_W2]) ok = (dw2t = vn_zeros(VN_F32, 2, ix.plain_w ? w2s : w2ts)) != NULL;
+    if (ok && want[IN_B1]) ok = (g[IN_B1] = vn_zeros(VN_F32, 1, &sv->hidden)) != NULL;
+    if (ok && want[IN_B2]) ok = (g[IN_B2] = vn_zeros(VN_F32, 1, &sv->out)) != NULL;
+#define GP(i) (g[i] ? VN_F32_PTR(g[i]) : NULL)
+    if (ok) {
+        const float *Z = vn_tensor_data(node->saved[SAVED_Z]), *DY = vn_tensor_data(dy);
+        for (int64_t t = 0; t < ix.ntiles; t++) {
+            if (ix.count[t] == 0) continue; /* H is all zero here: every gradient but db2 is 0 */
+            tile_backward_2(&ix, t, Z, vn_tensor_data(node->saved[SAVED_W2T]), DY + t * ix.tile * ix.out,
+                            dw2t ? VN_F32_PTR(dw2t) : NULL, GP(IN_B1), &b);
+            tile_backward_1(&ix, t, d, vn_tensor_data(xc), vn_tensor_data(w1), GP(IN_X), GP(IN_W1), &b);
+        }
+        if (dw2t && ix.plain_w) g[IN_W2] = dw2t, dw2t = NULL;
+        else if (dw2t && !(g[IN_W2] = act__transposed(dw2t))) ok = false;
+        if (g[IN_B2])
+            for (int64_t i = 0; i < ix.rows; i++)
+                for (int64_t o = 0; o < ix.out; o++) GP(IN_B2)[o] += DY[i * ix.out + o];
+    }
+#undef GP
+    vn_status st = ok ? VN_OK : VN_ERR_MEMORY;
+    for (int i = 0; i < 5; i++) {
+        if (!st && g[i]) st = vn__accum(node, i, g[i]);
+        else vn_tensor_release(g[i]);
+    }
+    vn_tensor *all[5] = {dy, xc, w1, dw2t, buf};
+    for (int k = 0; k < 5; k++) vn_tensor_release(all[k]);
+    return st;
+}
+
+vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
+                             const vn_tensor *w2, const vn_tensor *b2, vn_sparse_act act,
+                             int64_t tile_rows, double dense_above, vn_act_sparse_stats *stats)
+{
+    const char *op = "act_sparse_mlp";
+    if (act__check_common(op, x, act, dense_above)) return NULL;
+    if (x->ndim == 0) return vn__errp(VN_ERR_SHAPE, "%s: input is 0-d, expected (..., d)", op);
+    if (act__check_weight(op, "w1", w1, x->shape[x->ndim - 1], "d, the input's last dim", "b1", b1) ||
+        act__check_weight(op, "w2", w2, w1->shape[0], "hidden, w1's rows", "b2", b2))
+        return NULL;
+    if (dense_above < 0) dense_above = VN_ACT_SPARSE_DENSE_ABOVE;
+    int64_t d = w1->shape[1], hidden = w1->shape[0], out = w2->shape[0], ysh[VN_MAX_DIMS];
+    act_index ix;
+    if (act__prepare(op, x, hidden, out, act, &ix, ysh)) return NULL;
+    int64_t zs[2] = {ix.rows, hidden};
+    vn_tensor *xc = vn__plain_contiguous(x), *w1c = xc ? vn__plain_contiguous(w1) : NULL;
+    vn_tensor *b1c = w1c && b1 ? vn__plain_contiguous(b1) : NULL;
+    vn_tensor *b2c = w1c && (b1c || !b1) && b2 ? vn__plain_contiguous(b2) : NULL;
+    vn_tensor *z = w1c && (b1c || !b1) && (b2c || !b2) ? vn__new(VN_F32, 2, zs) : NULL;
+    vn_tensor *index = NULL, *buf = NULL, *y = NULL, *w2t = NULL;
+    if (z) { /* Z = X·W1ᵀ + b1, dense */
+        float *Z = vn_tensor_data(z);
+        const float *B1 = b1c ? vn_tensor_data(b1c) : NULL;
+        for (int64_t i = 0; i < ix.rows; i++)
+            for (int64_t j = 0; j < hidden; j++) Z[i * hidden + j] = B1 ? B1[j] : 0;
+        if (ix.rows && hidden && d)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)ix.rows, (int)hidden, (int)d, 1.0f,
+                        vn_tensor_data(xc), (int)d, vn_tensor_data(w1c), (int)d, 1.0f, Z, (int)hidden);
+        index = act__index(&ix, Z, tile_rows > 0 ? tile_rows : VN_ACT_SPARSE_TILE_ROWS, dense_above,
+                           stats);
+    }
+    mlp_bufs b;
+    if (index) w2t = act__weight(&ix, w2); /* W2 transposed, or W2 itself on the dense path */
+    if (w2t && mlp_scratch(&ix, 0, &buf, &b)) y = vn__new(VN_F32, x->ndim, ysh);
+    if (y)
+        act__forward_tiles(&ix, vn_tensor_data(z), vn_tensor_data(w2t), b2c ? vn_tensor_data(b2c) : NULL,
+                           b.hc, b.wc2, vn_tensor_data(y));
+    const vn_tensor *ins[5] = {x, w1, w2, b1, b2};
+    vn_node *node = y ? vn__record(y, op, act_mlp_backward, b2 ? 5 : b1 ? 4 : 3, ins) : NULL;
+    if (node) {
+        node->saved[SAVED_INDEX] = index;
+        node->saved[SAVED_Z] = z;
+        node->saved[SAVED_W2T] = w2t;
+        index = z = w2t = NULL;
+        *VN_SAVED_STATE(node, struct act_mlp_saved) =
+            (struct act_mlp_saved){ix.rows, d, hidden, out, ix.tile, ix.ntiles, act};
+    }
+    vn_tensor *all[8] = {index, z, buf, xc, w1c, w2t, b1c, b2c};
+    for (int k = 0; k < 8; k++) vn_tensor_release(all[k]);
+    return y;
+}
