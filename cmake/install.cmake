@@ -41,6 +41,7 @@ install(TARGETS venom venom_lua EXPORT venomTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS venom_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES engine/include/venom.h lua/include/venom_lua.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY engine/include/venom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h") # venom.h's sub-headers
 install(TARGETS venom_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS venom_lua_core LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/lua/5.1/venom)
 install(DIRECTORY lua/venom DESTINATION ${CMAKE_INSTALL_DATADIR}/lua/5.1 FILES_MATCHING PATTERN "*.lua")

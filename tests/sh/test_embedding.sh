@@ -45,7 +45,7 @@ echo "1..23"
 check "cmake --install into a temporary prefix" cmake --install "$build" --prefix "$prefix"
 missing=
 for f in lib/libvenom.so lib/libvenom.a lib/libvenom_lua.so include/venom.h include/venom_lua.h \
-         lib/pkgconfig/venom.pc lib/pkgconfig/venom-lua.pc lib/cmake/venom/venomConfig.cmake \
+         include/venom/quant.h lib/pkgconfig/venom.pc lib/pkgconfig/venom-lua.pc lib/cmake/venom/venomConfig.cmake \
          share/lua/5.1/venom/init.lua share/lua/5.1/venom/nn.lua lib/lua/5.1/venom/core.so bin/venom; do
     [ -e "$prefix/$f" ] || missing="$missing $f"
 done
@@ -54,9 +54,9 @@ if [ -z "$missing" ]; then ok "installed files in place"; else not_ok "installed
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 
 # ---- venom.h (and the bridge's venom_lua.h) are the only public headers ----
-# Installed: include/ holds just those two, and a program compiled with the
+# Installed: include/ holds just those two (and venom/, venom.h's sub-headers), and a program compiled with the
 # package's flags cannot include the library's internal.h.
-extra=$(cd "$prefix/include" && ls | grep -vx 'venom.h' | grep -vx 'venom_lua.h' | tr '\n' ' ')
+extra=$(cd "$prefix/include" && ls | grep -vx 'venom.h' | grep -vx 'venom_lua.h' | grep -vx 'venom' | tr '\n' ' ')
 printf '#include "internal.h"\nint main(void) { return 0; }\n' > "$tmp/internal.c"
 if [ -z "$extra" ] && ! $cc $(pkg-config --cflags venom-lua) -c "$tmp/internal.c" -o "$tmp/internal.o" 2>/dev/null; then
     ok "an installed consumer cannot include internal.h"
