@@ -30,16 +30,22 @@ float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
     return s;
 }
 
-/* x f32 (..., K), w f32 (N, K), both CPU; *B = rows of x. */
-static vn_status check_args(const vn_tensor *x, const vn_tensor *w, const char *op, int64_t *B)
+/* w f32 (N, K) on the CPU, N, K ≥ 1. */
+static vn_status check_weight(const vn_tensor *w, const char *op)
 {
     vn_status st = vn__check_dtype_arg(w, VN_F32, op, "weight", 0);
     if (st) return st;
     if (w->ndim != 2 || w->shape[0] < 1 || w->shape[1] < 1)
         return vn__err(VN_ERR_SHAPE, "%s: weight must be a non-empty 2-D (out, in) matrix, found %s",
                        op, vn__shape(w->ndim, w->shape));
-    if (!x) return VN_OK; /* the weight quantiser alone */
-    if ((st = vn__check_dtype_arg(x, VN_F32, op, "input", 0))) return st;
+    return VN_OK;
+}
+
+/* x f32 (..., K) on the CPU for a valid w (N, K); *B = rows of x. */
+static vn_status check_input(const vn_tensor *x, const vn_tensor *w, const char *op, int64_t *B)
+{
+    vn_status st = vn__check_dtype_arg(x, VN_F32, op, "input", 0);
+    if (st) return st;
     if (x->ndim == 0 || x->shape[x->ndim - 1] != w->shape[1])
         return vn__err(VN_ERR_SHAPE, "%s: input %s and weight %s: expected the input's last dim "
                        "to be the weight's in features (%lld)", op, vn__shape(x->ndim, x->shape),
@@ -67,7 +73,7 @@ static vn_tensor *quantize_weight(const vn_tensor *w, float *gamma)
 
 vn_tensor *vn_ternary_quantize(const vn_tensor *w, float *gamma)
 {
-    if (check_args(NULL, w, "ternary_quantize", NULL)) return NULL;
+    if (check_weight(w, "ternary_quantize")) return NULL;
     return quantize_weight(w, gamma);
 }
 
@@ -112,7 +118,7 @@ static vn_status bitlinear_backward(vn_node *node, const vn_tensor *gout)
 vn_tensor *vn_bitlinear(const vn_tensor *x, const vn_tensor *w)
 {
     int64_t B = 0;
-    if (check_args(x, w, "bitlinear", &B)) return NULL;
+    if (check_weight(w, "bitlinear") || check_input(x, w, "bitlinear", &B)) return NULL;
     vn_tensor *wq = quantize_weight(w, NULL);
     vn_tensor *xq = wq ? quantize_input(x, B, w->shape[1]) : NULL;
     vn_tensor *y = NULL;
