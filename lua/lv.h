@@ -125,6 +125,9 @@ int lv_device_name_at(lua_State *L, int i);
 /* lv_transformer.c: embedding, layer_norm and causal_attention. */
 extern const luaL_Reg lv_transformer_functions[];
 
+/* lv_quant.c: BitNet b1.58 (bitlinear, ternary_pack/unpack/check/matmul). */
+extern const luaL_Reg lv_quant_functions[];
+
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */
 bool lv_representable(vn_dtype d, double v);

@@ -7,6 +7,8 @@
 --     local model = GPT({vocab_size = 256, block_size = 128, n_layer = 4,
 --                        n_head = 4, n_embd = 256, dropout = 0,
 --                        mlp = {V = 64, M = 8}})       -- optional: V:2:M MLP layers
+--     -- or bitnet = true: BitNet b1.58 (every block Linear an nn.BitLinear,
+--     -- the norms nn.RMSNorm; embeddings and the tied head stay f32)
 --     local logits = model(idx)                        -- idx i64 (B, T) → (B, T, vocab)
 --     local loss = model:loss(idx, targets)            -- mean cross-entropy
 --     local out = model:generate({72, 105}, 100, {temperature = 0.8, top_k = 40})
@@ -46,9 +48,22 @@ local function init_linear(lin, std)
   return lin
 end
 
--- A projection in_f → out_f: dense, or V:2:M sparse when `sp` is given.
-local function projection(in_f, out_f, std, sp)
-  if not sp then return init_linear(nn.Linear(in_f, out_f), std) end
+-- A dense projection in_f → out_f: nn.Linear, or nn.BitLinear (BitNet b1.58,
+-- no bias, its own RMSNorm on the input) when cfg.bitnet.
+local function dense(cfg, in_f, out_f, std)
+  if cfg.bitnet then return nn.BitLinear(in_f, out_f, { std = std }) end
+  return init_linear(nn.Linear(in_f, out_f), std)
+end
+
+-- The norm of a block and the final one: LayerNorm, or RMSNorm for BitNet.
+local function norm(cfg)
+  return cfg.bitnet and nn.RMSNorm(cfg.n_embd) or nn.LayerNorm(cfg.n_embd)
+end
+
+-- An MLP projection in_f → out_f: dense, or V:2:M sparse when cfg.mlp is given.
+local function projection(cfg, in_f, out_f, std)
+  local sp = cfg.mlp
+  if not sp then return dense(cfg, in_f, out_f, std) end
   local w = normal(std, out_f, in_f)
   local layer = nn.SparseLinear(in_f, out_f, { V = sp.V, M = sp.M, weight = w })
   w:free()
@@ -64,8 +79,8 @@ function Attention:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
   self.n_head, self.n_embd = cfg.n_head, C
-  self:add_module("qkv", init_linear(nn.Linear(C, 3 * C), 0.02))
-  self:add_module("proj", init_linear(nn.Linear(C, C), resid_std))
+  self:add_module("qkv", dense(cfg, C, 3 * C, 0.02))
+  self:add_module("proj", dense(cfg, C, C, resid_std))
   self:add_module("drop", nn.Dropout(cfg.dropout))
 end
 
@@ -94,9 +109,9 @@ local MLP = nn.Module:extend("MLP")
 function MLP:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
-  self:add_module("fc", projection(C, 4 * C, 0.02, cfg.mlp))
+  self:add_module("fc", projection(cfg, C, 4 * C, 0.02))
   self:add_module("gelu", nn.GELU())
-  self:add_module("proj", projection(4 * C, C, resid_std, cfg.mlp))
+  self:add_module("proj", projection(cfg, 4 * C, C, resid_std))
   self:add_module("drop", nn.Dropout(cfg.dropout))
 end
 
@@ -111,9 +126,9 @@ local Block = nn.Module:extend("Block")
 
 function Block:__init(cfg, resid_std)
   nn.Module.__init(self)
-  self:add_module("ln1", nn.LayerNorm(cfg.n_embd))
+  self:add_module("ln1", norm(cfg))
   self:add_module("attn", Attention(cfg, resid_std))
-  self:add_module("ln2", nn.LayerNorm(cfg.n_embd))
+  self:add_module("ln2", norm(cfg))
   self:add_module("mlp", MLP(cfg, resid_std))
 end
 
@@ -133,7 +148,7 @@ local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, 
 local function check_config(opts)
   local who = "GPT"
   opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
-                                    "dropout", "mlp" }, who)
+                                    "dropout", "mlp", "bitnet" }, who)
   local cfg = {}
   for k, v in pairs(DEFAULTS) do
     if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
@@ -150,6 +165,13 @@ local function check_config(opts)
   if opts.mlp ~= nil then
     local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
     cfg.mlp = { V = m.V or 64, M = m.M or 8 }
+  end
+  if opts.bitnet ~= nil and type(opts.bitnet) ~= "boolean" then
+    fail(("%s: bitnet must be true or false, got %s"):format(who, tostring(opts.bitnet)))
+  end
+  cfg.bitnet = opts.bitnet or nil
+  if cfg.bitnet and cfg.mlp then
+    fail(("%s: bitnet with mlp (ternary V:N:M layers) is not implemented; use one or the other"):format(who))
   end
   return cfg
 end
@@ -171,7 +193,7 @@ function GPT:__init(opts)
   local blocks = nn.Sequential()
   for _ = 1, cfg.n_layer do blocks:add(Block(cfg, resid_std)) end
   self:add_module("blocks", blocks)
-  self:add_module("ln_f", nn.LayerNorm(cfg.n_embd))
+  self:add_module("ln_f", norm(cfg))
   -- Position ids 1..block_size, narrowed to the sequence length in forward.
   self.positions = venom.arange(1, cfg.block_size + 1, 1, "i64")
 end
@@ -308,7 +330,7 @@ function GPT:extra_repr()
   local c = self.config
   return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s")
     :format(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout,
-      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or "")
+      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or c.bitnet and ", bitnet" or "")
 end
 
 return GPT

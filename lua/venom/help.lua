@@ -26,9 +26,16 @@ end
 -- venom.h's comment blocks, keyed by the C name of each function declared
 -- right below them (one comment may cover several declarations).
 local function c_docs()
-  local text = read(here .. "/../../engine/include/venom.h") or read(here .. "/../../../../include/venom.h")
+  local dir = here .. "/../../engine/include"
+  local text = read(dir .. "/venom.h")
+  if not text then
+    dir = here .. "/../../../../include"
+    text = read(dir .. "/venom.h")
+  end
   local docs = {}
   if not text then return docs end
+  -- and the sub-headers venom.h includes (venom/quant.h, ...)
+  for sub in text:gmatch('#include "(venom/[%w_]+%.h)"') do text = text .. "\n" .. (read(dir .. "/" .. sub) or "") end
   local comment, last_was_decl = nil, false
   local in_comment, buf = false, {}
   local open_decl -- a declaration whose parameters continue on the next lines
@@ -95,7 +102,7 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "graph", "help" }
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "graph", "help", "nn_quant" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 

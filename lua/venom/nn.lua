@@ -761,6 +761,8 @@ setmetatable(nn, {
     if k == "GCNConv" or k == "SAGEConv" or k == "GATConv" then return require("venom.nn_graph")[k] end
     -- the transformer layers (lua/venom/nn_transformer.lua), loaded on first use
     if k == "Embedding" or k == "LayerNorm" then return require("venom.nn_transformer")[k] end
+    -- the BitNet b1.58 layers (lua/venom/nn_quant.lua), loaded on first use
+    if k == "RMSNorm" or k == "BitLinear" then return require("venom.nn_quant")[k] end
   end,
 })
 
