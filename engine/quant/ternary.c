@@ -31,21 +31,36 @@ static inline float finish(int32_t acc, int32_t xsum, float s, float gamma)
 /* Work above which the product is split over OpenMP threads. */
 #define work_of(N, Kp, B) ((N) * (Kp) / 8 * (B))
 
+/* Activation rows per pass over a weight row (the portable loop keeps
+ * their sums in an array, the AVX2 one in registers). */
+#define PORTABLE_ROWS 16
+
+/* Plain C: each 128-column group of the weight row is unpacked once to
+ * int8 W̃ and then dotted with the group of every activation row of the
+ * tile, a loop of int8 products compilers vectorise. */
 static void kernel_portable(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
                             const int32_t *xsum, const float *s, int64_t B, float gamma, float *y)
 {
     int64_t rb = Kp / 4;
+    (void)xsum; /* the unpacked W̃ are signed: no offset to take back */
 #pragma omp parallel for schedule(static) if (work_of(N, Kp, B) > VN_OMP_MIN_WORK)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = packed + n * rb;
-        for (int64_t b = 0; b < B; b++) {
-            const int8_t *xr = xq + b * Kp;
-            int32_t acc = 0;
-            for (int64_t g = 0; g < Kp / VNQ_GROUP; g++)
+        for (int64_t b0 = 0; b0 < B; b0 += PORTABLE_ROWS) {
+            int nb = B - b0 < PORTABLE_ROWS ? (int)(B - b0) : PORTABLE_ROWS;
+            int32_t acc[PORTABLE_ROWS] = {0};
+            for (int64_t g = 0; g < Kp / VNQ_GROUP; g++) {
+                int8_t w[VNQ_GROUP];
                 for (int q = 0; q < 4; q++)
-                    for (int i = 0; i < 32; i++)
-                        acc += ((row[g * 32 + i] >> (2 * q)) & 3) * xr[g * VNQ_GROUP + q * 32 + i];
-            y[b * N + n] = finish(acc, xsum[b], s[b], gamma);
+                    for (int i = 0; i < 32; i++) w[q * 32 + i] = (int8_t)(((row[g * 32 + i] >> (2 * q)) & 3) - 1);
+                for (int j = 0; j < nb; j++) {
+                    const int8_t *xr = xq + (b0 + j) * Kp + g * VNQ_GROUP;
+                    int32_t dot = 0;
+                    for (int i = 0; i < VNQ_GROUP; i++) dot += w[i] * xr[i];
+                    acc[j] += dot;
+                }
+            }
+            for (int j = 0; j < nb; j++) y[(b0 + j) * N + n] = finish(acc[j], 0, s[b0 + j], gamma);
         }
     }
 }
