@@ -28,6 +28,13 @@ static inline float vnq__trit(float w, float gamma)
  * and as x̃/s into xq (may be NULL). Returns s. */
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq);
 
+/* The two quantisers built from public ops (vn_abs, vn_mean_all, vn_div,
+ * vn_clamp, ...), for CUDA tensors: γ·W̃ of w (N, K), and x̃/s of every row of
+ * x (..., K). Run with grad mode off. The same values as the loops above
+ * (γ up to its f32 summation). */
+vn_tensor *vnq__quantize_weight_ops(const vn_tensor *w);
+vn_tensor *vnq__quantize_input_ops(const vn_tensor *x);
+
 /* The packed kernel: y[b·N + n] = (Σ_k x̃[b·Kp + k]·W̃[n, k])·γ/s[b] for
  * b < B, n < N; packed rows of Kp/4 bytes, x̃ rows of Kp int8 (Kp a
  * multiple of 128, zero past K), xsum[b] = Σ_k x̃[b, k]. s[b] = 0 gives a

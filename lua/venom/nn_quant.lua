@@ -63,7 +63,8 @@ end
 -- its absmax. Backward is the straight-through estimator (venom.bitlinear).
 -- opts: norm = true (the RMSNorm on the input, SubLN; false: none),
 -- std (the weight's N(0, std) init; default: uniform ±1/√in as nn.Linear).
--- CPU only (a CUDA tensor is refused with a clear error). After
+-- On CUDA the quantisers run as the engine's elementwise ops (never yet run
+-- on a GPU); the packed kernels are CPU only. After
 -- venom.load_ternary the layer holds packed weights (self.packed, self.gamma)
 -- and runs the int8 × ternary kernel instead (inference: no gradient).
 local BitLinear = Module:extend("BitLinear")

@@ -2,7 +2,7 @@
  * reference of the quantised product, its STE gradients against plain
  * reference loops and against central finite differences of the surrogate
  * (the product with the other operand's quantiser frozen), γ = 0 and zero
- * rows, the 2-bit packing byte for byte against a plain packer, the packed
+ * rows, the quantisers of the CUDA path (public ops) against the loops, the 2-bit packing byte for byte against a plain packer, the packed
  * kernels (portable and AVX2) against a plain integer loop for odd sizes,
  * corrupt packed data, and bad arguments. */
 #include "gradcheck.h"
@@ -212,6 +212,38 @@ static void test_zeros(void **state)
     for (int k = 0; k < 4; k++) vn_tensor_release(ts[k]);
 }
 
+/* The quantisers built from public ops (the CUDA path), run here on the
+ * CPU: x̃/s the same bits as the loop, γ·W̃ the same up to γ's f32
+ * summation; γ = 0 and a zero row give zeros. */
+static void test_ops_path(void **state)
+{
+    (void)state;
+    int64_t B = 4, N = 9, K = 300;
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -5, 5, 40), *w = trand(2, (int64_t[]){N, K}, -1, 1, 41);
+    memset(f32(x) + 2 * K, 0, sizeof(float) * (size_t)K);
+    vn_tensor *xq = vnq__quantize_input_ops(x), *wq = vnq__quantize_weight_ops(w);
+    CHECK_PTR(xq);
+    CHECK_PTR(wq);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int64_t b = 0; b < B; b++) {
+        vnq__quantize_row(f32(x) + b * K, K, NULL, row);
+        for (int64_t k = 0; k < K; k++)
+            if (f32(xq)[b * K + k] != row[k])
+                fail_msg("x̃/s[%lld][%lld]: ops %.9g, loop %.9g", (long long)b, (long long)k,
+                         f32(xq)[b * K + k], row[k]);
+    }
+    float g;
+    vn_tensor *wl = vn_ternary_quantize(w, &g);
+    CHECK_PTR(wl);
+    for (int64_t i = 0; i < N * K; i++) assert_close(f32(wq)[i], f32(wl)[i], 1e-6, "γ·W̃ ops", i);
+    vn_tensor *z = vn_zeros(VN_F32, 2, (int64_t[]){N, K}), *zq = vnq__quantize_weight_ops(z);
+    CHECK_PTR(zq);
+    for (int64_t i = 0; i < N * K; i++) assert_float_equal(f32(zq)[i], 0, 0);
+    free(row);
+    vn_tensor *ts[] = {x, w, xq, wq, wl, z, zq};
+    for (int k = 0; k < 7; k++) vn_tensor_release(ts[k]);
+}
+
 /* The layout of venom/quant.h, written out plainly. */
 static uint8_t *ref_pack(const float *trits, int64_t N, int64_t K, int64_t *rb)
 {
@@ -348,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_ops_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,19 +19,21 @@
 #define VENOM_QUANT_H
 
 /* The BitLinear layer Y = Q(X)·Q(W)ᵀ with the quantisers above, as a
- * differentiable op. x f32 (..., K), w f32 (N, K), both on the CPU → y f32
- * (..., N). Backward is the straight-through estimator (STE) of both
+ * differentiable op. x f32 (..., K), w f32 (N, K), both on the CPU or both
+ * on CUDA (there the quantisers are built from the engine's elementwise ops
+ * and reductions, then cuBLAS; not yet run on a GPU) → y f32 (..., N). Backward is the straight-through estimator (STE) of both
  * roundings: dX = dY·(γW̃) and dW = dYᵀ·(x̃/s), i.e. the quantisers pass the
  * gradient as the identity (the activation clamp never saturates, since
  * |x·s| ≤ 127 by the choice of s, so there is nothing to clip). The
  * normalisation before the quantiser (SubLN) is the caller's (nn.BitLinear).
  * Errors: VN_ERR_ARG (NULL or freed), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE
- * (w not 2-D, last dim of x ≠ K), VN_ERR_DEVICE (CUDA tensors: no GPU path
- * yet), VN_ERR_MEMORY. */
+ * (w not 2-D, last dim of x ≠ K), VN_ERR_DEVICE (x and w on different
+ * devices), VN_ERR_MEMORY. */
 vn_tensor *vn_bitlinear(const vn_tensor *x, const vn_tensor *w);
 
 /* The weight quantiser alone: γ·W̃ for w f32 (N, K) on the CPU, with γ in
- * *gamma (may be NULL). Not recorded on the tape. Errors as vn_bitlinear. */
+ * *gamma (may be NULL). Not recorded on the tape. Errors as vn_bitlinear,
+ * and VN_ERR_DEVICE for a CUDA tensor. */
 vn_tensor *vn_ternary_quantize(const vn_tensor *w, float *gamma);
 
 /* Packed ternary weights for inference. Row n of W̃ (N, K) takes
