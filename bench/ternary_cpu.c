@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_LIST 8
+#define MAX_LIST BENCH_MAX_LIST
 #define MAX_REPS 101
 enum { F32, VNM, TERNARY_AVX2, TERNARY_PORTABLE, NVARIANTS };
 static const char *const variant_names[NVARIANTS] = {"f32 OpenBLAS", "64:2:8 f32", "ternary avx2",
@@ -61,25 +61,6 @@ static int by_value(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static int parse_list(const char *s, int64_t *out, int64_t (*pairs)[2], const char *name)
-{
-    int n = 0;
-    char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < MAX_LIST; tok = strtok_r(NULL, ",", &save)) {
-        long long a, b;
-        if (pairs ? sscanf(tok, "%lldx%lld", &a, &b) != 2 || a < 1 || b < 1
-                  : sscanf(tok, "%lld", &a) != 1 || a < 1) {
-            fprintf(stderr, "ternary_cpu: bad %s entry '%s'\n", name, tok);
-            exit(2);
-        }
-        if (pairs) pairs[n][0] = a, pairs[n][1] = b;
-        else out[n] = a;
-        n++;
-    }
-    free(copy);
-    return n;
 }
 
 static void bench(int64_t N, int64_t K, const int64_t *batches, int nb, int reps)

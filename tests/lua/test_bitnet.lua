@@ -17,12 +17,7 @@ local tmp = os.tmpname()
 
 local function max_abs_diff(a, b) return (a - b):abs():max():item() end
 
-local function read_bytes(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_bytes = require("testutil").slurp
 
 -- nn.RMSNorm -------------------------------------------------------------------------
 do
