@@ -8,6 +8,8 @@
  * tensors (elementwise ops and reductions there, then cuBLAS). */
 #include "quant_internal.h"
 
+#include <float.h>
+
 float vnq__gamma(const float *w, int64_t n)
 {
     double sum = 0;
@@ -19,9 +21,22 @@ float vnq__gamma(const float *w, int64_t n)
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
 {
     float m = 0;
-    for (int64_t k = 0; k < K; k++) m = fmaxf(m, fabsf(x[k]));
-    /* An all-zero row has no scale (127/0): it quantises to zeros. A row
-     * with a NaN or ∞ keeps it, so the bad value shows in the output. */
+    bool finite = true;
+    for (int64_t k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        m = fmaxf(m, a);
+        finite &= a <= FLT_MAX; /* false for NaN too */
+    }
+    /* A row with a NaN or ∞ has no meaningful scale: s = NaN, so the row's
+     * output is NaN and the bad value shows (int8 cannot hold it). */
+    if (!finite) {
+        for (int64_t k = 0; k < K; k++) {
+            if (q) q[k] = 0;
+            if (xq) xq[k] = NAN;
+        }
+        return NAN;
+    }
+    /* An all-zero row has no scale (127/0): it quantises to zeros. */
     float s = m > 0 ? 127.0f / m : 0.0f;
     for (int64_t k = 0; k < K; k++) {
         float r = nearbyintf(x[k] * s);

@@ -24,8 +24,9 @@ static inline float vnq__trit(float w, float gamma)
 }
 
 /* Row x (K values) → s = 127 / max|x| (0 for an all-zero row, whose x̃ is
- * 0), and x̃ = clamp(round(x·s), −128, 127) into q as int8 (q may be NULL)
- * and as x̃/s into xq (may be NULL). Returns s. */
+ * 0; NaN for a row holding a NaN or ∞, whose x̃ is 0 and x̃/s NaN), and
+ * x̃ = clamp(round(x·s), −128, 127) into q as int8 (q may be NULL) and as
+ * x̃/s into xq (may be NULL). Returns s. */
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq);
 
 /* The two quantisers built from public ops (vn_abs, vn_mean_all, vn_div,
@@ -38,7 +39,7 @@ vn_tensor *vnq__quantize_input_ops(const vn_tensor *x);
 /* The packed kernel: y[b·N + n] = (Σ_k x̃[b·Kp + k]·W̃[n, k])·γ/s[b] for
  * b < B, n < N; packed rows of Kp/4 bytes, x̃ rows of Kp int8 (Kp a
  * multiple of 128, zero past K), xsum[b] = Σ_k x̃[b, k]. s[b] = 0 gives a
- * zero row. */
+ * zero row, s[b] = NaN a NaN row. */
 typedef void (*vnq_kernel)(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
                            const int32_t *xsum, const float *s, int64_t B, float gamma, float *y);
 /* By name: "portable" or "avx2" (NULL where the build or CPU lacks it);

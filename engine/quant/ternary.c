@@ -22,10 +22,11 @@ static inline int code_shift(int64_t k) { return 2 * (int)(k % VNQ_GROUP / 32); 
 
 /* ---- the kernels ------------------------------------------------------------------ */
 
-/* The scaled output of one (row, weight row) pair. */
+/* The scaled output of one (row, weight row) pair: 0 for a zero row
+ * (s = 0), NaN for a row that held a NaN or ∞ (s = NaN). */
 static inline float finish(int32_t acc, int32_t xsum, float s, float gamma)
 {
-    return s > 0 ? (float)(acc - xsum) * (gamma / s) : 0.0f;
+    return s == 0 ? 0.0f : (float)(acc - xsum) * (gamma / s);
 }
 
 /* Work above which the product is split over OpenMP threads. */

@@ -321,7 +321,7 @@ static void test_pack_and_kernels(void **state)
 }
 
 /* Rows of x̃ = 127 against all-+1 weights: the largest sums the s16 lanes
- * see, exact in the output (no saturation). */
+ * see, exact in the output (no saturation); rows with a NaN or an ∞. */
 static void test_kernel_extremes(void **state)
 {
     (void)state;
@@ -337,8 +337,23 @@ static void test_kernel_extremes(void **state)
         assert_close(f32(y)[n], 0.5 * 3 * K, 1e-6, "y+", n);
         assert_close(f32(y)[N + n], -0.5 * 3 * K, 1e-6, "y-", n);
     }
-    vn_tensor *ts[] = {w, x, p, y};
-    for (int k = 0; k < 4; k++) vn_tensor_release(ts[k]);
+    /* A NaN or an ∞ in a row: that row's output is NaN (in both products),
+     * the other row's is untouched. */
+    f32(x)[5] = NAN;
+    f32(x)[K + 7] = INFINITY;
+    vn_tensor *x3 = vn_zeros(VN_F32, 2, (int64_t[]){3, K});
+    CHECK_OK(vn_tensor_fill_(x3, 3));
+    memcpy(f32(x3), f32(x), sizeof(float) * (size_t)(2 * K));
+    vn_tensor *yt = vn_ternary_matmul(x3, p, K, g), *yb = vn_bitlinear(x3, w);
+    CHECK_PTR(yt);
+    CHECK_PTR(yb);
+    for (int64_t n = 0; n < N; n++) {
+        assert_true(isnan(f32(yt)[n]) && isnan(f32(yt)[N + n]));
+        assert_true(isnan(f32(yb)[n]) && isnan(f32(yb)[N + n]));
+        assert_close(f32(yt)[2 * N + n], 0.5 * 3 * K, 1e-6, "finite row", n);
+    }
+    vn_tensor *ts[] = {w, x, p, y, x3, yt, yb};
+    for (int k = 0; k < 7; k++) vn_tensor_release(ts[k]);
 }
 
 static void test_errors(void **state)

@@ -11,7 +11,8 @@
  *   output       Y = (x̃·W̃ᵀ)·γ/s (no bias).
  * round() is round-half-to-even (as torch.round). An all-zero row has no
  * scale (s = ∞): its x̃ is 0 and its output row is 0. A zero weight matrix
- * (γ = 0) gives W̃ = 0 and a zero output, never NaN. */
+ * (γ = 0) gives W̃ = 0 and a zero output, never NaN. A row holding a NaN or
+ * ∞ gives a NaN output row. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/quant.h>"
 #endif
