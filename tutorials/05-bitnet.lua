@@ -146,7 +146,7 @@ local function run(name, bitnet)
   local model = new_model(bitnet)
   local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
   print(("\n%s: %d parameters"):format(name, model:num_parameters()))
-  local start, final = venom.clock(), nil
+  local start = venom.clock()
   for step = 1, opts.steps do
     opt.lr, opt.weight_decay = schedule(bitnet, step)
     local x, y = data.random_windows(train, opts.batch_size, opts.block_size)
@@ -159,16 +159,16 @@ local function run(name, bitnet)
     collectgarbage()
     if l ~= l then die(("%s: the loss is NaN at step %d; try a lower learning rate"):format(name, step)) end
     if step % opts.eval_every == 0 or step == opts.steps then
-      final = estimate(model, val)
-      print(("%-8s step %5d  lr %.2e  train loss %.4f  val loss %.4f"):format(name, step, opt.lr, l, final))
+      print(("%-8s step %5d  lr %.2e  train loss %.4f  val loss %.4f"):format(name, step, opt.lr, l,
+        estimate(model, val)))
     end
   end
   print(("%s: %.1f s of training"):format(name, venom.clock() - start))
-  return model, final
+  return model
 end
 
-local f32_model, f32_val = run("f32", false)
-local bit_model, bit_val = run("bitnet", true)
+local f32_model = run("f32", false)
+local bit_model = run("bitnet", true)
 
 -- 5. Export the packed ternary model and load it for inference ------------------------
 --
@@ -186,9 +186,16 @@ local f = io.open(path, "rb")
 local size = f:seek("end")
 f:close()
 if opts.export == "" then os.remove(path) end
-local packed_val = estimate(packed_model, val)
-print(("\npacked ternary model: %d bytes on disk (%s kernels), val loss %.4f"):format(size,
-  venom.ternary_isa(), packed_val))
+print(("\npacked ternary model: %d bytes on disk (%s kernels)"):format(size, venom.ternary_isa()))
+
+-- The three models on the same validation batches (the RNG reseeded for
+-- each), so that their losses differ by the models only: the packed model
+-- must match the BitNet model it was exported from.
+local function final_loss(model)
+  venom.manual_seed(opts.seed + 1)
+  return estimate(model, val)
+end
+local f32_val, bit_val, packed_val = final_loss(f32_model), final_loss(bit_model), final_loss(packed_model)
 
 -- 6. Generation: the same prompt and seed for both, timed --------------------------------
 --
@@ -218,7 +225,7 @@ local f32_tps, packed_tps = median(rates.f32), median(rates.packed)
 print(("\n--- f32 sample ---\n%s\n---\n--- packed ternary sample ---\n%s\n---"):format(text.f32,
   text.packed))
 
-print(("\nval loss: f32 %.4f, BitNet b1.58 %.4f (%+.1f%%), packed %.4f"):format(f32_val, bit_val,
-  100 * (bit_val / f32_val - 1), packed_val))
+print(("\nval loss (the same %d batches): f32 %.4f, BitNet b1.58 %.4f (%+.1f%%), packed %.4f")
+  :format(opts.eval_batches, f32_val, bit_val, 100 * (bit_val / f32_val - 1), packed_val))
 print(("generation (median of 3): f32 %.1f tokens/s, packed ternary %.1f tokens/s (×%.2f)")
   :format(f32_tps, packed_tps, packed_tps / f32_tps))

@@ -21,6 +21,9 @@ tap.ok(out:find("f32 +step +4 .* val loss %d") ~= nil and out:find("bitnet +step
   "validation losses of the f32 and the BitNet run")
 tap.ok(out:find("packed ternary model: %d+ bytes") ~= nil and out:find("%-%-%- packed ternary sample %-%-%-\nThe ") ~= nil,
   "the packed model is loaded and generates after the prompt")
+local bit, packed = out:match("BitNet b1%.58 ([%d.]+) %([^)]*%), packed ([%d.]+)")
+tap.ok(bit and math.abs(tonumber(bit) - tonumber(packed)) < 1e-3 * tonumber(bit),
+  "the packed model's val loss is the BitNet model's on the same batches")
 tap.ok(out:find("generation %(median of 3%): f32 [%d.]+ tokens/s, packed ternary [%d.]+ tokens/s") ~= nil,
   "tokens/s of both models")
 local ef = io.open(export, "rb")
