@@ -22,10 +22,11 @@
 /* The BitLinear layer Y = Q(X)·Q(W)ᵀ with the quantisers above, as a
  * differentiable op. x f32 (..., K), w f32 (N, K), both on the CPU or both
  * on CUDA (there the quantisers are built from the engine's elementwise ops
- * and reductions, then cuBLAS; not yet run on a GPU) → y f32 (..., N). Backward is the straight-through estimator (STE) of both
- * roundings: dX = dY·(γW̃) and dW = dYᵀ·(x̃/s), i.e. the quantisers pass the
- * gradient as the identity (the activation clamp never saturates, since
- * |x·s| ≤ 127 by the choice of s, so there is nothing to clip). The
+ * and reductions, then cuBLAS; not yet run on a GPU) → y f32 (..., N).
+ * Backward is the straight-through estimator (STE) of both roundings:
+ * dX = dY·(γW̃) and dW = dYᵀ·(x̃/s), i.e. the quantisers pass the gradient
+ * as the identity (the activation clamp never saturates, since |x·s| ≤ 127
+ * by the choice of s, so there is nothing to clip). The
  * normalisation before the quantiser (SubLN) is the caller's (nn.BitLinear).
  * Errors: VN_ERR_ARG (NULL or freed), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE
  * (w not 2-D, last dim of x ≠ K), VN_ERR_DEVICE (x and w on different
