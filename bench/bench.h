@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +35,33 @@ static inline void passive_omp(char **argv)
         setenv("OMP_WAIT_POLICY", "passive", 1);
         execv("/proc/self/exe", argv);
     }
+}
+
+/* Entries a command-line list may have (parse_list keeps the first ones). */
+#define BENCH_MAX_LIST 16
+
+/* A comma-separated list of positive integers into out (or of RxK pairs
+ * into pairs, when pairs is not NULL), at most BENCH_MAX_LIST entries;
+ * returns their count. A bad entry prints "BENCH_NAME: bad <name> entry"
+ * and exits with status 2. */
+static inline int parse_list(const char *s, int64_t *out, int64_t (*pairs)[2], const char *name)
+{
+    int n = 0;
+    char *copy = strdup(s), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long a, b;
+        if (n == BENCH_MAX_LIST) break;
+        if (pairs ? sscanf(tok, "%lldx%lld", &a, &b) != 2 || a < 1 || b < 1
+                  : sscanf(tok, "%lld", &a) != 1 || a < 1) {
+            fprintf(stderr, "%s: bad %s entry '%s'\n", BENCH_NAME, name, tok);
+            exit(2);
+        }
+        if (pairs) pairs[n][0] = a, pairs[n][1] = b;
+        else out[n] = a;
+        n++;
+    }
+    free(copy);
+    return n;
 }
 
 #endif

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_LIST 16
+#define MAX_LIST BENCH_MAX_LIST
 
 typedef struct {
     int reps;
@@ -35,27 +35,6 @@ typedef struct {
     int nshapes, nM, nV;
     int64_t shapes[MAX_LIST][2], M[MAX_LIST], V[MAX_LIST];
 } options;
-
-/* A comma-separated list of integers (or RxK pairs when pairs != NULL). */
-static int parse_list(const char *s, int64_t *out, int64_t (*pairs)[2], const char *name)
-{
-    int n = 0;
-    char *copy = strdup(s), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        long long a, b;
-        if (n == MAX_LIST) break;
-        if (pairs ? sscanf(tok, "%lldx%lld", &a, &b) != 2 || a < 1 || b < 1
-                  : sscanf(tok, "%lld", &a) != 1 || a < 1) {
-            fprintf(stderr, "vnm_cpu: bad %s entry '%s'\n", name, tok);
-            exit(2);
-        }
-        if (pairs) pairs[n][0] = a, pairs[n][1] = b;
-        else out[n] = a;
-        n++;
-    }
-    free(copy);
-    return n;
-}
 
 static options parse_args(int argc, char **argv)
 {

@@ -133,6 +133,8 @@ extern const luaL_Reg lv_transformer_functions[];
 /* lv_image.c: images through stb_image (load, save, resize, crop, hflip)
  * and the directory listing and mkdir of image folders. */
 extern const luaL_Reg lv_image_functions[];
+/* lv_quant.c: BitNet b1.58 (bitlinear, ternary_pack/unpack/check/matmul). */
+extern const luaL_Reg lv_quant_functions[];
 
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */

@@ -9,6 +9,8 @@
 --                        mlp = {V = 64, M = 8},        -- optional: V:2:M MLP layers
 --                        moe = {experts = 8, k = 1, gate = "topk", every = 2}, -- optional
 --                        activation = "gelu"})         -- or "relu", "relu2" (squared ReLU)
+--     -- or bitnet = true: BitNet b1.58 (every block Linear an nn.BitLinear,
+--     -- the norms nn.RMSNorm; embeddings and the tied head stay f32)
 --     local logits = model(idx)                        -- idx i64 (B, T) → (B, T, vocab)
 --     local loss = model:loss(idx, targets)            -- mean cross-entropy
 --     local out = model:generate({72, 105}, 100, {temperature = 0.8, top_k = 40})
@@ -60,9 +62,22 @@ local function init_linear(lin, std)
   return lin
 end
 
--- A projection in_f → out_f: dense, or V:2:M sparse when `sp` is given.
-local function projection(in_f, out_f, std, sp)
-  if not sp then return init_linear(nn.Linear(in_f, out_f), std) end
+-- A dense projection in_f → out_f: nn.Linear, or nn.BitLinear (BitNet b1.58,
+-- no bias, its own RMSNorm on the input) when cfg.bitnet.
+local function dense(cfg, in_f, out_f, std)
+  if cfg.bitnet then return nn.BitLinear(in_f, out_f, { std = std }) end
+  return init_linear(nn.Linear(in_f, out_f), std)
+end
+
+-- The norm of a block and the final one: LayerNorm, or RMSNorm for BitNet.
+local function norm(cfg)
+  return cfg.bitnet and nn.RMSNorm(cfg.n_embd) or nn.LayerNorm(cfg.n_embd)
+end
+
+-- An MLP projection in_f → out_f: dense, or V:2:M sparse when cfg.mlp is given.
+local function projection(cfg, in_f, out_f, std)
+  local sp = cfg.mlp
+  if not sp then return dense(cfg, in_f, out_f, std) end
   local w = normal(std, out_f, in_f)
   local layer = nn.SparseLinear(in_f, out_f, { V = sp.V, M = sp.M, weight = w })
   w:free()
@@ -78,8 +93,8 @@ function Attention:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
   self.n_head, self.n_embd = cfg.n_head, C
-  self:add_module("qkv", init_linear(nn.Linear(C, 3 * C), 0.02))
-  self:add_module("proj", init_linear(nn.Linear(C, C), resid_std))
+  self:add_module("qkv", dense(cfg, C, 3 * C, 0.02))
+  self:add_module("proj", dense(cfg, C, C, resid_std))
   self:add_module("drop", nn.Dropout(cfg.dropout))
 end
 
@@ -109,9 +124,9 @@ local dynamic = require "venom.nn_dynamic"
 function MLP:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
-  self:add_module("fc", projection(C, 4 * C, 0.02, cfg.mlp))
+  self:add_module("fc", projection(cfg, C, 4 * C, 0.02))
   if cfg.activation == "gelu" then self:add_module("gelu", nn.GELU()) end
-  self:add_module("proj", projection(4 * C, C, resid_std, cfg.mlp))
+  self:add_module("proj", projection(cfg, 4 * C, C, resid_std))
   self:add_module("drop", nn.Dropout(cfg.dropout))
   rawset(self, "activation", cfg.activation)
   rawset(self, "_stats", dynamic.new_stats())
@@ -143,7 +158,7 @@ local Block = nn.Module:extend("Block")
 local function moe_layer(cfg, resid_std)
   local opts = { new_expert = function()
     return MLP({ n_embd = cfg.n_embd, dropout = cfg.dropout, mlp = cfg.moe.expert,
-                 activation = cfg.activation }, resid_std)
+                 activation = cfg.activation, bitnet = cfg.bitnet }, resid_std)
   end }
   for k, v in pairs(cfg.moe) do
     if k ~= "every" then opts[k] = v end
@@ -155,9 +170,9 @@ end
 
 function Block:__init(cfg, resid_std, use_moe)
   nn.Module.__init(self)
-  self:add_module("ln1", nn.LayerNorm(cfg.n_embd))
+  self:add_module("ln1", norm(cfg))
   self:add_module("attn", Attention(cfg, resid_std))
-  self:add_module("ln2", nn.LayerNorm(cfg.n_embd))
+  self:add_module("ln2", norm(cfg))
   self:add_module("mlp", use_moe and moe_layer(cfg, resid_std) or MLP(cfg, resid_std))
 end
 
@@ -177,7 +192,8 @@ local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, 
 local function check_config(opts)
   local who = "GPT"
   opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
-                                    "dropout", "mlp", "moe", "activation" }, who)
+                                    "dropout", "mlp", "moe", "activation",
+                                    "bitnet" }, who)
   local cfg = {}
   for k, v in pairs(DEFAULTS) do
     if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
@@ -199,6 +215,13 @@ local function check_config(opts)
     local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
     cfg.mlp = { V = m.V or 64, M = m.M or 8 }
   end
+  if opts.bitnet ~= nil and type(opts.bitnet) ~= "boolean" then
+    fail(("%s: bitnet must be true or false, got %s"):format(who, tostring(opts.bitnet)))
+  end
+  cfg.bitnet = opts.bitnet or nil
+  if cfg.bitnet and cfg.mlp then
+    fail(("%s: bitnet with mlp (ternary V:N:M layers) is not implemented; use one or the other"):format(who))
+  end
   if opts.moe ~= nil then
     local m = check_options(opts.moe, { "experts", "k", "gate", "every", "capacity_factor", "alpha",
       "z_loss", "tau_max", "tau_min", "anneal_steps", "threshold", "expert" }, "GPT: moe")
@@ -206,6 +229,9 @@ local function check_config(opts)
     for k, v in pairs(m) do cfg.moe[k] = v end
     cfg.moe.every = m.every or 2
     util.check_int(cfg.moe.every, "every", { min = 1, max = cfg.n_layer, who = "GPT: moe" })
+    if cfg.bitnet and cfg.moe.expert then
+      fail(("%s: bitnet with moe.expert (ternary V:N:M experts) is not implemented; use one or the other"):format(who))
+    end
   end
   return cfg
 end
@@ -229,7 +255,7 @@ function GPT:__init(opts)
     blocks:add(Block(cfg, resid_std, cfg.moe ~= nil and i % cfg.moe.every == 0))
   end
   self:add_module("blocks", blocks)
-  self:add_module("ln_f", nn.LayerNorm(cfg.n_embd))
+  self:add_module("ln_f", norm(cfg))
   -- Position ids 1..block_size, narrowed to the sequence length in forward.
   self.positions = venom.arange(1, cfg.block_size + 1, 1, "i64")
 end
@@ -424,7 +450,7 @@ function GPT:extra_repr()
   local c = self.config
   return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s%s%s")
     :format(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout,
-      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or "",
+      c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or c.bitnet and ", bitnet" or "",
       c.moe and (", moe every %d"):format(c.moe.every) or "",
       c.activation ~= "gelu" and (", activation=%s"):format(c.activation) or "")
 end

@@ -874,6 +874,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 /* Mixture-of-Experts dispatch: row scatter-add, routing. */
 #include "venom/moe.h"
 #include "venom/dynamic.h" /* dynamic activation sparsity (SparDA / PIT) */
+#include "venom/quant.h" /* BitNet b1.58 ternary layers and packed kernels */
 
 #ifdef __cplusplus
 }

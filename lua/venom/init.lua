@@ -199,6 +199,12 @@ end
 function venom.from_torch_names(sd) return shift_names("from_torch_names", sd, 1) end
 function venom.to_torch_names(sd) return shift_names("to_torch_names", sd, -1) end
 
+--- venom.export_ternary(model, path) and venom.load_ternary(model, path):
+-- a model's nn.BitLinear layers as packed 2-bit ternary weights for
+-- inference (lua/venom/nn_quant.lua has the details).
+function venom.export_ternary(model, path) return require("venom.nn_quant").export_ternary(model, path) end
+function venom.load_ternary(model, path) return require("venom.nn_quant").load_ternary(model, path) end
+
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true, plot = true, metrics = true, help = true,
                      graph = true, image = true }

@@ -765,6 +765,8 @@ setmetatable(nn, {
     if k == "MoE" then return require("venom.nn_moe").MoE end
     -- dynamic activation sparsity (lua/venom/nn_dynamic.lua), loaded on first use
     if k == "SparseInputLinear" then return require("venom.nn_dynamic")[k] end
+    -- the BitNet b1.58 layers (lua/venom/nn_quant.lua), loaded on first use
+    if k == "RMSNorm" or k == "BitLinear" then return require("venom.nn_quant")[k] end
   end,
 })
 

@@ -9,18 +9,11 @@ local testutil = require "testutil"
 
 local exe = os.getenv("VENOM_EXE") or arg[-1]
 
-local tmp = os.tmpname()
-local f = assert(io.open(tmp, "wb"))
-for i = 1, 200 do f:write(("line %d: the quick brown fox jumps over the lazy dog.\n"):format(i)) end
-f:close()
+local tmp = testutil.text_file()
 
 local function tutorial(args)
-  local p = io.popen(("'%s' tutorials/03-tiny-gpt.lua --steps 12 --batch-size 4 --block-size 16 "
-    .. "--n-layer 2 --n-head 2 --n-embd 16 --eval-every 6 --eval-batches 2 --sample 20 %s 2>&1; "
-    .. "echo \"rc=$?\""):format(exe, args))
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("rc=(%d+)\n$"))
+  return testutil.run(("'%s' tutorials/03-tiny-gpt.lua --steps 12 --batch-size 4 --block-size 16 "
+    .. "--n-layer 2 --n-head 2 --n-embd 16 --eval-every 6 --eval-batches 2 --sample 20 %s"):format(exe, args))
 end
 
 local out, rc = tutorial("--text " .. tmp)

@@ -39,4 +39,13 @@ function M.run(cmd)
   return out, tonumber(out:match("rc=(%d+)\n$"))
 end
 
+--- A small text file for the tutorials' tests (200 numbered lines); its path.
+function M.text_file()
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  for i = 1, 200 do f:write(("line %d: the quick brown fox jumps over the lazy dog.\n"):format(i)) end
+  f:close()
+  return path
+end
+
 return M

@@ -47,7 +47,7 @@ missing=
 for f in lib/libvenom.so lib/libvenom.a lib/libvenom_lua.so include/venom.h include/venom/moe.h include/venom_lua.h include/venom/image.h \
          lib/pkgconfig/venom.pc lib/pkgconfig/venom-lua.pc lib/cmake/venom/venomConfig.cmake \
          share/lua/5.1/venom/init.lua share/lua/5.1/venom/nn.lua lib/lua/5.1/venom/core.so bin/venom \
-         include/venom/dynamic.h; do
+         include/venom/dynamic.h include/venom/quant.h; do
     [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 if [ -z "$missing" ]; then ok "installed files in place"; else not_ok "installed files in place" "missing:$missing"; fi

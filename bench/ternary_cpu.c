@@ -1,0 +1,137 @@
+/* ternary_cpu — BitNet b1.58 inference product y = x·Wᵀ on the CPU, in the
+ * same run: f32 OpenBLAS (sgemv at batch 1, sgemm above), our V:2:8 SpMM
+ * (vn_vnm_spmm on the f32 kept values, 64:2:8), and the packed ternary
+ * kernel (vn_ternary_matmul: 2-bit weights, int8 activations quantised per
+ * row inside the call) with the AVX2 and the portable loops. For each
+ * weight shape N × K and batch B, the variants run in turn (A B C D A B C
+ * D ...) --reps times after one warm-up each; the table gives the median
+ * time in µs, the spread (min–max) and ×f32 = median f32 time / median
+ * time. A table, never a pass/fail.
+ *
+ *   OMP_WAIT_POLICY=passive build/bench/ternary_cpu [--reps 15]
+ *       [--shapes 4096x4096,11008x4096] [--batch 1,8,64]
+ *
+ * (Without OMP_WAIT_POLICY set, the program sets it to passive and
+ * re-executes itself, as vnm_cpu does.) */
+#define BENCH_NAME "ternary_cpu"
+#include "bench.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_LIST BENCH_MAX_LIST
+#define MAX_REPS 101
+enum { F32, VNM, TERNARY_AVX2, TERNARY_PORTABLE, NVARIANTS };
+static const char *const variant_names[NVARIANTS] = {"f32 OpenBLAS", "64:2:8 f32", "ternary avx2",
+                                                     "ternary portable"};
+
+typedef struct {
+    int64_t N, K, B;
+    const float *w, *x;
+    float *y;
+    vn_tensor *tx, *packed, *values;
+    vn_vnm *s;
+    float gamma;
+} job;
+
+static void run(int variant, const job *j)
+{
+    int N = (int)j->N, K = (int)j->K, B = (int)j->B;
+    vn_tensor *r = NULL;
+    switch (variant) {
+    case F32:
+        if (B == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1, j->w, K, j->x, 1, 0, j->y, 1);
+        else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1, j->x, K, j->w, K, 0, j->y, N);
+        return;
+    case VNM:
+        r = vn_vnm_spmm(j->s, j->values, j->tx);
+        break;
+    default:
+        /* vn_ternary_matmul reads VENOM_NO_AVX2 on every call */
+        setenv("VENOM_NO_AVX2", variant == TERNARY_PORTABLE ? "1" : "", 1);
+        r = vn_ternary_matmul(j->tx, j->packed, j->K, j->gamma);
+    }
+    if (!r) die(variant_names[variant]);
+    vn_tensor_release(r);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void bench(int64_t N, int64_t K, const int64_t *batches, int nb, int reps)
+{
+    vn_tensor *w = vn_randn(2, (int64_t[]){N, K});
+    if (!w) die("allocating W");
+    job j = {.N = N, .K = K, .w = vn_tensor_data(w)};
+    if (!(j.packed = vn_ternary_pack(w, &j.gamma))) die("ternary_pack");
+    if (!(j.s = vn_vnm_from_dense(w, 64, 2, 8)) || !(j.values = vn_vnm_values(j.s))) die("vnm_from_dense");
+    for (int ib = 0; ib < nb; ib++) {
+        j.B = batches[ib];
+        j.tx = vn_randn(2, (int64_t[]){j.B, K});
+        vn_tensor *y = vn_empty(VN_F32, 2, (int64_t[]){j.B, N});
+        if (!j.tx || !y) die("allocating x, y");
+        j.x = vn_tensor_data(j.tx), j.y = vn_tensor_data(y);
+        double t[NVARIANTS][MAX_REPS];
+        for (int v = 0; v < NVARIANTS; v++) run(v, &j); /* warm-up */
+        for (int r = 0; r < reps; r++)
+            for (int v = 0; v < NVARIANTS; v++) {
+                double t0 = now();
+                run(v, &j);
+                t[v][r] = now() - t0;
+            }
+        double med[NVARIANTS];
+        for (int v = 0; v < NVARIANTS; v++) {
+            qsort(t[v], (size_t)reps, sizeof(double), by_value);
+            med[v] = t[v][reps / 2];
+        }
+        for (int v = 0; v < NVARIANTS; v++)
+            printf("| %lld×%lld | %lld | %s | %.0f | %.0f–%.0f | %.2f |\n", (long long)N, (long long)K,
+                   (long long)j.B, variant_names[v], 1e6 * med[v], 1e6 * t[v][0],
+                   1e6 * t[v][reps - 1], med[F32] / med[v]);
+        fflush(stdout);
+        vn_tensor_release(j.tx);
+        vn_tensor_release(y);
+    }
+    vn_tensor_release(w);
+    vn_tensor_release(j.packed);
+    vn_tensor_release(j.values);
+    vn_vnm_free(j.s);
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);
+    }
+    int reps = 15;
+    int64_t shapes[MAX_LIST][2], batches[MAX_LIST];
+    int ns = parse_list("4096x4096,11008x4096", NULL, shapes, "--shapes");
+    int nb = parse_list("1,8,64", batches, NULL, "--batch");
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(a, "--reps")) reps = atoi(v);
+        else if (v && !strcmp(a, "--shapes")) ns = parse_list(v, NULL, shapes, a);
+        else if (v && !strcmp(a, "--batch")) nb = parse_list(v, batches, NULL, a);
+        else {
+            fprintf(stderr, "usage: ternary_cpu [--reps N] [--shapes NxK,...] [--batch 1,8,...]\n");
+            exit(2);
+        }
+    }
+    if (reps < 1 || reps > MAX_REPS) {
+        fprintf(stderr, "ternary_cpu: --reps must be in 1..%d\n", MAX_REPS);
+        exit(2);
+    }
+    vn_manual_seed(0);
+    printf("y = x·Wᵀ, W (N×K), x (B×K): median of %d alternating runs; ternary ISA here: %s; "
+           "OMP_NUM_THREADS=%s\n\n", reps, vn_ternary_isa(),
+           getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(all)");
+    printf("| W (N×K) | B | kernel | median µs | min–max µs | ×f32 |\n|---|---|---|---|---|---|\n");
+    for (int i = 0; i < ns; i++) bench(shapes[i][0], shapes[i][1], batches, nb, reps);
+    return 0;
+}

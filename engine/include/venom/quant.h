@@ -1,0 +1,81 @@
+/* venom/quant.h — BitNet b1.58 ternary layers (engine/quant/). Reached only
+ * through venom.h.
+ *
+ * The math (Ma et al. 2024, "The Era of 1-bit LLMs", arXiv 2402.17764, and
+ * Wang et al. 2023, arXiv 2310.11453):
+ *   weights      γ = mean|W| over the whole matrix,
+ *                W̃ = RoundClip(W / (γ + ε), −1, 1) ∈ {−1, 0, 1}, ε = 1e-5,
+ *                the layer uses γ·W̃;
+ *   activations  per row (token) b: s_b = 127 / max_k |x_bk|,
+ *                x̃_bk = clamp(round(x_bk·s_b), −128, 127), the layer uses x̃/s;
+ *   output       Y = (x̃·W̃ᵀ)·γ/s (no bias).
+ * round() is round-half-to-even (as torch.round). An all-zero row has no
+ * scale (s = ∞): its x̃ is 0 and its output row is 0. A zero weight matrix
+ * (γ = 0) gives W̃ = 0 and a zero output, never NaN. A row holding a NaN or
+ * ∞ gives a NaN output row. */
+#ifndef VENOM_H
+#error "include <venom.h>, not <venom/quant.h>"
+#endif
+#ifndef VENOM_QUANT_H
+#define VENOM_QUANT_H
+
+/* The BitLinear layer Y = Q(X)·Q(W)ᵀ with the quantisers above, as a
+ * differentiable op. x f32 (..., K), w f32 (N, K), both on the CPU or both
+ * on CUDA (there the quantisers are built from the engine's elementwise ops
+ * and reductions, then cuBLAS; not yet run on a GPU) → y f32 (..., N).
+ * Backward is the straight-through estimator (STE) of both roundings:
+ * dX = dY·(γW̃) and dW = dYᵀ·(x̃/s), i.e. the quantisers pass the gradient
+ * as the identity (the activation clamp never saturates, since |x·s| ≤ 127
+ * by the choice of s, so there is nothing to clip). The
+ * normalisation before the quantiser (SubLN) is the caller's (nn.BitLinear).
+ * Errors: VN_ERR_ARG (NULL or freed), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE
+ * (w not 2-D, last dim of x ≠ K), VN_ERR_DEVICE (x and w on different
+ * devices), VN_ERR_MEMORY. */
+vn_tensor *vn_bitlinear(const vn_tensor *x, const vn_tensor *w);
+
+/* The weight quantiser alone: γ·W̃ for w f32 (N, K) on the CPU, with γ in
+ * *gamma (may be NULL). Not recorded on the tape. Errors as vn_bitlinear,
+ * and VN_ERR_DEVICE for a CUDA tensor. */
+vn_tensor *vn_ternary_quantize(const vn_tensor *w, float *gamma);
+
+/* Packed ternary weights for inference. Row n of W̃ (N, K) takes
+ * vn_ternary_row_bytes(K) = 32·⌈K/128⌉ bytes: column k sits in byte
+ * 32·(k/128) + k%32 of the row, bits 2·((k%128)/32) and up, as the code
+ * W̃+1 ∈ {0, 1, 2}; columns past K hold code 1 (zero). So one 32-byte group
+ * holds 128 columns and unpacks to four 32-lane vectors with a shift and a
+ * mask. */
+int64_t vn_ternary_row_bytes(int64_t K);
+
+/* Quantises w f32 (N, K) (CPU) as above and packs W̃: u8 (N,
+ * vn_ternary_row_bytes(K)); γ in *gamma (required). Errors as
+ * vn_ternary_quantize, VN_ERR_ARG for a NULL gamma. */
+vn_tensor *vn_ternary_pack(const vn_tensor *w, float *gamma);
+
+/* Checks packed weights: u8 (N, vn_ternary_row_bytes(K)) with K ≥ 1, every
+ * code 0, 1 or 2 and code 1 past K. VN_OK, or VN_ERR_DTYPE, VN_ERR_SHAPE,
+ * VN_ERR_ARG (K < 1), VN_ERR_FORMAT (a bad code: row, column and code in
+ * the message). For data from outside (a file) before vn_ternary_matmul,
+ * which does not look at every code on each call. */
+vn_status vn_ternary_check(const vn_tensor *packed, int64_t K);
+
+/* The inverse: W̃ f32 (N, K) ∈ {−1, 0, 1} from packed u8 (N, row bytes).
+ * Errors: VN_ERR_DTYPE (not u8), VN_ERR_SHAPE (not 2-D, or its width is
+ * not vn_ternary_row_bytes(K)), VN_ERR_FORMAT (a code 3, or a padding code
+ * that is not 1: a corrupt file), VN_ERR_ARG (K < 1). */
+vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K);
+
+/* Inference with packed weights: y f32 (..., N) = (x̃·W̃ᵀ)·γ/s for x f32
+ * (..., K), the activations quantised to int8 per row as above and the dot
+ * products done in integers (AVX2 vpmaddubsw, or portable C; see
+ * vn_ternary_isa). Equal to vn_bitlinear's forward up to f32 rounding. Not
+ * recorded on the tape. packed must be valid (made by vn_ternary_pack, or
+ * passed by vn_ternary_check): a code 3 would count as 2. Errors: the shape
+ * errors of vn_ternary_check, VN_ERR_SHAPE when x's last dim is not K, VN_ERR_ARG for a γ that is
+ * negative or not finite. */
+vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_t K, float gamma);
+
+/* The instruction set the packed kernels use: "avx2" when the CPU has it,
+ * else "portable"; VENOM_NO_AVX2 (non-empty) forces "portable". */
+const char *vn_ternary_isa(void);
+
+#endif

@@ -1,0 +1,309 @@
+/* ternary.c — packed ternary weights (2 bits each, layout in venom/quant.h)
+ * and the inference product with int8 activations: integer dot products,
+ * one scale per output. Two instantiations of the kernel: portable C, and
+ * AVX2 with vpmaddubsw (u8 × s8 → pairwise s16 sums), picked at run time by
+ * the CPU like the V:N:M kernels (engine/sparse/vnm_kernels.c).
+ *
+ * The weights are stored as codes c = W̃ + 1 ∈ {0, 1, 2}, which are unsigned
+ * as vpmaddubsw wants its first operand: Σ c·x̃ = Σ W̃·x̃ + Σ x̃, so the
+ * kernel subtracts Σ x̃ of the row (computed once per row) at the end. */
+#include "quant_internal.h"
+
+#include <stdlib.h>
+
+int64_t vn_ternary_row_bytes(int64_t K)
+{
+    return (K + VNQ_GROUP - 1) / VNQ_GROUP * VNQ_GROUP_BYTES;
+}
+
+/* Where column k of a packed row sits: byte and bit shift. */
+static inline int64_t code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
+static inline int code_shift(int64_t k) { return 2 * (int)(k % VNQ_GROUP / 32); }
+
+/* ---- the kernels ------------------------------------------------------------------ */
+
+/* The scaled output of one (row, weight row) pair: 0 for a zero row
+ * (s = 0), NaN for a row that held a NaN or ∞ (s = NaN). */
+static inline float finish(int32_t acc, int32_t xsum, float s, float gamma)
+{
+    return s == 0 ? 0.0f : (float)(acc - xsum) * (gamma / s);
+}
+
+/* Work above which the product is split over OpenMP threads. */
+#define work_of(N, Kp, B) ((N) * (Kp) / 8 * (B))
+
+/* Activation rows per pass over a weight row (the portable loop keeps
+ * their sums in an array, the AVX2 one in registers). */
+#define PORTABLE_ROWS 16
+
+/* Plain C: each 128-column group of the weight row is unpacked once to
+ * int8 W̃ and then dotted with the group of every activation row of the
+ * tile, a loop of int8 products compilers vectorise. */
+static void kernel_portable(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                            const int32_t *xsum, const float *s, int64_t B, float gamma, float *y)
+{
+    int64_t rb = Kp / 4;
+    (void)xsum; /* the unpacked W̃ are signed: no offset to take back */
+#pragma omp parallel for schedule(static) if (work_of(N, Kp, B) > VN_OMP_MIN_WORK)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = packed + n * rb;
+        for (int64_t b0 = 0; b0 < B; b0 += PORTABLE_ROWS) {
+            int nb = B - b0 < PORTABLE_ROWS ? (int)(B - b0) : PORTABLE_ROWS;
+            int32_t acc[PORTABLE_ROWS] = {0};
+            for (int64_t g = 0; g < Kp / VNQ_GROUP; g++) {
+                int8_t w[VNQ_GROUP];
+                for (int q = 0; q < 4; q++)
+                    for (int i = 0; i < 32; i++) w[q * 32 + i] = (int8_t)(((row[g * 32 + i] >> (2 * q)) & 3) - 1);
+                for (int j = 0; j < nb; j++) {
+                    const int8_t *xr = xq + (b0 + j) * Kp + g * VNQ_GROUP;
+                    int32_t dot = 0;
+                    for (int i = 0; i < VNQ_GROUP; i++) dot += w[i] * xr[i];
+                    acc[j] += dot;
+                }
+            }
+            for (int j = 0; j < nb; j++) y[(b0 + j) * N + n] = finish(acc[j], 0, s[b0 + j], gamma);
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define VNQ_HAVE_AVX2 1
+#pragma GCC push_options
+#pragma GCC target("avx2")
+#include <immintrin.h>
+
+/* Activation rows per pass over a weight row: the group's four unpacked
+ * weight vectors serve this many rows from registers. */
+#define AVX2_ROWS 4
+
+static int32_t hsum_epi32(__m256i v)
+{
+    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
+    return _mm_cvtsi128_si32(a);
+}
+
+static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                        const int32_t *xsum, const float *s, int64_t B, float gamma, float *y)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP;
+    const __m256i mask = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+#pragma omp parallel for schedule(static) if (work_of(N, Kp, B) > VN_OMP_MIN_WORK)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = packed + n * rb;
+        for (int64_t b0 = 0; b0 < B; b0 += AVX2_ROWS) {
+            int nb = B - b0 < AVX2_ROWS ? (int)(B - b0) : AVX2_ROWS;
+            __m256i acc[AVX2_ROWS];
+            for (int j = 0; j < AVX2_ROWS; j++) acc[j] = _mm256_setzero_si256();
+            for (int64_t g = 0; g < G; g++) {
+                __m256i p = _mm256_loadu_si256((const __m256i *)(row + g * 32));
+                /* The 16-bit shifts move bits across byte borders; the mask
+                 * keeps each byte's own two. */
+                __m256i w0 = _mm256_and_si256(p, mask);
+                __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(p, 2), mask);
+                __m256i w2 = _mm256_and_si256(_mm256_srli_epi16(p, 4), mask);
+                __m256i w3 = _mm256_and_si256(_mm256_srli_epi16(p, 6), mask);
+                for (int j = 0; j < nb; j++) {
+                    const __m256i *xr = (const __m256i *)(xq + (b0 + j) * Kp + g * VNQ_GROUP);
+                    /* Each s16 lane ≤ 2·2·128 = 512 in size, four of them ≤ 2048: no
+                     * saturation before the widening vpmaddwd. */
+                    __m256i t = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_loadu_si256(xr)),
+                                         _mm256_maddubs_epi16(w1, _mm256_loadu_si256(xr + 1))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(w2, _mm256_loadu_si256(xr + 2)),
+                                         _mm256_maddubs_epi16(w3, _mm256_loadu_si256(xr + 3))));
+                    acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(t, ones));
+                }
+            }
+            for (int j = 0; j < nb; j++)
+                y[(b0 + j) * N + n] = finish(hsum_epi32(acc[j]), xsum[b0 + j], s[b0 + j], gamma);
+        }
+    }
+}
+#pragma GCC pop_options
+#endif
+
+vnq_kernel vnq__kernel(const char *isa)
+{
+    bool avx2 = false;
+#ifdef VNQ_HAVE_AVX2
+    avx2 = __builtin_cpu_supports("avx2");
+#endif
+    if (!isa) {
+        const char *off = getenv("VENOM_NO_AVX2");
+        isa = avx2 && !(off && *off) ? "avx2" : "portable";
+    }
+    if (!strcmp(isa, "portable")) return kernel_portable;
+#ifdef VNQ_HAVE_AVX2
+    if (!strcmp(isa, "avx2") && avx2) return kernel_avx2;
+#endif
+    return NULL;
+}
+
+const char *vn_ternary_isa(void)
+{
+    return vnq__kernel(NULL) == kernel_portable ? "portable" : "avx2";
+}
+
+/* ---- packing ---------------------------------------------------------------------- */
+
+vn_tensor *vn_ternary_pack(const vn_tensor *w, float *gamma)
+{
+    if (!gamma) return vn__errp(VN_ERR_ARG, "ternary_pack: gamma (the output scale) is NULL");
+    float g = 0;
+    vn_tensor *wq = vn_ternary_quantize(w, &g); /* γ·W̃ */
+    if (!wq) return NULL;
+    int64_t N = wq->shape[0], K = wq->shape[1], rb = vn_ternary_row_bytes(K);
+    vn_tensor *p = vn__new(VN_U8, 2, (int64_t[]){N, rb});
+    if (p) {
+        const float *src = vn_tensor_data(wq);
+        uint8_t *dst = vn_tensor_data(p);
+        memset(dst, 0x55, (size_t)(N * rb)); /* code 1 (zero) everywhere, padding included */
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) {
+                /* γ·W̃ / γ is exactly ±1 or 0; with γ = 0 every W̃ is 0. */
+                int code = g > 0 ? (int)(src[n * K + k] / g) + 1 : 1;
+                uint8_t *byte = dst + n * rb + code_byte(k);
+                *byte = (uint8_t)((*byte & ~(3 << code_shift(k))) | code << code_shift(k));
+            }
+        *gamma = g;
+    }
+    vn_tensor_release(wq);
+    return p;
+}
+
+/* The code of column k of packed row `row`. */
+static inline int code_at(const uint8_t *row, int64_t k) { return row[code_byte(k)] >> code_shift(k) & 3; }
+
+/* packed u8 (N, vn_ternary_row_bytes(K)), K ≥ 1: the shape only. */
+static vn_status check_packed(const vn_tensor *packed, int64_t K, const char *op)
+{
+    vn_status st = vn__check_dtype_arg(packed, VN_U8, op, "packed weights", 0);
+    if (st) return st;
+    if (K < 1) return vn__err(VN_ERR_ARG, "%s: in features K = %lld, expected K ≥ 1", op, (long long)K);
+    int64_t rb = vn_ternary_row_bytes(K);
+    if (packed->ndim != 2 || packed->shape[1] != rb)
+        return vn__err(VN_ERR_SHAPE, "%s: packed weights of shape %s, expected (N, %lld) for "
+                       "K = %lld (32 bytes per 128 columns)", op,
+                       vn__shape(packed->ndim, packed->shape), (long long)rb, (long long)K);
+    return VN_OK;
+}
+
+/* check_packed, then every code. */
+static vn_status check_codes(const vn_tensor *packed, int64_t K, const char *op)
+{
+    vn_status st = check_packed(packed, K, op);
+    if (st) return st;
+    int64_t rb = vn_ternary_row_bytes(K);
+    vn_tensor *pc = vn__plain_contiguous(packed);
+    if (!pc) return vn_last_status();
+    const uint8_t *p = vn_tensor_data(pc);
+    int64_t N = packed->shape[0], bad_n = -1, bad_k = 0;
+    int bad_code = 0;
+    for (int64_t n = 0; n < N && bad_n < 0; n++) {
+        const uint8_t *row = p + n * rb;
+        /* A code 3 has both its bits set: one test per byte (vectorised),
+         * then the padding column by column. */
+        uint8_t threes = 0;
+        for (int64_t i = 0; i < rb; i++) threes |= row[i] & (row[i] >> 1) & 0x55;
+        for (int64_t k = threes ? 0 : K; k < rb * 4; k++) {
+            int code = code_at(row, k);
+            if (code == 3 || (k >= K && code != 1)) {
+                bad_n = n, bad_k = k, bad_code = code;
+                break;
+            }
+        }
+    }
+    vn_tensor_release(pc);
+    if (bad_n >= 0)
+        return vn__err(VN_ERR_FORMAT, "%s: packed weights row %lld, column %lld: code %d, "
+                       "expected 0, 1 or 2 (W̃ + 1), and 1 past K = %lld: corrupt data", op,
+                       (long long)bad_n, (long long)bad_k, bad_code, (long long)K);
+    return VN_OK;
+}
+
+vn_status vn_ternary_check(const vn_tensor *packed, int64_t K)
+{
+    return check_codes(packed, K, "ternary_check");
+}
+
+vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K)
+{
+    if (check_codes(packed, K, "ternary_unpack")) return NULL;
+    int64_t N = packed->shape[0], rb = vn_ternary_row_bytes(K);
+    vn_tensor *pc = vn__plain_contiguous(packed);
+    vn_tensor *w = pc ? vn__new(VN_F32, 2, (int64_t[]){N, K}) : NULL;
+    if (w) {
+        const uint8_t *p = vn_tensor_data(pc);
+        float *dst = vn_tensor_data(w);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) dst[n * K + k] = (float)(code_at(p + n * rb, k) - 1);
+    }
+    vn_tensor_release(pc);
+    return w;
+}
+
+/* ---- the product ------------------------------------------------------------------ */
+
+/* x's rows quantised for the kernel: x̃ (B × Kp int8, zero past K), Σ x̃ and
+ * s per row, in one allocation from the cache. */
+typedef struct {
+    void *mem;
+    size_t nbytes;
+    int8_t *q;
+    int32_t *sum;
+    float *s;
+} quantized_rows;
+
+static bool quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, quantized_rows *r)
+{
+    size_t qb = (size_t)(B * Kp + 63) / 64 * 64, sb = (size_t)B * 4;
+    r->nbytes = qb + 2 * sb;
+    r->mem = vn__mem_alloc(r->nbytes);
+    if (!r->mem) return false;
+    r->q = r->mem;
+    r->sum = (int32_t *)(void *)((char *)r->mem + qb);
+    r->s = (float *)(void *)((char *)r->mem + qb + sb);
+#pragma omp parallel for schedule(static) if (B * K > VN_OMP_MIN_WORK)
+    for (int64_t b = 0; b < B; b++) {
+        int8_t *q = r->q + b * Kp;
+        r->s[b] = vnq__quantize_row(x + b * K, K, q, NULL);
+        memset(q + K, 0, (size_t)(Kp - K));
+        int32_t sum = 0;
+        for (int64_t k = 0; k < K; k++) sum += q[k];
+        r->sum[b] = sum;
+    }
+    return true;
+}
+
+vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_t K, float gamma)
+{
+    vn_status st = check_packed(packed, K, "ternary_matmul");
+    int64_t rb = st ? 0 : vn_ternary_row_bytes(K);
+    if (!st) st = vn__check_dtype_arg(x, VN_F32, "ternary_matmul", "input", 0);
+    if (!st && (x->ndim == 0 || x->shape[x->ndim - 1] != K))
+        st = vn__err(VN_ERR_SHAPE, "ternary_matmul: input of shape %s, expected (..., %lld)",
+                     vn__shape(x->ndim, x->shape), (long long)K);
+    if (!st && !(gamma >= 0 && isfinite(gamma)))
+        st = vn__err(VN_ERR_ARG, "ternary_matmul: gamma = %g, expected a finite γ ≥ 0", gamma);
+    if (st) return NULL;
+    int64_t N = packed->shape[0], B = vn_tensor_numel(x) / K, Kp = rb * 4;
+    int64_t shape[VN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 1] = N;
+    vn_tensor *xc = vn__plain_contiguous(x), *pc = xc ? vn__plain_contiguous(packed) : NULL;
+    vn_tensor *y = pc ? vn__new(VN_F32, x->ndim, shape) : NULL;
+    quantized_rows r = {0};
+    if (y && B > 0 && !quantize_rows(vn_tensor_data(xc), B, K, Kp, &r)) {
+        vn_tensor_release(y);
+        y = NULL;
+    }
+    if (y && B > 0) {
+        vnq__kernel(NULL)(vn_tensor_data(pc), N, Kp, r.q, r.sum, r.s, B, gamma, vn_tensor_data(y));
+        vn__mem_free(r.mem, r.nbytes);
+    }
+    vn_tensor_release(xc);
+    vn_tensor_release(pc);
+    return y;
+}

@@ -1,0 +1,79 @@
+/* lv_quant.c — BitNet b1.58 in the venom.core Lua module (engine/quant/,
+ * formulas in engine/include/venom/quant.h):
+ *
+ *   core.bitlinear(x, w) → y                 differentiable (STE), CPU
+ *   core.ternary_quantize(w) → γ·W̃, γ
+ *   core.ternary_pack(w) → packed, γ          u8 (N, 32·⌈K/128⌉)
+ *   core.ternary_unpack(packed, K) → W̃        f32 in {−1, 0, 1}
+ *   core.ternary_check(packed, K)             raises on corrupt data
+ *   core.ternary_matmul(x, packed, K, γ) → y  int8 × ternary inference
+ *   core.ternary_isa() → "avx2" | "portable"
+ *
+ * nn.BitLinear (lua/venom/nn_quant.lua) and venom.export_ternary build on
+ * them. */
+#include "lv.h"
+
+static int l_bitlinear(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1), *w = lv_check(L, 2);
+    return lv_push(L, vn_bitlinear(x, w));
+}
+
+/* Pushes t and γ, or raises the engine's error. */
+static int push_with_gamma(lua_State *L, vn_tensor *t, float gamma)
+{
+    if (!t) return lv_fail(L);
+    lv_push(L, t);
+    lua_pushnumber(L, gamma);
+    return 2;
+}
+
+static int l_ternary_quantize(lua_State *L)
+{
+    float gamma = 0;
+    vn_tensor *t = vn_ternary_quantize(lv_check(L, 1), &gamma);
+    return push_with_gamma(L, t, gamma);
+}
+
+static int l_ternary_pack(lua_State *L)
+{
+    float gamma = 0;
+    vn_tensor *t = vn_ternary_pack(lv_check(L, 1), &gamma);
+    return push_with_gamma(L, t, gamma);
+}
+
+static int l_ternary_unpack(lua_State *L)
+{
+    vn_tensor *p = lv_check(L, 1);
+    return lv_push(L, vn_ternary_unpack(p, lv_int(L, 2, "K")));
+}
+
+static int l_ternary_check(lua_State *L)
+{
+    vn_tensor *p = lv_check(L, 1);
+    lv_status(L, vn_ternary_check(p, lv_int(L, 2, "K")));
+    return 0;
+}
+
+/* Checks the codes on every call (one vectorised pass over the bytes), so
+ * packed data from anywhere never gives silent garbage. */
+static int l_ternary_matmul(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1), *p = lv_check(L, 2);
+    int64_t K = lv_int(L, 3, "K");
+    double gamma = lv_number(L, 4, "gamma");
+    lv_status(L, vn_ternary_check(p, K));
+    return lv_push(L, vn_ternary_matmul(x, p, K, (float)gamma));
+}
+
+static int l_ternary_isa(lua_State *L)
+{
+    lua_pushstring(L, vn_ternary_isa());
+    return 1;
+}
+
+const luaL_Reg lv_quant_functions[] = {
+    LV_REG(bitlinear) LV_REG(ternary_quantize) LV_REG(ternary_pack) LV_REG(ternary_unpack)
+    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa)
+    {NULL, NULL},
+};

@@ -1,0 +1,401 @@
+/* BitNet b1.58 (engine/quant/): the BitLinear forward against a plain
+ * reference of the quantised product, its STE gradients against plain
+ * reference loops and against central finite differences of the surrogate
+ * (the product with the other operand's quantiser frozen), γ = 0 and zero
+ * rows, the quantisers of the CUDA path (public ops) against the loops, the 2-bit packing byte for byte against a plain packer, the packed
+ * kernels (portable and AVX2) against a plain integer loop for odd sizes,
+ * corrupt packed data, and bad arguments. */
+#include "gradcheck.h"
+#include "quant_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float *f32(const vn_tensor *t) { return vn_tensor_data(t); }
+
+static void expect_error(const void *result, vn_status want, const char *needle)
+{
+    assert_null(result);
+    assert_int_equal(vn_last_status(), want);
+    if (!strstr(vn_last_error(), needle))
+        fail_msg("error \"%s\" does not mention \"%s\"", vn_last_error(), needle);
+}
+
+/* The reference quantisers, written from the formulas of venom/quant.h. */
+static float ref_gamma(const float *w, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += fabs((double)w[i]);
+    return (float)(s / (double)n);
+}
+
+static float ref_trit(float w, float gamma)
+{
+    float r = rintf(w / (gamma + 1e-5f));
+    return fminf(1.0f, fmaxf(-1.0f, r));
+}
+
+/* x̃ of row x (K) into q, returns s (0 for a zero row). */
+static float ref_act(const float *x, int64_t K, float *q)
+{
+    float m = 0;
+    for (int64_t k = 0; k < K; k++)
+        if (fabsf(x[k]) > m) m = fabsf(x[k]);
+    float s = m > 0 ? 127.0f / m : 0;
+    for (int64_t k = 0; k < K; k++) q[k] = fminf(127.0f, fmaxf(-128.0f, rintf(x[k] * s)));
+    return s;
+}
+
+/* Reference quantised operands: Xq = x̃/s (B × K) and Wq = γ·W̃ (N × K). */
+static void ref_operands(const float *x, const float *w, int64_t B, int64_t N, int64_t K,
+                         double *xq, double *wq)
+{
+    float g = ref_gamma(w, N * K);
+    for (int64_t i = 0; i < N * K; i++) wq[i] = (double)g * ref_trit(w[i], g);
+    float *q = malloc((size_t)K * sizeof *q);
+    for (int64_t b = 0; b < B; b++) {
+        float s = ref_act(x + b * K, K, q);
+        for (int64_t k = 0; k < K; k++) xq[b * K + k] = s > 0 ? q[k] / (double)s : 0;
+    }
+    free(q);
+}
+
+static void assert_close(double got, double want, double tol, const char *what, int64_t i)
+{
+    if (!(fabs(got - want) <= tol * (1 + fabs(want))))
+        fail_msg("%s[%lld]: got %.9g, expected %.9g", what, (long long)i, got, want);
+}
+
+/* Forward and STE gradients of bitlinear on x (B, K), w (N, K), upstream R. */
+static void check_bitlinear(vn_tensor *x, vn_tensor *w, int64_t B, int64_t N, int64_t K)
+{
+    CHECK_OK(vn_tensor_set_requires_grad(x, true));
+    CHECK_OK(vn_tensor_set_requires_grad(w, true));
+    vn_tensor *y = vn_bitlinear(x, w);
+    CHECK_PTR(y);
+    assert_string_equal(vn_tensor_grad_fn_name(y), "bitlinear");
+    vn_tensor *r = trand(vn_tensor_ndim(y), vn_tensor_shape(y), -1, 1, 99);
+    CHECK_OK(vn_backward(y, r));
+    double *xq = malloc(sizeof(double) * (size_t)(B * K)), *wq = malloc(sizeof(double) * (size_t)(N * K));
+    ref_operands(f32(x), f32(w), B, N, K, xq, wq);
+    /* y = Xq·Wqᵀ, dX = R·Wq, dW = Rᵀ·Xq, each summed in double. */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++) acc += xq[b * K + k] * wq[n * K + k];
+            assert_close(f32(y)[b * N + n], acc, 1e-5, "y", b * N + n);
+        }
+    const float *R = f32(r), *dx = f32(vn_tensor_grad(x)), *dw = f32(vn_tensor_grad(w));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < K; k++) {
+            double acc = 0;
+            for (int64_t n = 0; n < N; n++) acc += R[b * N + n] * wq[n * K + k];
+            assert_close(dx[b * K + k], acc, 1e-5, "dX", b * K + k);
+        }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            double acc = 0;
+            for (int64_t b = 0; b < B; b++) acc += R[b * N + n] * xq[b * K + k];
+            assert_close(dw[n * K + k], acc, 1e-5, "dW", n * K + k);
+        }
+    free(xq);
+    free(wq);
+    vn_tensor_release(y);
+    vn_tensor_release(r);
+}
+
+static void test_forward_and_ste(void **state)
+{
+    (void)state;
+    int64_t B = 5, N = 11, K = 37;
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, 1), *w = trand(2, (int64_t[]){N, K}, -0.1, 0.1, 2);
+    check_bitlinear(x, w, B, N, K);
+    /* The weights are ternary: γ·W̃ / γ ∈ {−1, 0, 1}, all three present. */
+    float g = -1;
+    vn_tensor *wq = vn_ternary_quantize(w, &g);
+    CHECK_PTR(wq);
+    assert_float_equal(g, ref_gamma(f32(w), N * K), 0);
+    int seen[3] = {0};
+    for (int64_t i = 0; i < N * K; i++) {
+        float t = f32(wq)[i] / g;
+        if (t != -1 && t != 0 && t != 1) fail_msg("W̃[%lld] = %g is not ternary", (long long)i, t);
+        seen[(int)t + 1]++;
+    }
+    assert_true(seen[0] && seen[1] && seen[2]);
+    vn_tensor_release(wq);
+    vn_tensor_release(x);
+    vn_tensor_release(w);
+}
+
+/* sum(R ∘ (A·Bᵀ)) for A (B × K), Bm (N × K) in double. */
+static double surrogate(const float *a, const float *bm, const float *r, int64_t B, int64_t N, int64_t K)
+{
+    double s = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++) acc += (double)a[b * K + k] * bm[n * K + k];
+            s += r[b * N + n] * acc;
+        }
+    return s;
+}
+
+/* The STE by definition: dL/dX is the derivative of sum(R ∘ (X·Wqᵀ)) with
+ * the weight quantiser frozen at this W, and dL/dW that of
+ * sum(R ∘ (Xq·Wᵀ)) with the activation quantiser frozen: both by central
+ * differences, against bitlinear's backward. */
+static void test_ste_finite_differences(void **state)
+{
+    (void)state;
+    int64_t B = 3, N = 4, K = 9;
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -1, 1, 5), *w = trand(2, (int64_t[]){N, K}, -1, 1, 6);
+    vn_tensor *r = trand(2, (int64_t[]){B, N}, -1, 1, 7);
+    CHECK_OK(vn_tensor_set_requires_grad(x, true));
+    CHECK_OK(vn_tensor_set_requires_grad(w, true));
+    vn_tensor *y = vn_bitlinear(x, w);
+    CHECK_PTR(y);
+    CHECK_OK(vn_backward(y, r));
+    vn_tensor *wq = vn_ternary_quantize(w, NULL);
+    CHECK_PTR(wq);
+    float *xq = malloc(sizeof(float) * (size_t)(B * K)), q[9];
+    for (int64_t b = 0; b < B; b++) {
+        float s = ref_act(f32(x) + b * K, K, q);
+        for (int64_t k = 0; k < K; k++) xq[b * K + k] = q[k] / s;
+    }
+    const float eps = 1e-2f;
+    float *px = f32(x), *pw = f32(w);
+    for (int64_t i = 0; i < B * K; i++) {
+        float v = px[i];
+        px[i] = v + eps;
+        double hi = surrogate(px, f32(wq), f32(r), B, N, K);
+        px[i] = v - eps;
+        double lo = surrogate(px, f32(wq), f32(r), B, N, K);
+        px[i] = v;
+        assert_close(f32(vn_tensor_grad(x))[i], (hi - lo) / (2 * eps), 1e-4, "dX vs FD", i);
+    }
+    for (int64_t i = 0; i < N * K; i++) {
+        float v = pw[i];
+        pw[i] = v + eps;
+        double hi = surrogate(xq, pw, f32(r), B, N, K);
+        pw[i] = v - eps;
+        double lo = surrogate(xq, pw, f32(r), B, N, K);
+        pw[i] = v;
+        assert_close(f32(vn_tensor_grad(w))[i], (hi - lo) / (2 * eps), 1e-4, "dW vs FD", i);
+    }
+    free(xq);
+    vn_tensor *ts[] = {x, w, r, y, wq};
+    for (int k = 0; k < 5; k++) vn_tensor_release(ts[k]);
+}
+
+/* γ = 0 (a zero weight matrix) and an all-zero activation row: zeros, never
+ * NaN, in the output and both gradients. A 3-D input too. */
+static void test_zeros(void **state)
+{
+    (void)state;
+    int64_t B = 4, N = 3, K = 6;
+    vn_tensor *x = trand(3, (int64_t[]){2, 2, K}, -1, 1, 8), *w = vn_zeros(VN_F32, 2, (int64_t[]){N, K});
+    CHECK_PTR(w);
+    for (int k = 0; k < K; k++) f32(x)[K + k] = 0; /* row 1 is zero */
+    check_bitlinear(x, w, B, N, K); /* γ = 0: y = 0, dX = 0 */
+    vn_tensor *y = vn_bitlinear(x, w);
+    CHECK_PTR(y);
+    for (int64_t i = 0; i < B * N; i++) assert_float_equal(f32(y)[i], 0, 0);
+    vn_tensor_release(y);
+    vn_tensor *w2 = trand(2, (int64_t[]){N, K}, -1, 1, 9);
+    check_bitlinear(x, w2, B, N, K); /* the zero row: its output row and its share of dW are 0 */
+    y = vn_bitlinear(x, w2);
+    for (int64_t n = 0; n < N; n++) assert_float_equal(f32(y)[N + n], 0, 0);
+    for (int64_t i = 0; i < B * N; i++) assert_false(isnan(f32(y)[i]));
+    vn_tensor *ts[] = {x, w, w2, y};
+    for (int k = 0; k < 4; k++) vn_tensor_release(ts[k]);
+}
+
+/* The quantisers built from public ops (the CUDA path), run here on the
+ * CPU: x̃/s the same bits as the loop, γ·W̃ the same up to γ's f32
+ * summation; γ = 0 and a zero row give zeros. */
+static void test_ops_path(void **state)
+{
+    (void)state;
+    int64_t B = 4, N = 9, K = 300;
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -5, 5, 40), *w = trand(2, (int64_t[]){N, K}, -1, 1, 41);
+    memset(f32(x) + 2 * K, 0, sizeof(float) * (size_t)K);
+    vn_tensor *xq = vnq__quantize_input_ops(x), *wq = vnq__quantize_weight_ops(w);
+    CHECK_PTR(xq);
+    CHECK_PTR(wq);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int64_t b = 0; b < B; b++) {
+        vnq__quantize_row(f32(x) + b * K, K, NULL, row);
+        for (int64_t k = 0; k < K; k++)
+            if (f32(xq)[b * K + k] != row[k])
+                fail_msg("x̃/s[%lld][%lld]: ops %.9g, loop %.9g", (long long)b, (long long)k,
+                         f32(xq)[b * K + k], row[k]);
+    }
+    float g;
+    vn_tensor *wl = vn_ternary_quantize(w, &g);
+    CHECK_PTR(wl);
+    for (int64_t i = 0; i < N * K; i++) assert_close(f32(wq)[i], f32(wl)[i], 1e-6, "γ·W̃ ops", i);
+    vn_tensor *z = vn_zeros(VN_F32, 2, (int64_t[]){N, K}), *zq = vnq__quantize_weight_ops(z);
+    CHECK_PTR(zq);
+    for (int64_t i = 0; i < N * K; i++) assert_float_equal(f32(zq)[i], 0, 0);
+    free(row);
+    vn_tensor *ts[] = {x, w, xq, wq, wl, z, zq};
+    for (int k = 0; k < 7; k++) vn_tensor_release(ts[k]);
+}
+
+/* The layout of venom/quant.h, written out plainly. */
+static uint8_t *ref_pack(const float *trits, int64_t N, int64_t K, int64_t *rb)
+{
+    *rb = (K + 127) / 128 * 32;
+    uint8_t *p = malloc((size_t)(N * *rb));
+    memset(p, 0, (size_t)(N * *rb));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < *rb * 4; k++) {
+            int code = k < K ? (int)trits[n * K + k] + 1 : 1;
+            p[n * *rb + (k / 128) * 32 + k % 32] |= (uint8_t)(code << (2 * (k % 128 / 32)));
+        }
+    return p;
+}
+
+static void test_pack_and_kernels(void **state)
+{
+    (void)state;
+    const int64_t Ks[] = {1, 37, 128, 129, 300}, Bs[] = {1, 3, 6};
+    for (int ik = 0; ik < 5; ik++) {
+        int64_t K = Ks[ik], N = 7, rb;
+        vn_tensor *w = trand(2, (int64_t[]){N, K}, -1, 1, 10 + (unsigned)ik);
+        float g = 0, g2 = 0;
+        vn_tensor *p = vn_ternary_pack(w, &g), *wq = vn_ternary_quantize(w, &g2);
+        CHECK_PTR(p);
+        assert_float_equal(g, g2, 0);
+        float *trits = malloc(sizeof(float) * (size_t)(N * K));
+        for (int64_t i = 0; i < N * K; i++) trits[i] = ref_trit(f32(w)[i], g) + 0.0f; /* no −0 */
+        uint8_t *want = ref_pack(trits, N, K, &rb);
+        assert_int_equal(vn_tensor_shape(p)[1], rb);
+        assert_memory_equal(vn_tensor_data(p), want, (size_t)(N * rb));
+        vn_tensor *u = vn_ternary_unpack(p, K);
+        CHECK_PTR(u);
+        assert_memory_equal(f32(u), trits, sizeof(float) * (size_t)(N * K));
+        for (int ib = 0; ib < 3; ib++) {
+            int64_t B = Bs[ib], Kp = rb * 4;
+            vn_tensor *x = trand(2, (int64_t[]){B, K}, -3, 3, 20 + (unsigned)(ib + ik));
+            if (B > 1) memset(f32(x) + K, 0, sizeof(float) * (size_t)K); /* a zero row */
+            int8_t *xq = calloc((size_t)(B * Kp), 1);
+            int32_t *sum = calloc((size_t)B, sizeof *sum);
+            float *s = calloc((size_t)B, sizeof *s), *y = calloc((size_t)(B * N), sizeof *y);
+            float *q = malloc(sizeof(float) * (size_t)K);
+            double *ref = calloc((size_t)(B * N), sizeof *ref);
+            for (int64_t b = 0; b < B; b++) {
+                s[b] = ref_act(f32(x) + b * K, K, q);
+                for (int64_t k = 0; k < K; k++) xq[b * Kp + k] = (int8_t)q[k], sum[b] += (int32_t)q[k];
+                for (int64_t n = 0; n < N; n++) {
+                    long acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += (long)q[k] * (long)trits[n * K + k];
+                    ref[b * N + n] = s[b] > 0 ? (double)acc * g / s[b] : 0;
+                }
+            }
+            const char *isas[] = {"portable", "avx2"};
+            for (int i = 0; i < 2; i++) {
+                vnq_kernel kern = vnq__kernel(isas[i]);
+                if (!kern) continue; /* no AVX2 on this CPU */
+                memset(y, 0xff, sizeof(float) * (size_t)(B * N));
+                kern(vn_tensor_data(p), N, Kp, xq, sum, s, B, g, y);
+                for (int64_t j = 0; j < B * N; j++) assert_close(y[j], ref[j], 1e-6, isas[i], j);
+            }
+            /* The public product matches the training forward. */
+            vn_tensor *yt = vn_ternary_matmul(x, p, K, g), *yb = vn_bitlinear(x, w);
+            CHECK_PTR(yt);
+            CHECK_PTR(yb);
+            for (int64_t j = 0; j < B * N; j++) assert_close(f32(yt)[j], f32(yb)[j], 1e-5, "matmul", j);
+            vn_tensor_release(yt);
+            vn_tensor_release(yb);
+            vn_tensor_release(x);
+            free(xq), free(sum), free(s), free(y), free(q), free(ref);
+        }
+        free(trits);
+        free(want);
+        vn_tensor *ts[] = {w, p, wq, u};
+        for (int k = 0; k < 4; k++) vn_tensor_release(ts[k]);
+    }
+}
+
+/* Rows of x̃ = 127 against all-+1 weights: the largest sums the s16 lanes
+ * see, exact in the output (no saturation); rows with a NaN or an ∞. */
+static void test_kernel_extremes(void **state)
+{
+    (void)state;
+    int64_t K = 1000, N = 3;
+    vn_tensor *w = vn_zeros(VN_F32, 2, (int64_t[]){N, K}), *x = vn_zeros(VN_F32, 2, (int64_t[]){2, K});
+    CHECK_OK(vn_tensor_fill_(w, 0.5));
+    CHECK_OK(vn_tensor_fill_(x, 3));
+    for (int64_t k = 0; k < K; k++) f32(x)[K + k] = -3;
+    float g;
+    vn_tensor *p = vn_ternary_pack(w, &g), *y = p ? vn_ternary_matmul(x, p, K, g) : NULL;
+    CHECK_PTR(y);
+    for (int64_t n = 0; n < N; n++) {
+        assert_close(f32(y)[n], 0.5 * 3 * K, 1e-6, "y+", n);
+        assert_close(f32(y)[N + n], -0.5 * 3 * K, 1e-6, "y-", n);
+    }
+    /* A NaN or an ∞ in a row: that row's output is NaN (in both products),
+     * the other row's is untouched. */
+    f32(x)[5] = NAN;
+    f32(x)[K + 7] = INFINITY;
+    vn_tensor *x3 = vn_zeros(VN_F32, 2, (int64_t[]){3, K});
+    CHECK_OK(vn_tensor_fill_(x3, 3));
+    memcpy(f32(x3), f32(x), sizeof(float) * (size_t)(2 * K));
+    vn_tensor *yt = vn_ternary_matmul(x3, p, K, g), *yb = vn_bitlinear(x3, w);
+    CHECK_PTR(yt);
+    CHECK_PTR(yb);
+    for (int64_t n = 0; n < N; n++) {
+        assert_true(isnan(f32(yt)[n]) && isnan(f32(yt)[N + n]));
+        assert_true(isnan(f32(yb)[n]) && isnan(f32(yb)[N + n]));
+        assert_close(f32(yt)[2 * N + n], 0.5 * 3 * K, 1e-6, "finite row", n);
+    }
+    vn_tensor *ts[] = {w, x, p, y, x3, yt, yb};
+    for (int k = 0; k < 7; k++) vn_tensor_release(ts[k]);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    vn_tensor *x = trand(2, (int64_t[]){2, 5}, -1, 1, 30), *w = trand(2, (int64_t[]){3, 5}, -1, 1, 31);
+    vn_tensor *w1 = trand(1, (int64_t[]){5}, -1, 1, 32), *w4 = trand(2, (int64_t[]){3, 4}, -1, 1, 33);
+    vn_tensor *xi = vn_zeros(VN_I32, 2, (int64_t[]){2, 5});
+    expect_error(vn_bitlinear(NULL, w), VN_ERR_ARG, "bitlinear: input");
+    expect_error(vn_bitlinear(x, NULL), VN_ERR_ARG, "bitlinear: weight");
+    expect_error(vn_bitlinear(x, w1), VN_ERR_SHAPE, "2-D (out, in)");
+    expect_error(vn_bitlinear(x, w4), VN_ERR_SHAPE, "in features (4)");
+    expect_error(vn_bitlinear(xi, w), VN_ERR_DTYPE, "bitlinear: input");
+    float g;
+    vn_tensor *p = vn_ternary_pack(w, &g);
+    CHECK_PTR(p);
+    expect_error(vn_ternary_pack(w, NULL), VN_ERR_ARG, "gamma");
+    expect_error(vn_ternary_matmul(x, p, 6, g), VN_ERR_SHAPE, "(..., 6)");
+    expect_error(vn_ternary_matmul(x, p, 200, g), VN_ERR_SHAPE, "expected (N, 64)");
+    expect_error(vn_ternary_matmul(x, w, 5, g), VN_ERR_DTYPE, "packed weights");
+    expect_error(vn_ternary_matmul(x, p, 5, NAN), VN_ERR_ARG, "gamma");
+    expect_error(vn_ternary_unpack(p, 0), VN_ERR_ARG, "K = 0");
+    /* Corrupt data: a code 3 inside, a nonzero code in the padding. */
+    uint8_t *b = vn_tensor_data(p), keep = b[33];
+    b[33] |= 3 << 2; /* row 1 (32 bytes a row), column 32 + 1 */
+    assert_int_equal(vn_ternary_check(p, 5), VN_ERR_FORMAT);
+    expect_error(vn_ternary_unpack(p, 5), VN_ERR_FORMAT, "row 1, column 33: code 3");
+    b[33] = keep;
+    b[10] = (uint8_t)((b[10] & ~3) | 2); /* row 0, column 10 ≥ K: padding must be code 1 */
+    expect_error(vn_ternary_unpack(p, 5), VN_ERR_FORMAT, "row 0, column 10: code 2");
+    vn_tensor *ts[] = {x, w, w1, w4, xi, p};
+    for (int k = 0; k < 6; k++) vn_tensor_release(ts[k]);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
+        cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
+        cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_ops_path),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
