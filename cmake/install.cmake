@@ -3,7 +3,7 @@
 #
 #   lib/libvenom.so, libvenom.a     the engine (venom.h)
 #   lib/libvenom_lua.so             the Lua bridge for C hosts (venom_lua.h)
-#   include/venom.h, venom_lua.h
+#   include/venom.h, venom/*.h, venom_lua.h
 #   bin/venom                       the script runner and REPL
 #   share/lua/5.1/venom/*.lua       the Lua modules
 #   lib/lua/5.1/venom/core.so       the C module, for a stock `luajit`
@@ -41,6 +41,7 @@ install(TARGETS venom venom_lua EXPORT venomTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS venom_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES engine/include/venom.h lua/include/venom_lua.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY engine/include/venom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}) # venom.h's sub-headers
 install(TARGETS venom_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS venom_lua_core LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/lua/5.1/venom)
 install(DIRECTORY lua/venom DESTINATION ${CMAKE_INSTALL_DATADIR}/lua/5.1 FILES_MATCHING PATTERN "*.lua")

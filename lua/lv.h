@@ -125,6 +125,10 @@ int lv_device_name_at(lua_State *L, int i);
 /* lv_transformer.c: embedding, layer_norm and causal_attention. */
 extern const luaL_Reg lv_transformer_functions[];
 
+/* lv_conv.c: conv2d, im2col, pooling, batch_norm; x:flatten(). */
+extern const luaL_Reg lv_conv_methods[];
+extern const luaL_Reg lv_conv_functions[];
+
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */
 bool lv_representable(vn_dtype d, double v);

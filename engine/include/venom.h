@@ -871,6 +871,9 @@ vn_tensor *vn_tensor_map_get(const vn_tensor_map *m, const char *name);
 /* The metadata value under `key`, or NULL (VN_ERR_ARG) if absent. */
 const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
+/* Convolutions, pooling, batch normalisation, flatten. */
+#include "venom/conv.h"
+
 #ifdef __cplusplus
 }
 #endif
