@@ -95,7 +95,8 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "graph", "help" }
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "graph", "help",
+                  "nn_conv" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 

@@ -9,7 +9,8 @@ local util = {}
 -- The pure-Lua modules of venom (lua/venom/<name>.lua).
 local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
                    checkpoint = true, sparse = true, prune = true, plot = true, metrics = true,
-                   nn_init = true, nn_utils = true, nn_transformer = true, nn_graph = true, help = true, graph = true }
+                   nn_init = true, nn_utils = true, nn_transformer = true, nn_graph = true, help = true, graph = true,
+                   nn_conv = true }
 -- Patterns of other sources util.fail passes over (util.add_internal_source).
 local internal_sources = {}
 
