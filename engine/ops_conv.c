@@ -52,49 +52,111 @@ vn_status conv__geom(const char *op, const vn_tensor *x, const int64_t kernel[2]
     return VN_OK;
 }
 
-/* ---- im2col / col2im: one image ------------------------------------------------- */
+/* ---- im2col / col2im ----------------------------------------------------------- */
 
-/* cols (Ho·Wo, C·kh·kw) = the receptive fields of x (C, H, W), zeros in the padding. */
-static void im2col(const conv_geom *g, const float *x, float *cols)
+/* The output columns ox whose input column ox·sw + off lies in [0, W):
+ * [*lo, *hi), so the loops below run without a test per element. */
+static void valid_range(const conv_geom *g, int64_t off, int64_t *lo, int64_t *hi)
 {
-    int64_t L = g->Ho * g->Wo, K = g->C * g->kh * g->kw;
-#pragma omp parallel for if (L * K > VN_OMP_MIN_WORK)
-    for (int64_t l = 0; l < L; l++) {
-        int64_t y0 = (l / g->Wo) * g->sh - g->ph, x0 = (l % g->Wo) * g->sw - g->pw;
-        float *row = cols + l * K;
-        for (int64_t c = 0; c < g->C; c++)
-            for (int64_t p = 0; p < g->kh; p++) {
-                int64_t iy = y0 + p * g->dh;
-                const float *src = x + (c * g->H + iy) * g->W;
-                bool in = iy >= 0 && iy < g->H;
-                for (int64_t q = 0; q < g->kw; q++) {
-                    int64_t ix = x0 + q * g->dw;
-                    *row++ = in && ix >= 0 && ix < g->W ? src[ix] : 0.0f;
-                }
-            }
+    *lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
+    *hi = g->W - 1 - off < 0 ? 0 : (g->W - 1 - off) / g->sw + 1;
+    if (*hi > g->Wo) *hi = g->Wo;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* Row r = (c·kh + p)·kw + q of one image's columns: dst[oy·Wo + ox] =
+ * x[c, oy·sh − ph + p·dh, ox·sw − pw + q·dw], 0 in the padding. */
+static void im2col_row(const conv_geom *g, const float *x, int64_t r, float *dst)
+{
+    int64_t q = r % g->kw, p = (r / g->kw) % g->kh, c = r / (g->kw * g->kh);
+    int64_t off = q * g->dw - g->pw, lo, hi;
+    valid_range(g, off, &lo, &hi);
+    for (int64_t oy = 0; oy < g->Ho; oy++, dst += g->Wo) {
+        int64_t iy = oy * g->sh - g->ph + p * g->dh;
+        if (iy < 0 || iy >= g->H) {
+            memset(dst, 0, sizeof(float) * (size_t)g->Wo);
+            continue;
+        }
+        const float *src = x + (c * g->H + iy) * g->W + off;
+        for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;
+        if (g->sw == 1)
+            memcpy(dst + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
+        else
+            for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->sw];
+        for (int64_t ox = hi; ox < g->Wo; ox++) dst[ox] = 0;
     }
 }
 
-/* dx (C, H, W) += the receptive fields in cols summed back into place. Each
- * channel is one thread's, so the sums are deterministic. */
-static void col2im(const conv_geom *g, const float *cols, float *dx)
+/* The columns of nb images x (nb, C, H, W): row r of image i, Ho·Wo values,
+ * at cols + i·istride + r·ldc. The conv lays a chunk out as (C·kh·kw,
+ * nb·Ho·Wo) (istride Ho·Wo, ldc nb·Ho·Wo: one GEMM per chunk); the im2col op
+ * as (nb, C·kh·kw, Ho·Wo). */
+static void im2col(const conv_geom *g, const float *x, int64_t nb, float *cols, int64_t istride,
+                   int64_t ldc)
 {
-    int64_t L = g->Ho * g->Wo, K = g->C * g->kh * g->kw;
-#pragma omp parallel for if (L * K > VN_OMP_MIN_WORK)
-    for (int64_t c = 0; c < g->C; c++)
-        for (int64_t l = 0; l < L; l++) {
-            int64_t y0 = (l / g->Wo) * g->sh - g->ph, x0 = (l % g->Wo) * g->sw - g->pw;
-            const float *row = cols + l * K + c * g->kh * g->kw;
-            for (int64_t p = 0; p < g->kh; p++) {
-                int64_t iy = y0 + p * g->dh;
+    int64_t K = g->C * g->kh * g->kw, CHW = g->C * g->H * g->W;
+#pragma omp parallel for if (nb * K * g->Ho * g->Wo > VN_OMP_MIN_WORK)
+    for (int64_t ir = 0; ir < nb * K; ir++) {
+        int64_t i = ir / K, r = ir % K;
+        im2col_row(g, x + i * CHW, r, cols + i * istride + r * ldc);
+    }
+}
+
+/* dx (nb, C, H, W) += the columns (laid out as for im2col) summed back into
+ * place. Each (image, channel) plane is one thread's, so the sums are
+ * deterministic. */
+static void col2im(const conv_geom *g, const float *cols, int64_t nb, int64_t istride,
+                   int64_t ldc, float *dx)
+{
+    int64_t khw = g->kh * g->kw;
+#pragma omp parallel for if (nb * g->C * khw * g->Ho * g->Wo > VN_OMP_MIN_WORK)
+    for (int64_t ic = 0; ic < nb * g->C; ic++) {
+        int64_t i = ic / g->C, c = ic % g->C;
+        float *plane = dx + ic * g->H * g->W;
+        for (int64_t pq = 0; pq < khw; pq++) {
+            int64_t p = pq / g->kw, q = pq % g->kw, off = q * g->dw - g->pw, lo, hi;
+            valid_range(g, off, &lo, &hi);
+            const float *src = cols + i * istride + (c * khw + pq) * ldc;
+            for (int64_t oy = 0; oy < g->Ho; oy++, src += g->Wo) {
+                int64_t iy = oy * g->sh - g->ph + p * g->dh;
                 if (iy < 0 || iy >= g->H) continue;
-                float *dst = dx + (c * g->H + iy) * g->W;
-                for (int64_t q = 0; q < g->kw; q++) {
-                    int64_t ix = x0 + q * g->dw;
-                    if (ix >= 0 && ix < g->W) dst[ix] += row[p * g->kw + q];
-                }
+                float *dst = plane + iy * g->W + off;
+                for (int64_t ox = lo; ox < hi; ox++) dst[ox * g->sw] += src[ox];
             }
         }
+    }
+}
+
+/* Images per chunk of the convolution: one sgemm per chunk and group (few,
+ * large products rather than one small one per image), with the chunk's
+ * column buffer kept under about 32 MB. */
+static int64_t chunk_images(const conv_geom *g)
+{
+    int64_t per = g->Ho * g->Wo * g->C * g->kh * g->kw, nb = ((int64_t)8 << 20) / (per ? per : 1);
+    return nb < 1 ? 1 : nb > g->B ? (g->B ? g->B : 1) : nb;
+}
+
+/* y (nb, Cout, L) ↔ the GEMMs' (Cout, nb·L): the same rows of L values,
+ * grouped by channel instead of by image. to_images adds the bias. */
+static void to_images(const float *ycols, int64_t nb, int64_t Cout, int64_t L, const float *bias,
+                      float *y)
+{
+#pragma omp parallel for if (nb * L * Cout > VN_OMP_MIN_WORK)
+    for (int64_t io = 0; io < nb * Cout; io++) {
+        int64_t i = io / Cout, o = io % Cout;
+        const float *src = ycols + (o * nb + i) * L;
+        float b = bias ? bias[o] : 0.0f, *dst = y + io * L;
+        for (int64_t l = 0; l < L; l++) dst[l] = src[l] + b;
+    }
+}
+
+static void from_images(const float *y, int64_t nb, int64_t Cout, int64_t L, float *ycols)
+{
+#pragma omp parallel for if (nb * L * Cout > VN_OMP_MIN_WORK)
+    for (int64_t io = 0; io < nb * Cout; io++) {
+        int64_t i = io / Cout, o = io % Cout;
+        memcpy(ycols + (o * nb + i) * L, y + io * L, sizeof(float) * (size_t)L);
+    }
 }
 
 static vn_tensor *zeros_like_shape(const vn_tensor *t)
@@ -133,12 +195,46 @@ static vn_status conv_check(const vn_tensor *x, const vn_tensor *w, const vn_ten
         return vn__err(VN_ERR_SHAPE, "conv2d: weight of shape %s for input %s with groups = %lld: "
                        "expected (C_out >= 1, %lld, kh, kw)", vn__shape(w->ndim, w->shape),
                        vn__shape(x->ndim, x->shape), (long long)G, (long long)(g->C / G));
+    if (Cout > INT_MAX / 2)
+        return vn__err(VN_ERR_SHAPE, "conv2d: %lld output channels; BLAS takes at most %d",
+                       (long long)Cout, INT_MAX / 2);
     if (!bias) return VN_OK;
     if ((st = vn__check_dtype_arg(bias, VN_F32, op, "bias", 0))) return st;
     if (bias->ndim != 1 || bias->shape[0] != Cout)
         return vn__err(VN_ERR_SHAPE, "conv2d: bias of shape %s, expected (%lld)",
                        vn__shape(bias->ndim, bias->shape), (long long)Cout);
     return VN_OK;
+}
+
+/* The products of one chunk of nb images, per group k (Cog = Cout/G output
+ * channels, Kg = K/G rows of cols and columns of the weight), with cols
+ * (K, nb·L) and Y, or dY, as (Cout, nb·L):
+ *   forward   Y_k = W_k (Cog, Kg) · cols_k
+ *   backward  dW_k += dY_k · cols_kᵀ,   dcols_k = W_kᵀ · dY_k */
+typedef struct { int64_t nL, Kg, Cog; } conv_dims;
+
+static void gemm_forward(const conv_dims *d, int64_t k, const float *w, const float *cols,
+                         float *y)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->Cog, (int)d->nL, (int)d->Kg,
+                1.0f, w + k * d->Cog * d->Kg, (int)d->Kg, cols + k * d->Kg * d->nL, (int)d->nL,
+                0.0f, y + k * d->Cog * d->nL, (int)d->nL);
+}
+
+static void gemm_weight_grad(const conv_dims *d, int64_t k, const float *dy, const float *cols,
+                             float *dw)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->Cog, (int)d->Kg, (int)d->nL, 1.0f,
+                dy + k * d->Cog * d->nL, (int)d->nL, cols + k * d->Kg * d->nL, (int)d->nL, 1.0f,
+                dw + k * d->Cog * d->Kg, (int)d->Kg);
+}
+
+static void gemm_input_grad(const conv_dims *d, int64_t k, const float *w, const float *dy,
+                            float *dcols)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d->Kg, (int)d->nL, (int)d->Cog, 1.0f,
+                w + k * d->Cog * d->Kg, (int)d->Kg, dy + k * d->Cog * d->nL, (int)d->nL, 0.0f,
+                dcols + k * d->Kg * d->nL, (int)d->nL);
 }
 
 static vn_status conv_backward(vn_node *n, const vn_tensor *gout)
@@ -150,41 +246,38 @@ static vn_status conv_backward(vn_node *n, const vn_tensor *gout)
     if (st) return st;
     bool need_x = vn__input_needs_grad(n, CONV_X), need_w = vn__input_needs_grad(n, CONV_W);
     bool need_b = n->ninputs > CONV_B && vn__input_needs_grad(n, CONV_B);
-    int64_t G = p->groups, Cout = w->shape[0], Cog = Cout / G, L = g.Ho * g.Wo;
-    int64_t K = g.C * g.kh * g.kw, Kg = K / G, cols_n = L * K;
+    int64_t G = p->groups, Cout = w->shape[0], L = g.Ho * g.Wo, K = g.C * g.kh * g.kw;
+    int64_t nb = chunk_images(&g), cols_n = nb * L * K, ycols_n = nb * L * Cout;
     vn_tensor *gc = vn__plain_contiguous(gout);
     vn_tensor *xc = gc ? vn__plain_contiguous(x) : NULL, *wc = xc ? vn__plain_contiguous(w) : NULL;
     vn_tensor *cols = wc ? vn__new(VN_F32, 1, &cols_n) : NULL;
-    vn_tensor *dx = cols && need_x ? zeros_like_shape(x) : NULL;
-    vn_tensor *dw = cols && need_w ? zeros_like_shape(w) : NULL;
-    vn_tensor *db = cols && need_b ? vn__new(VN_F32, 1, &Cout) : NULL;
-    if (cols && (!need_x || dx) && (!need_w || dw) && (!need_b || db)) {
+    vn_tensor *ycols = cols ? vn__new(VN_F32, 1, &ycols_n) : NULL;
+    vn_tensor *dx = ycols && need_x ? zeros_like_shape(x) : NULL;
+    vn_tensor *dw = ycols && need_w ? zeros_like_shape(w) : NULL;
+    vn_tensor *db = ycols && need_b ? vn__new(VN_F32, 1, &Cout) : NULL;
+    if (ycols && (!need_x || dx) && (!need_w || dw) && (!need_b || db)) {
         const float *gy = vn_tensor_data(gc), *xs = vn_tensor_data(xc), *ws = vn_tensor_data(wc);
-        float *cb = vn_tensor_data(cols);
-        for (int64_t b = 0; b < g.B; b++) {
-            const float *gyb = gy + b * Cout * L;
+        float *cb = vn_tensor_data(cols), *yb = vn_tensor_data(ycols);
+        for (int64_t b0 = 0; b0 < g.B; b0 += nb) {
+            int64_t m = g.B - b0 < nb ? g.B - b0 : nb;
+            conv_dims d = {m * L, K / G, Cout / G};
+            from_images(gy + b0 * Cout * L, m, Cout, L, yb);
             if (need_w) {
-                im2col(&g, xs + b * g.C * g.H * g.W, cb);
-                for (int64_t k = 0; k < G; k++) /* dW_k += dY_k (Cog, L) · cols_k (L, Kg) */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Cog, (int)Kg,
-                                (int)L, 1.0f, gyb + k * Cog * L, (int)L, cb + k * Kg, (int)K, 1.0f,
-                                (float *)vn_tensor_data(dw) + k * Cog * Kg, (int)Kg);
+                im2col(&g, xs + b0 * g.C * g.H * g.W, m, cb, L, m * L);
+                for (int64_t k = 0; k < G; k++) gemm_weight_grad(&d, k, yb, cb, vn_tensor_data(dw));
             }
             if (need_x) {
-                for (int64_t k = 0; k < G; k++) /* dcols_k (L, Kg) = dY_kᵀ · W_k (Cog, Kg) */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)Kg, (int)Cog,
-                                1.0f, gyb + k * Cog * L, (int)L, ws + k * Cog * Kg, (int)Kg, 0.0f,
-                                cb + k * Kg, (int)K);
-                col2im(&g, cb, (float *)vn_tensor_data(dx) + b * g.C * g.H * g.W);
+                for (int64_t k = 0; k < G; k++) gemm_input_grad(&d, k, ws, yb, cb);
+                col2im(&g, cb, m, L, m * L, (float *)vn_tensor_data(dx) + b0 * g.C * g.H * g.W);
             }
         }
         if (need_b) {
-            float *d = vn_tensor_data(db);
+            float *dbs = vn_tensor_data(db);
             for (int64_t o = 0; o < Cout; o++) {
                 double s = 0;
                 for (int64_t b = 0; b < g.B; b++)
                     for (int64_t l = 0; l < L; l++) s += gy[(b * Cout + o) * L + l];
-                d[o] = (float)s;
+                dbs[o] = (float)s;
             }
         }
         st = VN_OK;
@@ -198,6 +291,7 @@ static vn_status conv_backward(vn_node *n, const vn_tensor *gout)
     vn_tensor_release(xc);
     vn_tensor_release(wc);
     vn_tensor_release(cols);
+    vn_tensor_release(ycols);
     vn_tensor_release(dx);
     vn_tensor_release(dw);
     vn_tensor_release(db);
@@ -217,26 +311,24 @@ vn_tensor *vn_conv2d(const vn_tensor *x, const vn_tensor *weight, const vn_tenso
     if (dilation) memcpy(p.dilation, dilation, sizeof p.dilation);
     conv_geom g;
     if (conv_check(x, weight, bias, &p, &g)) return NULL;
-    int64_t G = groups, Cout = weight->shape[0], Cog = Cout / G, L = g.Ho * g.Wo;
-    int64_t K = g.C * g.kh * g.kw, Kg = K / G, cols_n = L * K;
+    int64_t G = groups, Cout = weight->shape[0], L = g.Ho * g.Wo, K = g.C * g.kh * g.kw;
+    int64_t nb = chunk_images(&g), cols_n = nb * L * K, ycols_n = nb * L * Cout;
     int64_t oshape[4] = {g.B, Cout, g.Ho, g.Wo};
     vn_tensor *xc = vn__plain_contiguous(x), *wc = xc ? vn__plain_contiguous(weight) : NULL;
     vn_tensor *bc = wc && bias ? vn__plain_contiguous(bias) : NULL;
     vn_tensor *cols = wc && (bc || !bias) ? vn__new(VN_F32, 1, &cols_n) : NULL;
-    vn_tensor *out = cols ? vn__new(VN_F32, 4, oshape) : NULL;
+    vn_tensor *ycols = cols ? vn__new(VN_F32, 1, &ycols_n) : NULL;
+    vn_tensor *out = ycols ? vn__new(VN_F32, 4, oshape) : NULL;
     if (out) {
         const float *xs = vn_tensor_data(xc), *ws = vn_tensor_data(wc);
         const float *bs = bc ? vn_tensor_data(bc) : NULL;
-        float *cb = vn_tensor_data(cols), *y = vn_tensor_data(out);
-        for (int64_t b = 0; b < g.B; b++) {
-            float *yb = y + b * Cout * L;
-            im2col(&g, xs + b * g.C * g.H * g.W, cb);
-            for (int64_t k = 0; k < G; k++) /* Y_k (Cog, L) = W_k (Cog, Kg) · cols_kᵀ */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Cog, (int)L, (int)Kg,
-                            1.0f, ws + k * Cog * Kg, (int)Kg, cb + k * Kg, (int)K, 0.0f,
-                            yb + k * Cog * L, (int)L);
-            for (int64_t o = 0; bs && o < Cout; o++)
-                for (int64_t l = 0; l < L; l++) yb[o * L + l] += bs[o];
+        float *cb = vn_tensor_data(cols), *yb = vn_tensor_data(ycols), *y = vn_tensor_data(out);
+        for (int64_t b0 = 0; b0 < g.B; b0 += nb) {
+            int64_t m = g.B - b0 < nb ? g.B - b0 : nb;
+            conv_dims d = {m * L, K / G, Cout / G};
+            im2col(&g, xs + b0 * g.C * g.H * g.W, m, cb, L, m * L);
+            for (int64_t k = 0; k < G; k++) gemm_forward(&d, k, ws, cb, yb);
+            to_images(yb, m, Cout, L, bs, y + b0 * Cout * L);
         }
         const vn_tensor *in[3] = {x, weight, bias};
         vn_node *n = vn__record(out, "conv2d", conv_backward, bias ? 3 : 2, in);
@@ -246,6 +338,7 @@ vn_tensor *vn_conv2d(const vn_tensor *x, const vn_tensor *weight, const vn_tenso
     vn_tensor_release(wc);
     vn_tensor_release(bc);
     vn_tensor_release(cols);
+    vn_tensor_release(ycols);
     return out;
 }
 
@@ -266,10 +359,8 @@ static vn_status im2col_backward(vn_node *n, const vn_tensor *gout)
         vn_tensor_release(gc);
         return VN_ERR_MEMORY;
     }
-    int64_t LK = g.Ho * g.Wo * g.C * g.kh * g.kw;
-    for (int64_t b = 0; b < g.B; b++)
-        col2im(&g, (const float *)vn_tensor_data(gc) + b * LK,
-               (float *)vn_tensor_data(dx) + b * g.C * g.H * g.W);
+    int64_t K = g.C * g.kh * g.kw, L = g.Ho * g.Wo;
+    col2im(&g, vn_tensor_data(gc), g.B, K * L, L, vn_tensor_data(dx));
     vn_tensor_release(gc);
     return vn__accum(n, 0, dx);
 }
@@ -279,13 +370,11 @@ vn_tensor *vn_im2col(const vn_tensor *x, const int64_t kernel[2], const int64_t 
 {
     conv_geom g;
     if (conv__geom("im2col", x, kernel, stride, padding, dilation, &g)) return NULL;
-    int64_t L = g.Ho * g.Wo, K = g.C * g.kh * g.kw, oshape[3] = {g.B, L, K};
+    int64_t L = g.Ho * g.Wo, K = g.C * g.kh * g.kw, oshape[3] = {g.B, K, L};
     vn_tensor *xc = vn__plain_contiguous(x);
     vn_tensor *out = xc ? vn__new(VN_F32, 3, oshape) : NULL;
     if (out) {
-        for (int64_t b = 0; b < g.B; b++)
-            im2col(&g, (const float *)vn_tensor_data(xc) + b * g.C * g.H * g.W,
-                   (float *)vn_tensor_data(out) + b * L * K);
+        im2col(&g, vn_tensor_data(xc), g.B, vn_tensor_data(out), K * L, L);
         vn_node *n = vn__record(out, "im2col", im2col_backward, 1, &x);
         if (n) {
             struct im2col_saved *s = VN_SAVED_STATE(n, struct im2col_saved);

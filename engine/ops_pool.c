@@ -74,10 +74,12 @@ vn_tensor *vn_max_pool2d(const vn_tensor *x, const int64_t kernel[2], const int6
             const float *src = xs + pl * g.H * g.W;
             for (int64_t l = 0; l < L; l++) {
                 int64_t y0 = (l / g.Wo) * g.sh - g.ph, x0 = (l % g.Wo) * g.sw - g.pw, best = -1;
+                /* the window clipped to the image (padding never wins) */
+                int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
+                int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
                 float m = 0;
-                for (int64_t iy = y0; iy < y0 + g.kh; iy++)
-                    for (int64_t jx = x0; jx < x0 + g.kw; jx++) {
-                        if (iy < 0 || iy >= g.H || jx < 0 || jx >= g.W) continue;
+                for (int64_t iy = ya; iy < yb; iy++)
+                    for (int64_t jx = xa; jx < xb; jx++) {
                         float v = src[iy * g.W + jx];
                         /* the first maximum wins; a NaN beats everything (as in PyTorch) */
                         if (best < 0 || v > m || (v != v && m == m)) {

@@ -5,7 +5,7 @@
  *
  *   venom.conv2d(x, weight, [bias], [stride=1], [padding=0], [dilation=1], [groups=1])
  *       x (B, C_in, H, W), weight (C_out, C_in/groups, kh, kw), bias (C_out)
- *   venom.im2col(x, kernel, [stride=1], [padding=0], [dilation=1]) → (B, Ho·Wo, C·kh·kw)
+ *   venom.im2col(x, kernel, [stride=1], [padding=0], [dilation=1]) → (B, C·kh·kw, Ho·Wo)
  *   venom.max_pool2d(x, kernel, [stride=kernel], [padding=0])
  *   venom.avg_pool2d(x, kernel, [stride=kernel], [padding=0])
  *   venom.adaptive_avg_pool2d(x, size)                size: n or {oh, ow}

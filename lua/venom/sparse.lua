@@ -244,7 +244,7 @@ end
 
 --- A 2-d convolution whose weight, seen as the im2col matrix (out_channels,
 -- in_channels·kh·kw), is V:N:M: the input is unfolded by venom.im2col into
--- (B, Ho·Wo, in_channels·kh·kw) and multiplied by the V:N:M SpMM
+-- (B, in_channels·kh·kw, Ho·Wo) and its transpose multiplied by the V:N:M SpMM
 -- (venom.vnm_linear), so only kept weights are read and trained.
 -- nn.SparseConv2d(in_channels, out_channels, kernel_size, opts); opts: stride,
 -- padding, dilation (as nn.Conv2d; groups = 1 only), V = 64, M = 8, N = 2,
@@ -284,7 +284,7 @@ function SparseConv2d:forward(x)
       self.in_channels, is_tensor(x) and fmt_shape(x) or type(x)))
   end
   local cols = venom.im2col(x, self.kernel_size, self.stride, self.padding, self.dilation)
-  local y = core.vnm_linear(cols, self.matrix, self.values, self.bias) -- (B, Ho·Wo, out)
+  local y = core.vnm_linear(cols:transpose(2, 3), self.matrix, self.values, self.bias) -- (B, Ho·Wo, out)
   -- back to NCHW: the output size from the formula of venom/conv.h
   local H, W, k, s, p, d = x:size(3), x:size(4), self.kernel_size, self.stride, self.padding,
                            self.dilation

@@ -24,9 +24,10 @@
  * NULL, all f32 → (B, C_out, Ho, Wo). stride, padding, dilation are
  * {height, width} pairs; groups ≥ 1 must divide C_in and C_out (groups =
  * C_in = C_out is a depthwise convolution). Computed as im2col (each output
- * position's receptive field as a row of C_in·kh·kw values) and an OpenBLAS
- * sgemm per image and group; backward: dW = dYᵀ·cols and dcols = dY·W
- * scattered back (col2im), the columns recomputed, not saved.
+ * position's receptive field as a column of C_in·kh·kw values) and one
+ * OpenBLAS sgemm per group for a chunk of images at once; backward:
+ * dW = dY·colsᵀ and dcols = Wᵀ·dY scattered back (col2im), the columns
+ * recomputed, not saved.
  * Errors: VN_ERR_ARG (NULL, freed, bad stride/padding/dilation/groups, the
  * message says which), VN_ERR_SHAPE (ranks, channels that do not match or
  * do not divide by groups, a kernel larger than the padded input; both
@@ -35,13 +36,14 @@ vn_tensor *vn_conv2d(const vn_tensor *x, const vn_tensor *weight, const vn_tenso
                      const int64_t stride[2], const int64_t padding[2],
                      const int64_t dilation[2], int64_t groups);
 
-/* im2col as an op: x (B, C, H, W) f32 → (B, Ho·Wo, C·kh·kw), row i·Wo + j
- * holding the receptive field of output position (i, j), column
- * (c·kh + p)·kw + q holding x[b, c, i·sh − ph + p·dh, j·sw − pw + q·dw] (0 in
- * the padding). A convolution is then (B·Ho·Wo, C·kh·kw) times the weight
- * (C_out, C·kh·kw) transposed: the V:N:M sparse convolution runs it as the
- * V:N:M SpMM (vn_vnm_linear). Backward: col2im (sums the overlapping
- * windows). kernel is {kh, kw}, the rest as for vn_conv2d; same errors. */
+/* im2col as an op (PyTorch's unfold): x (B, C, H, W) f32 →
+ * (B, C·kh·kw, Ho·Wo), element [b, (c·kh + p)·kw + q, i·Wo + j] =
+ * x[b, c, i·sh − ph + p·dh, j·sw − pw + q·dw] (0 in the padding): column
+ * i·Wo + j is the receptive field of output position (i, j). A convolution
+ * is the weight (C_out, C·kh·kw) times these columns; the V:N:M sparse
+ * convolution runs it as the V:N:M SpMM (vn_vnm_linear) on their transpose.
+ * Backward: col2im (sums the overlapping windows). kernel is {kh, kw}, the
+ * rest as for vn_conv2d; same errors. */
 vn_tensor *vn_im2col(const vn_tensor *x, const int64_t kernel[2], const int64_t stride[2],
                      const int64_t padding[2], const int64_t dilation[2]);
 
