@@ -9,43 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void release_all(vn_tensor **ts, size_t n)
-{
-    for (size_t i = 0; i < n; i++) vn_tensor_release(ts[i]);
-}
-#define RELEASE(...) release_all((vn_tensor *[]){__VA_ARGS__}, \
-                                 sizeof((vn_tensor *[]){__VA_ARGS__}) / sizeof(vn_tensor *))
-
-static vn_tensor *param(int ndim, const int64_t *shape, double lo, double hi, unsigned seed)
-{
-    vn_tensor *t = trand(ndim, shape, lo, hi, seed);
-    CHECK_OK(vn_tensor_set_requires_grad(t, true));
-    return t;
-}
-
-static void expect_error(vn_tensor *r, vn_status want, const char *const *needles)
-{
-    if (r) fail_msg("expected an error, got a tensor");
-    assert_int_equal(vn_last_status(), want);
-    const char *msg = vn_last_error();
-    for (; *needles; needles++)
-        if (!strstr(msg, *needles)) fail_msg("error message \"%s\" lacks \"%s\"", msg, *needles);
-}
-#define EXPECT_ERROR(r, st, ...) expect_error((r), (st), (const char *const[]){__VA_ARGS__, NULL})
-
-static float *values(const vn_tensor *t)
-{
-    int64_t n = vn_tensor_numel(t);
-    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    CHECK_OK(vn_tensor_copy_out(t, p, sizeof(float) * (size_t)n));
-    return p;
-}
-
 static void check_close(const vn_tensor *got, const double *want, int64_t n, double tol,
                         const char *what)
 {
     assert_int_equal(vn_tensor_numel(got), n);
-    float *g = values(got);
+    float *g = gc_values(got);
     for (int64_t i = 0; i < n; i++)
         if (!(fabs(g[i] - want[i]) <= tol * (1 + fabs(want[i]))))
             fail_msg("%s[%lld] = %.8g, want %.8g", what, (long long)i, g[i], want[i]);
@@ -115,9 +83,9 @@ static vn_tensor *conv_fn(vn_tensor **in, void *ctx)
 
 static void conv_tensors(const conv_case *c, vn_tensor **in, unsigned seed)
 {
-    in[0] = param(4, (int64_t[]){c->B, c->C, c->H, c->W}, -1, 1, seed);
-    in[1] = param(4, (int64_t[]){c->Cout, c->C / c->groups, c->kh, c->kw}, -1, 1, seed + 1);
-    in[2] = param(1, (int64_t[]){c->Cout}, -1, 1, seed + 2);
+    in[0] = gc_param(4, (int64_t[]){c->B, c->C, c->H, c->W}, -1, 1, seed);
+    in[1] = gc_param(4, (int64_t[]){c->Cout, c->C / c->groups, c->kh, c->kw}, -1, 1, seed + 1);
+    in[2] = gc_param(1, (int64_t[]){c->Cout}, -1, 1, seed + 2);
 }
 
 static void test_conv2d_values(void **state)
@@ -132,11 +100,11 @@ static void test_conv2d_values(void **state)
         int64_t Ho = out_size(c->H, c->kh, c->sh, c->ph, c->dh);
         int64_t Wo = out_size(c->W, c->kw, c->sw, c->pw, c->dw);
         check_shape(y, 4, (int64_t[]){c->B, c->Cout, Ho, Wo});
-        float *x = values(in[0]), *w = values(in[1]), *b = values(in[2]);
+        float *x = gc_values(in[0]), *w = gc_values(in[1]), *b = gc_values(in[2]);
         double *want = ref_conv(c, x, w, c->bias ? b : NULL);
         check_close(y, want, vn_tensor_numel(y), 1e-5, "conv2d");
         free(x); free(w); free(b); free(want);
-        RELEASE(in[0], in[1], in[2], y);
+        GC_RELEASE(in[0], in[1], in[2], y);
     }
 }
 
@@ -148,7 +116,7 @@ static void test_conv2d_grad(void **state)
         vn_tensor *in[3];
         conv_tensors(c, in, 20 + (unsigned)k);
         gradcheck(conv_fn, in, c->bias ? 3 : 2, (void *)c, 1e-2, 2e-2);
-        RELEASE(in[0], in[1], in[2]);
+        GC_RELEASE(in[0], in[1], in[2]);
     }
 }
 
@@ -167,7 +135,7 @@ static void test_conv2d_strided_input(void **state)
     vn_tensor *mc = vn_max_pool2d(xc, (int64_t[]){2, 2}, (int64_t[]){2, 2}, zero);
     CHECK_PTR(m);
     assert_true(max_rel_diff(m, mc) == 0);
-    RELEASE(x, w, xt, xc, a, b, m, mc);
+    GC_RELEASE(x, w, xt, xc, a, b, m, mc);
 }
 
 /* ---- im2col --------------------------------------------------------------------- */
@@ -196,13 +164,13 @@ static void test_im2col(void **state)
     vn_tensor *w2 = vn_reshape(in[1], 2, (int64_t[]){c1.Cout, K}), *wt = vn_tensor_retain(w2);
     vn_tensor *prod = vn_matmul(w2, cols); /* (B, Cout, L) */
     vn_tensor *y = vn_tensor_retain(prod);
-    float *x = values(in[0]), *w = values(in[1]);
+    float *x = gc_values(in[0]), *w = gc_values(in[1]);
     double *want = ref_conv(&c1, x, w, NULL);
     vn_tensor *yc = vn_contiguous(y);
     check_close(yc, want, vn_tensor_numel(yc), 1e-5, "im2col · weight");
     free(x); free(w); free(want);
     gradcheck(im2col_fn, in, 1, &c1, 1e-2, 1e-2);
-    RELEASE(in[0], in[1], in[2], cols, w2, wt, prod, y, yc);
+    GC_RELEASE(in[0], in[1], in[2], cols, w2, wt, prod, y, yc);
 }
 
 /* ---- pooling -------------------------------------------------------------------- */
@@ -261,7 +229,7 @@ static void test_pool(void **state)
         gradcheck(pool_fn, &x, 1, (void *)c, 1e-3, 1e-2);
         free(d);
         free(want);
-        RELEASE(x, y);
+        GC_RELEASE(x, y);
     }
 }
 
@@ -275,8 +243,8 @@ static void test_adaptive_avg_pool(void **state)
 {
     (void)state;
     int64_t sizes[][2] = {{1, 1}, {3, 2}, {4, 7}, {7, 5}};
-    vn_tensor *x = param(4, (int64_t[]){2, 3, 7, 5}, -1, 1, 40);
-    float *xs = values(x);
+    vn_tensor *x = gc_param(4, (int64_t[]){2, 3, 7, 5}, -1, 1, 40);
+    float *xs = gc_values(x);
     for (int k = 0; k < 4; k++) {
         int64_t oh = sizes[k][0], ow = sizes[k][1];
         vn_tensor *y = adaptive_fn(&x, sizes[k]);
@@ -323,11 +291,11 @@ static void test_batch_norm(void **state)
     for (int k = 0; k < 2; k++) {
         int nd = nds[k];
         int64_t B = shapes[k][0], C = shapes[k][1], S = shapes[k][2] * shapes[k][3];
-        vn_tensor *in[3] = {param(nd, shapes[k], -2, 3, 50 + k), param(1, &C, 0.5, 1.5, 60 + k),
-                            param(1, &C, -1, 1, 70 + k)};
+        vn_tensor *in[3] = {gc_param(nd, shapes[k], -2, 3, 50 + k), gc_param(1, &C, 0.5, 1.5, 60 + k),
+                            gc_param(1, &C, -1, 1, 70 + k)};
         vn_tensor *rm = trand(1, &C, -0.5, 0.5, 80 + k), *rv = trand(1, &C, 0.5, 2, 90 + k);
-        float *x = values(in[0]), *g = values(in[1]), *b = values(in[2]);
-        float *rm0 = values(rm), *rv0 = values(rv);
+        float *x = gc_values(in[0]), *g = gc_values(in[1]), *b = gc_values(in[2]);
+        float *rm0 = gc_values(rm), *rv0 = gc_values(rv);
         /* training: batch statistics and the running update */
         vn_tensor *y = vn_batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, 1e-5);
         CHECK_PTR(y);
@@ -364,7 +332,7 @@ static void test_batch_norm(void **state)
         ctx.training = false;
         gradcheck(bn_fn, in, 3, &ctx, 1e-2, 2e-2);
         free(x); free(g); free(b); free(rm0); free(rv0); free(want);
-        RELEASE(in[0], in[1], in[2], rm, rv, y, ye);
+        GC_RELEASE(in[0], in[1], in[2], rm, rv, y, ye);
     }
 }
 
@@ -381,13 +349,13 @@ static void test_flatten(void **state)
     check_shape(a, 2, (int64_t[]){2, 60});
     check_shape(b, 3, (int64_t[]){6, 4, 5});
     check_shape(c, 4, (int64_t[]){2, 3, 4, 5});
-    float *xs = values(x), *as = values(a);
+    float *xs = gc_values(x), *as = gc_values(a);
     assert_memory_equal(xs, as, sizeof(float) * 120);
     free(xs);
     free(as);
-    EXPECT_ERROR(vn_flatten(x, 2, 1), VN_ERR_ARG, "flatten", "start_dim 2", "end_dim 1");
-    EXPECT_ERROR(vn_flatten(x, 0, 4), VN_ERR_ARG, "flatten: end_dim");
-    RELEASE(x, a, b, c);
+    GC_EXPECT_ERROR(vn_flatten(x, 2, 1), VN_ERR_ARG, "flatten", "start_dim 2", "end_dim 1");
+    GC_EXPECT_ERROR(vn_flatten(x, 0, 4), VN_ERR_ARG, "flatten: end_dim");
+    GC_RELEASE(x, a, b, c);
 }
 
 /* ---- bad input ------------------------------------------------------------------ */
@@ -399,41 +367,41 @@ static void test_errors(void **state)
     vn_tensor *w = trand(4, (int64_t[]){2, 4, 7, 7}, -1, 1, 7), *w3 = trand(4, (int64_t[]){3, 2, 3, 3}, -1, 1, 8);
     vn_tensor *x3 = trand(3, (int64_t[]){4, 5, 5}, -1, 1, 9), *wr = trand(2, (int64_t[]){2, 4}, -1, 1, 9);
     int64_t one[2] = {1, 1}, zero[2] = {0, 0}, two[2] = {2, 2}, k3[2] = {3, 3};
-    EXPECT_ERROR(vn_conv2d(x, w, NULL, one, zero, NULL, 1), VN_ERR_SHAPE, "conv2d", "7×7 kernel",
+    GC_EXPECT_ERROR(vn_conv2d(x, w, NULL, one, zero, NULL, 1), VN_ERR_SHAPE, "conv2d", "7×7 kernel",
                  "(1, 4, 5, 5)", "does not fit");
-    EXPECT_ERROR(vn_conv2d(x, w, NULL, zero, zero, NULL, 1), VN_ERR_ARG, "conv2d: stride is (0, 0)",
+    GC_EXPECT_ERROR(vn_conv2d(x, w, NULL, zero, zero, NULL, 1), VN_ERR_ARG, "conv2d: stride is (0, 0)",
                  ">= 1");
-    EXPECT_ERROR(vn_conv2d(x, w3, NULL, one, one, NULL, 2), VN_ERR_SHAPE, "divisible by groups = 2",
+    GC_EXPECT_ERROR(vn_conv2d(x, w3, NULL, one, one, NULL, 2), VN_ERR_SHAPE, "divisible by groups = 2",
                  "(3, 2, 3, 3)");
-    EXPECT_ERROR(vn_conv2d(x, w3, NULL, one, one, NULL, 0), VN_ERR_ARG, "groups is 0");
-    EXPECT_ERROR(vn_conv2d(x3, w3, NULL, one, one, NULL, 1), VN_ERR_SHAPE, "(4, 5, 5)", "4-d");
-    EXPECT_ERROR(vn_conv2d(x, wr, NULL, one, one, NULL, 1), VN_ERR_SHAPE, "weight of shape (2, 4)");
-    EXPECT_ERROR(vn_conv2d(x, NULL, NULL, one, one, NULL, 1), VN_ERR_ARG, "conv2d: weight");
+    GC_EXPECT_ERROR(vn_conv2d(x, w3, NULL, one, one, NULL, 0), VN_ERR_ARG, "groups is 0");
+    GC_EXPECT_ERROR(vn_conv2d(x3, w3, NULL, one, one, NULL, 1), VN_ERR_SHAPE, "(4, 5, 5)", "4-d");
+    GC_EXPECT_ERROR(vn_conv2d(x, wr, NULL, one, one, NULL, 1), VN_ERR_SHAPE, "weight of shape (2, 4)");
+    GC_EXPECT_ERROR(vn_conv2d(x, NULL, NULL, one, one, NULL, 1), VN_ERR_ARG, "conv2d: weight");
     vn_tensor *wok = trand(4, (int64_t[]){2, 4, 3, 3}, -1, 1, 10), *bad_b = trand(1, (int64_t[]){3}, 0, 1, 1);
-    EXPECT_ERROR(vn_conv2d(x, wok, bad_b, one, one, NULL, 1), VN_ERR_SHAPE, "bias of shape (3,)", "expected (2)");
-    EXPECT_ERROR(vn_conv2d(x, wok, NULL, one, (int64_t[]){-1, 0}, NULL, 1), VN_ERR_ARG, "padding");
-    EXPECT_ERROR(vn_max_pool2d(x, (int64_t[]){6, 6}, one, zero), VN_ERR_SHAPE, "max_pool2d", "6×6 kernel");
-    EXPECT_ERROR(vn_max_pool2d(x, two, zero, zero), VN_ERR_ARG, "max_pool2d: stride");
-    EXPECT_ERROR(vn_avg_pool2d(x, k3, one, two), VN_ERR_ARG, "more than half the kernel");
-    EXPECT_ERROR(vn_adaptive_avg_pool2d(x, 0, 2), VN_ERR_ARG, "output size (0, 2)");
-    EXPECT_ERROR(vn_im2col(x3, k3, one, zero, one), VN_ERR_SHAPE, "im2col", "4-d");
+    GC_EXPECT_ERROR(vn_conv2d(x, wok, bad_b, one, one, NULL, 1), VN_ERR_SHAPE, "bias of shape (3,)", "expected (2)");
+    GC_EXPECT_ERROR(vn_conv2d(x, wok, NULL, one, (int64_t[]){-1, 0}, NULL, 1), VN_ERR_ARG, "padding");
+    GC_EXPECT_ERROR(vn_max_pool2d(x, (int64_t[]){6, 6}, one, zero), VN_ERR_SHAPE, "max_pool2d", "6×6 kernel");
+    GC_EXPECT_ERROR(vn_max_pool2d(x, two, zero, zero), VN_ERR_ARG, "max_pool2d: stride");
+    GC_EXPECT_ERROR(vn_avg_pool2d(x, k3, one, two), VN_ERR_ARG, "more than half the kernel");
+    GC_EXPECT_ERROR(vn_adaptive_avg_pool2d(x, 0, 2), VN_ERR_ARG, "output size (0, 2)");
+    GC_EXPECT_ERROR(vn_im2col(x3, k3, one, zero, one), VN_ERR_SHAPE, "im2col", "4-d");
     vn_tensor *xi = vn_zeros(VN_I32, 4, (int64_t[]){1, 1, 3, 3});
-    EXPECT_ERROR(vn_max_pool2d(xi, two, one, zero), VN_ERR_DTYPE, "max_pool2d");
+    GC_EXPECT_ERROR(vn_max_pool2d(xi, two, one, zero), VN_ERR_DTYPE, "max_pool2d");
     /* batch_norm */
     int64_t C = 4;
     vn_tensor *rm = vn_zeros(VN_F32, 1, &C), *rv = vn_ones(VN_F32, 1, &C), *g3 = trand(1, (int64_t[]){3}, 0, 1, 2);
     vn_tensor *one_per = trand(2, (int64_t[]){1, 4}, 0, 1, 3);
-    EXPECT_ERROR(vn_batch_norm(x, NULL, NULL, NULL, NULL, false, 0.1, 1e-5), VN_ERR_ARG,
+    GC_EXPECT_ERROR(vn_batch_norm(x, NULL, NULL, NULL, NULL, false, 0.1, 1e-5), VN_ERR_ARG,
                  "eval mode needs running_mean");
-    EXPECT_ERROR(vn_batch_norm(one_per, NULL, NULL, rm, rv, true, 0.1, 1e-5), VN_ERR_SHAPE,
+    GC_EXPECT_ERROR(vn_batch_norm(one_per, NULL, NULL, rm, rv, true, 0.1, 1e-5), VN_ERR_SHAPE,
                  "(1, 4)", "more than 1");
-    EXPECT_ERROR(vn_batch_norm(x, g3, NULL, rm, rv, true, 0.1, 1e-5), VN_ERR_SHAPE, "weight of shape (3,)");
-    EXPECT_ERROR(vn_batch_norm(x, NULL, NULL, rm, rv, true, 1.5, 1e-5), VN_ERR_ARG, "momentum");
+    GC_EXPECT_ERROR(vn_batch_norm(x, g3, NULL, rm, rv, true, 0.1, 1e-5), VN_ERR_SHAPE, "weight of shape (3,)");
+    GC_EXPECT_ERROR(vn_batch_norm(x, NULL, NULL, rm, rv, true, 1.5, 1e-5), VN_ERR_ARG, "momentum");
     /* a failed call changes nothing: the running stats are as they were */
-    float *rms = values(rm);
+    float *rms = gc_values(rm);
     for (int i = 0; i < 4; i++) assert_true(rms[i] == 0);
     free(rms);
-    RELEASE(x, w, w3, x3, wr, wok, bad_b, xi, rm, rv, g3, one_per);
+    GC_RELEASE(x, w, w3, x3, wr, wok, bad_b, xi, rm, rv, g3, one_per);
 }
 
 int main(void)

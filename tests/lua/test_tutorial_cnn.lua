@@ -6,25 +6,12 @@
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local testutil = require "testutil"
-local data = require "venom.data"
-
-local f = io.open(data.FASHION_MNIST_ROOT .. "/train-labels-idx1-ubyte.gz", "rb")
-if not f then
-  tap.skip("dataset-fashion-mnist is not installed", 1)
-  tap.done()
-  return
-end
-f:close()
-
-local exe = os.getenv("VENOM_EXE") or arg[-1]
+if not testutil.have_fashion_mnist(tap) then return end
 local dir = testutil.tmpdir()
 
 local function tutorial(args)
-  local p = io.popen(("'%s' tutorials/08-cnn.lua --limit 512 --batch-size 64 --width 8 "
-    .. "--hidden 32 %s 2>&1; echo \"rc=$?\""):format(exe, args))
-  local out = p:read("*a")
-  p:close()
-  return out, tonumber(out:match("rc=(%d+)\n$"))
+  return testutil.run_script("tutorials/08-cnn.lua",
+    "--limit 512 --batch-size 64 --width 8 --hidden 32 " .. args)
 end
 
 local out, rc = tutorial("--epochs 1 --log " .. dir .. "/run.csv")
