@@ -26,9 +26,18 @@ end
 -- venom.h's comment blocks, keyed by the C name of each function declared
 -- right below them (one comment may cover several declarations).
 local function c_docs()
-  local text = read(here .. "/../../engine/include/venom.h") or read(here .. "/../../../../include/venom.h")
+  local dir = here .. "/../../engine/include"
+  local text = read(dir .. "/venom.h")
+  if not text then
+    dir = here .. "/../../../../include"
+    text = read(dir .. "/venom.h")
+  end
   local docs = {}
   if not text then return docs end
+  -- venom.h's sub-headers (#include "venom/conv.h") are read as part of it
+  for sub in text:gmatch('#include "(venom/[%w_]+%.h)"') do
+    text = text .. "\n" .. (read(dir .. "/" .. sub) or "")
+  end
   local comment, last_was_decl = nil, false
   local in_comment, buf = false, {}
   local open_decl -- a declaration whose parameters continue on the next lines

@@ -128,15 +128,15 @@ local function pool_class(name, fn)
     return ("kernel_size={%d, %d}, stride={%d, %d}, padding={%d, %d}"):format(self.kernel_size[1],
       self.kernel_size[2], self.stride[1], self.stride[2], self.padding[1], self.padding[2])
   end
-  layers[name] = cls
+  return cls
 end
 
 --- nn.MaxPool2d(kernel_size, {stride = kernel_size, padding = 0}): the
 -- maximum of each window (venom.max_pool2d; padding at most half the kernel).
-pool_class("MaxPool2d", "max_pool2d")
+layers.MaxPool2d = pool_class("MaxPool2d", "max_pool2d")
 --- nn.AvgPool2d(kernel_size, {stride = kernel_size, padding = 0}): the mean
 -- of each window, zero padding counted (venom.avg_pool2d).
-pool_class("AvgPool2d", "avg_pool2d")
+layers.AvgPool2d = pool_class("AvgPool2d", "avg_pool2d")
 
 --- nn.AdaptiveAvgPool2d(output_size): (B, C, H, W) → (B, C, oh, ow), the
 -- mean over windows that tile the image (venom.adaptive_avg_pool2d);
@@ -223,7 +223,7 @@ local function batch_norm_class(name, nd, what)
       self.num_features, self.eps, self.momentum, tostring(self.weight ~= nil),
       tostring(self.running_mean ~= nil))
   end
-  layers[name] = cls
+  return cls
 end
 
 --- nn.BatchNorm1d(num_features, opts): batch normalisation (Ioffe & Szegedy
@@ -233,10 +233,10 @@ end
 -- uses the running ones. opts: eps = 1e-5, momentum = 0.1, affine = true
 -- (parameters weight = 1, bias = 0), track_running_stats = true. The
 -- running statistics are saved in state_dict() and checkpoints.
-batch_norm_class("BatchNorm1d", { [2] = true, [3] = true }, "(B, %d) or (B, %d, L)")
+layers.BatchNorm1d = batch_norm_class("BatchNorm1d", { [2] = true, [3] = true }, "(B, %d) or (B, %d, L)")
 --- nn.BatchNorm2d(num_features, opts): as nn.BatchNorm1d for (B, C, H, W)
 -- images, per channel.
-batch_norm_class("BatchNorm2d", { [4] = true }, "(B, %d, H, W)")
+layers.BatchNorm2d = batch_norm_class("BatchNorm2d", { [4] = true }, "(B, %d, H, W)")
 
 -- Flatten -------------------------------------------------------------------------------
 
