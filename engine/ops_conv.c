@@ -314,6 +314,7 @@ vn_tensor *vn_conv2d(const vn_tensor *x, const vn_tensor *weight, const vn_tenso
     int64_t G = groups, Cout = weight->shape[0], L = g.Ho * g.Wo, K = g.C * g.kh * g.kw;
     int64_t nb = chunk_images(&g), cols_n = nb * L * K, ycols_n = nb * L * Cout;
     int64_t oshape[4] = {g.B, Cout, g.Ho, g.Wo};
+    if (vn__check_shape("conv2d", 4, oshape)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x), *wc = xc ? vn__plain_contiguous(weight) : NULL;
     vn_tensor *bc = wc && bias ? vn__plain_contiguous(bias) : NULL;
     vn_tensor *cols = wc && (bc || !bias) ? vn__new(VN_F32, 1, &cols_n) : NULL;
@@ -371,6 +372,7 @@ vn_tensor *vn_im2col(const vn_tensor *x, const int64_t kernel[2], const int64_t 
     conv_geom g;
     if (conv__geom("im2col", x, kernel, stride, padding, dilation, &g)) return NULL;
     int64_t L = g.Ho * g.Wo, K = g.C * g.kh * g.kw, oshape[3] = {g.B, K, L};
+    if (vn__check_shape("im2col", 3, oshape)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x);
     vn_tensor *out = xc ? vn__new(VN_F32, 3, oshape) : NULL;
     if (out) {

@@ -23,10 +23,10 @@ static vn_status pool_geom(const char *op, const vn_tensor *x, const int64_t ker
     return VN_OK;
 }
 
-static vn_tensor *new_out(const conv_geom *g, vn_dtype dt)
+static vn_tensor *new_out(const char *op, const conv_geom *g, vn_dtype dt)
 {
     int64_t shape[4] = {g->B, g->C, g->Ho, g->Wo};
-    return vn__new(dt, 4, shape);
+    return vn__check_shape(op, 4, shape) ? NULL : vn__new(dt, 4, shape);
 }
 
 static vn_tensor *new_zeros(const vn_tensor *t)
@@ -64,7 +64,8 @@ vn_tensor *vn_max_pool2d(const vn_tensor *x, const int64_t kernel[2], const int6
     conv_geom g;
     if (pool_geom("max_pool2d", x, kernel, stride, padding, &g)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x);
-    vn_tensor *out = xc ? new_out(&g, VN_F32) : NULL, *idx = out ? new_out(&g, VN_I64) : NULL;
+    vn_tensor *out = xc ? new_out("max_pool2d", &g, VN_F32) : NULL;
+    vn_tensor *idx = out ? new_out("max_pool2d", &g, VN_I64) : NULL;
     if (idx) {
         const float *xs = vn_tensor_data(xc);
         float *y = vn_tensor_data(out);
@@ -170,7 +171,7 @@ static vn_status avg_backward(vn_node *n, const vn_tensor *gout)
 static vn_tensor *avg_pool(const char *op, const vn_tensor *x, const struct pool_saved *p,
                            const conv_geom *g)
 {
-    vn_tensor *xc = vn__plain_contiguous(x), *out = xc ? new_out(g, VN_F32) : NULL;
+    vn_tensor *xc = vn__plain_contiguous(x), *out = xc ? new_out(op, g, VN_F32) : NULL;
     if (out && avg_run(p, g->B * g->C, g->H, g->W, g->Ho, g->Wo, vn_tensor_data(xc),
                        vn_tensor_data(out), NULL, NULL)) {
         vn_tensor_release(out);
