@@ -256,7 +256,6 @@ local SparseConv2d = SparseLinear:extend("SparseConv2d")
 sparse.SparseConv2d = SparseConv2d
 
 function SparseConv2d:__init(in_channels, out_channels, kernel_size, opts)
-  nn.Module.__init(self)
   local who = "nn.SparseConv2d"
   opts = util.check_options(opts, { "stride", "padding", "dilation", "V", "N", "M", "bias",
                                     "weight" }, who)
@@ -274,7 +273,7 @@ function SparseConv2d:__init(in_channels, out_channels, kernel_size, opts)
   elseif w == nil then
     w = uniform(1 / math.sqrt(K), out_channels, K) -- nn.Conv2d's bound, 1/√fan_in
   end
-  SparseLinear.__init(self, K, out_channels, { V = opts.V, N = opts.N, M = opts.M,
+  SparseLinear.__init(self, K, out_channels, { V = opts.V, N = opts.N, M = opts.M, -- Module.__init too
     bias = opts.bias, weight = w })
 end
 
