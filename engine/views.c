@@ -651,3 +651,25 @@ vn_tensor *vn_index_select(const vn_tensor *t, int dim, const vn_tensor *index)
     if (n) VN_SAVED_STATE(n, struct dim_saved)->dim = dim;
     return out;
 }
+
+/* ---- flatten ------------------------------------------------------------------ */
+
+vn_tensor *vn_flatten(const vn_tensor *x, int start_dim, int end_dim)
+{
+    if (vn__check_for(x, "flatten: input", VN_ALLOW_CUDA | VN_ALLOW_HALF)) return NULL;
+    int nd = x->ndim ? x->ndim : 1; /* a 0-d tensor flattens to (1) */
+    if (vn__wrap_dim(nd, &start_dim, "flatten: start_dim") ||
+        vn__wrap_dim(nd, &end_dim, "flatten: end_dim"))
+        return NULL;
+    if (start_dim > end_dim)
+        return vn__errp(VN_ERR_ARG, "flatten: start_dim %d comes after end_dim %d (of %d dims)",
+                        start_dim, end_dim, nd);
+    int64_t shape[VN_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d <= start_dim || d > end_dim) shape[n++] = x->shape[d];
+        else shape[n - 1] *= x->shape[d];
+    }
+    if (x->ndim == 0) shape[n++] = 1;
+    return vn_reshape(x, n, shape);
+}

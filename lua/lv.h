@@ -135,6 +135,9 @@ extern const luaL_Reg lv_transformer_functions[];
 extern const luaL_Reg lv_image_functions[];
 /* lv_quant.c: BitNet b1.58 (bitlinear, ternary_pack/unpack/check/matmul). */
 extern const luaL_Reg lv_quant_functions[];
+/* lv_conv.c: conv2d, im2col, pooling, batch_norm; x:flatten(). */
+extern const luaL_Reg lv_conv_methods[];
+extern const luaL_Reg lv_conv_functions[];
 
 /* lv_convert.c: Lua tables <-> tensors, and printing; the rule for a Lua
  * number becoming an element of a dtype (lv_representable) and its error. */

@@ -503,7 +503,7 @@ static const luaL_Reg lv_tensor_meta[] = {
  * unless a function of that name comes first. */
 static const luaL_Reg *const lv_method_tables[] = {
     lv_tensor_methods, lv_view_methods, lv_ops_methods, lv_nn_methods,
-    lv_autograd_methods, lv_device_methods, NULL,
+    lv_autograd_methods, lv_device_methods, lv_conv_methods, NULL,
 };
 
 static const luaL_Reg *const lv_function_tables[] = {
@@ -511,7 +511,7 @@ static const luaL_Reg *const lv_function_tables[] = {
     lv_optim_functions, lv_autograd_functions, lv_system_functions, lv_sparse_functions,
     lv_graph_functions, lv_transformer_functions, lv_checkpoint_functions, lv_device_functions, lv_moe_functions,
     lv_image_functions, lv_dynamic_functions,
-    lv_quant_functions, NULL,
+    lv_quant_functions, lv_conv_functions, NULL,
 };
 
 /* __index is not here: it is a closure over the methods (luaopen_venom_core). */

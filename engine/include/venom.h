@@ -875,6 +875,8 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 #include "venom/moe.h"
 #include "venom/dynamic.h" /* dynamic activation sparsity (SparDA / PIT) */
 #include "venom/quant.h" /* BitNet b1.58 ternary layers and packed kernels */
+/* Convolutions, pooling, batch normalisation, flatten. */
+#include "venom/conv.h"
 
 #ifdef __cplusplus
 }

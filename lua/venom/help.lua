@@ -34,7 +34,7 @@ local function c_docs()
   end
   local docs = {}
   if not text then return docs end
-  -- the sub-headers venom.h includes (venom/moe.h, venom/quant.h, ...) are read after it
+  -- the sub-headers venom.h includes (venom/moe.h, venom/quant.h, venom/conv.h, ...) are read after it
   for sub in text:gmatch('#include "(venom/[%w_]+%.h)"') do text = text .. "\n" .. (read(dir .. "/" .. sub) or "") end
   local comment, last_was_decl = nil, false
   local in_comment, buf = false, {}
@@ -103,7 +103,7 @@ end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
                   "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "nn_dynamic", "nn_quant", "graph", "help", "image",
-                  "data_image" }
+                  "nn_conv", "data_image" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 

@@ -752,6 +752,8 @@ end
 
 -- nn.SparseLinear lives in venom.sparse; other families of layers in their
 -- own files, each loaded on first use.
+local CONV_LAYERS = { Conv2d = true, MaxPool2d = true, AvgPool2d = true, AdaptiveAvgPool2d = true,
+                      BatchNorm1d = true, BatchNorm2d = true, Flatten = true }
 setmetatable(nn, {
   __index = function(_, k)
     if k == "SparseLinear" then return require("venom.sparse").SparseLinear end
@@ -767,6 +769,9 @@ setmetatable(nn, {
     if k == "SparseInputLinear" then return require("venom.nn_dynamic")[k] end
     -- the BitNet b1.58 layers (lua/venom/nn_quant.lua), loaded on first use
     if k == "RMSNorm" or k == "BitLinear" then return require("venom.nn_quant")[k] end
+    -- the convolutional layers (lua/venom/nn_conv.lua) and the V:N:M conv (venom.sparse)
+    if k == "SparseConv2d" then return require("venom.sparse").SparseConv2d end
+    if CONV_LAYERS[k] then return require("venom.nn_conv")[k] end
   end,
 })
 

@@ -21,7 +21,7 @@
 --   "vnm" (default) — V:2:M layers (venom.sparse). The target s_t maps to the
 --     smallest M ≥ 4 with 1 − 2/M ≥ s_t, so each stage is a layout the sparse
 --     kernels run: dense → 2:4 → 2:5 → … → 2:M_final. A layer becomes an
---     nn.SparseLinear the first time s_t > 0 and is re-selected by magnitude
+--     nn.SparseLinear (an nn.Conv2d an nn.SparseConv2d) the first time s_t > 0 and is re-selected by magnitude
 --     and recompressed when M grows. The new module replaces the old one in
 --     its parent, and its `values` replace the old parameter in the optimizer
 --     (Optimizer:replace_parameter), which keeps the state (moments, step
@@ -157,18 +157,21 @@ local function all_modules(model)
 end
 
 -- The layers to prune: opts.layers names modules by dotted path ("3",
--- "encoder.fc") or by type ("Linear"); default every nn.Linear but the last
--- (the classifier).
+-- "encoder.fc") or by type ("Linear", "Conv2d"); default every nn.Conv2d
+-- with groups = 1 and every nn.Linear but the last (the classifier).
 local function select_layers(who, model, names)
   local mods, chosen, picked = all_modules(model), {}, {}
   if names == nil then
-    local linears = {}
+    local last
     for _, e in ipairs(mods) do
-      if getmetatable(e.module) == nn.Linear then linears[#linears + 1] = e end
+      if getmetatable(e.module) == nn.Linear then last = e end
     end
-    for i = 1, #linears - 1 do chosen[#chosen + 1] = linears[i] end
+    for _, e in ipairs(mods) do
+      if e ~= last and sparse.is_prunable(e.module) then chosen[#chosen + 1] = e end
+    end
     if #chosen == 0 then
-      fail(who .. ": the model has no nn.Linear besides the last (the classifier) to prune")
+      fail(who .. ": the model has no nn.Conv2d, nor nn.Linear besides the last (the "
+        .. "classifier), to prune")
     end
     return chosen
   end
@@ -192,8 +195,9 @@ local function select_layers(who, model, names)
     end
   end
   for _, e in ipairs(chosen) do
-    if getmetatable(e.module) ~= nn.Linear then
-      fail(("%s: layer '%s' is a %s; only nn.Linear layers can be pruned")
+    if not sparse.is_prunable(e.module) then
+      fail(("%s: layer '%s' is a %s; only nn.Linear and nn.Conv2d (groups = 1) layers can be "
+        .. "pruned")
         :format(who, e.path, getmetatable(e.module).__name or "?"))
     end
   end
@@ -222,8 +226,9 @@ end
 --   s_i        initial sparsity, 0 ≤ s_i ≤ s_f (default 0)
 --   t0         first pruning step (≥ 0, default 0); n (≥ 1, required)
 --              pruning steps, every dt (≥ 1, default 1) optimizer steps
---   layers     module paths or type names (default: every nn.Linear but the
---              last); scope = "layer" (default) or "global" (unstructured)
+--   layers     module paths or type names (default: every nn.Conv2d with
+--              groups = 1 and every nn.Linear but the last; a Conv2d's
+--              matrix is its weight as (out, in·kh·kw), "vnm" mode only); scope = "layer" (default) or "global" (unstructured)
 -- Errors name the bad option. With t0 = 0 the first event (s_i) happens here.
 function prune.GMP(model, opts)
   local who = "prune.GMP"
@@ -294,7 +299,13 @@ function prune.GMP(model, opts)
       fail(("%s: the optimizer does not hold layer '%s''s weight; build it over "
         .. "model:parameters()"):format(who, L.path))
     end
-    L.rows, L.cols = L.module.out_features, L.module.in_features
+    local k = L.module.kernel_size -- a Conv2d: its im2col matrix (out, in·kh·kw)
+    L.rows = L.module.out_features or L.module.out_channels
+    L.cols = L.module.in_features or L.module.in_channels * k[1] * k[2]
+    if k and mode ~= "vnm" then
+      fail(("%s: layer '%s' is a Conv2d; mode %q prunes nn.Linear layers only (Conv2d: mode "
+        .. "\"vnm\")"):format(who, L.path, mode))
+    end
     if layout.M and L.cols < layout.M then
       fail(("%s: layer '%s' has %d inputs, fewer than M = %d")
         :format(who, L.path, L.cols, layout.M))
@@ -363,10 +374,7 @@ local function gather(s, d)
 end
 
 -- The weight of a pruned layer as a dense (R, K) tensor.
-local function dense_weight(L)
-  if getmetatable(L.module) == nn.Linear then return L.module.weight:detach() end
-  return L.module:to_dense()
-end
+local function dense_weight(L) return sparse.weight_matrix(L.module) end
 
 -- The (trainable) tensor that holds a layer's weights.
 local function weight_param(L)
@@ -384,19 +392,18 @@ local function device_of(L) return weight_param(L):device() end
 
 -- A state tensor of the old parameter as dense (R, K).
 local function dense_state(L, v)
-  if getmetatable(L.module) == nn.Linear then return v end
+  if not L.module.matrix then return v:reshape(L.rows, L.cols) end -- Linear, Conv2d
   local m = L.module.matrix
   return core.vnm_from_pattern(L.rows, L.cols, L.module.V, L.module.N, L.module.M, m:columns(),
                                m:indices(), v:contiguous()):to_dense()
 end
 
--- Rebuilds layer L as a V:2:M SparseLinear from its surviving weights.
+-- Rebuilds layer L as a V:2:M SparseLinear (SparseConv2d) from its surviving weights.
 function GMP:_vnm_stage(L, M)
   local opt, old, dev = self.opt, weight_param(L), device_of(L)
   local w = dense_weight(L):cpu()
   if L.alive then w = w * L.alive end
-  local new = sparse.SparseLinear(L.cols, L.rows,
-    { V = self.layout.V, N = 2, M = M, weight = w, bias = L.module.bias or false })
+  local new = sparse.from_layer(L.module, { V = self.layout.V, N = 2, M = M }, w)
   local kept = new:mask():float()
   local alive = L.alive and kept * L.alive or kept
   local live = alive:sum():item()
@@ -780,9 +787,8 @@ function GMP:load_state_dict(sd)
       -- The weights given here are placeholders: the model's part loads the
       -- saved pattern and values into this layout.
       local old = weight_param(L)
-      local new = sparse.SparseLinear(L.cols, L.rows,
-        { V = self.layout.V, N = 2, M = p.M, weight = dense_weight(L):cpu(),
-          bias = L.module.bias or false })
+      local new = sparse.from_layer(L.module, { V = self.layout.V, N = 2, M = p.M },
+                                    dense_weight(L):cpu())
       new:to(device_of(L))
       L.parent[L.key] = new
       self.opt:replace_parameter(old, new.values, nil)

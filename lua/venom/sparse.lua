@@ -237,15 +237,116 @@ function SparseLinear.from_linear(lin, opts)
     fail(("SparseLinear.from_linear: expected an nn.Linear, got %s"):format(
       type(lin) == "table" and getmetatable(lin) and getmetatable(lin).__name or type(lin)))
   end
-  local V, N, M = layout("SparseLinear.from_linear", opts)
-  return SparseLinear(lin.in_features, lin.out_features,
-    { V = V, N = N, M = M, weight = lin.weight, bias = lin.bias or false })
+  return sparse.from_layer(lin, opts)
+end
+
+-- SparseConv2d ----------------------------------------------------------------------
+
+--- A 2-d convolution whose weight, seen as the im2col matrix (out_channels,
+-- in_channels·kh·kw), is V:N:M: the input is unfolded by venom.im2col into
+-- (B, in_channels·kh·kw, Ho·Wo) and its transpose multiplied by the V:N:M SpMM
+-- (venom.vnm_linear), so only kept weights are read and trained.
+-- nn.SparseConv2d(in_channels, out_channels, kernel_size, opts); opts: stride,
+-- padding, dilation (as nn.Conv2d; groups = 1 only), V = 64, M = 8, N = 2,
+-- bias = true, weight = a dense (out, in, kh, kw) or (out, in·kh·kw) tensor
+-- to compress (default: nn.Conv2d's initialisation, pruned by magnitude).
+-- Parameters: `values` (out, 2·⌈in·kh·kw/M⌉) and `bias` (out). It is an
+-- nn.SparseLinear over the im2col rows, so it saves, loads and prunes as one.
+local SparseConv2d = SparseLinear:extend("SparseConv2d")
+sparse.SparseConv2d = SparseConv2d
+
+function SparseConv2d:__init(in_channels, out_channels, kernel_size, opts)
+  local who = "nn.SparseConv2d"
+  opts = util.check_options(opts, { "stride", "padding", "dilation", "V", "N", "M", "bias",
+                                    "weight" }, who)
+  local conv = require "venom.nn_conv"
+  conv.conv_geometry(self, who, in_channels, out_channels, kernel_size, opts)
+  local k = self.kernel_size
+  local K = in_channels * k[1] * k[2]
+  local w = opts.weight
+  if is_tensor(w) and w:dim() == 4 then
+    if fmt_shape(w) ~= fmt_shape({ out_channels, in_channels, k[1], k[2] }) then
+      fail(("%s: weight must be a tensor of shape (%d, %d, %d, %d), got %s"):format(who,
+        out_channels, in_channels, k[1], k[2], fmt_shape(w)))
+    end
+    w = w:detach():reshape(out_channels, K)
+  elseif w == nil then
+    w = uniform(1 / math.sqrt(K), out_channels, K) -- nn.Conv2d's bound, 1/√fan_in
+  end
+  SparseLinear.__init(self, K, out_channels, { V = opts.V, N = opts.N, M = opts.M, -- Module.__init too
+    bias = opts.bias, weight = w })
+end
+
+function SparseConv2d:forward(x)
+  if not is_tensor(x) or x:dim() ~= 4 or x:size(2) ~= self.in_channels then
+    fail(("nn.SparseConv2d: expected an input of shape (B, %d, H, W), got %s"):format(
+      self.in_channels, is_tensor(x) and fmt_shape(x) or type(x)))
+  end
+  local cols = venom.im2col(x, self.kernel_size, self.stride, self.padding, self.dilation)
+  local y = core.vnm_linear(cols:transpose(2, 3), self.matrix, self.values, self.bias) -- (B, Ho·Wo, out)
+  -- back to NCHW: the output size from the formula of venom/conv.h
+  local H, W, k, s, p, d = x:size(3), x:size(4), self.kernel_size, self.stride, self.padding,
+                           self.dilation
+  local Ho = math.floor((H + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1]) + 1
+  local Wo = math.floor((W + 2 * p[2] - d[2] * (k[2] - 1) - 1) / s[2]) + 1
+  return y:transpose(2, 3):reshape(x:size(1), self.out_channels, Ho, Wo)
+end
+
+-- For Module:dense_state_dict(): the weight as nn.Conv2d has it.
+function SparseConv2d:_dense_state()
+  local k = self.kernel_size
+  local st = { weight = self:to_dense():reshape(self.out_channels, self.in_channels, k[1], k[2]) }
+  if self.bias then st.bias = self.bias:detach() end
+  return st
+end
+
+function SparseConv2d:extra_repr()
+  return ("%s, V=%d, N=%d, M=%d, bias=%s"):format(require("venom.nn_conv").geometry_repr(self),
+    self.V, self.N, self.M, tostring(self.bias ~= nil))
+end
+
+--- Whether `m` is a layer sparse.from_layer can make V:N:M: an nn.Linear,
+-- or an nn.Conv2d with groups = 1.
+function sparse.is_prunable(m)
+  local mt = getmetatable(m)
+  return mt == nn.Linear or (mt == nn.Conv2d and m.groups == 1)
+end
+
+--- The weight matrix of a layer as (R, K): nn.Linear's weight, nn.Conv2d's
+-- reshaped to (out_channels, in_channels·kh·kw), a sparse layer's to_dense().
+function sparse.weight_matrix(m)
+  local mt = getmetatable(m)
+  if mt == nn.Linear then return m.weight:detach() end
+  if mt == nn.Conv2d then return m.weight:detach():reshape(m.out_channels, -1) end
+  return m:to_dense()
+end
+
+--- The V:N:M layer of the same kind as `m` (nn.Linear or SparseLinear →
+-- SparseLinear, nn.Conv2d or SparseConv2d → SparseConv2d: same sizes and
+-- geometry) holding the dense (R, K) `weight` (default: m's own, pruned by
+-- magnitude) and m's bias tensor. opts: V, M, N.
+function sparse.from_layer(m, opts, weight)
+  local who = "sparse.from_layer"
+  local V, N, M = layout(who, opts)
+  weight = weight or sparse.weight_matrix(m)
+  if m.kernel_size then
+    if m.groups and m.groups ~= 1 then
+      fail(("%s: a Conv2d with groups = %d; V:N:M convolutions take groups = 1"):format(who,
+        m.groups))
+    end
+    return SparseConv2d(m.in_channels, m.out_channels, m.kernel_size, { stride = m.stride,
+      padding = m.padding, dilation = m.dilation, V = V, N = N, M = M, weight = weight,
+      bias = m.bias or false })
+  end
+  return SparseLinear(m.in_features, m.out_features,
+    { V = V, N = N, M = M, weight = weight, bias = m.bias or false })
 end
 
 -- sparsify --------------------------------------------------------------------------
 
---- Replaces every nn.Linear in `model` (at any depth) by a SparseLinear
--- initialised by magnitude from its weight, in place. opts: V = 64, M = 8,
+--- Replaces every nn.Linear in `model` (at any depth) by a SparseLinear,
+-- and every nn.Conv2d with groups = 1 by a SparseConv2d, initialised by
+-- magnitude from its weight, in place. opts: V = 64, M = 8,
 -- N = 2, skip = a list of module names to leave dense, as dotted paths like
 -- those of named_parameters() without the parameter ("5", "layers.3").
 -- Returns the model and the list of the names replaced. Build the optimizer
@@ -272,7 +373,7 @@ function sparse.sparsify(model, opts)
       local path = prefix .. tostring(name)
       if skip[path] ~= nil then
         skip[path] = true
-      elseif getmetatable(child) == nn.Linear then
+      elseif sparse.is_prunable(child) then
         found[#found + 1] = { parent = m, name = name, child = child, path = path }
       else
         walk(child, path .. ".")
@@ -297,7 +398,7 @@ function sparse.sparsify(model, opts)
   end
   local replaced = {}
   for i, f in ipairs(found) do
-    local ok, layer = pcall(SparseLinear.from_linear, f.child, { V = V, N = N, M = M })
+    local ok, layer = pcall(sparse.from_layer, f.child, { V = V, N = N, M = M })
     if not ok then
       fail(("%s: layer '%s': %s"):format(who, f.path, util.error_text(layer)))
     end

@@ -10,7 +10,8 @@ local util = {}
 local INTERNAL = { init = true, nn = true, optim = true, data = true, util = true,
                    checkpoint = true, sparse = true, prune = true, plot = true, metrics = true,
                    nn_init = true, nn_utils = true, nn_transformer = true, nn_graph = true, help = true, graph = true,
-                   nn_quant = true }
+                   nn_quant = true, nn_conv = true, nn_moe = true, nn_dynamic = true, image = true,
+                   data_image = true }
 -- Patterns of other sources util.fail passes over (util.add_internal_source).
 local internal_sources = {}
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 vn_tensor *tf32(int ndim, const int64_t *shape, const float *data)
 {
@@ -29,6 +30,35 @@ vn_tensor *trand(int ndim, const int64_t *shape, double lo, double hi, unsigned 
     for (int64_t i = 0; i < vn_tensor_numel(t); i++)
         p[i] = (float)(lo + (hi - lo) * lcg_uniform(&s));
     return t;
+}
+
+vn_tensor *gc_param(int ndim, const int64_t *shape, double lo, double hi, unsigned seed)
+{
+    vn_tensor *t = trand(ndim, shape, lo, hi, seed);
+    CHECK_OK(vn_tensor_set_requires_grad(t, true));
+    return t;
+}
+
+float *gc_values(const vn_tensor *t)
+{
+    int64_t n = vn_tensor_numel(t);
+    float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    CHECK_OK(vn_tensor_copy_out(t, p, sizeof(float) * (size_t)n));
+    return p;
+}
+
+void gc_expect_error(vn_tensor *r, vn_status want, const char *const *needles)
+{
+    if (r) fail_msg("expected an error, got a tensor");
+    assert_int_equal(vn_last_status(), want);
+    const char *msg = vn_last_error();
+    for (; *needles; needles++)
+        if (!strstr(msg, *needles)) fail_msg("error message \"%s\" lacks \"%s\"", msg, *needles);
+}
+
+void gc_release_all(vn_tensor **ts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) vn_tensor_release(ts[i]);
 }
 
 static double *to_doubles(const vn_tensor *t)

@@ -20,6 +20,19 @@ vn_tensor *tf32(int ndim, const int64_t *shape, const float *data);
 /* f32 tensor of the given shape filled from a private generator (uniform in
  * [lo, hi)), independent of the engine RNG. */
 vn_tensor *trand(int ndim, const int64_t *shape, double lo, double hi, unsigned seed);
+/* trand, marked as requiring a gradient. */
+vn_tensor *gc_param(int ndim, const int64_t *shape, double lo, double hi, unsigned seed);
+/* A contiguous f32 copy of t's elements, malloc'd (free it). */
+float *gc_values(const vn_tensor *t);
+/* Fails the test unless r is NULL with status `want` and a message that
+ * holds every string of the NULL-terminated `needles`. */
+void gc_expect_error(vn_tensor *r, vn_status want, const char *const *needles);
+#define GC_EXPECT_ERROR(r, st, ...) gc_expect_error((r), (st), (const char *const[]){__VA_ARGS__, NULL})
+/* Releases the n tensors (NULLs allowed); GC_RELEASE(a, b, ...) counts them. */
+void gc_release_all(vn_tensor **ts, size_t n);
+#define GC_RELEASE(...) gc_release_all((vn_tensor *[]){__VA_ARGS__}, \
+                                       sizeof((vn_tensor *[]){__VA_ARGS__}) / sizeof(vn_tensor *))
+
 /* Largest |a - b| / (1 + |b|) over all elements (shapes must match). */
 double max_rel_diff(const vn_tensor *a, const vn_tensor *b);
 

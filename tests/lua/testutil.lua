@@ -39,6 +39,24 @@ function M.run(cmd)
   return out, tonumber(out:match("rc=(%d+)\n$"))
 end
 
+--- Whether the Fashion-MNIST IDX files are installed; if not, prints the
+-- TAP skip line (for tests that run a tutorial on them).
+function M.have_fashion_mnist(tap)
+  local data = require "venom.data"
+  local f = io.open(data.FASHION_MNIST_ROOT .. "/train-labels-idx1-ubyte.gz", "rb")
+  if f then f:close() return true end
+  tap.skip("dataset-fashion-mnist is not installed", 1)
+  tap.done()
+  return false
+end
+
+--- Runs `venom <script> <args>` (the venom running this test, or
+-- $VENOM_EXE) and returns its output (stdout and stderr) and exit status.
+function M.run_script(script, args)
+  local exe = os.getenv("VENOM_EXE") or arg[-1]
+  return M.run(("'%s' %s %s"):format(exe, script, args))
+end
+
 --- A small text file for the tutorials' tests (200 numbered lines); its path.
 function M.text_file()
   local path = os.tmpname()

@@ -40,11 +40,11 @@ awk_true() {
     if awk "BEGIN { exit !($2) }"; then ok "$1"; else not_ok "$1" "false: $2"; fi
 }
 
-echo "1..23"
+echo "1..24"
 
 check "cmake --install into a temporary prefix" cmake --install "$build" --prefix "$prefix"
 missing=
-for f in lib/libvenom.so lib/libvenom.a lib/libvenom_lua.so include/venom.h include/venom/moe.h include/venom_lua.h include/venom/image.h \
+for f in lib/libvenom.so lib/libvenom.a lib/libvenom_lua.so include/venom.h include/venom/moe.h include/venom_lua.h include/venom/image.h include/venom/conv.h \
          lib/pkgconfig/venom.pc lib/pkgconfig/venom-lua.pc lib/cmake/venom/venomConfig.cmake \
          share/lua/5.1/venom/init.lua share/lua/5.1/venom/nn.lua lib/lua/5.1/venom/core.so bin/venom \
          include/venom/dynamic.h include/venom/quant.h; do
@@ -64,6 +64,15 @@ if [ -z "$extra" ] && ! $cc $(pkg-config --cflags venom-lua) -c "$tmp/internal.c
     ok "an installed consumer cannot include internal.h"
 else
     not_ok "an installed consumer cannot include internal.h" "extra headers: $extra"
+fi
+# A sub-header is reached through venom.h only: alone it stops the build.
+printf '#include <venom.h>\nint main(void) { return vn_conv2d(0, 0, 0, 0, 0, 0, 1) != 0; }\n' > "$tmp/sub.c"
+printf '#include <venom/conv.h>\nint main(void) { return 0; }\n' > "$tmp/sub_alone.c"
+if $cc $(pkg-config --cflags venom) -c "$tmp/sub.c" -o "$tmp/sub.o" &&
+   ! $cc $(pkg-config --cflags venom) -c "$tmp/sub_alone.c" -o "$tmp/sub_alone.o" 2>/dev/null; then
+    ok "venom.h brings its installed sub-headers (venom/conv.h), which refuse to be included alone"
+else
+    not_ok "venom.h brings its installed sub-headers (venom/conv.h), which refuse to be included alone"
 fi
 # In the build tree: no directory on the venom target's public include path
 # holds internal.h or a wing's header.
