@@ -509,7 +509,8 @@ static const luaL_Reg *const lv_method_tables[] = {
 static const luaL_Reg *const lv_function_tables[] = {
     lv_tensor_functions, lv_view_functions, lv_ops_functions, lv_nn_functions,
     lv_optim_functions, lv_autograd_functions, lv_system_functions, lv_sparse_functions,
-    lv_graph_functions, lv_transformer_functions, lv_checkpoint_functions, lv_device_functions, NULL,
+    lv_graph_functions, lv_transformer_functions, lv_checkpoint_functions, lv_device_functions,
+    lv_dist_functions, NULL,
 };
 
 /* __index is not here: it is a closure over the methods (luaopen_venom_core). */

@@ -871,6 +871,8 @@ vn_tensor *vn_tensor_map_get(const vn_tensor_map *m, const char *name);
 /* The metadata value under `key`, or NULL (VN_ERR_ARG) if absent. */
 const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
+#include "venom/dist.h" /* collectives over MPI, data parallelism */
+
 #ifdef __cplusplus
 }
 #endif
