@@ -29,6 +29,10 @@ if(VENOM_HAVE_CUDA) # the same objects; the property must still be set on the ta
   set(VENOM_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcublasLt -lcudart_static -ldl -lrt -lstdc++")
 endif()
 
+if(VENOM_HAVE_MPI) # libvenom.a users link MPI too
+  list(JOIN MPI_C_LIBRARIES " " VENOM_PC_MPI_LIBS)
+endif()
+
 # RPATHs from each installed binary to the library directory.
 file(RELATIVE_PATH rel_bin ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
 file(RELATIVE_PATH rel_core ${CMAKE_INSTALL_FULL_LIBDIR}/lua/5.1/venom ${CMAKE_INSTALL_FULL_LIBDIR})
@@ -41,6 +45,8 @@ install(TARGETS venom venom_lua EXPORT venomTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS venom_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES engine/include/venom.h lua/include/venom_lua.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# venom.h's sub-headers (venom/dist.h, ...), reached through it.
+install(DIRECTORY engine/include/venom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 install(TARGETS venom_exe RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS venom_lua_core LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/lua/5.1/venom)
 install(DIRECTORY lua/venom DESTINATION ${CMAKE_INSTALL_DATADIR}/lua/5.1 FILES_MATCHING PATTERN "*.lua")

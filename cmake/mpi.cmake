@@ -15,7 +15,10 @@ endif()
 set(dist_dir ${PROJECT_SOURCE_DIR}/engine/dist)
 if(VENOM_HAVE_MPI)
   list(REMOVE_ITEM VENOM_ENGINE_SOURCES ${dist_dir}/dist_stub.c)
-  find_program(VENOM_MPIEXEC NAMES mpirun mpiexec HINTS ${MPI_HOME}/bin)
+  # The real file: Open MPI takes an absolute mpirun path as its install
+  # prefix, and /bin/mpirun (merged /usr) would give "/", which it refuses.
+  find_program(mpiexec_found NAMES mpirun mpiexec HINTS ${MPI_HOME}/bin)
+  get_filename_component(VENOM_MPIEXEC "${mpiexec_found}" REALPATH)
   message(STATUS "venom: distributed over MPI ${MPI_C_VERSION} (${VENOM_MPIEXEC})")
 else()
   list(REMOVE_ITEM VENOM_ENGINE_SOURCES ${dist_dir}/dist.c ${dist_dir}/dist_reducer.c)

@@ -184,7 +184,7 @@ static vn_status exchange_shapes(const vn_tensor *t, const char *op, bool skip_d
         s = vn__err(same_dtype ? VN_ERR_SHAPE : VN_ERR_DTYPE,
                     "%s: the ranks passed different %s (%s); every rank must pass the same "
                     "dtype and shape%s", op, same_dtype ? "shapes" : "dtypes", list,
-                    skip_dim0 ? " apart from dim 0" : "");
+                    skip_dim0 ? " apart from the first dim" : "");
     }
     free(all);
     return s;
@@ -285,7 +285,7 @@ vn_tensor *vn_dist_reduce_scatter(const vn_tensor *t, vn_dist_op op)
     if (check_out_of_place(t, "reduce_scatter", false, false, check_op(op, "reduce_scatter")))
         return NULL;
     if (t->ndim == 0 || t->shape[0] % world_size) /* the same on every rank */
-        return vn__errp(VN_ERR_SHAPE, "reduce_scatter: dim 0 of shape %s must be a multiple of "
+        return vn__errp(VN_ERR_SHAPE, "reduce_scatter: the first dim of shape %s must be a multiple of "
                                       "the world size %d", vn__shape(t->ndim, t->shape),
                         world_size);
     int64_t shape[VN_MAX_DIMS];
@@ -343,7 +343,7 @@ static vn_status check_counts(const vn_tensor *t, const int64_t *send_counts)
     }
     if (total != t->shape[0])
         return vn__err(VN_ERR_ARG, "all_to_all: the send counts sum to %lld rows but the "
-                                   "tensor has %lld (dim 0 of %s)", (long long)total,
+                                   "tensor has %lld (the first dim of %s)", (long long)total,
                        (long long)t->shape[0], vn__shape(t->ndim, t->shape));
     return VN_OK;
 }

@@ -223,6 +223,11 @@ end
 -- DataLoader -------------------------------------------------------------------
 
 local Loader = {}
+local sampling = require "venom.data_sampler"
+
+--- data.DistributedSampler(n, opts): this rank's share of each epoch in a
+-- distributed run (venom.data_sampler has the details).
+data.DistributedSampler = sampling.DistributedSampler
 
 --- Batches the tensors in `tensors` (a list such as {x, y}, all with the same
 -- first dimension N) along that dimension.
@@ -232,7 +237,8 @@ local Loader = {}
 --   fn(b1, b2, ...) on each batch; its results are what the iterator yields),
 --   device = "cpu" (each batch is copied to this device, e.g. "cuda", before
 --   the transform: the data stays in host memory and one batch at a time
---   crosses over).
+--   crosses over), sampler = a data.DistributedSampler (this rank's share
+--   of each epoch, in place of shuffle).
 -- `#loader` is the number of batches per epoch. A batch is one index_select
 -- per tensor when shuffling and a view (narrow, no copy) otherwise.
 -- `for b1, b2, ... in loader do` runs one epoch (as loader:iter() does):
@@ -243,8 +249,8 @@ function data.DataLoader(tensors, opts)
   if type(tensors) ~= "table" or #tensors == 0 then
     fail(who .. ": expected a list of tensors such as {x, y}, got " .. type(tensors))
   end
-  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform", "device" },
-    who)
+  opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform", "device",
+    "sampler" }, who)
   local device = opts.device or "cpu"
   if device ~= "cpu" and device ~= "cuda" then
     fail(who .. ": device must be 'cpu' or 'cuda', got " .. tostring(device))
@@ -276,8 +282,18 @@ function data.DataLoader(tensors, opts)
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     fail(who .. ": transform must be a function, got " .. type(opts.transform))
   end
+  local sampler = opts.sampler
+  if sampler ~= nil then
+    if not sampling.is_sampler(sampler) then
+      fail(who .. ": sampler must be a data.DistributedSampler, got " .. type(sampler))
+    end
+    if opts.shuffle then fail(who .. ": give shuffle to the sampler, not to the loader") end
+    if sampler.n ~= n then
+      fail(("%s: the sampler is for %d samples but the tensors have %d"):format(who, sampler.n, n))
+    end
+  end
   local state = {
-    tensors = tensors, n = n, batch_size = bs,
+    tensors = tensors, n = sampler and sampler.num_samples or n, batch_size = bs, sampler = sampler,
     shuffle = opts.shuffle and true or false,
     drop_last = opts.drop_last and true or false,
     transform = opts.transform, device = device,
@@ -326,7 +342,7 @@ function Loader.iter(self)
   check_self(self, "iter")
   local tensors, n, bs = self.tensors, self.n, self.batch_size
   local nb, transform = Loader.num_batches(self), self.transform
-  local perm = self.shuffle and venom.randperm(n) or nil
+  local perm = self.sampler and self.sampler:indices() or self.shuffle and venom.randperm(n) or nil
   local k = 0
   local batch = {}
   return function()

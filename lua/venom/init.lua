@@ -201,7 +201,7 @@ function venom.to_torch_names(sd) return shift_names("to_torch_names", sd, -1) e
 
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true, plot = true, metrics = true, help = true,
-                     graph = true }
+                     graph = true, distributed = true }
 
 return setmetatable(venom, {
   __index = function(t, k)

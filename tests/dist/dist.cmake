@@ -1,0 +1,16 @@
+# dist.cmake — the distributed tests (tests/dist/test_*.lua), included from
+# the top-level CMakeLists.txt. Each runs as two ranks under mpirun
+# (--oversubscribe: CI machines may have fewer cores than ranks), killed
+# after 60 s so that a hang fails the test instead of stalling CI. Open MPI
+# refuses to run as root unless told (containers run CI as root); one BLAS
+# and one OpenMP thread per rank. Without MPI they are TAP skips.
+file(GLOB scripts CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/dist/test_*.lua)
+foreach(src ${scripts})
+  get_filename_component(name ${src} NAME_WE)
+  if(VENOM_HAVE_MPI)
+    venom_tap_script(dist_${name}
+      "cd \"${PROJECT_SOURCE_DIR}\" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 exec timeout 60 \"${VENOM_MPIEXEC}\" -np 2 --oversubscribe \"${CMAKE_BINARY_DIR}/venom\" \"${src}\"")
+  else()
+    venom_tap_script(dist_${name} "echo '1..0 # SKIP venom was built without MPI (VENOM_MPI)'")
+  endif()
+endforeach()
