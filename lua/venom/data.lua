@@ -153,9 +153,12 @@ data.FASHION_MNIST_CLASSES = {
 -- standard deviation (data.flatten_images), in two DataLoaders: the first
 -- `limit` training images (0: all) shuffled in batches of batch_size, and
 -- the test images in batches of 1000. opts: root, limit = 0,
--- batch_size = 128, device = "cpu". Returns the train and test loaders.
+-- batch_size = 128, device = "cpu", distributed = false (true: each rank of
+-- venom.distributed takes its share of both sets through a
+-- data.DistributedSampler, in batches of batch_size / world size, so that
+-- batch_size stays the global batch). Returns the train and test loaders.
 function data.fashion_mnist_loaders(opts)
-  opts = util.check_options(opts, { "root", "limit", "batch_size", "device" },
+  opts = util.check_options(opts, { "root", "limit", "batch_size", "device", "distributed" },
     "data.fashion_mnist_loaders")
   local train = data.fashion_mnist("train", { root = opts.root })
   local test = data.fashion_mnist("test", { root = opts.root })
@@ -165,8 +168,20 @@ function data.fashion_mnist_loaders(opts)
   local x_test = data.flatten_images(test.images, mean, std)
   train.images:free()
   test.images:free()
+  local bs = opts.batch_size or 128
+  if opts.distributed then
+    local P = venom.core.dist_world_size()
+    if bs % P ~= 0 then
+      fail(("data.fashion_mnist_loaders: batch_size %d is not a multiple of the %d ranks")
+        :format(bs, P))
+    end
+    return data.DataLoader({ x_train, y_train }, { batch_size = bs / P, device = opts.device,
+             sampler = data.DistributedSampler(n_train) }),
+           data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device,
+             sampler = data.DistributedSampler(x_test:size(1), { shuffle = false }) })
+  end
   return data.DataLoader({ x_train, y_train },
-           { batch_size = opts.batch_size or 128, shuffle = true, device = opts.device }),
+           { batch_size = bs, shuffle = true, device = opts.device }),
          data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device })
 end
 

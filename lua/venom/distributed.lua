@@ -122,6 +122,15 @@ function dist.all_reduce_number(x, op)
   return op == "avg" and acc / (#words / 2) or acc
 end
 
+--- The mean over all ranks of `value` weighted by `weight` (Σ value·weight
+-- / Σ weight): the global mean loss from each rank's mean over its samples
+-- and their number, or the global accuracy. Outside a distributed run:
+-- value itself.
+function dist.mean(value, weight)
+  if not core.dist_is_initialized() then return value end
+  return dist.all_reduce_number(value * weight) / dist.all_reduce_number(weight)
+end
+
 --- Prints on rank 0 only (a metric printed once for the whole run).
 function dist.print(...)
   if core.dist_rank() == 0 then print(...) end
