@@ -131,6 +131,21 @@ function dist.mean(value, weight)
   return dist.all_reduce_number(value * weight) / dist.all_reduce_number(weight)
 end
 
+--- This rank's share of a batch every rank holds whole: rows
+-- r·n/P + 1 .. (r+1)·n/P of t (a view). With DataParallel, the ranks'
+-- shares of the same global batch make one step on that batch. The first
+-- dim must be a multiple of the world size.
+function dist.share(t)
+  if not venom.is_tensor(t) or t:dim() < 1 then
+    fail("distributed.share: expected a tensor with rows, got " .. (venom.is_tensor(t) and "a 0-d tensor" or type(t)))
+  end
+  local P, n = core.dist_world_size(), t:size(1)
+  if n % P ~= 0 then
+    fail(("distributed.share: %d rows cannot be shared by %d ranks"):format(n, P))
+  end
+  return t:narrow(1, core.dist_rank() * n / P + 1, n / P)
+end
+
 --- Prints on rank 0 only (a metric printed once for the whole run).
 function dist.print(...)
   if core.dist_rank() == 0 then print(...) end

@@ -14,3 +14,11 @@ foreach(src ${scripts})
     venom_tap_script(dist_${name} "echo '1..0 # SKIP venom was built without MPI (VENOM_MPI)'")
   endif()
 endforeach()
+# The tutorials with --distributed against their 1-process runs (a shell
+# script that starts mpirun itself).
+if(VENOM_HAVE_MPI)
+  venom_tap_script(dist_test_tutorials
+    "exec timeout 300 sh \"${PROJECT_SOURCE_DIR}/tests/dist/test_tutorials.sh\" \"${CMAKE_BINARY_DIR}\" \"${PROJECT_SOURCE_DIR}\" \"${VENOM_MPIEXEC}\"")
+else()
+  venom_tap_script(dist_test_tutorials "echo '1..0 # SKIP venom was built without MPI (VENOM_MPI)'")
+endif()
