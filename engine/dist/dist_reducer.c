@@ -98,13 +98,19 @@ static vn_status complete_step(vn_dist_reducer *r, vn_status s)
 }
 
 /* Starts, in order, the complete buckets whose predecessors have started;
- * completes the step once the last one has. */
+ * completes the step once the last one has. Otherwise tests the buckets in
+ * flight: MPI moves a non-blocking collective's data only inside MPI calls
+ * (no progress thread), so each hook gives it a turn. */
 static vn_status advance(vn_dist_reducer *r)
 {
     vn_status s = VN_OK;
     while (!s && r->next < r->nbuckets && r->buckets[r->next].ready == r->buckets[r->next].count)
         if (!(s = start_bucket(r, &r->buckets[r->next]))) r->next++;
     if (s || r->next == r->nbuckets) return complete_step(r, s);
+    for (int i = 0; i < r->next; i++) {
+        int done = 0, rc = MPI_Test(&r->buckets[i].request, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return complete_step(r, vn__mpi_err(rc, "DataParallel: gradient all-reduce"));
+    }
     return VN_OK;
 }
 
