@@ -66,14 +66,9 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     end
   end
   util.check_arg_file(o, "resume")
-  if o.distributed then
-    local ok_init, err = pcall(dist.init)
-    if not ok_init then util.fail("--distributed: " .. util.error_text(err)) end
-    if o.batch_size % dist.world_size() ~= 0 then
-      util.fail(("--batch-size %d must be a multiple of the %d processes"):format(o.batch_size,
-        dist.world_size()))
-    end
-    if o.device == "cuda" then util.fail("--distributed trains on the CPU (this build has no NCCL)") end
+  dist.check_arg(o)
+  if o.distributed and o.device == "cuda" then
+    util.fail("--distributed trains on the CPU (this build has no NCCL)")
   end
   -- Only rank 0 writes files (and prints) in a distributed run.
   if dist.is_main() then

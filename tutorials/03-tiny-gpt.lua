@@ -132,14 +132,7 @@ local opts = util.parse_cli(arg, {
       :format(o.prune_start, o.prune_end))
   end
   if #o.prompt == 0 then util.fail("--prompt must not be empty") end
-  if o.distributed then
-    local ok_init, err = pcall(dist.init)
-    if not ok_init then util.fail("--distributed: " .. util.error_text(err)) end
-    if o.batch_size % dist.world_size() ~= 0 then
-      util.fail(("--batch-size %d must be a multiple of the %d processes"):format(o.batch_size,
-        dist.world_size()))
-    end
-  end
+  dist.check_arg(o)
   -- Only rank 0 writes files (and prints) in a distributed run.
   if dist.is_main() then
     log = util.check_outputs(o, { "step", "loss", "lr", "sparsity", "train_loss", "val_loss" })

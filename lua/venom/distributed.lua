@@ -31,6 +31,20 @@ local function call(fn, ...)
   return unpack(res, 2, table.maxn(res))
 end
 
+--- For util.parse_cli's check of a script that takes --distributed and
+-- --batch-size (the global batch): with o.distributed, joins the world
+-- (init) and requires o.batch_size to be a multiple of the number of
+-- processes, each taking its share; a failure is util.fail's usage error.
+function dist.check_arg(o)
+  if not o.distributed then return end
+  local ok, err = pcall(core.dist_init)
+  if not ok then fail("--distributed: " .. util.error_text(err)) end
+  if o.batch_size % core.dist_world_size() ~= 0 then
+    fail(("--batch-size %d must be a multiple of the %d processes"):format(o.batch_size,
+      core.dist_world_size()))
+  end
+end
+
 --- True when venom was built with MPI (VENOM_MPI, see the README).
 function dist.is_available() return core.dist_built() end
 
