@@ -2,8 +2,9 @@
 -- one that refuses collectives with a clear error; init() outside mpirun
 -- gives a 1-process world where collectives are copies and DataParallel
 -- trains exactly as the bare model does; and in a build without MPI,
--- init() says venom was built without it. The 2-rank tests are tests/dist.
-package.path = "tests/lua/?.lua;" .. package.path
+-- init() says venom was built without it. The 2-rank tests are the
+-- test_*.lua beside this file.
+package.path = "tests/lua/?.lua;" .. package.path -- tap.lua
 local tap = require "tap"
 local venom = require "venom"
 local nn = require "venom.nn"
