@@ -28,45 +28,38 @@ static vn_dist_op check_op(lua_State *L, int i)
     return (vn_dist_op)lv_argfail(L, i, "expected \"sum\", \"avg\" or \"max\", found \"%s\"", name);
 }
 
-static int l_dist_built(lua_State *L)
-{
-    lua_pushboolean(L, vn_dist_built());
-    return 1;
-}
-
-static int l_dist_is_initialized(lua_State *L)
-{
-    lua_pushboolean(L, vn_dist_is_initialized());
-    return 1;
-}
-
-static int l_dist_init(lua_State *L)
-{
-    lv_status(L, vn_dist_init());
-    return 0;
-}
-
 static int l_dist_finalize(lua_State *L)
 {
     vn_dist_finalize();
     return 0;
 }
 
-static int l_dist_barrier(lua_State *L)
-{
-    lv_status(L, vn_dist_barrier());
-    return 0;
-}
-
-/* The integer queries, each name written once. */
-#define LV_DIST_QUERIES(X) X(rank) X(world_size) X(local_rank)
-#define LV_DIST_QUERY_WRAPPER(name)                                             \
+/* The calls without arguments, each name written once: those returning a
+ * boolean, an integer, or a status (raised on failure). */
+#define LV_DIST_BOOLS(X) X(built) X(is_initialized)
+#define LV_DIST_INTS(X) X(rank) X(world_size) X(local_rank)
+#define LV_DIST_CALLS(X) X(init) X(barrier)
+#define LV_DIST_BOOL_WRAPPER(name)                                              \
+    static int l_dist_##name(lua_State *L)                                      \
+    {                                                                           \
+        lua_pushboolean(L, vn_dist_##name());                                   \
+        return 1;                                                               \
+    }
+#define LV_DIST_INT_WRAPPER(name)                                               \
     static int l_dist_##name(lua_State *L)                                      \
     {                                                                           \
         lua_pushinteger(L, vn_dist_##name());                                   \
         return 1;                                                               \
     }
-LV_DIST_QUERIES(LV_DIST_QUERY_WRAPPER)
+#define LV_DIST_CALL_WRAPPER(name)                                              \
+    static int l_dist_##name(lua_State *L)                                      \
+    {                                                                           \
+        lv_status(L, vn_dist_##name());                                         \
+        return 0;                                                               \
+    }
+LV_DIST_BOOLS(LV_DIST_BOOL_WRAPPER)
+LV_DIST_INTS(LV_DIST_INT_WRAPPER)
+LV_DIST_CALLS(LV_DIST_CALL_WRAPPER)
 
 static int l_dist_all_reduce(lua_State *L)
 {
@@ -183,11 +176,10 @@ static int l_dist_reducer_stats(lua_State *L)
 
 static int l_dist_reducer_free(lua_State *L) { return reducer_gc(L); }
 
+#define LV_DIST_REG(name) LV_REG(dist_##name)
 const luaL_Reg lv_dist_functions[] = {
-    LV_REG(dist_built) LV_REG(dist_init) LV_REG(dist_is_initialized) LV_REG(dist_finalize)
-    LV_REG(dist_barrier)
-#define LV_DIST_QUERY_REG(name) LV_REG(dist_##name)
-    LV_DIST_QUERIES(LV_DIST_QUERY_REG)
+    LV_DIST_BOOLS(LV_DIST_REG) LV_DIST_INTS(LV_DIST_REG) LV_DIST_CALLS(LV_DIST_REG)
+    LV_REG(dist_finalize)
     LV_REG(dist_all_reduce) LV_REG(dist_broadcast) LV_REG(dist_all_gather)
     LV_REG(dist_reduce_scatter) LV_REG(dist_all_to_all)
     LV_REG(dist_reducer) LV_REG(dist_reducer_finish) LV_REG(dist_reducer_stats)
