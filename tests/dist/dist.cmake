@@ -14,14 +14,23 @@ set(env "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREA
 if(VENOM_SANITIZE)
   string(APPEND env " ASAN_OPTIONS=detect_leaks=0")
 endif()
+set(can_run OFF)
+set(why "venom was built without MPI (VENOM_MPI)")
+if(VENOM_HAVE_MPI)
+  if(EXISTS "${VENOM_MPIEXEC}")
+    set(can_run ON)
+  else()
+    set(why "no mpirun found (install openmpi-bin)")
+  endif()
+endif()
 file(GLOB scripts CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/dist/test_*.lua)
 foreach(src ${scripts})
   get_filename_component(name ${src} NAME_WE)
-  if(VENOM_HAVE_MPI)
+  if(can_run)
     venom_tap_script(dist_${name}
       "cd \"${PROJECT_SOURCE_DIR}\" && ${env} exec timeout 60 \"${VENOM_MPIEXEC}\" -np 2 --oversubscribe \"${CMAKE_BINARY_DIR}/venom\" \"${src}\"")
   else()
-    venom_tap_script(dist_${name} "echo '1..0 # SKIP venom was built without MPI (VENOM_MPI)'")
+    venom_tap_script(dist_${name} "echo '1..0 # SKIP ${why}'")
   endif()
 endforeach()
 # One process, no mpirun: init() outside mpirun is a world of one (and,
@@ -31,9 +40,9 @@ venom_tap_script(dist_one_process
 
 # The tutorials with --distributed against their 1-process runs (a shell
 # script that starts mpirun itself).
-if(VENOM_HAVE_MPI)
+if(can_run)
   venom_tap_script(dist_test_tutorials
     "${env} exec timeout 300 sh \"${PROJECT_SOURCE_DIR}/tests/dist/test_tutorials.sh\" \"${CMAKE_BINARY_DIR}\" \"${PROJECT_SOURCE_DIR}\" \"${VENOM_MPIEXEC}\"")
 else()
-  venom_tap_script(dist_test_tutorials "echo '1..0 # SKIP venom was built without MPI (VENOM_MPI)'")
+  venom_tap_script(dist_test_tutorials "echo '1..0 # SKIP ${why}'")
 endif()
