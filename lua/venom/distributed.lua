@@ -160,11 +160,6 @@ function dist.share(t)
   return t:narrow(1, core.dist_rank() * n / P + 1, n / P)
 end
 
---- Prints on rank 0 only (a metric printed once for the whole run).
-function dist.print(...)
-  if core.dist_rank() == 0 then print(...) end
-end
-
 -- DataParallel ----------------------------------------------------------------------
 
 local DataParallel = {}
