@@ -3,6 +3,16 @@
 -- cross-entropy) on the 60,000 Fashion-MNIST training images.
 --
 --     venom bench/epoch.lua [--batch-size 128] [--hidden 1024] [--epochs 1]
+--     OMP_NUM_THREADS=1 mpirun -np 2 venom bench/epoch.lua --distributed [--bucket-mb 25]
+--
+-- With --distributed each of the processes mpirun starts trains on
+-- batch_size / P rows of every global batch (data.DistributedSampler) and
+-- DataParallel averages the gradients in buckets during the backward; rank
+-- 0 prints, with the slowest rank's times, what the all-reduce costs: the
+-- seconds spent waiting for it once the backward was done (what the overlap
+-- did not hide), a blocking all-reduce of the whole gradient timed alone
+-- (median of 5) times the steps (no overlap at all), and the bytes
+-- all-reduced per step against the gradient's size.
 --
 -- Loading and normalizing the data happens before the clock starts; a few
 -- warm-up steps (allocator caches, BLAS threads) run untimed. Prints a table;
@@ -12,20 +22,24 @@ local nn = require "venom.nn"
 local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
+local dist = require "venom.distributed"
 
 local opts = util.parse_args(arg, {
   batch_size = 128, hidden = 1024, epochs = 1, warmup = 5, seed = 0,
-  root = data.FASHION_MNIST_ROOT,
+  root = data.FASHION_MNIST_ROOT, limit = 0, distributed = false, bucket_mb = 25,
 })
+dist.check_arg(opts)
+if not dist.is_main() then print = function() end end
 venom.manual_seed(opts.seed)
 
-local ok, loader = pcall(data.fashion_mnist_loaders,
-  { root = opts.root, batch_size = opts.batch_size })
+local ok, loader = pcall(data.fashion_mnist_loaders, { root = opts.root, limit = opts.limit,
+  batch_size = opts.batch_size, distributed = opts.distributed })
 if not ok then util.die(loader) end
-local n = loader.n
+local n = (loader.sampler or loader).n
 
 local H = opts.hidden
 local model = nn.mlp({ 784, H, H, 10 })
+local dp = opts.distributed and dist.DataParallel(model, { bucket_mb = opts.bucket_mb })
 local criterion = nn.CrossEntropyLoss()
 local opt = optim.AdamW(model:parameters(), { lr = 1e-3, weight_decay = 0.01 })
 
@@ -47,13 +61,15 @@ for xb, yb in loader:iter() do
   if k >= opts.warmup then break end
 end
 
+local waited = dp and dp:stats().wait_seconds
 local times = {}
 for e = 1, opts.epochs do
+  if dp then dist.barrier() end
   local t0 = venom.clock()
   for xb, yb in loader:iter() do
     step(xb, yb)
   end
-  times[e] = venom.clock() - t0
+  times[e] = dist.all_reduce_number(venom.clock() - t0, "max")
 end
 table.sort(times)
 local secs = times[math.floor((#times + 1) / 2)] -- median
@@ -87,3 +103,30 @@ print(("%-28s %.0f"):format("samples per second", n / secs))
 print(("%-28s %.1f"):format("GEMM GFLOP/s", flop / secs / 1e9))
 print(("%-28s %s"):format("cores (nproc)", nproc()))
 print(("%-28s %s"):format("CPU", cpu_model()))
+
+if dp then
+  local st = dp:stats()
+  local grad_bytes = 0
+  for _, p in ipairs(model:parameters()) do grad_bytes = grad_bytes + 4 * p:numel() end
+  local wait = dist.all_reduce_number((st.wait_seconds - waited) / opts.epochs, "max")
+  local g = venom.zeros(grad_bytes / 4) -- the whole gradient, one blocking all-reduce
+  local t = {}
+  for i = 1, 5 do
+    dist.barrier()
+    local t0 = venom.clock()
+    dist.all_reduce(g, "avg")
+    t[i] = dist.all_reduce_number(venom.clock() - t0, "max")
+  end
+  table.sort(t)
+  local blocking = t[3] * #loader
+  print(("%-28s %d × %s OpenMP thread(s), %d rows per process and step"):format("processes",
+    dist.world_size(), os.getenv("OMP_NUM_THREADS") or "?", opts.batch_size / dist.world_size()))
+  print(("%-28s %d of <= %g MB"):format("gradient buckets", st.buckets, opts.bucket_mb))
+  print(("%-28s %.2f MB = %.3f × the gradient (%.2f MB)"):format("all-reduced per step",
+    st.bytes_per_step / 2 ^ 20, st.bytes_per_step / grad_bytes, grad_bytes / 2 ^ 20))
+  print(("%-28s %.2f s per epoch (%.1f%% of it)"):format("waiting after backward", wait,
+    100 * wait / secs))
+  print(("%-28s %.2f s per epoch (%.1f ms per step)"):format("blocking all-reduce", blocking,
+    1000 * t[3]))
+  print(("%-28s %.1f%%"):format("hidden by the overlap", 100 * (1 - wait / blocking)))
+end

@@ -30,6 +30,10 @@ if(VENOM_HAVE_CUDA) # the same objects; the property must still be set on the ta
   set(VENOM_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcublasLt -lcudart_static -ldl -lrt -lstdc++")
 endif()
 
+if(VENOM_HAVE_MPI) # libvenom.a users link MPI too
+  list(JOIN MPI_C_LIBRARIES " " VENOM_PC_MPI_LIBS)
+endif()
+
 # RPATHs from each installed binary to the library directory.
 file(RELATIVE_PATH rel_bin ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
 file(RELATIVE_PATH rel_core ${CMAKE_INSTALL_FULL_LIBDIR}/lua/5.1/venom ${CMAKE_INSTALL_FULL_LIBDIR})

@@ -314,6 +314,14 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
     /* Hold every node for the walk: dropping a node's inputs can free the
      * last reference to an intermediate tensor, and with it its node. */
     for (size_t k = 0; k < count; k++) order[k]->refcount++;
+    /* Leaves with a grad-ready hook count the nodes that feed their gradient,
+     * so the hook runs as soon as the last of them has (overlapping, e.g.,
+     * a gradient all-reduce with the rest of the backward). */
+    for (size_t k = 0; k < count; k++)
+        for (int i = 0; i < order[k]->ninputs; i++) {
+            vn_tensor *x = order[k]->inputs[i];
+            if (x && x->grad_ready && !x->grad_fn) x->grad_pending++;
+        }
 
     bool was = vn_set_grad_enabled(false);
     for (size_t k = count; k-- > 0;) {
@@ -323,6 +331,11 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
         if (g && !s) {
             s = n->backward(n, g);
             if (s) s = vn__err(s, "%s", vn_last_error());
+        }
+        for (int i = 0; i < n->ninputs; i++) {
+            vn_tensor *x = n->inputs[i];
+            if (x && x->grad_ready && !x->grad_fn && --x->grad_pending == 0 && !s)
+                s = x->grad_ready(x, x->grad_ready_ud);
         }
         vn_tensor_release(g);
         node_drop_tensors(n);

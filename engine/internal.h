@@ -38,6 +38,13 @@ struct vn_tensor {
     vn_node *grad_fn;             /* owned; the op that made this tensor */
     const char *lost_grad_fn;     /* the op whose node could not be recorded (out of
                                      memory): backward reaching here fails */
+    /* A leaf's grad-ready hook (engine/dist: DataParallel's gradient buckets):
+     * vn_backward calls grad_ready(t, grad_ready_ud) as soon as the last node
+     * feeding t's gradient has run; grad_pending counts those nodes during a
+     * walk. A failed hook fails the backward. */
+    vn_status (*grad_ready)(vn_tensor *t, void *ud);
+    void *grad_ready_ud;
+    int grad_pending;
 };
 
 /* A tape node: one op's backward rule and what it needs.

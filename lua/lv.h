@@ -127,6 +127,9 @@ extern const luaL_Reg lv_device_methods[];
 extern const luaL_Reg lv_device_functions[];
 int lv_device_name_at(lua_State *L, int i);
 
+/* lv_dist.c: collectives over MPI and DataParallel's gradient reducer. */
+extern const luaL_Reg lv_dist_functions[];
+
 /* lv_transformer.c: embedding, layer_norm and causal_attention. */
 extern const luaL_Reg lv_transformer_functions[];
 

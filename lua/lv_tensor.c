@@ -511,7 +511,8 @@ static const luaL_Reg *const lv_function_tables[] = {
     lv_optim_functions, lv_autograd_functions, lv_system_functions, lv_sparse_functions,
     lv_graph_functions, lv_transformer_functions, lv_checkpoint_functions, lv_device_functions, lv_moe_functions,
     lv_image_functions, lv_dynamic_functions,
-    lv_quant_functions, lv_conv_functions, NULL,
+    lv_quant_functions, lv_conv_functions,
+    lv_dist_functions, NULL,
 };
 
 /* __index is not here: it is a closure over the methods (luaopen_venom_core). */

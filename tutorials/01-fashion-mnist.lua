@@ -14,6 +14,7 @@
 --     venom tutorials/01-fashion-mnist.lua --sparse 64:2:8  # V:N:M sparse hidden layers
 --     venom tutorials/01-fashion-mnist.lua --device cuda    # train on the GPU
 --     venom tutorials/01-fashion-mnist.lua --device cuda --sparse 64:2:8  # Sparse Tensor Cores
+--     mpirun -np 2 venom tutorials/01-fashion-mnist.lua --distributed  # 2 processes (section 7)
 --     venom tutorials/01-fashion-mnist.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist, which puts the
@@ -25,6 +26,7 @@ local data = require "venom.data"
 local util = require "venom.util"
 local checkpoint = require "venom.checkpoint"
 local plot = require "venom.plot"
+local dist = require "venom.distributed"
 
 -- 1. Options ------------------------------------------------------------------
 --
@@ -44,6 +46,8 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   device = { "cpu", "cpu or cuda: where the model trains (see section 3 of this file)" },
   log = { "", "write the training curves to FILE.csv or FILE.jsonl (see section 6 of this file)" },
   plot = { "", "draw the training curves to FILE.png or FILE.svg after every epoch (gnuplot)" },
+  distributed = { false, "data parallel over the processes mpirun starts; --batch-size stays the "
+    .. "global batch (see section 7 of this file)" },
 })
 -- Files the run writes are checked here too, so that a typo in a directory
 -- name stops the run at once instead of after the first epoch. The metrics
@@ -62,8 +66,16 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     end
   end
   util.check_arg_file(o, "resume")
-  log = util.check_outputs(o, { "step", "epoch", "loss", "lr", "train_loss", "test_accuracy" })
+  dist.check_arg(o)
+  if o.distributed and o.device == "cuda" then
+    util.fail("--distributed trains on the CPU (this build has no NCCL)")
+  end
+  -- Only rank 0 writes files (and prints) in a distributed run.
+  if dist.is_main() then
+    log = util.check_outputs(o, { "step", "epoch", "loss", "lr", "train_loss", "test_accuracy" })
+  end
 end)
+if not dist.is_main() then print = function() end end
 
 -- Every random choice below (initial weights, the order of the batches) is
 -- drawn from the engine's RNG, so a seed makes the whole run repeatable.
@@ -90,7 +102,8 @@ venom.manual_seed(opts.seed)
 -- are missing, util.die says where we looked and which package provides
 -- them, and exits with status 1 so that scripts and CI notice.
 local ok, train_loader, test_loader = pcall(data.fashion_mnist_loaders, { root = opts.root,
-  limit = opts.limit, batch_size = opts.batch_size, device = opts.device })
+  limit = opts.limit, batch_size = opts.batch_size, device = opts.device,
+  distributed = opts.distributed })
 if not ok then util.die(train_loader) end
 
 -- 3. Model -------------------------------------------------------------------------
@@ -129,10 +142,12 @@ end
 -- same device, so every op of a training step runs on the GPU. Create the
 -- optimizer after this: it holds the parameters it updates.
 model:to(opts.device)
+if opts.distributed then dist.DataParallel(model) end
 
 print(model)
 print(("%d parameters; %d training images, %d test images")
-  :format(model:num_parameters(), train_loader.n, test_loader.n))
+  :format(model:num_parameters(), (train_loader.sampler or train_loader).n,
+    (test_loader.sampler or test_loader).n))
 
 -- 4. Optimizer --------------------------------------------------------------------
 --
@@ -173,7 +188,7 @@ end
 --
 -- In eval mode (no dropout here, but it is a good habit) and without the tape
 -- (venom.no_grad), predict the arg-max class and count matches: util.accuracy.
-local function accuracy() return util.accuracy(model, test_loader) end
+local function accuracy() return dist.mean(util.accuracy(model, test_loader), test_loader.n) end
 
 -- 6. Training ------------------------------------------------------------------------
 --
@@ -193,14 +208,32 @@ local function accuracy() return util.accuracy(model, test_loader) end
 -- step: the wrapper below keeps that step's loss for the record. --plot
 -- FILE draws the records (venom.plot.curves, with gnuplot) after every
 -- epoch: the loss per step above, the test accuracy per epoch below.
-local curves, records = log or opts.plot ~= "", log and log.records or {}
-local function record(r) if log then log:write(r) else records[#records + 1] = r end end
+local curves, records = opts.log ~= "" or opts.plot ~= "", log and log.records or {}
+local function record(r)
+  if not dist.is_main() then return end
+  if log then log:write(r) else records[#records + 1] = r end
+end
 local step, step_loss = (first_epoch - 1) * #train_loader, nil
 local function logged_criterion(...) step_loss = criterion(...) return step_loss end
 local panels = {
   { x = "step", y = { "loss" }, ylabel = "training loss" },
   { x = "epoch", y = { "test_accuracy" }, ylabel = "test accuracy (%)", style = "+-" },
 }
+-- 7. Several processes (--distributed) ---------------------------------------------
+--
+-- Started by `mpirun -np P`, every process runs this script on its own
+-- share of the data: data.DistributedSampler gives rank r the samples at
+-- positions r+1, r+1+P, ... of the epoch's permutation (the same on every
+-- rank: the same seed), in batches of --batch-size / P, so the ranks' k-th
+-- batches together are the k-th batch of a 1-process run.
+-- dist.DataParallel(model) (section 3) broadcast rank 0's weights, and it
+-- averages the gradients over the ranks during each backward (in buckets
+-- whose all-reduce overlaps the rest of the backward), so every rank takes
+-- the same optimizer step. The numbers printed are global: dist.mean
+-- combines each rank's mean loss and accuracy, weighted by its samples. A
+-- 2-process run prints what the 1-process run prints, up to float
+-- rounding; rank 0 alone prints and writes the log, the plot and the
+-- checkpoint (which resumes on as many processes as wrote it).
 local epoch_times, final_acc = {}, nil
 for epoch = first_epoch, opts.epochs do
   local loss, seen, train_time = util.train_epoch(model, train_loader, logged_criterion, opt, {
@@ -208,16 +241,20 @@ for epoch = first_epoch, opts.epochs do
     after_step = function()
       step = step + 1
       if curves then
-        record({ step = step, epoch = epoch, loss = step_loss:item(), lr = opt.lr })
+        record({ step = step, epoch = epoch, lr = opt.lr,
+                 loss = dist.mean(step_loss:item(), 1) })
       end
       if sched then sched:step() end
-    end })
+    end, progress = dist.is_main() })
+  -- Global numbers in a distributed run (section 7).
+  loss, seen = dist.mean(loss, seen), dist.all_reduce_number(seen)
+  train_time = dist.all_reduce_number(train_time, "max")
   local acc = accuracy()
   epoch_times[#epoch_times + 1], final_acc = train_time, acc
   print(("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch (%.0f images/s)")
     :format(epoch, opts.epochs, loss, 100 * acc, train_time, seen / train_time))
   record({ step = step, epoch = epoch, train_loss = loss, test_accuracy = 100 * acc })
-  if opts.plot ~= "" then
+  if opts.plot ~= "" and dist.is_main() then
     local ok_plot, err = pcall(plot.curves, opts.plot, records, panels)
     if not ok_plot then util.die(err) end
   end
@@ -245,6 +282,6 @@ end
 
 -- --export-dense FILE writes only the weights, as plain dense tensors under
 -- their dotted names ("1.weight", "1.bias", ...), for any safetensors reader.
-if opts.export_dense ~= "" then
+if opts.export_dense ~= "" and dist.is_main() then
   venom.save(opts.export_dense, model:dense_state_dict())
 end

@@ -21,6 +21,7 @@
 --     venom tutorials/03-tiny-gpt.lua --text some-file.txt
 --     venom tutorials/03-tiny-gpt.lua --save run.st       # later: --resume run.st
 --     venom tutorials/03-tiny-gpt.lua --log run.csv --plot run.png  # training curves
+--     mpirun -np 2 venom tutorials/03-tiny-gpt.lua --distributed  # 2 processes (section 6)
 --     venom tutorials/03-tiny-gpt.lua --help
 --
 -- With `--activation relu2` (or relu) the MLPs use squared ReLU (Primer,
@@ -35,6 +36,7 @@ local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
 local prune = require "venom.prune"
+local dist = require "venom.distributed"
 local checkpoint = require "venom.checkpoint"
 local plot = require "venom.plot"
 -- models/ sits next to tutorials/: find it from this script's path, so
@@ -78,6 +80,7 @@ local opts = util.parse_cli(arg, {
   stop_after = 0,
   log = "",
   plot = "",
+  distributed = false,
 }, {
   steps = "optimizer steps",
   batch_size = "windows per step",
@@ -105,6 +108,8 @@ local opts = util.parse_cli(arg, {
   resume = "continue from a checkpoint written by --save (same options), after its step",
   stop_after = "stop after this step, saving first with --save (0: run all --steps)",
   log = "write the training curves (loss, lr, evaluations) to FILE.csv or FILE.jsonl",
+  distributed = "data parallel over the processes mpirun starts; --batch-size stays the global "
+    .. "batch (see section 6 of this file)",
   plot = "draw the training curves to FILE.png or FILE.svg after every evaluation (gnuplot)",
 }, function(o)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
@@ -139,8 +144,13 @@ local opts = util.parse_cli(arg, {
   if o.activation ~= "gelu" and o.activation ~= "relu" and o.activation ~= "relu2" then
     util.fail("--activation must be gelu, relu or relu2, got " .. o.activation)
   end
-  log = util.check_outputs(o, { "step", "loss", "lr", "sparsity", "train_loss", "val_loss" })
+  dist.check_arg(o)
+  -- Only rank 0 writes files (and prints) in a distributed run.
+  if dist.is_main() then
+    log = util.check_outputs(o, { "step", "loss", "lr", "sparsity", "train_loss", "val_loss" })
+  end
 end)
+if not dist.is_main() then print = function() end end
 
 venom.manual_seed(opts.seed)
 
@@ -232,13 +242,13 @@ local function estimate(tokens)
   venom.no_grad(function()
     for _ = 1, opts.eval_batches do
       local x, y = data.random_windows(tokens, opts.batch_size, opts.block_size)
-      local loss = model:loss(x, y)
+      local loss = model:loss(dist.share(x), dist.share(y))
       sum = sum + loss:item()
       x:free(); y:free(); loss:free()
     end
   end)
   model:train()
-  return sum / opts.eval_batches
+  return dist.mean(sum / opts.eval_batches, 1)
 end
 
 -- 6. Training ------------------------------------------------------------------------
@@ -253,15 +263,32 @@ end
 -- evaluation (the train and val loss estimates), drawn after every
 -- evaluation and at the last step: the loss per step, the evaluations, the
 -- sparsity.
-local curves, records = log or opts.plot ~= "", log and log.records or {}
-local function record(r) if log then log:write(r) else records[#records + 1] = r end end
+--
+-- With --distributed (started by `mpirun -np P`) every process runs this
+-- script: all draw the same batch of --batch-size windows (the same seed,
+-- the same draws), each trains on its share of the rows (dist.share), and
+-- dist.DataParallel averages the gradients over the processes during the
+-- backward, so every process takes the step the whole batch gives; dp:loss
+-- also follows the layers GMP replaces. The losses printed are the means
+-- over the processes (dist.mean), so a 2-process run prints what the
+-- 1-process run prints, up to float rounding; rank 0 alone prints and
+-- writes files.
+local dp = opts.distributed and dist.DataParallel(model) or model
+local curves, records = opts.log ~= "" or opts.plot ~= "", log and log.records or {}
+local function record(r)
+  if not dist.is_main() then return end
+  if log then log:write(r) else records[#records + 1] = r end
+end
 local panels = {
   { x = "step", y = { "loss" }, ylabel = "training loss" },
   { x = "step", y = { "train_loss", "val_loss" }, ylabel = "loss (evaluation)", style = "+-" },
 }
 if gmp then panels[3] = { x = "step", y = { "sparsity" }, ylabel = "target sparsity (%)" } end
 local tokens_per_step = opts.batch_size * opts.block_size
-local bar = util.ProgressBar(math.max(1, opts.steps - first_step + 1), { desc = "train" })
+local quiet = not dist.is_main() -- the other ranks draw no bar
+local bar = util.ProgressBar(math.max(1, opts.steps - first_step + 1), { desc = "train",
+  file = quiet and { write = function() end, flush = function() end } or nil,
+  tty = not quiet and venom.isatty(1) })
 local train_time, smooth = 0, nil
 local final_val
 local last = opts.steps
@@ -269,14 +296,14 @@ if opts.stop_after > 0 and opts.stop_after < last then last = opts.stop_after en
 for step = first_step, last do
   local start = venom.clock()
   local x, y = data.random_windows(train, opts.batch_size, opts.block_size)
-  local loss = model:loss(x, y)
+  local loss = dp:loss(dist.share(x), dist.share(y))
   opt:zero_grad()
   loss:backward()
   opt:step()
   local lr = opt.lr -- the rate this step was trained with
   if sched then sched:step() end
   local ev = gmp and gmp:step()
-  local l = loss:item()
+  local l = dist.mean(loss:item(), 1)
   loss = nil
   collectgarbage()
   train_time = train_time + venom.clock() - start
@@ -319,7 +346,7 @@ for step = first_step, last do
     if bar.tty then io.write("\r\27[K") end -- clear the bar's line first
     print(table.concat(lines, "\n"))
   end
-  if opts.plot ~= "" and (step % opts.eval_every == 0 or step == last) then
+  if opts.plot ~= "" and dist.is_main() and (step % opts.eval_every == 0 or step == last) then
     local ok_plot, err = pcall(plot.curves, opts.plot, records, panels)
     if not ok_plot then
       bar:close()
@@ -357,7 +384,9 @@ print(("final val loss %.4f (%.3f bits per byte)"):format(final_val, final_val /
 
 -- 7. A sample ------------------------------------------------------------------------
 --
--- The prompt's bytes as tokens, continued by the model one byte at a time.
+-- The prompt's bytes as tokens, continued by the model one byte at a time
+-- (by rank 0 alone in a distributed run).
+if not dist.is_main() then return end
 local prompt = {}
 for i = 1, #opts.prompt do prompt[i] = opts.prompt:byte(i) + 1 end
 local out = model:generate(prompt, opts.sample, { temperature = opts.temperature,

@@ -877,6 +877,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 #include "venom/quant.h" /* BitNet b1.58 ternary layers and packed kernels */
 /* Convolutions, pooling, batch normalisation, flatten. */
 #include "venom/conv.h"
+#include "venom/dist.h" /* collectives over MPI, data parallelism */
 
 #ifdef __cplusplus
 }

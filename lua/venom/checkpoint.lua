@@ -25,6 +25,13 @@ local fail = util.fail
 local checkpoint = {}
 
 local RNG = "rng_state"
+local WORLD = "world_size" -- in a distributed run's checkpoint: the number of ranks
+
+-- This process's rank and the world size (0 and 1 outside a distributed run).
+local function world()
+  local core = venom.core
+  return core.dist_rank(), core.dist_world_size()
+end
 
 -- Calls a venom.core function and re-raises its error at the user's line.
 local function call(fn, ...)
@@ -78,7 +85,10 @@ local function snapshot(obj)
 end
 
 --- Writes every part's state, the RNG state and `meta` (extra string or
--- number entries such as {epoch = 3}; names without dots) to `path`.
+-- number entries such as {epoch = 3}; names without dots) to `path`. In a
+-- distributed run (venom.distributed with more than one rank) rank 0 writes
+-- the file, with the world size in its metadata (the ranks hold the same
+-- weights), and every rank returns once it is written.
 function checkpoint.save(path, parts, meta)
   local who = "checkpoint.save"
   local tensors, metadata = {}, {}
@@ -96,7 +106,20 @@ function checkpoint.save(path, parts, meta)
     metadata[k] = v
   end
   tensors[RNG] = venom.get_rng_state()
-  call(venom.save, path, tensors, metadata)
+  local rank, size = world()
+  if size == 1 then return call(venom.save, path, tensors, metadata) end
+  if metadata[WORLD] ~= nil then
+    fail(("%s: meta key '%s' is taken by distributed runs"):format(who, WORLD))
+  end
+  metadata[WORLD] = size
+  -- Rank 0's outcome reaches every rank, so that none carries on alone.
+  local ok, err = true, nil
+  if rank == 0 then ok, err = pcall(venom.save, path, tensors, metadata) end
+  local dist = require "venom.distributed"
+  if dist.all_reduce_number(ok and 0 or 1, "max") ~= 0 then
+    fail(rank == 0 and util.error_text(err) or
+      ("%s: rank 0 could not write '%s' (its error says why)"):format(who, path))
+  end
 end
 
 --- Restores every part and the RNG state from `path`; returns the extra
@@ -114,6 +137,15 @@ function checkpoint.load(path, parts)
     fail(("%s: '%s' has no '%s' (not a checkpoint written by checkpoint.save?)")
       :format(who, path, RNG))
   end
+  -- A distributed run resumes on as many ranks as it had: its data shards
+  -- and batch shares depend on the world size.
+  local saved_world, _, size = tonumber(metadata[WORLD] or 1), world()
+  if saved_world ~= size then
+    fail(("%s: '%s' was written by a run of %d rank%s and this run has %d; resume on the same "
+      .. "world size (mpirun -np %d)"):format(who, path, saved_world, saved_world == 1 and "" or "s",
+      size, saved_world))
+  end
+  metadata[WORLD] = nil
   local sds = {}
   for _, name in ipairs(names) do sds[name] = {} end
   local meta = {}

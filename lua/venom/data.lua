@@ -153,9 +153,12 @@ data.FASHION_MNIST_CLASSES = {
 -- standard deviation (data.flatten_images), in two DataLoaders: the first
 -- `limit` training images (0: all) shuffled in batches of batch_size, and
 -- the test images in batches of 1000. opts: root, limit = 0,
--- batch_size = 128, device = "cpu". Returns the train and test loaders.
+-- batch_size = 128, device = "cpu", distributed = false (true: each rank of
+-- venom.distributed takes its share of both sets through a
+-- data.DistributedSampler, in batches of batch_size / world size, so that
+-- batch_size stays the global batch). Returns the train and test loaders.
 function data.fashion_mnist_loaders(opts)
-  opts = util.check_options(opts, { "root", "limit", "batch_size", "device" },
+  opts = util.check_options(opts, { "root", "limit", "batch_size", "device", "distributed" },
     "data.fashion_mnist_loaders")
   local train = data.fashion_mnist("train", { root = opts.root })
   local test = data.fashion_mnist("test", { root = opts.root })
@@ -165,8 +168,20 @@ function data.fashion_mnist_loaders(opts)
   local x_test = data.flatten_images(test.images, mean, std)
   train.images:free()
   test.images:free()
+  local bs = opts.batch_size or 128
+  if opts.distributed then
+    local P = venom.core.dist_world_size()
+    if bs % P ~= 0 then
+      fail(("data.fashion_mnist_loaders: batch_size %d is not a multiple of the %d ranks")
+        :format(bs, P))
+    end
+    return data.DataLoader({ x_train, y_train }, { batch_size = bs / P, device = opts.device,
+             sampler = data.DistributedSampler(n_train) }),
+           data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device,
+             sampler = data.DistributedSampler(x_test:size(1), { shuffle = false }) })
+  end
   return data.DataLoader({ x_train, y_train },
-           { batch_size = opts.batch_size or 128, shuffle = true, device = opts.device }),
+           { batch_size = bs, shuffle = true, device = opts.device }),
          data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device })
 end
 
@@ -223,6 +238,11 @@ end
 -- DataLoader -------------------------------------------------------------------
 
 local Loader = {}
+local sampling = require "venom.data_sampler"
+
+--- data.DistributedSampler(n, opts): this rank's share of each epoch in a
+-- distributed run (venom.data_sampler has the details).
+data.DistributedSampler = sampling.DistributedSampler
 
 --- Batches the tensors in `tensors` (a list such as {x, y}, all with the same
 -- first dimension N) along that dimension.
@@ -232,7 +252,8 @@ local Loader = {}
 --   fn(b1, b2, ...) on each batch; its results are what the iterator yields),
 --   device = "cpu" (each batch is copied to this device, e.g. "cuda", before
 --   the transform: the data stays in host memory and one batch at a time
---   crosses over).
+--   crosses over), sampler = a data.DistributedSampler (this rank's share
+--   of each epoch, in place of shuffle).
 -- `tensors` may also be a data set with a get_batch method, such as
 -- data.ImageFolder: each batch is then ds:get_batch(positions, workers),
 -- with opts.workers = 0 (threads decoding the batch's files; 0: this one).
@@ -248,7 +269,7 @@ function data.DataLoader(tensors, opts)
     fail(who .. ": expected a list of tensors such as {x, y} or a data set, got " .. type(tensors))
   end
   opts = util.check_options(opts, { "batch_size", "shuffle", "drop_last", "transform", "device",
-    "workers" }, who)
+    "workers", "sampler" }, who)
   local device = opts.device or "cpu"
   if device ~= "cpu" and device ~= "cuda" then
     fail(who .. ": device must be 'cpu' or 'cuda', got " .. tostring(device))
@@ -285,8 +306,18 @@ function data.DataLoader(tensors, opts)
   if opts.transform ~= nil and type(opts.transform) ~= "function" then
     fail(who .. ": transform must be a function, got " .. type(opts.transform))
   end
+  local sampler = opts.sampler
+  if sampler ~= nil then
+    if not sampling.is_sampler(sampler) then
+      fail(who .. ": sampler must be a data.DistributedSampler, got " .. type(sampler))
+    end
+    if opts.shuffle then fail(who .. ": give shuffle to the sampler, not to the loader") end
+    if sampler.n ~= n then
+      fail(("%s: the sampler is for %d samples but the tensors have %d"):format(who, sampler.n, n))
+    end
+  end
   local state = {
-    tensors = tensors, n = n, batch_size = bs,
+    tensors = tensors, n = sampler and sampler.num_samples or n, batch_size = bs, sampler = sampler,
     shuffle = opts.shuffle and true or false,
     drop_last = opts.drop_last and true or false,
     transform = opts.transform, device = device, dataset = dataset or nil, workers = workers,
@@ -335,7 +366,7 @@ function Loader.iter(self)
   check_self(self, "iter")
   local tensors, n, bs = self.tensors, self.n, self.batch_size
   local nb, transform = Loader.num_batches(self), self.transform
-  local perm = self.shuffle and venom.randperm(n) or nil
+  local perm = self.sampler and self.sampler:indices() or self.shuffle and venom.randperm(n) or nil
   local k = 0
   local batch = {}
   return function()

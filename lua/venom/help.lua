@@ -102,7 +102,7 @@ local function lua_docs(module)
 end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
-                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "nn_dynamic", "nn_quant", "graph", "help", "image",
+                  "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "nn_dynamic", "nn_quant", "graph", "distributed", "help", "image",
                   "nn_conv", "data_image" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
@@ -270,6 +270,7 @@ Modules (the REPL has venom, nn, optim and help as globals):
   venom.sparse      V:N:M sparse layers: nn.SparseLinear, sparse.from_dense, sparse.sparsify
   venom.prune       gradual magnitude pruning: prune.GMP
   venom.checkpoint  a whole training state in one safetensors file
+  venom.distributed several processes over MPI: init, all_reduce, DataParallel
   venom.util        progress bar, train_epoch, command-line parsing
   venom.metrics     a log of training metrics (CSV or JSON Lines)
   venom.plot        training curves to PNG or SVG through gnuplot

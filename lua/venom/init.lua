@@ -207,7 +207,7 @@ function venom.load_ternary(model, path) return require("venom.nn_quant").load_t
 
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true, plot = true, metrics = true, help = true,
-                     graph = true, image = true }
+                     graph = true, image = true, distributed = true }
 
 return setmetatable(venom, {
   __index = function(t, k)

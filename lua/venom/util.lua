@@ -342,6 +342,9 @@ end
 
 -- Training ------------------------------------------------------------------------------
 
+-- Where a silenced progress bar writes.
+local NULL_FILE = { write = function() end, flush = function() end }
+
 --- One pass of classification training over `loader` (batches of inputs
 -- and targets), in training mode: for each batch the logits model(x), the
 -- loss criterion(logits, y), cleared gradients, backward, opt:step(), then
@@ -352,12 +355,15 @@ end
 -- garbage collector. A NaN or infinite loss ends the script (util.die,
 -- status 1), naming opts.epoch and the step, with a hint to use a lower
 -- --lr than opts.lr: every later step would be NaN too.
--- opts: desc (the bar's label), epoch, lr, after_step.
+-- opts: desc (the bar's label), epoch, lr, after_step, progress (false: no
+-- bar, e.g. on the ranks of a distributed run other than rank 0).
 -- Returns the mean loss over the samples, their number and the seconds taken.
 function util.train_epoch(model, loader, criterion, opt, opts)
-  opts = util.check_options(opts, { "desc", "epoch", "lr", "after_step" }, "util.train_epoch")
+  opts = util.check_options(opts, { "desc", "epoch", "lr", "after_step", "progress" },
+    "util.train_epoch")
   model:train()
-  local bar = util.ProgressBar(#loader, { desc = opts.desc })
+  local bar = util.ProgressBar(#loader, { desc = opts.desc,
+    file = opts.progress == false and NULL_FILE or nil })
   local start = venom.clock()
   local loss_sum, seen, smooth = 0, 0, nil
   for xb, yb in loader:iter() do

@@ -157,7 +157,7 @@ do
         local r = optim.CosineWarmup(optim.SGD({ p }, { lr = 1 }), { warmup = 1, total_steps = 9 }) return r end,
       "'warmup' %(known options: min_lr, total_steps, warmup_steps%)" },
     { "data.DataLoader", function() local r = data.DataLoader({ venom.ones(4) }, { batchsize = 2 }) return r end,
-      "'batchsize' %(known options: batch_size, device, drop_last, shuffle, transform, workers%)" },
+      "'batchsize' %(known options: batch_size, device, drop_last, sampler, shuffle, transform, workers%)" },
     { "data.fashion_mnist", function() local r = data.fashion_mnist("test", { dir = "/x" }) return r end, "'dir'" },
     { "nn.Linear", function() local r = nn.Linear(2, 2, { bais = false }) return r end, "'bais' %(known options: bias%)" },
     { "nn.CrossEntropyLoss", function() local r = nn.CrossEntropyLoss({ reduce = "sum" }) return r end, "'reduce'" },

@@ -55,10 +55,15 @@ if [ -z "$missing" ]; then ok "installed files in place"; else not_ok "installed
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 
 # ---- venom.h (and the bridge's venom_lua.h) are the only public headers ----
-# Installed: include/ holds just those two and venom.h's sub-headers
-# (include/venom/), and a program compiled with the package's flags cannot
-# include the library's internal.h.
+# Installed: include/ holds just those two and venom/ (venom.h's sub-headers,
+# which refuse to be included on their own), and a program compiled with the
+# package's flags cannot include the library's internal.h.
 extra=$(cd "$prefix/include" && ls | grep -vx 'venom.h' | grep -vx 'venom_lua.h' | grep -vx 'venom' | tr '\n' ' ')
+for h in "$prefix"/include/venom/*.h; do
+    [ -e "$h" ] || continue
+    printf '#include "venom/%s"\n' "$(basename "$h")" > "$tmp/sub.c"
+    $cc -I"$prefix/include" -c "$tmp/sub.c" -o "$tmp/sub.o" 2>/dev/null && extra="$extra venom/$(basename "$h")"
+done
 printf '#include "internal.h"\nint main(void) { return 0; }\n' > "$tmp/internal.c"
 if [ -z "$extra" ] && ! $cc $(pkg-config --cflags venom-lua) -c "$tmp/internal.c" -o "$tmp/internal.o" 2>/dev/null; then
     ok "an installed consumer cannot include internal.h"

@@ -1,0 +1,269 @@
+/* dist_reducer.c — data parallelism's gradient all-reduce, in buckets that
+ * start during the backward (the scheme of PyTorch's DDP, Li et al., VLDB
+ * 2020). Each parameter carries a grad-ready hook (vn_tensor.grad_ready,
+ * called by vn_backward once no node is left to add to its gradient). A
+ * bucket whose gradients are all final is copied into one flat buffer and
+ * handed to MPI_Iallreduce, which runs while the backward goes on through
+ * the earlier layers. Buckets start strictly in index order, so every rank
+ * posts the same all-reduces in the same order even if its hooks came in
+ * another order. */
+#include "dist_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct bucket {
+    int first, count; /* its parameters: slots [first, first + count) */
+    int ready;        /* how many of them have a final gradient this step */
+    int64_t numel;
+    float *flat;
+    MPI_Request request;
+};
+
+/* What each parameter's hook gets: its reducer and its place. */
+struct slot {
+    vn_dist_reducer *r;
+    vn_tensor *param; /* retained */
+    int bucket;
+    int64_t offset; /* in its bucket's flat buffer */
+    bool ready;
+};
+
+struct vn_dist_reducer {
+    int n, nbuckets;
+    struct slot *slots; /* parameters in reverse order: the backward reaches them so */
+    struct bucket *buckets;
+    int next; /* the first bucket not started this step */
+    vn_dist_reducer_stats stats;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Copies the bucket's gradients (zeros for a parameter without one) into
+ * its buffer and starts the all-reduce. */
+static vn_status start_bucket(vn_dist_reducer *r, struct bucket *b)
+{
+    for (int k = b->first; k < b->first + b->count; k++) {
+        const struct slot *sl = &r->slots[k];
+        float *dst = b->flat + sl->offset;
+        int64_t n = vn_tensor_numel(sl->param);
+        const vn_tensor *g = sl->param->grad;
+        if (g && g->storage) memcpy(dst, vn__ptr(g), (size_t)n * sizeof *dst);
+        else memset(dst, 0, (size_t)n * sizeof *dst);
+    }
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, b->flat, (int)b->numel, MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD, &b->request);
+    return rc == MPI_SUCCESS ? VN_OK : vn__mpi_err(rc, "DataParallel: gradient all-reduce");
+}
+
+/* Waits for every bucket, writes sum / world_size into the gradients and
+ * gets ready for the next step (whatever happened). */
+static vn_status complete_step(vn_dist_reducer *r, vn_status s)
+{
+    double t0 = now_seconds();
+    for (int i = 0; i < r->next; i++) {
+        int rc = MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS && !s) s = vn__mpi_err(rc, "DataParallel: gradient all-reduce");
+    }
+    r->stats.wait_seconds += now_seconds() - t0;
+    float world = (float)vn_dist_world_size();
+    for (int k = 0; k < r->n && !s; k++) {
+        struct slot *sl = &r->slots[k];
+        vn_tensor *p = sl->param;
+        if (!p->grad || !p->grad->storage) { /* it got none here: it gets the others' mean */
+            vn_tensor *g = vn__new(VN_F32, p->ndim, p->shape);
+            if (!g) {
+                s = vn__err(VN_ERR_MEMORY, "DataParallel: out of memory for a gradient");
+                break;
+            }
+            vn_tensor_release(p->grad);
+            p->grad = g;
+        }
+        float *dst = vn__ptr(p->grad);
+        const float *src = r->buckets[sl->bucket].flat + sl->offset;
+        int64_t n = vn_tensor_numel(p);
+        for (int64_t i = 0; i < n; i++) dst[i] = src[i] / world;
+    }
+    for (int k = 0; k < r->n; k++) r->slots[k].ready = false;
+    for (int i = 0; i < r->nbuckets; i++) r->buckets[i].ready = 0;
+    r->next = 0;
+    if (!s) r->stats.steps++;
+    return s;
+}
+
+/* Starts, in order, the complete buckets whose predecessors have started;
+ * completes the step once the last one has. Otherwise tests the buckets in
+ * flight: MPI moves a non-blocking collective's data only inside MPI calls
+ * (no progress thread), so each hook gives it a turn. */
+static vn_status advance(vn_dist_reducer *r)
+{
+    vn_status s = VN_OK;
+    while (!s && r->next < r->nbuckets && r->buckets[r->next].ready == r->buckets[r->next].count)
+        if (!(s = start_bucket(r, &r->buckets[r->next]))) r->next++;
+    if (s || r->next == r->nbuckets) return complete_step(r, s);
+    for (int i = 0; i < r->next; i++) {
+        int done = 0, rc = MPI_Test(&r->buckets[i].request, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return complete_step(r, vn__mpi_err(rc, "DataParallel: gradient all-reduce"));
+    }
+    return VN_OK;
+}
+
+static vn_status on_grad_ready(vn_tensor *t, void *ud)
+{
+    struct slot *sl = ud;
+    vn_dist_reducer *r = sl->r;
+    if (sl->ready)
+        return vn__err(VN_ERR_STATE, "DataParallel: a second backward reached a parameter of "
+                                     "shape %s before the first backward's gradients were "
+                                     "reduced; call finish() (dp:sync()) between them",
+                       vn__shape(t->ndim, t->shape));
+    sl->ready = true;
+    r->buckets[sl->bucket].ready++;
+    return advance(r);
+}
+
+vn_status vn_dist_reducer_finish(vn_dist_reducer *r)
+{
+    if (!r) return vn__err(VN_ERR_ARG, "DataParallel finish: the reducer is NULL");
+    bool any = r->next > 0;
+    for (int k = 0; k < r->n; k++) any |= r->slots[k].ready;
+    if (!any) return VN_OK; /* the backward finished the step, or none ran */
+    for (int i = 0; i < r->nbuckets; i++) r->buckets[i].ready = r->buckets[i].count;
+    return advance(r);
+}
+
+/* The checks of vn_dist_reducer_new that need no other rank. */
+static vn_status check_params(vn_tensor *const *params, int n)
+{
+    if (!params || n <= 0)
+        return vn__err(VN_ERR_ARG, "DataParallel: expected at least one parameter, got %d", n);
+    for (int k = 0; k < n; k++) {
+        const vn_tensor *p = params[k];
+        vn_status s = vn__check_dtype_arg(p, VN_F32, "DataParallel", "parameter", VN_ALLOW_CUDA);
+        if (s) return s;
+        if (vn__is_cuda(p))
+            return vn__err(VN_ERR_DEVICE, "DataParallel: parameter %d is a CUDA tensor; this "
+                                          "build has no NCCL path (CPU tensors only)", k + 1);
+        if (!p->requires_grad || p->grad_fn)
+            return vn__err(VN_ERR_ARG, "DataParallel: parameter %d (shape %s) must be a leaf "
+                                       "that requires grad", k + 1, vn__shape(p->ndim, p->shape));
+        if (p->grad_ready)
+            return vn__err(VN_ERR_STATE, "DataParallel: parameter %d (shape %s) already belongs "
+                                         "to a DataParallel", k + 1, vn__shape(p->ndim, p->shape));
+    }
+    return VN_OK;
+}
+
+/* Every rank's parameter list must match rank 0's: the count and each
+ * parameter's size (a rank whose own checks failed takes part too, so that
+ * all ranks fail together). */
+static vn_status check_same_params(vn_tensor *const *params, int n, vn_status local)
+{
+    int64_t *mine = calloc((size_t)n + 1, sizeof *mine); /* numel of each; n first */
+    int64_t *first = calloc((size_t)n + 1, sizeof *first);
+    vn_status s = mine && first ? local : vn__err(VN_ERR_MEMORY, "DataParallel: out of memory");
+    if (mine) {
+        mine[0] = s ? -1 : n;
+        for (int k = 0; !s && k < n; k++) mine[k + 1] = vn_tensor_numel(params[k]);
+    }
+    /* Rank 0's list to everyone, then a vote on whether it matched. */
+    int64_t n0 = mine ? mine[0] : -1;
+    int rc = MPI_Bcast(&n0, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    int agree = rc == MPI_SUCCESS && !s && n0 == n;
+    if (agree && first) {
+        memcpy(first, mine, ((size_t)n + 1) * sizeof *mine);
+        rc = MPI_Bcast(first, n + 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        agree = rc == MPI_SUCCESS && !memcmp(first, mine, ((size_t)n + 1) * sizeof *mine);
+    }
+    int all = 0;
+    int rc2 = MPI_Allreduce(&agree, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    free(mine);
+    free(first);
+    if (s) return s;
+    if (rc != MPI_SUCCESS) return vn__mpi_err(rc, "DataParallel");
+    if (rc2 != MPI_SUCCESS) return vn__mpi_err(rc2, "DataParallel");
+    if (!all)
+        return vn__err(VN_ERR_SHAPE, "DataParallel: the ranks' models differ (this rank has %d "
+                                     "parameters, rank 0 has %lld, or their sizes differ); every "
+                                     "rank must wrap the same model", n, (long long)n0);
+    return VN_OK;
+}
+
+vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t bucket_bytes)
+{
+    if (vn__dist_ready("DataParallel")) return NULL;
+    vn_status s = check_params(params, n);
+    if (!s && bucket_bytes < sizeof(float))
+        s = vn__err(VN_ERR_ARG, "DataParallel: bucket size %zu bytes; expected at least 4",
+                    bucket_bytes);
+    if (check_same_params(params, n, s)) return NULL;
+    vn_dist_reducer *r = calloc(1, sizeof *r);
+    if (r) {
+        r->slots = calloc((size_t)n, sizeof *r->slots);
+        r->buckets = calloc((size_t)n, sizeof *r->buckets);
+    }
+    if (!r || !r->slots || !r->buckets) {
+        vn_dist_reducer_free(r);
+        return vn__errp(VN_ERR_MEMORY, "DataParallel: out of memory");
+    }
+    r->n = n;
+    /* Buckets of consecutive slots, closed once they reach bucket_bytes. */
+    for (int k = 0; k < n; k++) {
+        vn_tensor *p = params[n - 1 - k];
+        struct bucket *b = &r->buckets[r->nbuckets];
+        if (b->count == 0) b->first = k;
+        r->slots[k] = (struct slot){r, vn_tensor_retain(p), r->nbuckets, b->numel, false};
+        b->count++;
+        b->numel += vn_tensor_numel(p);
+        r->stats.bytes_per_step += vn_tensor_numel(p) * (int64_t)sizeof(float);
+        if ((size_t)b->numel * sizeof(float) >= bucket_bytes || k == n - 1) r->nbuckets++;
+    }
+    r->stats.nbuckets = r->nbuckets;
+    for (int i = 0; i < r->nbuckets; i++) r->buckets[i].request = MPI_REQUEST_NULL;
+    for (int i = 0; i < r->nbuckets; i++) {
+        struct bucket *b = &r->buckets[i];
+        if (b->numel > INT32_MAX || !(b->flat = malloc((size_t)b->numel * sizeof(float)))) {
+            vn_dist_reducer_free(r);
+            return vn__errp(VN_ERR_MEMORY, "DataParallel: cannot allocate a bucket of %lld floats",
+                            (long long)b->numel);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        r->slots[k].param->grad_ready = on_grad_ready;
+        r->slots[k].param->grad_ready_ud = &r->slots[k];
+    }
+    return r;
+}
+
+vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r)
+{
+    vn_dist_reducer_stats none = {0};
+    return r ? r->stats : none;
+}
+
+void vn_dist_reducer_free(vn_dist_reducer *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->nbuckets; i++) {
+        if (r->buckets[i].request != MPI_REQUEST_NULL) MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
+        free(r->buckets[i].flat);
+    }
+    for (int k = 0; k < r->n; k++) {
+        vn_tensor *p = r->slots[k].param;
+        if (!p) continue;
+        if (p->grad_ready_ud == &r->slots[k]) {
+            p->grad_ready = NULL;
+            p->grad_ready_ud = NULL;
+        }
+        vn_tensor_release(p);
+    }
+    free(r->slots);
+    free(r->buckets);
+    free(r);
+}

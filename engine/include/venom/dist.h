@@ -1,0 +1,110 @@
+/* venom/dist.h — training on several processes: collectives on tensors over
+ * MPI (Open MPI), and the bucketed gradient all-reduce of data parallelism.
+ * Reached through venom.h only. Built when CMake finds MPI (VENOM_MPI=
+ * AUTO|ON|OFF); without it vn_dist_init fails with VN_ERR_STATE ("venom was
+ * built without MPI") and the rest behaves as a 1-process world.
+ *
+ * The world is MPI_COMM_WORLD: start the processes with `mpirun -np P`.
+ * Every collective must be called by every rank, in the same order, with
+ * tensors of the same shape and dtype (all_to_all: the same trailing dims).
+ * Before moving data each collective exchanges the ranks' shapes and dtypes,
+ * so a mismatch is a VN_ERR_SHAPE (or VN_ERR_DTYPE) on every rank, naming the
+ * shape of each rank, instead of a hang or garbage. MPI errors come back as
+ * VN_ERR_STATE with MPI's message (the communicator uses MPI_ERRORS_RETURN,
+ * so a bad argument never aborts the job). Tensors: contiguous CPU tensors of
+ * dtype f32, i32 or i64 (u8 too for broadcast and all_gather); CUDA tensors
+ * are VN_ERR_DEVICE (no NCCL path yet). All functions are for one thread. */
+#ifndef VENOM_H
+#error "include <venom.h>, not <venom/dist.h>"
+#endif
+#ifndef VENOM_DIST_H
+#define VENOM_DIST_H
+
+/* How all_reduce and reduce_scatter combine the ranks' values: the sum, the
+ * mean (sum / world size; integer dtypes round toward zero) or the maximum. */
+typedef enum { VN_DIST_SUM = 0, VN_DIST_AVG, VN_DIST_MAX } vn_dist_op;
+
+/* True when venom was built with MPI. */
+bool vn_dist_built(void);
+/* Joins the world: MPI_Init (unless the host already did it) with
+ * MPI_ERRORS_RETURN on MPI_COMM_WORLD. Outside mpirun a process is a world
+ * of one (rank 0, world size 1), where every collective is a copy. Calling
+ * it again is a no-op. MPI_Finalize runs at exit (or vn_dist_finalize).
+ * Errors: VN_ERR_STATE without MPI or when MPI fails to start. */
+vn_status vn_dist_init(void);
+/* True between vn_dist_init and vn_dist_finalize. */
+bool vn_dist_is_initialized(void);
+/* Leaves the world (MPI_Finalize, if venom called MPI_Init). Idempotent. */
+void vn_dist_finalize(void);
+/* This process's rank in 0..world_size-1, the number of processes, and the
+ * rank among the processes on this host (for picking a GPU). 0, 1 and 0
+ * before vn_dist_init. */
+int vn_dist_rank(void);
+int vn_dist_world_size(void);
+int vn_dist_local_rank(void);
+
+/* Waits until every rank has called it. */
+vn_status vn_dist_barrier(void);
+/* In place: t = op over the ranks of t (element by element), through
+ * MPI_Allreduce (Open MPI gives every rank the same bits). Errors: VN_ERR_STATE (not
+ * initialized, MPI), VN_ERR_SHAPE / VN_ERR_DTYPE (ranks disagree),
+ * VN_ERR_ARG (non-contiguous, a leaf that requires grad under grad mode),
+ * VN_ERR_DEVICE (CUDA). */
+vn_status vn_dist_all_reduce(vn_tensor *t, vn_dist_op op);
+/* In place: t = rank root's t. Errors: those of all_reduce, VN_ERR_ARG for a
+ * root outside 0..world_size-1. */
+vn_status vn_dist_broadcast(vn_tensor *t, int root);
+/* The ranks' tensors stacked along dim 0 in rank order: (d0, ...) on each
+ * of P ranks gives (P·d0, ...). A 0-d tensor gives (P). New tensor, or NULL
+ * with the errors of all_reduce. */
+vn_tensor *vn_dist_all_gather(const vn_tensor *t);
+/* op over the ranks, then rank r keeps rows [r·d0/P, (r+1)·d0/P) of dim 0:
+ * (d0, ...) gives (d0/P, ...). VN_ERR_SHAPE when P does not divide d0. */
+vn_tensor *vn_dist_reduce_scatter(const vn_tensor *t, vn_dist_op op);
+/* Exchange of rows (dim 0) with per-rank counts, as MoE expert parallelism
+ * needs: this rank sends rows [Σ_{q<r} send_counts[q], + send_counts[r]) of t
+ * to rank r (send_counts has world_size entries summing to t's dim 0) and
+ * receives, in rank order, what each rank sends it. The counts it receives
+ * are written to recv_counts (world_size entries) when it is not NULL.
+ * Errors: those of all_reduce; VN_ERR_ARG for negative counts or counts that
+ * do not sum to dim 0; VN_ERR_SHAPE when the trailing dims differ. */
+vn_tensor *vn_dist_all_to_all(const vn_tensor *t, const int64_t *send_counts,
+                              int64_t *recv_counts);
+
+/* ---- data parallel: the gradient reducer --------------------------------- */
+
+/* Averages the gradients of n parameters over the ranks during the backward
+ * (data parallelism, as PyTorch's DistributedDataParallel; Li et al., VLDB
+ * 2020). The parameters (leaf f32 CPU tensors that require grad; the same
+ * list, shapes and order on every rank) are split into buckets of about
+ * bucket_bytes, in reverse order (the backward reaches the last layers
+ * first). A grad-ready hook on each parameter notes when its gradient is
+ * final; once a bucket is complete, and all buckets before it have started,
+ * its gradients are copied into one flat buffer and a non-blocking
+ * MPI_Iallreduce starts, overlapping the rest of the backward. When the last
+ * bucket has started the reducer waits for all of them and writes the means
+ * back into the gradients. A parameter that got no gradient counts as zeros.
+ * The shapes are checked across ranks here (VN_ERR_SHAPE on every rank).
+ * Errors: VN_ERR_STATE (not initialized, MPI), VN_ERR_ARG, VN_ERR_DEVICE,
+ * VN_ERR_MEMORY. Free with vn_dist_reducer_free, which removes the hooks. */
+typedef struct vn_dist_reducer vn_dist_reducer;
+vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t bucket_bytes);
+/* Finishes this step's reduction: starts the buckets not yet started (their
+ * parameters got no gradient this step, or a backward failed), waits for
+ * all, writes the means. A no-op when the backward already finished it. */
+vn_status vn_dist_reducer_finish(vn_dist_reducer *r);
+/* Counters since vn_dist_reducer_new: completed steps, buckets, gradient
+ * bytes all-reduced per step (the payload, the sum of the gradients' sizes),
+ * and seconds spent waiting for all-reduces to complete (the communication
+ * the backward did not hide). */
+typedef struct {
+    int64_t steps;
+    int nbuckets;
+    int64_t bytes_per_step;
+    double wait_seconds;
+} vn_dist_reducer_stats;
+vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r);
+/* Removes the hooks and frees the buffers. NULL-safe. */
+void vn_dist_reducer_free(vn_dist_reducer *r);
+
+#endif

@@ -1,0 +1,287 @@
+--- venom.distributed — training on several processes and hosts over MPI.
+--
+--     local dist = require "venom.distributed"
+--     dist.init()                                  -- under mpirun; alone: a world of 1
+--     local dp = dist.DataParallel(model)          -- rank 0's weights everywhere
+--     local loader = data.DataLoader({x, y}, {batch_size = B / dist.world_size(),
+--                                            sampler = data.DistributedSampler(n)})
+--     ... loss:backward() ...                      -- gradients averaged over the ranks
+--
+-- Start P processes with `mpirun -np P venom script.lua` (Open MPI; see the
+-- README for several hosts). Every rank runs the whole script; ranks are
+-- numbered 0..P-1 as MPI numbers them (rank 0 writes checkpoints and
+-- prints). Collectives take CPU tensors (f32, i32, i64; u8 for broadcast,
+-- all_gather and all_to_all) and must be called by every rank in the same
+-- order; before moving data they compare the ranks' shapes, so a mismatch
+-- is an error on every rank rather than a hang. venom built without MPI
+-- (VENOM_MPI=OFF, or no libopenmpi-dev) answers init() with an error that
+-- says so.
+local ffi = require "ffi"
+local venom = require "venom"
+local util = require "venom.util"
+local core = venom.core
+local fail = util.fail
+
+local dist = {}
+
+-- Calls a venom.core function and re-raises its error at the user's line.
+local function call(fn, ...)
+  local res = { pcall(fn, ...) }
+  if not res[1] then fail(util.error_text(res[2])) end
+  return unpack(res, 2, table.maxn(res))
+end
+
+--- For util.parse_cli's check of a script that takes --distributed and
+-- --batch-size (the global batch): with o.distributed, joins the world
+-- (init) and requires o.batch_size to be a multiple of the number of
+-- processes, each taking its share; a failure is util.fail's usage error.
+function dist.check_arg(o)
+  if not o.distributed then return end
+  local ok, err = pcall(core.dist_init)
+  if not ok then fail("--distributed: " .. util.error_text(err)) end
+  if o.batch_size % core.dist_world_size() ~= 0 then
+    fail(("--batch-size %d must be a multiple of the %d processes"):format(o.batch_size,
+      core.dist_world_size()))
+  end
+end
+
+--- True when venom was built with MPI (VENOM_MPI, see the README).
+function dist.is_available() return core.dist_built() end
+
+--- Joins the world of the processes mpirun started (MPI_Init). Outside
+-- mpirun the process is a world of one (rank 0, world size 1), where every
+-- collective is a copy and DataParallel changes nothing, so a script runs
+-- the same with and without mpirun. Again: a no-op. Without MPI: an error
+-- saying venom was built without MPI.
+function dist.init() call(core.dist_init) end
+
+--- True between init() and finalize().
+function dist.is_initialized() return core.dist_is_initialized() end
+
+--- Leaves the world (MPI_Finalize); it also happens at exit.
+function dist.finalize() core.dist_finalize() end
+
+--- This process's rank, 0..world_size()-1 (0 before init()).
+function dist.rank() return core.dist_rank() end
+
+--- The number of processes (1 before init()).
+function dist.world_size() return core.dist_world_size() end
+
+--- The rank among the processes on this host, 0-based: the GPU to use
+-- when each host runs one process per GPU.
+function dist.local_rank() return core.dist_local_rank() end
+
+--- True on rank 0 (and outside a distributed run): the rank that prints
+-- and writes files.
+function dist.is_main() return core.dist_rank() == 0 end
+
+--- Waits until every rank has reached it.
+function dist.barrier() call(core.dist_barrier) end
+
+--- t = op over the ranks' t, in place; op "sum" (default), "avg" or "max".
+-- Returns t. t must be contiguous and not a parameter that requires grad
+-- (wrap such a call in venom.no_grad).
+function dist.all_reduce(t, op) return call(core.dist_all_reduce, t, op) end
+
+--- t = rank root's t (root 0-based, default 0), in place. Returns t.
+function dist.broadcast(t, root) return call(core.dist_broadcast, t, root) end
+
+--- The ranks' tensors stacked along dim 1 in rank order: (n, ...) on each of
+-- P ranks → (P·n, ...); a 0-d tensor → (P).
+function dist.all_gather(t) return call(core.dist_all_gather, t) end
+
+--- op over the ranks ("sum", "avg", "max"), of which rank r keeps the r-th
+-- of P equal slices along dim 1: (P·n, ...) → (n, ...).
+function dist.reduce_scatter(t, op) return call(core.dist_reduce_scatter, t, op) end
+
+--- Exchange of rows with per-rank counts (MoE expert parallelism): counts
+-- is a list of P row counts summing to t:size(1); rows are sent to ranks
+-- 0, 1, ... in order. Returns the rows received (in rank order) and the
+-- list of how many came from each rank.
+function dist.all_to_all(t, counts) return call(core.dist_all_to_all, t, counts) end
+
+-- A double and its two 32-bit halves, to move Lua numbers exactly.
+local bits = ffi.new("union { double d; uint32_t w[2]; }")
+
+--- A Lua number combined over the ranks: "sum" (default), "avg" or "max",
+-- for global metrics (losses, correct counts). Exact in double precision:
+-- each rank's number travels bit for bit (all_gather) and every rank adds
+-- them in rank order, so all ranks get the same result. Outside a
+-- distributed run: x itself.
+function dist.all_reduce_number(x, op)
+  op = op or "sum"
+  if type(x) ~= "number" then
+    fail(("distributed.all_reduce_number: expected a number, got %s"):format(type(x)))
+  end
+  if op ~= "sum" and op ~= "avg" and op ~= "max" then
+    fail(("distributed.all_reduce_number: op must be 'sum', 'avg' or 'max', got %s")
+      :format(tostring(op)))
+  end
+  if not core.dist_is_initialized() then return x end
+  bits.d = x
+  local t = venom.tensor({ bits.w[0], bits.w[1] }, { dtype = "i64" })
+  local ok, all = pcall(core.dist_all_gather, t)
+  t:free()
+  if not ok then fail(util.error_text(all)) end
+  local words = all:totable()
+  all:free()
+  local acc
+  for r = 0, #words / 2 - 1 do
+    bits.w[0], bits.w[1] = words[2 * r + 1], words[2 * r + 2]
+    local v = bits.d
+    if not acc then acc = v
+    elseif op == "max" then acc = math.max(acc, v)
+    else acc = acc + v end
+  end
+  return op == "avg" and acc / (#words / 2) or acc
+end
+
+--- The mean over all ranks of `value` weighted by `weight` (Σ value·weight
+-- / Σ weight): the global mean loss from each rank's mean over its samples
+-- and their number, or the global accuracy. Outside a distributed run:
+-- value itself.
+function dist.mean(value, weight)
+  if not core.dist_is_initialized() then return value end
+  return dist.all_reduce_number(value * weight) / dist.all_reduce_number(weight)
+end
+
+--- This rank's share of a batch every rank holds whole: rows
+-- r·n/P + 1 .. (r+1)·n/P of t (a view). With DataParallel, the ranks'
+-- shares of the same global batch make one step on that batch. The first
+-- dim must be a multiple of the world size.
+function dist.share(t)
+  if not venom.is_tensor(t) or t:dim() < 1 then
+    fail("distributed.share: expected a tensor with rows, got " .. (venom.is_tensor(t) and "a 0-d tensor" or type(t)))
+  end
+  local P, n = core.dist_world_size(), t:size(1)
+  if n % P ~= 0 then
+    fail(("distributed.share: %d rows cannot be shared by %d ranks"):format(n, P))
+  end
+  return t:narrow(1, core.dist_rank() * n / P + 1, n / P)
+end
+
+-- DataParallel ----------------------------------------------------------------------
+
+local DataParallel = {}
+
+local DEFAULT_BUCKET_MB = 25
+
+-- A new reducer over the model's present parameters, in their order.
+local function attach(self)
+  if self.reducer then core.dist_reducer_free(self.reducer) end
+  self.params = self.module:parameters()
+  self.reducer = call(core.dist_reducer, self.params, self.bucket_mb * 2 ^ 20)
+end
+
+--- Wraps `model` (a venom.nn module) for data parallelism: every rank holds
+-- the whole model and trains on its own share of each batch. At wrap time
+-- rank 0's parameters (and buffers) are broadcast, so all ranks start from
+-- the same weights. Then each backward averages the gradients over the
+-- ranks as it runs: the parameters are split into buckets of about
+-- opts.bucket_mb megabytes (default 25), last layers first, and a bucket
+-- whose gradients are all final starts a non-blocking all-reduce
+-- (MPI_Iallreduce) while the backward goes on; when the backward is done,
+-- each .grad holds the mean over the ranks, so opt:step() moves every
+-- rank's weights identically. With the per-rank batch B/P and a loss that
+-- is a mean over the batch, that is the gradient of the global batch of B.
+-- dp(x, ...) calls model(x, ...), and dp:name(...) the model's method (dp:loss,
+-- dp:train, dp:state_dict...); the model itself can be called too. If
+-- the model's parameters are replaced (a pruning step that changes a
+-- sparse layer's layout), dp(x) notices and re-attaches; after calling the
+-- model directly call dp:refresh() yourself. A step in which some parameter
+-- gets no gradient needs dp:sync() before opt:step() (the missing ones
+-- count as zeros). Errors: venom.distributed not initialized; ranks whose
+-- models differ (on every rank); CUDA parameters (no NCCL in this build).
+function dist.DataParallel(model, opts)
+  local who = "distributed.DataParallel"
+  if type(model) ~= "table" or type(model.parameters) ~= "function" then
+    fail(("%s: expected a venom.nn module, got %s"):format(who, type(model)))
+  end
+  opts = util.check_options(opts, { "bucket_mb" }, who)
+  local mb = opts.bucket_mb or DEFAULT_BUCKET_MB
+  if type(mb) ~= "number" or not (mb > 0 and mb < 2 ^ 20) then
+    fail(("%s: bucket_mb must be a number of megabytes > 0, got %s"):format(who, tostring(mb)))
+  end
+  if not core.dist_is_initialized() then
+    fail(who .. ": call venom.distributed.init() first")
+  end
+  local self = setmetatable({ module = model, bucket_mb = mb }, DataParallel)
+  attach(self) -- first: it compares the ranks' parameter lists
+  self:broadcast_parameters()
+  return self
+end
+
+--- Copies rank 0's parameters and buffers (the whole state dict's tensors)
+-- to every rank, in place.
+function DataParallel:broadcast_parameters()
+  local sd = self.module:state_dict()
+  venom.no_grad(function()
+    for _, name in ipairs(util.sorted_keys(sd)) do
+      if venom.is_tensor(sd[name]) then call(core.dist_broadcast, sd[name], 0) end
+    end
+  end)
+end
+
+-- True when the model's parameters are no longer those the reducer hooks.
+local function stale(self)
+  local now = self.module:parameters()
+  if #now ~= #self.params then return true end
+  for i, p in ipairs(now) do
+    if not rawequal(p, self.params[i]) then return true end
+  end
+  return false
+end
+
+--- Re-attaches the reducer to the model's present parameters (after a
+-- layer was replaced). Every rank must call it at the same point.
+function DataParallel:refresh()
+  if stale(self) then attach(self) end
+end
+
+--- Calls the model (after refresh()).
+function DataParallel:__call(...)
+  self:refresh()
+  return self.module(...)
+end
+
+--- Finishes this step's gradient averaging: starts what the backward did
+-- not (parameters that got no gradient count as zeros) and waits for it.
+-- A no-op when the backward finished it, as it does when every parameter
+-- got a gradient.
+function DataParallel:sync() call(core.dist_reducer_finish, self.reducer) end
+
+--- {steps, buckets, bytes_per_step, wait_seconds}: completed steps, the
+-- number of buckets, the gradient bytes all-reduced per step (the sum of
+-- the parameters' sizes: each rank sends and receives that payload through
+-- MPI's all-reduce) and the seconds spent waiting for all-reduces after
+-- the backward had nothing left to overlap them with.
+function DataParallel:stats() return call(core.dist_reducer_stats, self.reducer) end
+
+--- Removes the gradient hooks; the model trains alone again.
+function DataParallel:free()
+  if self.reducer then core.dist_reducer_free(self.reducer) end
+  self.reducer = nil
+end
+
+-- Any other method is the module's (dp:loss(x, y), dp:train(), dp:state_dict()...),
+-- called after refresh().
+DataParallel.__index = function(self, k)
+  local own = rawget(DataParallel, k)
+  if own ~= nil then return own end
+  local f = self.module[k]
+  if type(f) ~= "function" then return f end
+  return function(dp, ...)
+    if rawequal(dp, self) then
+      dp:refresh()
+      return f(dp.module, ...)
+    end
+    return f(dp, ...)
+  end
+end
+
+function DataParallel:__tostring()
+  return ("DataParallel(%d ranks, %d buckets of <= %g MB)\n%s"):format(core.dist_world_size(),
+    self:stats().buckets, self.bucket_mb, tostring(self.module))
+end
+
+return dist

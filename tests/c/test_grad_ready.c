@@ -1,0 +1,112 @@
+/* The grad-ready hook of vn_backward (vn_tensor.grad_ready, what
+ * DataParallel's gradient buckets hang on): it runs once per hooked leaf
+ * and backward, as soon as the leaf's gradient is final (equal, when the
+ * hook runs, to its value after the backward), also for a leaf used by
+ * several ops; the backward reaches the last layer's weight first; a hook
+ * that fails fails the backward; leaves without a hook are left alone. */
+#include "gradcheck.h"
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* What a hook saw: the order of the calls and a copy of the gradient. */
+struct seen {
+    int calls, order;
+    int watched_pending; /* how many nodes had yet to add to `watched`'s gradient */
+    float grad[16];
+    int64_t n;
+};
+static int clock_ticks;
+static const vn_tensor *watched;
+
+static vn_status record_hook(vn_tensor *t, void *ud)
+{
+    struct seen *s = ud;
+    s->calls++;
+    s->order = ++clock_ticks;
+    s->watched_pending = watched ? watched->grad_pending : 0;
+    s->n = vn_tensor_numel(t->grad);
+    memcpy(s->grad, vn_tensor_data(t->grad), (size_t)s->n * sizeof(float));
+    return VN_OK;
+}
+
+static vn_status failing_hook(vn_tensor *t, void *ud)
+{
+    return vn__err(VN_ERR_STATE, "the hook refused");
+}
+
+static vn_tensor *param(int64_t rows, int64_t cols)
+{
+    vn_tensor *p = vn_randn(2, (int64_t[]){rows, cols});
+    CHECK_OK(vn_tensor_set_requires_grad(p, true));
+    return p;
+}
+
+/* loss = sum(relu(x·W1)·W2) + sum(W1·3): W1 feeds two ops. */
+static vn_tensor *loss_of(vn_tensor *x, vn_tensor *w1, vn_tensor *w2)
+{
+    vn_tensor *h = vn_matmul(x, w1), *a = vn_relu(h), *y = vn_matmul(a, w2);
+    vn_tensor *three = vn_full(VN_F32, 0, NULL, 3.0), *w1s = vn_mul(w1, three);
+    vn_tensor *s1 = vn_sum_all(y), *s2 = vn_sum_all(w1s), *loss = vn_add(s1, s2);
+    vn_tensor *tmp[] = {h, a, y, three, w1s, s1, s2};
+    for (int i = 0; i < 7; i++) vn_tensor_release(tmp[i]);
+    return loss;
+}
+
+static void test_hook_sees_final_gradient(void **state)
+{
+    vn_manual_seed(3);
+    vn_tensor *x = vn_randn(2, (int64_t[]){3, 4}), *w1 = param(4, 2), *w2 = param(2, 2);
+    struct seen s1 = {0}, s2 = {0};
+    w1->grad_ready = record_hook, w1->grad_ready_ud = &s1;
+    w2->grad_ready = record_hook, w2->grad_ready_ud = &s2;
+    clock_ticks = 0;
+    watched = w1;
+    vn_tensor *loss = loss_of(x, w1, w2);
+    CHECK_OK(vn_backward(loss, NULL));
+    assert_int_equal(s1.calls, 1);
+    assert_int_equal(s2.calls, 1);
+    assert_true(s2.order < s1.order); /* the last layer's weight is final first, */
+    assert_true(s2.watched_pending > 0); /* while the backward still had W1's ops to run */
+    const float *g1 = vn_tensor_data(w1->grad), *g2 = vn_tensor_data(w2->grad);
+    for (int64_t i = 0; i < 8; i++) assert_true(s1.grad[i] == g1[i]);
+    for (int64_t i = 0; i < 4; i++) assert_true(s2.grad[i] == g2[i]);
+    assert_int_equal(w1->grad_pending, 0);
+    /* A second backward (fresh graph) calls each hook once more. */
+    vn_tensor_release(loss);
+    loss = loss_of(x, w1, w2);
+    CHECK_OK(vn_backward(loss, NULL));
+    assert_int_equal(s1.calls, 2);
+    assert_int_equal(s2.calls, 2);
+    watched = NULL;
+    vn_tensor_release(loss);
+    vn_tensor_release(x);
+    vn_tensor_release(w1);
+    vn_tensor_release(w2);
+}
+
+static void test_failing_hook_fails_backward(void **state)
+{
+    vn_tensor *x = vn_randn(2, (int64_t[]){3, 4}), *w1 = param(4, 2), *w2 = param(2, 2);
+    w2->grad_ready = failing_hook;
+    vn_tensor *loss = loss_of(x, w1, w2);
+    assert_int_equal(vn_backward(loss, NULL), VN_ERR_STATE);
+    assert_non_null(strstr(vn_last_error(), "the hook refused"));
+    assert_int_equal(w2->grad_pending, 0);
+    assert_int_equal(w1->grad_pending, 0);
+    vn_tensor_release(loss);
+    vn_tensor_release(x);
+    vn_tensor_release(w1);
+    vn_tensor_release(w2);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hook_sees_final_gradient),
+        cmocka_unit_test(test_failing_hook_fails_backward),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
