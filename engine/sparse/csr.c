@@ -68,11 +68,18 @@ segment_block(int W, int64_t lo, int64_t hi, int64_t end, int64_t F, const int64
     for (int f = 0; f < W; f++) ys[f] = acc[f];
 }
 
+/* Multiply-adds below which a segment sum runs on one thread. Waking the
+ * second, sleeping OpenMP thread (OMP_WAIT_POLICY=passive, as `venom` sets)
+ * and joining it costs ~70 µs on the 2-core VMs we measure on, about what
+ * one thread does in 0.5M multiply-adds: on Cora (13k entries) F = 64 took
+ * 0.12 ms on one thread against 0.18–0.22 ms on two (bench/spmm, RESULTS.md). */
+#define CSR_PARALLEL_MIN_WORK ((int64_t)1 << 21)
+
 void csr__segment_sum(int64_t nseg, int64_t F, const int64_t *ptr, const int64_t *perm,
                       const int64_t *src, const float *vals, const float *x, float *y)
 {
     int64_t end = ptr[nseg];
-#pragma omp parallel for schedule(dynamic, 64) if (end * F > VN_OMP_MIN_WORK)
+#pragma omp parallel for schedule(dynamic, 64) if (end * F > CSR_PARALLEL_MIN_WORK)
     for (int64_t s = 0; s < nseg; s++) {
         int64_t lo = ptr[s], hi = ptr[s + 1], f0 = 0;
         /* Constant widths 64, 32, 16, 8, then the last < 8 columns in one pass. */
