@@ -13,10 +13,13 @@
 --     venom tutorials/08-cnn.lua --augment                 # random crops and flips
 --     venom tutorials/08-cnn.lua --sparse 64:2:8           # V:N:M conv and linear layer (GMP)
 --     venom tutorials/08-cnn.lua --log run.csv --plot run.png   # training curves
+--     venom tutorials/08-cnn.lua --export-images fm           # IDX files → fm/{train,test}/<class>/*.png
+--     venom tutorials/08-cnn.lua --root-images fm --workers 4 # train from those PNG files
 --     venom tutorials/08-cnn.lua --help
 --
 -- The data comes from the Debian package dataset-fashion-mnist (IDX files
--- under /usr/share/datasets/fashion-mnist), as in tutorial 1.
+-- under /usr/share/datasets/fashion-mnist), as in tutorial 1, or from a
+-- folder of image files (--root-images, section 2b).
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
@@ -42,8 +45,11 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   sparse = { "", "V:2:M, e.g. 64:2:8: prune the second conv and the first linear layer to V:N:M (GMP)" },
   log = { "", "write the training curves to FILE.csv or FILE.jsonl" },
   plot = { "", "draw the training curves to FILE.png or FILE.svg after every epoch (gnuplot)" },
+  export_images = { "", "write the IDX images as DIR/{train,test}/<class>/*.png (first --limit of each) and exit" },
+  root_images = { "", "train and test on DIR/train and DIR/test (data.ImageFolder) instead of the IDX files" },
+  workers = { 2, "with --root-images: threads decoding each batch's image files" },
 })
-local log
+local log, folders
 local opts = util.parse_cli(arg, defaults, help, function(o)
   check_shared(o)
   util.check_arg_int(o, "width", 1)
@@ -51,6 +57,34 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
   if o.sparse ~= "" then
     local ok, err = pcall(prune.check_target, "vnm", o.sparse)
     if not ok then util.fail("--sparse: " .. util.error_text(err)) end
+  end
+  util.check_arg_int(o, "workers", 0)
+  if o.export_images ~= "" and o.root_images ~= "" then
+    util.fail("--export-images writes a folder and exits: give --root-images DIR in a second run")
+  end
+  if o.export_images ~= "" then
+    local f = io.open(o.export_images, "rb") -- a directory opens, then fails to read
+    if f then
+      local _, dir_err = f:read(0)
+      f:close()
+      if not dir_err then util.fail(("--export-images: %s is a file, not a directory"):format(o.export_images)) end
+    end
+  end
+  if o.root_images ~= "" then
+    if o.limit ~= 0 then
+      util.fail("--limit applies to the IDX files; for fewer images with --root-images, export "
+        .. "fewer (--export-images DIR --limit N)")
+    end
+    folders = {} -- listing the folders here finds a missing or empty one at the start
+    for _, split in ipairs({ "train", "test" }) do
+      local ok, ds = pcall(data.ImageFolder, o.root_images .. "/" .. split, { channels = 1 })
+      if not ok then util.fail("--root-images: " .. util.error_text(ds)) end
+      folders[split] = ds
+    end
+    if table.concat(folders.train.classes, "/") ~= table.concat(folders.test.classes, "/") then
+      util.fail(("--root-images: %s/train and %s/test have different class folders")
+        :format(o.root_images, o.root_images))
+    end
   end
   log = util.check_outputs(o, { "step", "epoch", "loss", "lr", "train_loss", "test_accuracy" })
 end)
@@ -63,6 +97,31 @@ venom.manual_seed(opts.seed)
 -- and then seen as (N, 1, 28, 28): one channel of 28 × 28 pixels, the NCHW
 -- layout every convolution here takes. The reshape is a view: no copy.
 local mean, std = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
+
+-- --export-images DIR: the IDX images as PNG files (lossless: the same
+-- bytes) in the ImageFolder layout DIR/<split>/<class>/<k>.png, then exit.
+-- The folder names start with the label, 01-t-shirt-top ... 10-ankle-boot,
+-- so that their sorted order (ImageFolder's labels) is the IDX label order.
+-- --limit N exports the first N images of each split.
+if opts.export_images ~= "" then
+  local classes = {}
+  for c, name in ipairs(data.FASHION_MNIST_CLASSES) do
+    classes[c] = ("%02d-%s"):format(c, name:lower():gsub("[^%w]+", "-"))
+  end
+  for _, split in ipairs({ "train", "test" }) do
+    local ok, err = pcall(function()
+      local set = data.fashion_mnist(split, { root = opts.root })
+      local n = opts.limit > 0 and math.min(opts.limit, set.images:size(1)) or set.images:size(1)
+      local written = data.export_image_folder(set.images:narrow(1, 1, n), set.labels:narrow(1, 1, n),
+        opts.export_images .. "/" .. split, { classes = classes })
+      print(("%d %s images written to %s/%s"):format(written, split, opts.export_images, split))
+      set.images:free()
+    end)
+    if not ok then util.die(err) end
+  end
+  os.exit(0)
+end
+
 local function images(split, limit)
   local ok, set = pcall(data.fashion_mnist, split, { root = opts.root })
   if not ok then util.die(set) end
@@ -70,9 +129,6 @@ local function images(split, limit)
   set.images:free()
   return x:reshape(n, 1, 28, 28), set.labels:narrow(1, 1, n)
 end
-local x_train, y_train = images("train", opts.limit)
-local x_test, y_test = images("test")
-
 -- --augment: every training batch is shifted and mirrored at random, so the
 -- network never sees the same image twice. Each image is padded by 4 pixels
 -- of background (black: (0 − mean)/std after normalisation), a 28 × 28
@@ -98,9 +154,38 @@ local function augment(x, y)
   return out, y
 end
 
-local train_loader = data.DataLoader({ x_train, y_train }, { batch_size = opts.batch_size,
-  shuffle = true, transform = opts.augment and augment or nil })
-local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+local train_loader, test_loader
+if not folders then
+  local x_train, y_train = images("train", opts.limit)
+  local x_test, y_test = images("test")
+  train_loader = data.DataLoader({ x_train, y_train }, { batch_size = opts.batch_size,
+    shuffle = true, transform = opts.augment and augment or nil })
+  test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+else
+  -- 2b. --root-images DIR: the same images as files ------------------------------------
+  --
+  -- data.ImageFolder lists DIR/train/<class>/*.png (classes sorted by name,
+  -- labelled 1, 2, ...); the DataLoader decodes each batch's files on
+  -- --workers threads. The transforms give the tensors of the IDX path:
+  -- ToTensor (u8 (28, 28, 1) → f32 (1, 28, 28) in [0, 1]) and Normalize
+  -- with the same mean and std; with --augment, RandomCrop pads 4 pixels of
+  -- black (0, before Normalize) and cuts a 28 × 28 window, and
+  -- RandomHorizontalFlip mirrors half the images: augment() above, on the
+  -- u8 images.
+  local T = data.transforms
+  local normalise = { T.ToTensor(), T.Normalize({ mean }, { std }) }
+  local train_tf = opts.augment and { T.RandomCrop(28, { padding = PAD }), T.RandomHorizontalFlip(),
+    normalise[1], normalise[2] } or normalise
+  local function folder(split, tf)
+    local ok, ds = pcall(data.ImageFolder, opts.root_images .. "/" .. split,
+      { channels = 1, transform = tf })
+    if not ok then util.die(ds) end
+    return ds
+  end
+  train_loader = data.DataLoader(folder("train", train_tf), { batch_size = opts.batch_size,
+    shuffle = true, workers = opts.workers })
+  test_loader = data.DataLoader(folder("test", normalise), { batch_size = 1000, workers = opts.workers })
+end
 
 -- 3. Model ------------------------------------------------------------------------------
 --
@@ -116,8 +201,9 @@ local test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
 local model = CNN({ width = opts.width, hidden = opts.hidden })
 local criterion = nn.CrossEntropyLoss()
 print(model)
-print(("%d parameters; %d training images, %d test images%s"):format(model:num_parameters(),
-  train_loader.n, test_loader.n, opts.augment and " (augmented)" or ""))
+print(("%d parameters; %d training images, %d test images%s%s"):format(model:num_parameters(),
+  train_loader.n, test_loader.n, opts.augment and " (augmented)" or "",
+  folders and " from " .. opts.root_images or ""))
 
 -- 4. Optimizer, schedule and (with --sparse) pruning ------------------------------------
 --

@@ -2,7 +2,10 @@
 -- chance after one short epoch) and writes its log; --augment changes what
 -- the network sees (another loss, same seed); --sparse prunes the second
 -- conv and the first linear layer to the pattern; a bad --sparse exits with
--- status 2. Skipped when the dataset package is not installed.
+-- status 2; --export-images writes the IDX images as PNG files that decode
+-- to the same bytes under folders that give the same labels, and
+-- --root-images trains and tests from them. Skipped when the dataset
+-- package is not installed.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local testutil = require "testutil"
@@ -38,6 +41,50 @@ tap.ok(out3:find("SparseConv2d") == nil and out3:find("sparse 8:2:8") ~= nil,
 local out4, rc4 = tutorial("--sparse 8:3:8")
 tap.is(rc4, 2, "a bad --sparse exits with status 2")
 tap.ok(out4:find("--sparse: prune.GMP: pattern must be V:2:M", 1, true) ~= nil, "and says what a pattern is")
+
+-- --export-images with --limit 300: the first 300 images of each split.
+local images = dir .. "/images"
+local out5, rc5 = testutil.run_script("tutorials/08-cnn.lua", "--export-images " .. images .. " --limit 300")
+tap.ok(rc5 == 0 and out5:find("300 train images written") and out5:find("300 test images written"),
+  "--export-images writes 300 train and 300 test images" .. (rc5 ~= 0 and ": " .. out5 or ""))
+local venom = require "venom"
+local data = require "venom.data"
+local image = require "venom.image"
+for _, split in ipairs({ "train", "test" }) do
+  local set = data.fashion_mnist(split)
+  local ok, ds = pcall(data.ImageFolder, images .. "/" .. split)
+  tap.ok(ok and ds.n == 300 and #ds.classes == 10 and ds.classes[1] == "01-t-shirt-top"
+    and ds.classes[10] == "10-ankle-boot", split .. ": 300 images in the ten class folders, in label order")
+  local bad_pixels, bad_labels, seen, labels = 0, 0, {}, set.labels:totable()
+  for i = 1, ok and ds.n or 0 do
+    local k = tonumber(ds.paths[i]:match("/(%d+)%.png$"))
+    seen[k] = true
+    local png = image.load(ds.paths[i])
+    local idx = set.images:select(1, k)
+    if png:dim() ~= 3 or png:size(3) ~= 1 or png:dtype() ~= "u8"
+      or testutil.max_diff(png:reshape(28, 28):totable(), idx:totable()) ~= 0 then
+      bad_pixels = bad_pixels + 1
+    end
+    if ds.labels[i] ~= labels[k] then bad_labels = bad_labels + 1 end
+    png:free(); idx:free()
+  end
+  local all = true
+  for k = 1, 300 do all = all and seen[k] == true end
+  tap.ok(all and bad_pixels == 0, split .. ": each of images 1..300 decodes to its IDX bytes exactly ("
+    .. bad_pixels .. " differ)")
+  tap.is(bad_labels, 0, split .. ": each folder's label is the IDX label")
+  set.images:free()
+end
+
+local out6, rc6 = testutil.run_script("tutorials/08-cnn.lua", "--root-images " .. images
+  .. " --epochs 1 --batch-size 50 --width 8 --hidden 32 --workers 2 --augment")
+local acc6 = out6:match("epoch 1/1  train loss [%d.]+  test accuracy ([%d.]+)%%")
+tap.ok(rc6 == 0 and acc6 and out6:find("300 training images, 300 test images %(augmented%) from "),
+  "--root-images trains and tests from the PNG files: test accuracy " .. tostring(acc6)
+  .. (rc6 ~= 0 and ": " .. out6 or ""))
+local out7, rc7 = testutil.run_script("tutorials/08-cnn.lua", "--root-images " .. dir .. "/missing")
+tap.ok(rc7 == 2 and out7:find("error: --root-images: ", 1, true) ~= nil,
+  "a missing --root-images folder exits with status 2 and says so")
 
 os.execute("rm -rf '" .. dir .. "'")
 tap.done()
