@@ -48,6 +48,11 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   prune_end = { 0.6, "fraction of the training steps at which the final pattern is reached" },
   every = { 0, "optimizer steps between two pruning events (0: 20 events over the pruning "
     .. "span, or one every step if it is shorter)" },
+  shadow = { true, "vnm: train a dense shadow with SR-STE while pruning (--no-shadow: compress "
+    .. "at every stage)" },
+  decay = { 1, "vnm shadow: SR-STE decay lambda of the weights outside the pattern" },
+  progression = { "every", "vnm: M stages every (4, 5, 6, ...) or doubling (4, 8, 16)" },
+  score = { "magnitude", "vnm: magnitude or fisher (w^2 times Adam's squared-gradient average)" },
   save = { "", "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch" },
   resume = { "", "continue from a checkpoint written by --save (same options), with the next "
     .. "epoch" },
@@ -76,6 +81,17 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     prune.check_target(o.mode, o.sparsity)
   else
     prune.check_target(o.mode, o.target ~= "" and o.target or (o.mode == "nm" and "2:4" or "64:2:8"))
+  end
+  util.check_arg_number(o, "decay", 0, true)
+  if o.mode ~= "vnm" and (not o.shadow or o.decay ~= 1 or o.progression ~= "every"
+      or o.score ~= "magnitude") then
+    util.fail("--no-shadow, --decay, --progression and --score are options of --mode vnm")
+  end
+  if o.progression ~= "every" and o.progression ~= "doubling" then
+    util.fail("--progression must be every or doubling, got " .. o.progression)
+  end
+  if o.score ~= "magnitude" and o.score ~= "fisher" then
+    util.fail("--score must be magnitude or fisher, got " .. o.score)
   end
   if o.stop_after > o.epochs then
     util.fail(("--stop-after %d is past --epochs %d"):format(o.stop_after, o.epochs))
@@ -138,6 +154,9 @@ local dt = opts.every > 0 and opts.every or math.max(1, math.floor(span / 20))
 local gmp_opts = { optimizer = opt, mode = opts.mode, t0 = t0, n = math.floor(span / dt), dt = dt }
 if opts.mode == "unstructured" then
   gmp_opts.s_f = opts.sparsity
+elseif opts.mode == "vnm" then
+  gmp_opts.pattern, gmp_opts.shadow, gmp_opts.decay = opts.target, opts.shadow, opts.decay
+  gmp_opts.progression, gmp_opts.score = opts.progression, opts.score
 else
   gmp_opts.pattern = opts.target
 end
