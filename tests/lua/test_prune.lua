@@ -11,10 +11,8 @@ local optim = require "venom.optim"
 local prune = require "venom.prune"
 
 venom.manual_seed(7)
-
-local function mlp(a, b, c, d)
-  return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c), nn.ReLU(), nn.Linear(c, d))
-end
+local pc = require "prunecheck"
+local mlp, train_step = pc.mlp, pc.train_step
 
 local function count(t) return t:sum():item() end
 
@@ -29,14 +27,6 @@ local teacher = venom.randn(16, 4)
 local function batch(n)
   local x = venom.randn(n, 16)
   return x, x:matmul(teacher):argmax(2)
-end
-
--- One AdamW step on a fresh batch; returns the loss.
-local crit = nn.CrossEntropyLoss()
-local function train_step(model, opt, x, y)
-  local loss = crit(model(x), y)
-  opt:zero_grad(); loss:backward(); opt:step()
-  return loss:item()
 end
 
 -- The schedule -------------------------------------------------------------------------
@@ -85,29 +75,6 @@ do
   tap.ok(exact_count, "unstructured: ⌊s_f·size⌋ weights pruned per layer at the end")
 end
 
--- Alive per row expected of a V:2:M layer with K inputs: 2 in each group of
--- M, fewer only in a last group of fewer than 2 real columns.
-local function vnm_row_nnz(K, M)
-  local n = 0
-  for g = 0, math.ceil(K / M) - 1 do n = n + math.min(2, K - g * M) end
-  return n
-end
-
--- Every row of the (R, K) 0/1 mask has exactly min(2, real columns) alive
--- in each group of M.
-local function exact_pattern(mask, M)
-  local R, K = mask:size(1), mask:size(2)
-  local m = mask:totable()
-  for r = 1, R do
-    for g = 0, math.ceil(K / M) - 1 do
-      local c = 0
-      for k = g * M + 1, math.min(K, g * M + M) do c = c + m[r][k] end
-      if c ~= math.min(2, K - g * M) then return false end
-    end
-  end
-  return true
-end
-
 -- vnm without the shadow: V:2:M stages, each compressed -----------------------------------
 do
   -- First layer: 40 inputs; the last group of M = 7 or 9 still has 4 real
@@ -139,9 +106,9 @@ do
         local i = tonumber(r.name)
         local m = model[i]
         slots_ok = slots_ok and r.slots == m.out_features * 2 * math.ceil(m.in_features / M)
-        nnz_ok = nnz_ok and r.nnz == m.out_features * vnm_row_nnz(m.in_features, M)
+        nnz_ok = nnz_ok and r.nnz == m.out_features * pc.vnm_row_nnz(m.in_features, M)
           and count(weight(model, i):ne(0)) <= r.nnz
-        exact = exact and exact_pattern(m:mask():float(), M)
+        exact = exact and pc.exact_pattern(m:mask():float(), M)
       end
       local kept = model[1]:mask():float()
       if zeros_before and M ~= Ms[#Ms - 1] then

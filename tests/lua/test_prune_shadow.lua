@@ -15,37 +15,16 @@ local vnm = require "venom.prune_vnm"
 
 venom.manual_seed(5)
 
+local pc = require "prunecheck"
+local mlp, train_step, exact_pattern = pc.mlp, pc.train_step, pc.exact_pattern
+
 local function count(t) return t:sum():item() end
 local function maxdiff(a, b) return (a - b):abs():max():item() end
-
-local function mlp(a, b, c, d)
-  return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c), nn.ReLU(), nn.Linear(c, d))
-end
-
--- Every row of the (R, K) 0/1 mask keeps min(2, real columns) in each group of M.
-local function exact_pattern(mask, M)
-  local R, K = mask:size(1), mask:size(2)
-  local m = mask:totable()
-  for r = 1, R do
-    for g = 0, math.ceil(K / M) - 1 do
-      local c = 0
-      for k = g * M + 1, math.min(K, g * M + M) do c = c + m[r][k] end
-      if c ~= math.min(2, K - g * M) then return false end
-    end
-  end
-  return true
-end
 
 local teacher = venom.randn(20, 4)
 local function batch(n)
   local x = venom.randn(n, 20)
   return x, x:matmul(teacher):argmax(2)
-end
-local crit = nn.CrossEntropyLoss()
-local function train_step(model, opt, x, y)
-  local loss = crit(model(x), y)
-  opt:zero_grad(); loss:backward(); opt:step()
-  return loss:item()
 end
 
 -- The shadow through a whole schedule -----------------------------------------------------
