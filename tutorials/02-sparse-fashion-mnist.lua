@@ -7,8 +7,8 @@
 --
 --   1. dense warm-up (the first 20% of the steps): the weights find their
 --      sizes, so magnitude becomes a meaningful measure of importance;
---   2. pruning (20% → 60%): at regular steps the smallest weights still
---      alive are removed, following the cubic schedule
+--   2. pruning (20% → 60%): at regular steps the smallest weights are
+--      removed, following the cubic schedule
 --      s_t = s_f + (s_i − s_f)·(1 − (t − t0)/(n·Δt))³, which prunes fast
 --      while many weights are redundant and slowly near the end;
 --   3. fine-tuning (the last 40%) at the final pattern, with the learning
@@ -141,13 +141,19 @@ end
 
 -- 4. The pruning schedule ------------------------------------------------------------
 --
--- prune.GMP takes the model and the optimizer: in vnm mode it replaces each
--- hidden nn.Linear by an nn.SparseLinear when its layer first turns sparse
--- (and again, recompressed, whenever M grows: 2:4 → 2:5 → … → 2:8), and
--- hands the optimizer the new compressed parameter, with the Adam moments of
--- the surviving weights and without those of the removed ones. In nm and
--- unstructured modes the weights stay dense and masked. The output layer
--- (the last Linear, 10 rows) stays dense in every mode.
+-- prune.GMP takes the model and the optimizer. In vnm mode each hidden layer
+-- goes through V:2:M stages as the target grows (2:4 → 2:5 → … → 2:8). By
+-- default it keeps its dense weights meanwhile (a "dense shadow"): each
+-- event picks the stage's pattern from them, the forward computes through
+-- that pattern, and the gradient trains every weight (the straight-through
+-- estimator; SR-STE's decay pulls those outside the pattern towards 0), so
+-- a weight dropped at one stage can win its place back at the next. At the
+-- last event the layer becomes an nn.SparseLinear holding exactly 2 of
+-- every 8 weights per row, and the optimizer gets the compressed parameter
+-- with the Adam moments of the kept weights. --no-shadow compresses at every
+-- stage instead. In nm and unstructured modes the weights stay dense and
+-- masked. The output layer (the last Linear, 10 rows) stays dense in every
+-- mode.
 local t0 = math.floor(opts.prune_start * total_steps)
 local span = math.floor(opts.prune_end * total_steps) - t0
 local dt = opts.every > 0 and opts.every or math.max(1, math.floor(span / 20))
