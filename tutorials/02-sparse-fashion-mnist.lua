@@ -7,8 +7,8 @@
 --
 --   1. dense warm-up (the first 20% of the steps): the weights find their
 --      sizes, so magnitude becomes a meaningful measure of importance;
---   2. pruning (20% → 60%): at regular steps the smallest weights still
---      alive are removed, following the cubic schedule
+--   2. pruning (20% → 60%): at regular steps the smallest weights are
+--      removed, following the cubic schedule
 --      s_t = s_f + (s_i − s_f)·(1 − (t − t0)/(n·Δt))³, which prunes fast
 --      while many weights are redundant and slowly near the end;
 --   3. fine-tuning (the last 40%) at the final pattern, with the learning
@@ -48,6 +48,11 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   prune_end = { 0.6, "fraction of the training steps at which the final pattern is reached" },
   every = { 0, "optimizer steps between two pruning events (0: 20 events over the pruning "
     .. "span, or one every step if it is shorter)" },
+  shadow = { true, "vnm: train a dense shadow with SR-STE while pruning (--no-shadow: compress "
+    .. "at every stage)" },
+  decay = { 1, "vnm shadow: SR-STE decay lambda of the weights outside the pattern" },
+  progression = { "every", "vnm: M stages every (4, 5, 6, ...) or doubling (4, 8, 16)" },
+  score = { "magnitude", "vnm: magnitude or fisher (w^2 times Adam's squared-gradient average)" },
   save = { "", "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch" },
   resume = { "", "continue from a checkpoint written by --save (same options), with the next "
     .. "epoch" },
@@ -76,6 +81,17 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     prune.check_target(o.mode, o.sparsity)
   else
     prune.check_target(o.mode, o.target ~= "" and o.target or (o.mode == "nm" and "2:4" or "64:2:8"))
+  end
+  util.check_arg_number(o, "decay", 0, true)
+  if o.mode ~= "vnm" and (not o.shadow or o.decay ~= 1 or o.progression ~= "every"
+      or o.score ~= "magnitude") then
+    util.fail("--no-shadow, --decay, --progression and --score are options of --mode vnm")
+  end
+  if o.progression ~= "every" and o.progression ~= "doubling" then
+    util.fail("--progression must be every or doubling, got " .. o.progression)
+  end
+  if o.score ~= "magnitude" and o.score ~= "fisher" then
+    util.fail("--score must be magnitude or fisher, got " .. o.score)
   end
   if o.stop_after > o.epochs then
     util.fail(("--stop-after %d is past --epochs %d"):format(o.stop_after, o.epochs))
@@ -125,19 +141,28 @@ end
 
 -- 4. The pruning schedule ------------------------------------------------------------
 --
--- prune.GMP takes the model and the optimizer: in vnm mode it replaces each
--- hidden nn.Linear by an nn.SparseLinear when its layer first turns sparse
--- (and again, recompressed, whenever M grows: 2:4 → 2:5 → … → 2:8), and
--- hands the optimizer the new compressed parameter, with the Adam moments of
--- the surviving weights and without those of the removed ones. In nm and
--- unstructured modes the weights stay dense and masked. The output layer
--- (the last Linear, 10 rows) stays dense in every mode.
+-- prune.GMP takes the model and the optimizer. In vnm mode each hidden layer
+-- goes through V:2:M stages as the target grows (2:4 → 2:5 → … → 2:8). By
+-- default it keeps its dense weights meanwhile (a "dense shadow"): each
+-- event picks the stage's pattern from them, the forward computes through
+-- that pattern, and the gradient trains every weight (the straight-through
+-- estimator; SR-STE's decay pulls those outside the pattern towards 0), so
+-- a weight dropped at one stage can win its place back at the next. At the
+-- last event the layer becomes an nn.SparseLinear holding exactly 2 of
+-- every 8 weights per row, and the optimizer gets the compressed parameter
+-- with the Adam moments of the kept weights. --no-shadow compresses at every
+-- stage instead. In nm and unstructured modes the weights stay dense and
+-- masked. The output layer (the last Linear, 10 rows) stays dense in every
+-- mode.
 local t0 = math.floor(opts.prune_start * total_steps)
 local span = math.floor(opts.prune_end * total_steps) - t0
 local dt = opts.every > 0 and opts.every or math.max(1, math.floor(span / 20))
 local gmp_opts = { optimizer = opt, mode = opts.mode, t0 = t0, n = math.floor(span / dt), dt = dt }
 if opts.mode == "unstructured" then
   gmp_opts.s_f = opts.sparsity
+elseif opts.mode == "vnm" then
+  gmp_opts.pattern, gmp_opts.shadow, gmp_opts.decay = opts.target, opts.shadow, opts.decay
+  gmp_opts.progression, gmp_opts.score = opts.progression, opts.score
 else
   gmp_opts.pattern = opts.target
 end

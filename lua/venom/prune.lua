@@ -8,8 +8,8 @@
 --     s_t = s_f + (s_i − s_f) · (1 − (t − t0) / (n·dt))³    for t0 ≤ t ≤ t0 + n·dt
 --
 -- (s_i before t0, s_f after), and the masks follow s_t at t = t0, t0 + dt, …,
--- t0 + n·dt: the weights of smallest magnitude among those still alive are
--- removed. Pruned weights stay pruned.
+-- t0 + n·dt: the weights of smallest magnitude (or score) are removed. In
+-- the masked modes pruned weights stay pruned; in vnm mode see below.
 --
 --     local prune = require "venom.prune"
 --     local opt = optim.AdamW(model:parameters(), {lr = 1e-3})
@@ -18,17 +18,28 @@
 --     for each batch:  ...; opt:step(); local ev = gmp:step()   -- ev: a table at events
 --
 -- Modes (opts.mode):
---   "vnm" (default) — V:2:M layers (venom.sparse). The target s_t maps to the
---     smallest M ≥ 4 with 1 − 2/M ≥ s_t, so each stage is a layout the sparse
---     kernels run: dense → 2:4 → 2:5 → … → 2:M_final. A layer becomes an
---     nn.SparseLinear (an nn.Conv2d an nn.SparseConv2d) the first time s_t > 0 and is re-selected by magnitude
---     and recompressed when M grows. The new module replaces the old one in
---     its parent, and its `values` replace the old parameter in the optimizer
---     (Optimizer:replace_parameter), which keeps the state (moments, step
---     count) of the surviving weights and drops that of the removed ones.
---     When M grows the groups of M columns move, so a block's 4 columns may
---     cover positions pruned earlier: those slots hold zeros and are held at
---     zero after every step, so a pruned weight never comes back.
+--   "vnm" (default) — V:2:M layers (venom.sparse). The target s_t maps to
+--     a stage M (progression = "every": the smallest M ≥ 4 with 1 − 2/M ≥
+--     s_t, dense → 2:4 → 2:5 → … → 2:M_final; "doubling": 4 → 8 → 16 …,
+--     whose groups of columns nest), so each stage is a layout the sparse
+--     kernels run. With shadow = true (default) the layer keeps its dense
+--     weight and optimizer state during the schedule, computes through the
+--     stage's pattern chosen afresh from the dense weights at every event,
+--     and trains all of the dense weight with the straight-through gradient
+--     plus the SR-STE decay of the weights outside the pattern (Zhou et al.
+--     2021; decay = λ); at the last event it becomes an nn.SparseLinear (a
+--     Conv2d: an nn.SparseConv2d) for good (venom.prune_vnm says how). With
+--     shadow = false it becomes a sparse layer at the first event and is recompressed when M grows,
+--     from the weights alive so far. The new module replaces the old one in
+--     its parent, and its `values` replace the old parameter in the
+--     optimizer (Optimizer:replace_parameter), which keeps the state
+--     (moments, step count) of the kept weights. score = "magnitude" or
+--     "fisher" (oBERT's w²·F with F the diagonal empirical Fisher from
+--     Adam's squared-gradient average) ranks the weights. The final layer
+--     holds exactly its pattern: 2 weights of every row in each group of M
+--     (nnz = 2·R·⌈K/M⌉ minus the slots of padding columns), all trainable;
+--     a slot that lands on a weight pruned at an earlier stage brings it
+--     back (at 0 without the shadow).
 --   "nm" — masked dense weights with N:M masks (pattern "2:4", "1:4",
 --     "4:8"…): within each group of M consecutive inputs of a row, the
 --     largest surviving |w| are kept, going from M:M down to N:M as s_t grows
@@ -45,14 +56,11 @@
 -- Masked modes multiply the weight, its gradient and the optimizer's state
 -- tensors by the mask after every step, so Adam's moments of removed
 -- weights are zero and the weights stay exactly zero.
-local venom = require "venom"
 local nn = require "venom.nn"
-local sparse = require "venom.sparse"
 local util = require "venom.util"
+local masks = require "venom.prune_masks"
+local vnm = require "venom.prune_vnm"
 local fail = util.fail
-
-local core = venom.core
-local is_tensor = venom.is_tensor
 
 local prune = {}
 
@@ -224,11 +232,18 @@ end
 --   s_f        final sparsity in [0, 1) (vnm: with V = 64, M from s_f;
 --              unstructured: required)
 --   s_i        initial sparsity, 0 ≤ s_i ≤ s_f (default 0)
+--   shadow     vnm: train a dense shadow with SR-STE during the schedule
+--              (default true; false: compress at every stage)
+--   decay      vnm shadow: SR-STE's λ, W ← W − lr·λ·(1−m)⊙W after each
+--              step outside the pattern m (≥ 0, default 1)
+--   progression  vnm: "every" (default) or "doubling" M stages
+--   score      vnm: "magnitude" (default) or "fisher"
 --   t0         first pruning step (≥ 0, default 0); n (≥ 1, required)
 --              pruning steps, every dt (≥ 1, default 1) optimizer steps
 --   layers     module paths or type names (default: every nn.Conv2d with
 --              groups = 1 and every nn.Linear but the last; a Conv2d's
---              matrix is its weight as (out, in·kh·kw), "vnm" mode only); scope = "layer" (default) or "global" (unstructured)
+--              matrix is its weight as (out, in·kh·kw), "vnm" mode only);
+--              scope = "layer" (default) or "global" (unstructured)
 -- Errors name the bad option. With t0 = 0 the first event (s_i) happens here.
 function prune.GMP(model, opts)
   local who = "prune.GMP"
@@ -236,7 +251,8 @@ function prune.GMP(model, opts)
     fail(("%s: expected a module, got %s"):format(who, type(model)))
   end
   opts = util.check_options(opts, { "optimizer", "mode", "pattern", "s_f", "s_i", "V", "t0",
-                                    "n", "dt", "layers", "scope" }, who)
+                                    "n", "dt", "layers", "scope", "shadow", "decay",
+                                    "progression", "score" }, who)
   local opt = opts.optimizer
   if opt == nil then
     fail(who .. ": optimizer is required (the optimizer over model:parameters())")
@@ -257,6 +273,28 @@ function prune.GMP(model, opts)
     fail(who .. ": scope = \"global\" is for mode \"unstructured\"")
   end
   local s_f, layout = parse_target(who, mode, opts)
+  for _, k in ipairs({ "shadow", "decay", "progression", "score" }) do
+    if opts[k] ~= nil and mode ~= "vnm" then
+      fail(("%s: %s is an option of mode \"vnm\""):format(who, k))
+    end
+  end
+  local shadow = opts.shadow
+  if shadow == nil then shadow = true end
+  if type(shadow) ~= "boolean" then
+    fail(("%s: shadow must be true or false, got %s"):format(who, tostring(shadow)))
+  end
+  local decay = opts.decay or 1
+  if type(decay) ~= "number" or not (decay >= 0 and decay < math.huge) then
+    fail(("%s: decay must be a finite number >= 0, got %s"):format(who, tostring(decay)))
+  end
+  local progression, score = opts.progression or "every", opts.score or "magnitude"
+  if progression ~= "every" and progression ~= "doubling" then
+    fail(("%s: progression must be \"every\" or \"doubling\", got %s"):format(who,
+      tostring(progression)))
+  end
+  if score ~= "magnitude" and score ~= "fisher" then
+    fail(("%s: score must be \"magnitude\" or \"fisher\", got %s"):format(who, tostring(score)))
+  end
   local s_i = check_sparsity(who, "s_i", opts.s_i or 0)
   if s_i > s_f then
     fail(("%s: s_i (%g) must not exceed the final sparsity (%g)"):format(who, s_i, s_f))
@@ -318,6 +356,7 @@ function prune.GMP(model, opts)
 
   local self = setmetatable({ opt = opt, mode = mode, scope = scope, s_i = s_i, s_f = s_f,
     t0 = t0, n = n, dt = dt, layout = layout, layers = layers, t = 0, current = 0,
+    shadow = mode == "vnm" and shadow, decay = decay, progression = progression, score = score,
     events = {} }, GMP)
   if t0 == 0 and s_i > 0 then self:_update(0) end
   return self
@@ -341,218 +380,6 @@ end
 -- the first).
 function GMP:sparsity() return self.current end
 
--- Tensor helpers ------------------------------------------------------------------
-
--- x ⊙ mask in place for the parameter, its gradient and every optimizer
--- state tensor of its shape (moments, momentum buffers).
-local function mask_param(opt, p, mask)
-  venom.no_grad(function()
-    p:mul_(mask)
-    if p.grad then p.grad:mul_(mask) end
-    local st = opt.state[p]
-    if st then
-      for _, v in pairs(st) do
-        if is_tensor(v) then v:mul_(mask) end
-      end
-    end
-  end)
-end
-
-local eyes = setmetatable({}, { __mode = "v" })
-local function eye(R)
-  if not eyes[R] then
-    local a = venom.arange(R):long()
-    eyes[R] = a:reshape(R, 1):eq(a:reshape(1, R)):float()
-  end
-  return eyes[R]
-end
-
--- The dense (R, K) matrix d gathered into the compressed layout of the
--- V:N:M matrix s: the SDDMM Iᵀ·d sampled at s's kept positions.
-local function gather(s, d)
-  return core.vnm_sddmm(s, eye(d:size(1)), d:contiguous())
-end
-
--- The weight of a pruned layer as a dense (R, K) tensor.
-local function dense_weight(L) return sparse.weight_matrix(L.module) end
-
--- The (trainable) tensor that holds a layer's weights.
-local function weight_param(L)
-  return L.module.values or L.module.weight
-end
-
--- Devices. The masks applied after every step (vmask, and alive in the
--- masked modes) live on the layer's device. Pattern selection and
--- recompression of vnm layers run on the CPU, as do their alive masks (only
--- recompression reads them): the weight comes down once per stage, and the
--- new values, vmask and optimizer state go up.
-local function device_of(L) return weight_param(L):device() end
-
--- vnm -------------------------------------------------------------------------------
-
--- A state tensor of the old parameter as dense (R, K).
-local function dense_state(L, v)
-  if not L.module.matrix then return v:reshape(L.rows, L.cols) end -- Linear, Conv2d
-  local m = L.module.matrix
-  return core.vnm_from_pattern(L.rows, L.cols, L.module.V, L.module.N, L.module.M, m:columns(),
-                               m:indices(), v:contiguous()):to_dense()
-end
-
--- Rebuilds layer L as a V:2:M SparseLinear (SparseConv2d) from its surviving weights.
-function GMP:_vnm_stage(L, M)
-  local opt, old, dev = self.opt, weight_param(L), device_of(L)
-  local w = dense_weight(L):cpu()
-  if L.alive then w = w * L.alive end
-  local new = sparse.from_layer(L.module, { V = self.layout.V, N = 2, M = M }, w)
-  local kept = new:mask():float()
-  local alive = L.alive and kept * L.alive or kept
-  local live = alive:sum():item()
-  local slots = new:stats().nnz
-  -- Slots over pruned positions (zeros) must stay zero: their mask in the
-  -- compressed layout. Without such slots the pattern alone keeps them out.
-  local vmask = live < slots and gather(new.matrix, alive) or nil
-
-  -- Carry over the optimizer state of the survivors, in the new layout.
-  local st, state = opt.state[old], nil
-  if st then
-    state = {}
-    for k, v in pairs(st) do
-      if is_tensor(v) then
-        local d = dense_state(L, v:cpu()) * alive
-        state[k] = gather(new.matrix, d):to(dev)
-      else
-        state[k] = v
-      end
-    end
-  end
-  new:to(dev)
-  if vmask then vmask = vmask:to(dev) end
-  L.parent[L.key] = new
-  opt:replace_parameter(old, new.values, state)
-  L.module, L.alive, L.vmask, L.M, L.live = new, alive, vmask, M, live
-  if vmask then mask_param(opt, new.values, vmask) end
-end
-
--- nm / unstructured masks --------------------------------------------------------------
-
--- Selection by magnitude has no answer for NaN (it compares false with
--- everything) or ±inf: refuse them with the layer and the 1-based position,
--- as vnm mode does. w − w is 0 where w is finite, so one sum tells.
-local function check_finite(L)
-  local w = L.module.weight:detach()
-  local d = w - w
-  local bad = d:sum():item() ~= 0
-  d:free()
-  if not bad then return end
-  local flat = w:reshape(-1):cpu():totable()
-  for i, v in ipairs(flat) do
-    if v - v ~= 0 then
-      fail(("GMP:step: layer '%s': weight (%d, %d) is %s; selection by magnitude needs finite "
-        .. "weights")
-        :format(L.path, math.floor((i - 1) / L.cols) + 1, (i - 1) % L.cols + 1,
-          v ~= v and "nan" or v > 0 and "inf" or "-inf"))
-    end
-  end
-end
-
--- The N:M mask keeping `keep` of each group of M inputs per row, by
--- magnitude among the alive weights.
-function GMP:_nm_mask(L, keep)
-  local R, K, M = L.rows, L.cols, self.layout.M
-  local score = L.module.weight:detach():abs()
-  if L.alive then score = score:masked_fill(L.alive:eq(0), -1) end -- pruned: never chosen
-  score = score:reshape(R, K / M, M)
-  local dev = score:device()
-  local positions = venom.arange(M):long():reshape(1, 1, M):to(dev)
-  local mask = venom.zeros(R, K / M, M, { device = dev })
-  for _ = 1, keep do
-    local idx = score:argmax(3) - 1 -- 0-based, like positions
-    local pick = positions:eq(idx:unsqueeze(3))
-    mask = mask + pick:float()
-    score = score:masked_fill(pick, -2)
-  end
-  mask = mask:reshape(R, K)
-  if L.alive then mask = mask * L.alive end
-  return mask
-end
-
--- The k-th smallest number of array a (1 ≤ k ≤ #a), reordering a: Hoare's
--- selection (Wirth's version), linear time on average; runs of equal
--- values split evenly, so ties do not make it quadratic.
-local function kth_smallest(a, k)
-  local lo, hi = 1, #a
-  while lo < hi do
-    local pivot = a[math.floor((lo + hi) / 2)]
-    local i, j = lo, hi
-    while i <= j do
-      while a[i] < pivot do i = i + 1 end
-      while a[j] > pivot do j = j - 1 end
-      if i <= j then
-        a[i], a[j] = a[j], a[i]
-        i, j = i + 1, j - 1
-      end
-    end
-    if k <= j then hi = j elseif k >= i then lo = i else return a[k] end
-  end
-  return a[k]
-end
-
--- Magnitude masks keeping size − ⌊s·size⌋ weights (⌊s·size⌋ pruned) per layer or in all the
--- layers together: of the weights still alive, the smallest |w| go until
--- that count is left. The cut is the need-th smallest alive |w|: every
--- weight above it stays, every one below goes, and of those equal to it
--- the lowest indices go first (layers in order, each row-major), so ties
--- prune exactly as many as needed. |w| comes to the CPU as a Lua array for
--- the selection; the masks themselves are tensor comparisons.
-function GMP:_unstructured_masks(s)
-  local groups = {}
-  if self.scope == "global" then
-    groups[1] = self.layers
-  else
-    for i, L in ipairs(self.layers) do groups[i] = { L } end
-  end
-  for _, group in ipairs(groups) do
-    -- |w| with the pruned weights at −1: never counted, never kept.
-    local scores, flat, live, size = {}, {}, {}, 0
-    for i, L in ipairs(group) do
-      local a = L.module.weight:detach():abs()
-      if L.alive then a = a:masked_fill(L.alive:eq(0), -1) end
-      scores[i] = a:cpu()
-      flat[i] = scores[i]:reshape(-1):totable()
-      for _, v in ipairs(flat[i]) do
-        if v >= 0 then live[#live + 1] = v end
-      end
-      size = size + L.rows * L.cols
-    end
-    -- ⌊s·size⌋ weights are pruned in all (1e-9 absorbs
-    -- s·size landing a hair under an integer), so size − ⌊s·size⌋ stay.
-    local need = #live - (size - math.floor(s * size + 1e-9)) -- how many more go
-    local cut, at_cut = -1, 0 -- above cut stays; of the weights equal to it, at_cut go
-    if need > 0 then
-      cut = kth_smallest(live, need)
-      at_cut = need
-      for _, v in ipairs(live) do
-        if v < cut then at_cut = at_cut - 1 end
-      end
-    end
-    for i, L in ipairs(group) do
-      local keep = scores[i]:gt(cut):float()
-      if need > 0 then
-        for j, v in ipairs(flat[i]) do
-          if v == cut then
-            if at_cut > 0 then
-              at_cut = at_cut - 1 -- goes (gt left it 0)
-            else
-              keep:set(math.floor((j - 1) / L.cols) + 1, (j - 1) % L.cols + 1, 1)
-            end
-          end
-        end
-      end
-      L.alive = keep:to(device_of(L))
-    end
-  end
-end
-
 -- Events ---------------------------------------------------------------------------
 
 function GMP:_pattern(L)
@@ -568,25 +395,28 @@ end
 -- Sets the masks for the target at step t and records the event.
 function GMP:_update(t)
   local s = self:target(t)
-  if s > 0 and self.mode ~= "vnm" then -- vnm: nn.SparseLinear checks (the same message)
-    for _, L in ipairs(self.layers) do check_finite(L) end -- before any mask changes
+  if s > 0 then -- before any mask changes
+    for _, L in ipairs(self.layers) do masks.check_finite(L, vnm.dense_weight(L)) end
   end
   if s > 0 then
     if self.mode == "vnm" then
-      local M = math.min(prune.vnm_M(s), self.layout.M)
+      local M = self:_stage_M(s)
+      -- The shadow re-selects at every event and compresses at the last;
+      -- without it a layer is recompressed when M grows.
+      local final = t >= self.t0 + self.n * self.dt
       for _, L in ipairs(self.layers) do
-        if L.M ~= M then self:_vnm_stage(L, M) end
+        if self.shadow and L.pruned or L.M ~= M then vnm.stage(self, L, M, final) end
       end
     elseif self.mode == "nm" then
       local M = self.layout.M
       local keep = math.max(self.layout.N, math.floor(M * (1 - s) + 1e-9))
       for _, L in ipairs(self.layers) do
         if keep < M and keep ~= L.keep then
-          L.alive, L.keep = self:_nm_mask(L, keep), keep
+          L.alive, L.keep = masks.nm_mask(self, L, keep), keep
         end
       end
     else
-      self:_unstructured_masks(s)
+      masks.unstructured(self, s)
     end
     if self.mode ~= "vnm" then self:_apply() end
   end
@@ -599,18 +429,34 @@ function GMP:_update(t)
   return ev
 end
 
--- Holds the pruned positions at zero (weights, gradients, optimizer state).
+-- The V:2:M stage for target s: the smallest M ≥ 4 with 1 − 2/M ≥ s
+-- ("every"), or the smallest of 4, 8, 16, … ("doubling", whose groups of
+-- columns nest), at most the final M.
+function GMP:_stage_M(s)
+  local M = prune.vnm_M(s)
+  if self.progression == "doubling" then
+    local d = 4
+    while d < M do d = 2 * d end
+    M = d
+  end
+  return math.min(M, self.layout.M)
+end
+
+-- After each optimizer step: masked modes hold the pruned positions at zero
+-- (weights, gradients, optimizer state); the vnm shadow decays the weights
+-- outside its pattern (SR-STE).
 function GMP:_apply()
   for _, L in ipairs(self.layers) do
     if self.mode == "vnm" then
-      if L.vmask then mask_param(self.opt, L.module.values, L.vmask) end
+      vnm.decay(self, L)
     elseif L.alive then
-      mask_param(self.opt, L.module.weight, L.alive)
+      masks.mask_param(self.opt, L.module.weight, L.alive)
     end
   end
 end
 
---- Call after each optimizer step. Re-zeroes the pruned weights, counts the
+--- Call after each optimizer step. Re-zeroes the pruned weights (masked
+-- modes) or decays them (the vnm shadow), counts the
 -- step, and at t0, t0 + dt, …, t0 + n·dt prunes to the scheduled sparsity.
 -- Returns the event at those steps — {step, sparsity, layers = {{name,
 -- pattern}, ...}} — and nil otherwise.
@@ -625,8 +471,8 @@ end
 
 --- Per pruned layer: {name, pattern ("64:2:8", "2:4", "75.0%" or "dense"),
 -- nnz (weights alive), size (rows·cols), sparsity = 1 − nnz/size, and for
--- V:N:M layers bytes (compressed storage of the weight) and slots (stored
--- values, ≥ nnz)}.
+-- compressed V:N:M layers bytes (storage of the weight) and slots (stored
+-- values: nnz plus the slots of padding columns)}.
 function GMP:report()
   local out = {}
   for _, L in ipairs(self.layers) do
@@ -634,7 +480,7 @@ function GMP:report()
     local nnz = L.alive and L.alive:sum():item() or size
     local r = { name = L.path, pattern = self:_pattern(L), nnz = nnz, size = size,
                 sparsity = 1 - nnz / size }
-    if self.mode == "vnm" and L.M then
+    if self.mode == "vnm" and L.module.stats then
       local st = L.module:stats()
       r.bytes, r.slots = st.bytes, st.nnz
     end
@@ -643,164 +489,6 @@ function GMP:report()
   return out
 end
 
--- Checkpoints ----------------------------------------------------------------------
-
---- venom.checkpoint loads a part with this field before the model and the
--- optimizer: GMP:load_state_dict may turn layers into SparseLinear and swap
--- the optimizer's parameters, and their state must be loaded into those.
-GMP.load_before_model = true
-
---- The schedule's position and each pruned layer's layout, as a flat table
--- for venom.checkpoint: "mode", "t" (steps taken), "current" (the target of
--- the last event) and, per layer (by its dotted path), "layers.<path>.M"
--- (vnm: the V:2:M stage), "layers.<path>.keep" (nm: weights kept per group
--- of M), "layers.<path>.alive" (the dense f32 (rows, cols) mask of the
--- weights not pruned) and, for vnm layers whose compressed slots cover
--- pruned positions, "layers.<path>.vmask" (the mask in the compressed
--- layout). A layer still dense has no entries. The weights and the
--- optimizer state are the model's and the optimizer's parts.
-function GMP:state_dict()
-  local sd = { mode = self.mode, t = self.t, current = self.current }
-  for _, L in ipairs(self.layers) do
-    local pre = "layers." .. L.path .. "."
-    if L.M then sd[pre .. "M"] = L.M end
-    if L.keep then sd[pre .. "keep"] = L.keep end
-    if L.alive then sd[pre .. "alive"] = L.alive end
-    if L.vmask then sd[pre .. "vmask"] = L.vmask end
-  end
-  return sd
-end
-
---- For venom.checkpoint: returns a function that puts the scheduler back as
--- it is now — its position, each layer's mask and layout, the modules in
--- their parents and their parameters (with their state) in the optimizer —
--- undoing a load_state_dict when a later part of the checkpoint is refused.
-function GMP:snapshot()
-  local opt, saved, t, current = self.opt, {}, self.t, self.current
-  for i, L in ipairs(self.layers) do
-    local p = weight_param(L)
-    saved[i] = { module = L.module, param = p, state = opt.state[p], M = L.M, keep = L.keep,
-                 alive = L.alive, vmask = L.vmask, live = L.live }
-  end
-  return function()
-    for i, L in ipairs(self.layers) do
-      local b = saved[i]
-      if L.module ~= b.module then -- load_state_dict rebuilt it as a SparseLinear
-        opt:replace_parameter(weight_param(L), b.param, b.state)
-        L.parent[L.key] = b.module
-      end
-      L.module, L.M, L.keep, L.alive, L.vmask, L.live = b.module, b.M, b.keep, b.alive, b.vmask,
-        b.live
-    end
-    self.t, self.current = t, current
-  end
-end
-
-local shape_of = util.format_shape
-
--- sd[key] as an integer within [lo, hi] (hi optional; numbers may arrive as
--- strings).
-local function sd_int(who, sd, key, lo, hi)
-  return util.check_int(tonumber(sd[key]) or sd[key], ("'%s'"):format(key),
-    { min = lo, max = hi, who = who })
-end
-
--- sd[key] as an f32 tensor of the given shape, copied.
-local function sd_mask(who, sd, key, rows, cols)
-  local v, want = sd[key], shape_of({ rows, cols })
-  if not is_tensor(v) or v:dtype() ~= "f32" or shape_of(v) ~= want then
-    fail(("%s: '%s' must be an f32 tensor of shape %s, got %s"):format(who, key, want,
-      is_tensor(v) and v:dtype() .. " " .. shape_of(v) or type(v)))
-  end
-  -- 0/1 only: anything else (NaN, 2) would scale weights instead of masking.
-  local not0, not1 = v:ne(0), v:ne(1)
-  local both = not0:mul(not1)
-  local bad = both:sum():item()
-  not0:free(); not1:free(); both:free()
-  if bad > 0 then
-    fail(("%s: '%s' must hold only 0 and 1, found %d other values"):format(who, key, bad))
-  end
-  return v:clone()
-end
-
---- Restores a table from state_dict() (or read back by venom.checkpoint,
--- where numbers arrive as strings) into a scheduler built with the same
--- options over a freshly built model and optimizer. In vnm mode each layer
--- saved at stage 2:M becomes an nn.SparseLinear of that layout, replacing
--- the module in its parent and its parameter in the optimizer, as a pruning
--- event does (its weights, pattern and optimizer state then come from the
--- model's and the optimizer's parts, loaded after this one). Every entry is
--- checked before anything changes; errors name the entry, and a layer
--- already pruned (at construction, t0 = 0) that the checkpoint holds dense
--- is refused.
-function GMP:load_state_dict(sd)
-  local who = "GMP:load_state_dict"
-  if type(sd) ~= "table" then
-    fail(("%s: expected a table, got %s"):format(who, type(sd)))
-  end
-  if sd.mode ~= self.mode then
-    fail(("%s: the checkpoint is for mode %s, this scheduler's is %s"):format(who,
-      tostring(sd.mode), self.mode))
-  end
-  local t = sd_int(who, sd, "t", 0)
-  local current = tonumber(sd.current)
-  if not current or current ~= current or current < 0 or current >= 1 then
-    fail(("%s: 'current' must be a sparsity in [0, 1), got %s"):format(who, tostring(sd.current)))
-  end
-  local known, plan = { mode = true, t = true, current = true }, {}
-  for i, L in ipairs(self.layers) do
-    local pre = "layers." .. L.path .. "."
-    local p = {}
-    for _, f in ipairs({ "M", "keep", "alive", "vmask" }) do known[pre .. f] = true end
-    if self.mode == "vnm" and sd[pre .. "M"] ~= nil then
-      p.M = sd_int(who, sd, pre .. "M", 4, self.layout.M)
-      p.alive = sd_mask(who, sd, pre .. "alive", L.rows, L.cols)
-      if sd[pre .. "vmask"] ~= nil then
-        p.vmask = sd_mask(who, sd, pre .. "vmask", L.rows, 2 * math.ceil(L.cols / p.M))
-      end
-    elseif self.mode ~= "vnm" and sd[pre .. "alive"] ~= nil then
-      p.alive = sd_mask(who, sd, pre .. "alive", L.rows, L.cols)
-      if self.mode == "nm" then
-        p.keep = sd_int(who, sd, pre .. "keep", self.layout.N, self.layout.M - 1)
-      end
-    end
-    if (L.M or L.alive) and not (p.M or p.alive) then
-      fail(("%s: layer '%s' is already pruned but the checkpoint holds it dense"):format(who,
-        L.path))
-    end
-    if current > 0 and not (p.M or p.alive) then -- every event prunes every layer
-      fail(("%s: the checkpoint's target sparsity is %g but it has no entry for layer '%s'")
-        :format(who, current, L.path))
-    end
-    plan[i] = p
-  end
-  for key in pairs(sd) do
-    if not known[key] then
-      fail(("%s: unexpected entry '%s' (not a %s-mode entry of this scheduler's layers)")
-        :format(who, tostring(key), self.mode))
-    end
-  end
-
-  for i, L in ipairs(self.layers) do
-    local p = plan[i]
-    if p.M and p.M ~= L.M then
-      -- The weights given here are placeholders: the model's part loads the
-      -- saved pattern and values into this layout.
-      local old = weight_param(L)
-      local new = sparse.from_layer(L.module, { V = self.layout.V, N = 2, M = p.M },
-                                    dense_weight(L):cpu())
-      new:to(device_of(L))
-      L.parent[L.key] = new
-      self.opt:replace_parameter(old, new.values, nil)
-      L.module = new
-    end
-    local dev = device_of(L)
-    if p.vmask then p.vmask = p.vmask:to(dev) end
-    if p.alive and not p.M then p.alive = p.alive:to(dev) end -- masked modes apply it
-    L.M, L.keep, L.alive, L.vmask = p.M, p.keep, p.alive, p.vmask
-    L.live = p.M and p.alive:sum():item() or nil
-  end
-  self.t, self.current = t, current
-end
+require("venom.prune_state")(GMP)
 
 return prune

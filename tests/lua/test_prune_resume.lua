@@ -19,8 +19,12 @@ local function path(name) return dir .. "/" .. name end
 local slurp = testutil.slurp
 
 local STEPS = 14
+-- vnm: with the dense shadow (compressed at step 10), fisher scores and
+-- doubling stages; vnm_compress: without the shadow.
 local GMP_OPTS = {
-  vnm = { mode = "vnm", pattern = "4:2:8", t0 = 2, n = 4, dt = 2 },
+  vnm = { mode = "vnm", pattern = "4:2:8", t0 = 2, n = 4, dt = 2, score = "fisher",
+          progression = "doubling" },
+  vnm_compress = { mode = "vnm", shadow = false, pattern = "4:2:8", t0 = 2, n = 4, dt = 2 },
   nm = { mode = "nm", pattern = "2:8", t0 = 2, n = 4, dt = 2 },
   unstructured = { mode = "unstructured", s_f = 0.8, t0 = 2, n = 4, dt = 2 },
 }
@@ -78,7 +82,7 @@ local function opt_holds_model(parts)
   return true
 end
 
-for _, mode in ipairs({ "vnm", "nm", "unstructured" }) do
+for _, mode in ipairs({ "vnm", "vnm_compress", "nm", "unstructured" }) do
   -- Round trip of the scheduler alone, at step 5 (after events 2 and 4).
   local a = setup(mode)
   train(a, 0, 5, {})
@@ -89,6 +93,12 @@ for _, mode in ipairs({ "vnm", "nm", "unstructured" }) do
     mode .. ": the schedule position and current target round trip")
   tap.is(describe(b), describe(a), mode .. ": every layer's layout and alive count round trip")
   if mode == "vnm" then
+    local m1 = b.gmp.layers[1].alive
+    tap.ok(getmetatable(b.model[1]) == nn.Linear and rawget(b.model[1], "forward") ~= nil
+      and m1:eq(a.gmp.layers[1].alive):sum():item() == m1:numel() and opt_holds_model(b),
+      "vnm shadow: the layers stay dense, compute through the saved pattern, the optimizer "
+      .. "holds them")
+  elseif mode == "vnm_compress" then
     tap.ok(getmetatable(b.model[1]) == getmetatable(a.model[1]) and b.model[1].M == a.model[1].M
       and b.model[4].M == a.model[4].M and opt_holds_model(b),
       "vnm: the layers are rebuilt as SparseLinear of the saved M, and the optimizer holds them")
@@ -148,7 +158,15 @@ do
   sd["layers.1.alive"] = venom.full(keep:shape(), 0 / 0)
   tap.error_like(function() c.gmp:load_state_dict(sd) end, "must hold only 0 and 1",
     "a mask holding NaN is refused")
-  tap.error_like(function() c.gmp:load_state_dict({ mode = "vnm", t = 6, current = 0.5 }) end,
+  sd["layers.1.alive"] = keep
+  sd.shadow = 0
+  tap.error_like(function() c.gmp:load_state_dict(sd) end,
+    "written with shadow = false, this scheduler has shadow = true",
+    "a checkpoint without the shadow into a scheduler with it is refused")
+  tap.ok(getmetatable(c.model[1]) == nn.Linear and c.gmp.t == 0
+    and rawget(c.model[1], "forward") == nil, "and nothing changed")
+  tap.error_like(function() c.gmp:load_state_dict({ mode = "vnm", t = 6, current = 0.5,
+    shadow = 1 }) end,
     "no entry for layer '1'", "a pruned target without layer entries is refused")
 end
 
