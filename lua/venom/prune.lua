@@ -57,6 +57,7 @@
 -- tensors by the mask after every step, so Adam's moments of removed
 -- weights are zero and the weights stay exactly zero.
 local nn = require "venom.nn"
+local sparse = require "venom.sparse"
 local util = require "venom.util"
 local masks = require "venom.prune_masks"
 local vnm = require "venom.prune_vnm"
