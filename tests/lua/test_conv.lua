@@ -147,6 +147,19 @@ do
     gmp:step()
   end
   tap.is(getmetatable(model[1]), nn.SparseConv2d, "GMP: Conv2d 1 is a SparseConv2d")
+  -- In the dense shadow (mid-schedule) a Conv2d computes with W ⊙ mask.
+  local sm = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 4 * 4, 2))
+  local sopt = optim.SGD(sm:parameters(), { lr = 0.01 })
+  local sg = prune.GMP(sm, { optimizer = sopt, pattern = "8:2:8", n = 3, dt = 1 })
+  sopt:step()
+  sg:step() -- the second of 3 events: a middle stage, in the shadow
+  local c = sm[1]
+  local pruned = rawget(c, "_gmp_pruned")
+  tap.ok(pruned ~= nil and shape_of(pruned) == "8x3x3x3", "GMP shadow: a Conv2d's mask has the weight's shape")
+  local xs = venom.randn(2, 3, 6, 6)
+  local want = venom.conv2d(xs, c.weight:detach() * (pruned * -1 + 1), c.bias:detach())
+  tap.ok((c(xs):detach() - want):abs():max():item() < 1e-5,
+    "GMP shadow: a Conv2d's forward is the convolution by W ⊙ mask")
   tap.is(getmetatable(model[3]), nn.SparseConv2d, "GMP: Conv2d 3 is a SparseConv2d")
   tap.is(getmetatable(model[6]), nn.Linear, "GMP: the classifier stays dense")
   local rep = gmp:report()
