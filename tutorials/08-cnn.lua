@@ -119,7 +119,7 @@ if opts.export_images ~= "" then
     end)
     if not ok then util.die(err) end
   end
-  os.exit(0)
+  return -- the script ends here (os.exit would skip closing the Lua state)
 end
 
 local function images(split, limit)
