@@ -29,7 +29,7 @@ if pid == 0:
     env.pop("LANG", None)
     os.execve(exe, [exe], env)
 out = b""
-deadline = time.time() + 10
+deadline = time.time() + 30  # a hang guard: a sanitizer build on a loaded machine is slow
 def wait_for(text, start):
     """Reads until `text` appears in out[start:]; False at EOF or the deadline."""
     global out
