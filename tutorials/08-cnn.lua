@@ -57,6 +57,11 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
   if o.sparse ~= "" then
     local ok, err = pcall(prune.check_target, "vnm", o.sparse)
     if not ok then util.fail("--sparse: " .. util.error_text(err)) end
+    -- GMP trains the first epoch dense and prunes in the later ones (section 4).
+    if o.epochs < 2 then
+      util.fail(("--sparse needs --epochs 2 or more (the first epoch trains dense, pruning runs "
+        .. "in the later ones), got --epochs %d"):format(o.epochs))
+    end
   end
   util.check_arg_int(o, "workers", 0)
   if o.export_images ~= "" and o.root_images ~= "" then
@@ -249,7 +254,9 @@ local panels = {
 }
 local final_acc, times = 0, {}
 for epoch = 1, opts.epochs do
-  local loss, seen, train_time = util.train_epoch(model, train_loader, logged_criterion, opt, {
+  -- A file of --root-images that fails to decode fails the batch that reads
+  -- it: util.die reports it in one line (exit status 1), no traceback.
+  local ok, loss, seen, train_time = pcall(util.train_epoch, model, train_loader, logged_criterion, opt, {
     desc = ("epoch %d/%d"):format(epoch, opts.epochs), epoch = epoch, lr = opts.lr,
     after_step = function()
       step = step + 1
@@ -257,7 +264,10 @@ for epoch = 1, opts.epochs do
       if sched then sched:step() end
       if gmp then gmp:step() end
     end })
-  final_acc = util.accuracy(model, test_loader)
+  if not ok then util.die(loss) end
+  local ok_acc, acc = pcall(util.accuracy, model, test_loader)
+  if not ok_acc then util.die(acc) end
+  final_acc = acc
   times[#times + 1] = train_time
   print(("epoch %d/%d  train loss %.4f  test accuracy %.2f%%  %.2f s/epoch (%.0f images/s)%s")
     :format(epoch, opts.epochs, loss, 100 * final_acc, train_time, seen / train_time,

@@ -86,5 +86,21 @@ local out7, rc7 = testutil.run_script("tutorials/08-cnn.lua", "--root-images " .
 tap.ok(rc7 == 2 and out7:find("error: --root-images: ", 1, true) ~= nil,
   "a missing --root-images folder exits with status 2 and says so")
 
+-- One corrupt PNG among the training images: the batch that reads it fails,
+-- and the tutorial says so in one line with status 1, no traceback.
+local bad = assert(io.open(images .. "/train/01-t-shirt-top/corrupt.png", "wb"))
+bad:write("\137PNG\r\n\26\nnot really a PNG")
+bad:close()
+local out8, rc8 = testutil.run_script("tutorials/08-cnn.lua", "--root-images " .. images
+  .. " --epochs 1 --batch-size 50 --width 8 --hidden 32 --workers 0")
+tap.ok(rc8 == 1 and out8:find("error: ", 1, true) ~= nil and out8:find("corrupt.png", 1, true) ~= nil
+  and out8:find("traceback", 1, true) == nil,
+  "a corrupt PNG under --root-images: one error line naming it, exit status 1: " .. out8)
+
+-- --sparse with one epoch would prune nothing (the first epoch is dense).
+local out9, rc9 = tutorial("--epochs 1 --sparse 8:2:8")
+tap.ok(rc9 == 2 and out9:find("--sparse needs --epochs 2 or more", 1, true) ~= nil,
+  "--sparse with --epochs 1 exits with status 2 and says how many epochs it needs: " .. out9)
+
 os.execute("rm -rf '" .. dir .. "'")
 tap.done()
