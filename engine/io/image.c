@@ -101,14 +101,29 @@ static bool check_png(const unsigned char *buf, int64_t len, const char *path)
 static vn_tensor *decode(const unsigned char *buf, int64_t len, const char *path, int channels)
 {
     if (!check_png(buf, len, path)) return NULL;
+    /* A PNG's size is read from its IHDR here: stb_image refuses a zero or
+     * huge size with a reason that stbi_info turns into "unknown image type"
+     * (it goes on to try the other formats). */
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (len >= 24 && !memcmp(buf, sig, 8) && !memcmp(buf + 12, "IHDR", 4)) {
+        uint32_t pw = be32(buf + 16), ph = be32(buf + 20);
+        if (pw == 0 || ph == 0)
+            return vn__errp(VN_ERR_FORMAT, "image_load: '%s' has zero width or height (its PNG "
+                            "header says %lu x %lu pixels)", path, (unsigned long)pw,
+                            (unsigned long)ph);
+        if ((uint64_t)pw * ph > (uint64_t)VN_IMAGE_MAX_PIXELS)
+            return vn__errp(VN_ERR_FORMAT, "image_load: '%s' is too large (%lu x %lu pixels, "
+                            "limit %lld pixels; a corrupt header?)", path, (unsigned long)pw,
+                            (unsigned long)ph, (long long)VN_IMAGE_MAX_PIXELS);
+    }
     int w, h, c;
     /* The header first: its size is checked before stb_image allocates. */
     if (!stbi_info_from_memory(buf, (int)len, &w, &h, &c))
         return vn__errp(VN_ERR_FORMAT, "image_load: '%s' is not an image stb_image can decode "
                         "(PNG, JPEG, BMP, GIF, TGA, PSD, PNM): %s", path, stbi_failure_reason());
     if ((int64_t)w * h > VN_IMAGE_MAX_PIXELS)
-        return vn__errp(VN_ERR_FORMAT, "image_load: '%s' declares %d x %d pixels, more than the "
-                        "%lld venom decodes (a corrupt header?)", path, w, h,
+        return vn__errp(VN_ERR_FORMAT, "image_load: '%s' is too large (%d x %d pixels, limit "
+                        "%lld pixels; a corrupt header?)", path, w, h,
                         (long long)VN_IMAGE_MAX_PIXELS);
     unsigned char *px = stbi_load_from_memory(buf, (int)len, &w, &h, &c, channels);
     if (!px)
