@@ -85,8 +85,7 @@ function Conv2d:__init(in_channels, out_channels, kernel_size, opts)
   local k = self.kernel_size
   local bound = 1 / math.sqrt(in_channels / groups * k[1] * k[2])
   self:register_parameter("weight", uniform(bound, out_channels, in_channels / groups, k[1], k[2]))
-  local bias = opts.bias
-  if bias == nil then bias = true end
+  local bias = util.check_bool(opts.bias, "bias", who, true)
   self:register_parameter("bias", bias and uniform(bound, out_channels) or nil)
 end
 

@@ -90,11 +90,16 @@ function BitLinear:__init(in_features, out_features, opts)
     u:free()
   end
   self:register_parameter("weight", w)
-  if opts.norm ~= false then self:add_module("norm", RMSNorm(in_features)) end
+  if util.check_bool(opts.norm, "norm", "nn.BitLinear", true) then
+    self:add_module("norm", RMSNorm(in_features))
+  end
 end
 
 function BitLinear:forward(x)
   check_input("nn.BitLinear", x, self.in_features)
+  if x:dtype() ~= "f32" then
+    fail(("nn.BitLinear: expected an f32 input, got %s (convert it with x:float())"):format(x:dtype()))
+  end
   local h = self.norm and self.norm(x) or x
   if self.packed then return venom.ternary_matmul(h, self.packed, self.in_features, self.gamma) end
   return venom.bitlinear(h, self.weight)

@@ -123,6 +123,18 @@ function util.check_int(v, name, opts)
     shown(v)))
 end
 
+--- Checks that option `v` is true or false and returns it (`default` when
+-- nil); otherwise fails with "<who>: <name> must be true or false, got <v>"
+-- ({bias = "no"} and {bias = 0} are true to Lua, so they would otherwise
+-- turn the option on).
+function util.check_bool(v, name, who, default)
+  if v == nil then return default end
+  if type(v) ~= "boolean" then
+    fail(("%s: %s must be true or false, got %s"):format(who, name, shown(v)))
+  end
+  return v
+end
+
 --- Checks an options table against the names it may hold: nil gives {}, a
 -- non-table is an error, and so is a key not in the list `known` (a typo
 -- such as {weight_dacay = 0.1} would otherwise be ignored). `who` names the

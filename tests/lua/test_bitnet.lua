@@ -141,6 +141,11 @@ tap.error_like(function() GPT({ bitnet = true, mlp = { V = 8, M = 8 } }) end, "n
 tap.error_like(function() GPT({ bitnet = 1 }) end, "bitnet must be true or false", "bitnet must be a boolean")
 tap.error_like(function() venom.ternary_matmul(venom.zeros(2, 5), venom.zeros(3, 31, "u8"), 5, 1) end,
   "expected %(N, 32%)", "ternary_matmul: a wrong packed width")
+tap.error_like(function() nn.BitLinear(4, 4, { norm = "no" }) end,
+  "nn.BitLinear: norm must be true or false, got string \"no\"", "BitLinear: norm = \"no\" is refused")
+tap.ok(nn.BitLinear(4, 4, { norm = false }).norm == nil, "BitLinear: norm = false drops the norm")
+tap.error_like(function() nn.BitLinear(4, 4)(venom.zeros(2, 4, "i64")) end,
+  "nn.BitLinear: expected an f32 input, got i64", "BitLinear: an i64 input is refused by name")
 
 os.remove(tmp)
 tap.done()

@@ -198,6 +198,11 @@ do
     "a kernel size that is not a pair")
   tap.error_like(function() nn.SparseConv2d(3, 8, 3, { weight = venom.randn(8, 3, 2, 2) }) end,
     "weight must be a tensor of shape %(8, 3, 3, 3%)", "SparseConv2d: a weight of the wrong shape")
+  tap.error_like(function() nn.Conv2d(1, 4, 3, { bias = "no" }) end,
+    "nn.Conv2d: bias must be true or false, got string \"no\"", "bias = \"no\" is refused")
+  tap.error_like(function() nn.Conv2d(1, 4, 3, { bias = 0 }) end,
+    "nn.Conv2d: bias must be true or false, got 0", "bias = 0 is refused")
+  tap.ok(nn.Conv2d(1, 4, 3, { bias = false }).bias == nil, "bias = false: no bias")
 end
 
 tap.done()
