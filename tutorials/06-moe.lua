@@ -167,7 +167,7 @@ local function train_model(name)
     local g = GATES[name]
     moe = { experts = opts.experts, k = g.k, gate = g.gate, every = opts.every,
             capacity_factor = opts.capacity_factor,
-            anneal_steps = math.max(1, math.floor(opts.anneal * opts.steps)) }
+            anneal_steps = g.gate == "dts" and math.max(1, math.floor(opts.anneal * opts.steps)) or nil }
   end
   local ok_model, model = pcall(GPT, {
     vocab_size = data.TEXT_VOCAB, block_size = opts.block_size, n_layer = opts.n_layer,

@@ -79,6 +79,14 @@ local function check_config(d_model, d_hidden, opts)
   if c.gate ~= "topk" and c.gate ~= "dts" then
     fail(("%s: gate must be \"topk\" or \"dts\", got %s"):format(who, tostring(c.gate)))
   end
+  if c.gate ~= "dts" then
+    for _, key in ipairs({ "threshold", "tau_max", "tau_min", "anneal_steps" }) do
+      if opts[key] ~= nil then
+        fail(("%s: %s is an option of the \"dts\" gate; gate %q does not use it")
+          :format(who, key, c.gate))
+      end
+    end
+  end
   check_number(who, "capacity_factor", c.capacity_factor, function(v) return v > 0 end,
     "a number > 0 (math.huge: no capacity limit)")
   check_number(who, "alpha", c.alpha, function(v) return v >= 0 and v < math.huge end, "a number >= 0")

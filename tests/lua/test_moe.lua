@@ -172,8 +172,13 @@ end
 tap.error_like(function() nn.MoE(D, H, { experts = 0 }) end, "experts must be a positive integer, got 0", "E = 0")
 tap.error_like(function() nn.MoE(D, H, { experts = 2, k = 3 }) end, "k = 3 experts per token, but there are only 2",
   "k > E")
-tap.error_like(function() nn.MoE(D, H, { tau_min = 3, tau_max = 2 }) end, "tau_min = 3 is above tau_max = 2",
-  "τ_min > τ_max")
+tap.error_like(function() nn.MoE(D, H, { gate = "dts", tau_min = 3, tau_max = 2 }) end,
+  "tau_min = 3 is above tau_max = 2", "τ_min > τ_max")
+for _, key in ipairs({ "threshold", "tau_max", "tau_min", "anneal_steps" }) do
+  tap.error_like(function() nn.MoE(D, H, { gate = "topk", [key] = 0.5 }) end,
+    "nn.MoE: " .. key .. " is an option of the \"dts\" gate; gate \"topk\" does not use it",
+    "a DTS-only option with the topk gate: " .. key)
+end
 tap.error_like(function() nn.MoE(D, H, { capacity_factor = 0 }) end, "capacity_factor must be a number > 0",
   "capacity factor 0")
 tap.error_like(function() nn.MoE(D, H, { capacity_factor = 0 / 0 }) end, "capacity_factor must be", "capacity NaN")
