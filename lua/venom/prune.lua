@@ -296,6 +296,13 @@ function prune.GMP(model, opts)
   if score ~= "magnitude" and score ~= "fisher" then
     fail(("%s: score must be \"magnitude\" or \"fisher\", got %s"):format(who, tostring(score)))
   end
+  -- fisher reads the optimizer's average of squared gradients at each event:
+  -- an optimizer that keeps none (SGD) is refused now, not at the first event.
+  if score == "fisher" and not (opt._state_fields and opt._state_fields.exp_avg_sq) then
+    fail(("%s: score = \"fisher\" needs an optimizer that keeps an average of squared gradients "
+      .. "(optim.Adam or optim.AdamW: exp_avg_sq); this optimizer's state holds %s"):format(who,
+      opt._state_desc or "no exp_avg_sq"))
+  end
   local s_i = check_sparsity(who, "s_i", opts.s_i or 0)
   if s_i > s_f then
     fail(("%s: s_i (%g) must not exceed the final sparsity (%g)"):format(who, s_i, s_f))

@@ -154,11 +154,18 @@ do
 
   local m2 = mlp(16, 16, 16, 4)
   local sgd = optim.SGD(m2:parameters(), { lr = 0.1 })
-  local g2 = prune.GMP(m2, { optimizer = sgd, pattern = "4:2:8", t0 = 1, n = 2, score = "fisher" })
-  train_step(m2, sgd, x, y)
-  tap.error_like(function() g2:step() g2:step() end,
+  tap.error_like(function()
+    prune.GMP(m2, { optimizer = sgd, pattern = "4:2:8", t0 = 1, n = 2, score = "fisher" })
+  end, "prune.GMP: score = \"fisher\" needs an optimizer that keeps an average of squared "
+    .. "gradients %(optim.Adam or optim.AdamW: exp_avg_sq%); this optimizer's state holds momentum_buffer",
+    "fisher with SGD (no squared gradients) is refused when GMP is built")
+  -- Adam before its first step has no exp_avg_sq yet: the event says so.
+  local m3 = mlp(16, 16, 16, 4)
+  local adam = optim.Adam(m3:parameters(), { lr = 0.1 })
+  local g3 = prune.GMP(m3, { optimizer = adam, pattern = "4:2:8", t0 = 0, n = 2, score = "fisher" })
+  tap.error_like(function() g3:step() end,
     "layer '1': score = \"fisher\" needs the optimizer's average of squared gradients",
-    "fisher with SGD (no squared gradients) is a clear error")
+    "fisher before Adam's first step is a clear error at the event")
 end
 
 -- Bad options ----------------------------------------------------------------------------
