@@ -18,6 +18,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 static int l_scatter_add_rows(lua_State *L)
 {
@@ -42,6 +43,26 @@ static void set_number(lua_State *L, const char *name, int64_t v)
     lua_setfield(L, -2, name);
 }
 
+/* A failed vn_moe_route: the engine names a NaN score by its 0-based
+ * [token, expert]; Lua counts from 1, so on that failure the binding finds
+ * the first NaN itself and says where in Lua's terms. Other failures pass. */
+static int route_fail(lua_State *L, const vn_tensor *scores)
+{
+    if (!strstr(vn_last_error(), "is NaN (token")) return lv_fail(L);
+    vn_tensor *host = vn_to_device(scores, VN_CPU);
+    vn_tensor *c = host ? vn_contiguous(host) : NULL;
+    vn_tensor_release(host);
+    if (!c) return lv_fail(L);
+    const float *s = vn_tensor_data(c);
+    int64_t E = vn_tensor_shape(c)[1], n = vn_tensor_numel(c), i = 0;
+    while (i < n && s[i] == s[i]) i++;
+    vn_tensor_release(c);
+    if (i == n) return lv_fail(L);
+    long long t = (long long)(i / E) + 1, e = (long long)(i % E) + 1;
+    return lv_raise(L, "moe_route: scores[%lld, %lld] is NaN (token %lld, expert %lld): the router's "
+                    "logits are not finite", t, e, t, e);
+}
+
 static int l_moe_route(lua_State *L)
 {
     vn_tensor *scores = lv_check(L, 1);
@@ -51,7 +72,7 @@ static int l_moe_route(lua_State *L)
     if (k < 1 || k > INT_MAX) /* the engine's own check names E; this keeps k an int */
         return lv_argfail(L, 2, "moe_route: k = %lld experts per token, expected >= 1", (long long)k);
     vn_moe_routing r;
-    if (vn_moe_route(scores, (int)k, threshold, cf, &r)) return lv_fail(L);
+    if (vn_moe_route(scores, (int)k, threshold, cf, &r)) return route_fail(L, scores);
     /* Lua counts from 1: both index lists move up by one (new tensors). */
     vn_tensor *tokens = lv_shifted(r.tokens, 1), *slots = lv_shifted(r.slots, 1);
     r.tokens = r.slots = NULL; /* lv_shifted took them */

@@ -189,7 +189,14 @@ do
   local moe = nn.MoE(D, H, { experts = E })
   local bad = venom.randn(3, D)
   venom.no_grad(function() bad:narrow(1, 2, 1):fill_(0 / 0) end)
-  tap.error_like(function() moe(bad) end, "scores%[1, 0%] is NaN", "NaN router logits")
+  tap.error_like(function() moe(bad) end, "scores%[2, 1%] is NaN %(token 2, expert 1%)",
+    "NaN router logits: the 1-based token and expert")
+end
+do
+  local s = venom.zeros(3, 2)
+  s:narrow(1, 3, 1):narrow(2, 2, 1):fill_(0 / 0)
+  tap.error_like(function() venom.moe_route(s, 1) end, "moe_route: scores%[3, 2%] is NaN %(token 3, expert 2%)",
+    "moe_route: a NaN score at its 1-based position")
 end
 tap.error_like(function() venom.moe_route(venom.randn(3, 2), 3) end, "k = 3 experts per token, expected 1..2",
   "moe_route: k > E")
