@@ -227,4 +227,14 @@ util.die(err)]])
   os.remove(script)
 end
 
+-- venom's newer modules are venom's own to util.fail: an error raised in
+-- data_sampler.lua points at the caller's line.
+do
+  local data = require "venom.data"
+  local line = debug.getinfo(1, "l").currentline + 1
+  tap.error_like(function() data.DistributedSampler(0) end,
+    "^tests/lua/test_util%.lua:" .. line .. ": data%.DistributedSampler: n must be",
+    "DistributedSampler's errors point at the caller's line (not data_sampler.lua)")
+end
+
 tap.done()
