@@ -491,6 +491,11 @@ local function parse(args, defaults, help, positional)
           if value == nil then
             fail(("--%s expects a %s value, but none was given"):format(name, type(default)))
           end
+          -- `--activation --steps 2`: the value is missing, not '2' extra.
+          if value:match("^%-%-%a") then
+            fail(("--%s needs a value, got the option %s after it (write --%s=VALUE for a value "
+              .. "that starts with --)"):format(name, value:match("^[^=]*"), name))
+          end
         end
         if type(default) == "number" then
           local x = tonumber(value)

@@ -38,6 +38,10 @@ tap.error_like(function() util.parse_args({ "--epochs", "five" }, defaults) end,
   "%-%-epochs expects a number, got 'five'", "parse_args: a non-number for a number option")
 tap.error_like(function() util.parse_args({ "--lr" }, defaults) end,
   "%-%-lr expects a number value, but none was given", "parse_args: missing value")
+tap.error_like(function() util.parse_args({ "--name", "--epochs", "2" }, defaults) end,
+  "%-%-name needs a value, got the option %-%-epochs after it", "parse_args: an option where a value belongs")
+tap.error_like(function() util.parse_args({ "--lr", "--epochs=2" }, defaults) end,
+  "%-%-lr needs a value, got the option %-%-epochs after it", "parse_args: an --opt=value where a value belongs")
 tap.error_like(function() util.parse_args({ "--cosine=maybe" }, defaults) end,
   "%-%-cosine is a flag", "parse_args: bad flag value")
 tap.ok(util.usage(defaults, { lr = "learning rate" }):find("--batch-size N", 1, true),
