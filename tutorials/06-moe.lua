@@ -83,7 +83,7 @@ local opts = util.parse_cli(arg, {
   plot = "draw the validation curves to FILE.png or FILE.svg (gnuplot)",
 }, function(o)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
-                       "experts", "every", "eval_every", "eval_batches" }) do
+                       "every", "eval_every", "eval_batches" }) do
     util.check_arg_int(o, k, 1)
   end
   util.check_arg_int(o, "seed", 0)
@@ -93,7 +93,7 @@ local opts = util.parse_cli(arg, {
   if o.every > o.n_layer then
     util.fail(("--every %d is more than --n-layer %d: no block would be an MoE"):format(o.every, o.n_layer))
   end
-  if o.experts < 2 then util.fail("--experts must be at least 2 (top2 needs two)") end
+  util.check_int(o.experts, "--experts", { min = 2, what = "a whole number >= 2 (top2 needs two)" })
   if o.n_embd % o.n_head ~= 0 then
     util.fail(("--n-embd (%d) must be a multiple of --n-head (%d)"):format(o.n_embd, o.n_head))
   end

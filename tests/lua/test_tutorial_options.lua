@@ -15,6 +15,9 @@ local cases = {
   { "03-tiny-gpt.lua --block-size 100000", "%-%-block%-size must be at most 4096" },
   { "03-tiny-gpt.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
   { "03-tiny-gpt.lua --activation tanh", "%-%-activation must be gelu, relu or relu2, got tanh" },
+  { "03-tiny-gpt.lua --activation --steps 2", "%-%-activation needs a value, got the option %-%-steps" },
+  { "06-moe.lua --experts 2.5", "%-%-experts must be a whole number >= 2 %(top2 needs two%), got 2%.5" },
+  { "06-moe.lua --experts 1", "%-%-experts must be a whole number >= 2 %(top2 needs two%), got 1" },
 }
 for _, c in ipairs(cases) do
   local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
