@@ -311,12 +311,9 @@ function prune.GMP(model, opts)
   if opts.n == nil then
     fail(who .. ": n (the number of pruning events, spread dt optimizer steps apart) is required")
   end
-  local n = check_int(who, "n", opts.n, 0)
-  local dt = check_int(who, "dt", opts.dt or 1, 0)
-  if n * dt == 0 then
-    fail(("%s: n·dt must be positive (pruning happens over n·dt steps), got n = %d, dt = %d")
-      :format(who, n, dt))
-  end
+  -- Pruning happens over n·dt steps: both at least 1.
+  local n = check_int(who, "n", opts.n, 1)
+  local dt = check_int(who, "dt", opts.dt or 1, 1)
 
   local layers = select_layers(who, model, opts.layers)
   -- A pruned layer gets a weight of its own, so a weight it shares with any

@@ -219,9 +219,10 @@ do
   tap.error_like(gmp({ mode = "unstructured", s_f = -0.1 }), "s_f must be a sparsity", "s_f < 0")
   tap.error_like(gmp({ pattern = "8:2:8", t0 = -1 }), "t0 must be an integer >= 0, got %-1",
     "t0 < 0")
-  tap.error_like(gmp({ pattern = "8:2:8", n = 0 }), "n·dt must be positive", "n = 0")
-  tap.error_like(gmp({ pattern = "8:2:8", dt = 0 }), "n·dt must be positive", "dt = 0")
-  tap.error_like(gmp({ pattern = "8:2:8", n = math.huge }), "n must be an integer >= 0, got inf",
+  tap.error_like(gmp({ pattern = "8:2:8", n = 0 }), "prune%.GMP: n must be an integer >= 1, got 0", "n = 0")
+  tap.error_like(gmp({ pattern = "8:2:8", dt = 0 }), "prune%.GMP: dt must be an integer >= 1, got 0",
+    "dt = 0: the message says what the docstring says (dt >= 1)")
+  tap.error_like(gmp({ pattern = "8:2:8", n = math.huge }), "n must be an integer >= 1, got inf",
     "n = inf (pruning would never finish)")
   tap.error_like(gmp({ pattern = "99999999999999999999:2:8" }), "takes V <= 2147483647",
     "a V beyond the format's range")
