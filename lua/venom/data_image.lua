@@ -27,6 +27,16 @@ util.add_internal_source("[/\\]venom[/\\]image%.lua$")
 
 local data = {} -- what venom.data gets from this file
 local transforms = {}
+--- data.transforms: image transforms for data.ImageFolder's `transform`
+-- option (torchvision's names). Each is a callable table t(x) → x'.
+--   ToTensor()                u8 (H, W, C) → f32 (C, H, W) in [0, 1]
+--   Normalize(mean, std)      (x − mean) / std per channel
+--   Resize(size)              resampled to {h, w}, or the shorter side to n
+--   CenterCrop(size)          the central h × w window
+--   RandomCrop(size, opts)    an h × w window at a random position (opts.padding)
+--   RandomHorizontalFlip(p)   a mirror image with probability p (0.5)
+--   Compose(list)             the transforms of `list`, in order
+-- help(data.transforms.Resize) and the others give each one's details.
 data.transforms = transforms
 
 -- The files ImageFolder takes (torchvision's list, less the formats stb_image lacks).

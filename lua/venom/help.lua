@@ -136,6 +136,7 @@ local function build_index()
     end
   end
   add("venom.data.transforms.", venom.data.transforms)
+  index["venom.data.transforms"], names[venom.data.transforms] = true, "venom.data.transforms"
   names[venom] = "venom"
 end
 

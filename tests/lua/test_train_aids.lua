@@ -137,6 +137,9 @@ do
   tap.ok((help.text(x.sum) or ""):find("keepdim"), "help(x.sum) finds the method's doc")
   tap.ok((help.text(nn.Linear) or ""):find("out_features"), "help(nn.Linear) gives the Lua docstring")
   tap.ok((help.text("venom.topk") or ""):find("largest"), "help('venom.topk') by name")
+  local tdoc, terr = help.text(require("venom.data").transforms)
+  tap.ok(tdoc and tdoc:find("^venom%.data%.transforms\n") and tdoc:find("RandomHorizontalFlip", 1, true),
+    "help(data.transforms) gives the table's docstring: " .. tostring(tdoc or terr))
   local none, msg = help.text("venom.mtmul")
   tap.ok(none == nil and msg:find("did you mean venom.matmul"), "an unknown name gets a suggestion: " .. tostring(msg))
 end
