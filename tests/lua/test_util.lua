@@ -241,4 +241,21 @@ do
     "DistributedSampler's errors point at the caller's line (not data_sampler.lua)")
 end
 
+-- README's layout table: one `tutorials/` row, naming every tutorial.
+do
+  local f = assert(io.open("README.md", "rb"))
+  local readme = f:read("*a")
+  f:close()
+  local rows = {}
+  for row in readme:gmatch("\n(| `tutorials/` |[^\n]*)") do rows[#rows + 1] = row end
+  local missing = {}
+  local ls = io.popen("ls tutorials")
+  for name in ls:lines() do
+    if #rows == 1 and not rows[1]:find("`" .. name, 1, true) then missing[#missing + 1] = name end
+  end
+  ls:close()
+  tap.ok(#rows == 1 and #missing == 0, ("README: one tutorials/ row (found %d) naming every tutorial "
+    .. "(missing: %s)"):format(#rows, table.concat(missing, ", ")))
+end
+
 tap.done()
