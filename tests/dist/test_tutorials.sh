@@ -2,7 +2,7 @@
 # Tutorials 1 and 3 with --distributed under `mpirun -np 2` print the
 # numbers the 1-process run prints (--batch-size stays the global batch), up
 # to float rounding in the last printed digit; a checkpoint of the 2-process
-# run does not resume in 1 process. Usage: test_tutorials.sh BUILD SOURCE MPIRUN
+# run does not resume in 1 process; a rank that fails ends the whole job. Usage: test_tutorials.sh BUILD SOURCE MPIRUN
 build=$1 src=$2 mpirun=$3
 venom="$build/venom"
 cd "$src" || exit 1
@@ -78,4 +78,25 @@ if [ -d /usr/share/games/fortunes ]; then
 else
     skip "no fortunes corpus (fortunes)"
 fi
+# A rank that fails (a Lua error, or util.die) while the other waits in a
+# collective: venom ends the whole job (MPI_Abort) instead of leaving it
+# hanging; timeout -s KILL 30 turns a hang into a failure here.
+for how in 'error("rank 1 fails before the barrier")' 'require("venom.util").die("rank 1 fails before the barrier")'; do
+    cat > "$tmp/fail.lua" <<EOF
+local dist = require "venom.distributed"
+dist.init()
+if dist.rank() == 1 then $how end
+dist.barrier()
+EOF
+    start=$(date +%s)
+    timeout -s KILL 30 "$mpirun" -np 2 --oversubscribe "$venom" "$tmp/fail.lua" > "$tmp/fail.txt" 2>&1
+    rc=$? took=$(($(date +%s) - start))
+    label="a Lua error"; case $how in *die*) label="util.die" ;; esac
+    name="a rank failing with $label before a barrier ends the 2-rank job (exit $rc after ${took} s)"
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 137 ] && grep -q "rank 1 fails before the barrier" "$tmp/fail.txt"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(tail -5 "$tmp/fail.txt")"
+    fi
+done
 echo "1..$n"
