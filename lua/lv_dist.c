@@ -176,10 +176,17 @@ static int l_dist_reducer_stats(lua_State *L)
 
 static int l_dist_reducer_free(lua_State *L) { return reducer_gc(L); }
 
+/* dist_abort(code): ends the whole job when in a world of 2 or more. */
+static int l_dist_abort(lua_State *L)
+{
+    vn_dist_abort((int)luaL_optinteger(L, 1, 1));
+    return 0;
+}
+
 #define LV_DIST_REG(name) LV_REG(dist_##name)
 const luaL_Reg lv_dist_functions[] = {
     LV_DIST_BOOLS(LV_DIST_REG) LV_DIST_INTS(LV_DIST_REG) LV_DIST_CALLS(LV_DIST_REG)
-    LV_REG(dist_finalize)
+    LV_REG(dist_finalize) LV_REG(dist_abort)
     LV_REG(dist_all_reduce) LV_REG(dist_broadcast) LV_REG(dist_all_gather)
     LV_REG(dist_reduce_scatter) LV_REG(dist_all_to_all)
     LV_REG(dist_reducer) LV_REG(dist_reducer_finish) LV_REG(dist_reducer_stats)

@@ -627,6 +627,11 @@ int main(int argc, char **argv)
         rc = run_string(L, codes[k], "=(command line)");
     if (rc == 0 && script && !g_interrupted) rc = run_script(L, argv, argc, script);
     g_interrupt_exits = false;
+    /* A script that failed inside a distributed world of 2 or more: the
+     * other ranks may wait forever in a collective it will not join, so
+     * end the whole job (MPI_Abort; mpirun then stops every rank). The
+     * error is already on stderr. */
+    if (rc != 0 && !g_interrupted) vn_dist_abort(1);
     if (g_interrupted) {
         rc = EXIT_INTERRUPTED;
         goto done;

@@ -79,6 +79,13 @@ void vn_dist_finalize(void)
     initialized = false;
 }
 
+void vn_dist_abort(int code)
+{
+    int ended = 0;
+    MPI_Finalized(&ended);
+    if (initialized && !ended && world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 vn_status vn_dist_barrier(void)
 {
     vn_status s = vn__dist_ready("barrier");

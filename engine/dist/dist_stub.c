@@ -10,6 +10,7 @@ bool vn_dist_built(void) { return false; }
 vn_status vn_dist_init(void) { return vn__err(VN_ERR_STATE, "distributed init: " NO_MPI); }
 bool vn_dist_is_initialized(void) { return false; }
 void vn_dist_finalize(void) {}
+void vn_dist_abort(int code) {}
 int vn_dist_rank(void) { return 0; }
 int vn_dist_world_size(void) { return 1; }
 int vn_dist_local_rank(void) { return 0; }

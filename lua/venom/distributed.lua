@@ -166,6 +166,15 @@ local DataParallel = {}
 
 local DEFAULT_BUCKET_MB = 25
 
+-- Every DataParallel not yet freed. The hooks it sets on the parameters
+-- must outlive the script's reference to it: `dist.DataParallel(model)`
+-- without keeping the result is the usual call (the model is what gets
+-- trained), and if the garbage collector took the wrapper, its reducer's
+-- __gc would remove the hooks at some step that depends on the memory in
+-- use, after which every rank trains silently on its own gradients. So the
+-- wrappers live here until dp:free().
+local live = {}
+
 -- A new reducer over the model's present parameters, in their order.
 local function attach(self)
   if self.reducer then core.dist_reducer_free(self.reducer) end
@@ -190,8 +199,10 @@ end
 -- sparse layer's layout), dp(x) notices and re-attaches; after calling the
 -- model directly call dp:refresh() yourself. A step in which some parameter
 -- gets no gradient needs dp:sync() before opt:step() (the missing ones
--- count as zeros). Errors: venom.distributed not initialized; ranks whose
--- models differ (on every rank); CUDA parameters (no NCCL in this build).
+-- count as zeros). The averaging lasts until dp:free(), whether or not the
+-- script keeps dp (`dist.DataParallel(model)` alone is enough). Errors:
+-- venom.distributed not initialized; ranks whose models differ (on every
+-- rank); CUDA parameters (no NCCL in this build).
 function dist.DataParallel(model, opts)
   local who = "distributed.DataParallel"
   if type(model) ~= "table" or type(model.parameters) ~= "function" then
@@ -207,6 +218,7 @@ function dist.DataParallel(model, opts)
   end
   local self = setmetatable({ module = model, bucket_mb = mb }, DataParallel)
   attach(self) -- first: it compares the ranks' parameter lists
+  live[self] = true
   self:broadcast_parameters()
   return self
 end
@@ -257,10 +269,12 @@ function DataParallel:sync() call(core.dist_reducer_finish, self.reducer) end
 -- the backward had nothing left to overlap them with.
 function DataParallel:stats() return call(core.dist_reducer_stats, self.reducer) end
 
---- Removes the gradient hooks; the model trains alone again.
+--- Removes the gradient hooks; the model trains alone again (and the
+-- wrapper can be collected).
 function DataParallel:free()
   if self.reducer then core.dist_reducer_free(self.reducer) end
   self.reducer = nil
+  live[self] = nil
 end
 
 -- Any other method is the module's (dp:loss(x, y), dp:train(), dp:state_dict()...),

@@ -520,6 +520,9 @@ local function exit_error(err, status, script)
     io.stderr:write(script and ("run '%s --help' to list the options\n"):format(script)
       or "run with --help to list the options\n")
   end
+  -- In a distributed run the other ranks may be waiting in a collective this
+  -- one will never join: end the whole job (no-op in a world of one).
+  if status ~= 0 then venom.core.dist_abort(status) end
   os.exit(status, true) -- true: close the Lua state, so finalizers free the tensors
 end
 

@@ -173,6 +173,34 @@ do
   if r == 0 then os.remove(path) end
 end
 
+-- The wrapper need not be kept: `dist.DataParallel(model)` alone (as tutorial
+-- 1 calls it) averages every backward until free(), through any number of
+-- garbage collections. (Before, the collector took the dropped wrapper and
+-- its reducer's __gc removed the hooks: from then on each rank trained on
+-- its own gradients, at a step that depended on the memory in use.)
+do
+  venom.manual_seed(5)
+  local model = nn.mlp({ 6, 8, 3 })
+  dist.DataParallel(model) -- the result dropped on purpose
+  collectgarbage(); collectgarbage()
+  local params, worst = model:parameters(), 0
+  for step = 1, 3 do
+    venom.manual_seed(100 + step + 10 * r) -- a different batch on each rank
+    local x = venom.randn(4, 6)
+    for _, p in ipairs(params) do p:zero_grad() end
+    model(x):pow(2):mean():backward()
+    for _, p in ipairs(params) do
+      -- Averaged: the same gradient on every rank.
+      local g = dist.all_gather(p.grad:contiguous():reshape(p:numel()))
+      local n = p:numel()
+      worst = math.max(worst, (g:narrow(1, 1, n) - g:narrow(1, n + 1, n)):abs():max():item())
+    end
+    collectgarbage()
+  end
+  tap.ok(worst == 0, ("DataParallel(model) with the wrapper dropped and collected: the ranks' "
+    .. "gradients are averaged on every step (largest difference between ranks %g)"):format(worst))
+end
+
 -- DataParallel's bad input.
 tap.error_like(function() dist.DataParallel({}) end, "expected a venom.nn module",
   "DataParallel of a table that is not a module")

@@ -36,6 +36,11 @@ vn_status vn_dist_init(void);
 bool vn_dist_is_initialized(void);
 /* Leaves the world (MPI_Finalize, if venom called MPI_Init). Idempotent. */
 void vn_dist_finalize(void);
+/* Ends every process of the job (MPI_Abort with `code`) when this one has
+ * joined a world of two or more: the way out for a rank that failed while
+ * the others may be waiting in a collective it will never join. Returns
+ * (doing nothing) otherwise, and without MPI. */
+void vn_dist_abort(int code);
 /* This process's rank in 0..world_size-1, the number of processes, and the
  * rank among the processes on this host (for picking a GPU). 0, 1 and 0
  * before vn_dist_init. */
