@@ -163,13 +163,10 @@ local die = util.die
 -- trains, the rest validates. A batch is batch_size random windows of
 -- block_size + 1 bytes: the inputs, and the same bytes shifted by one as
 -- the targets.
-local ok, train, val = pcall(function()
-  if opts.text ~= "" then return data.text(opts.text) end
-  return data.fortunes()
-end)
+local ok, train, val, corpus = pcall(data.corpus, opts.text)
 if not ok then die(train) end
-print(("corpus: %s, %d bytes for training, %d for validation"):format(
-  opts.text ~= "" and opts.text or "fortunes", train:size(1), val:size(1)))
+print(("corpus: %s, %d bytes for training, %d for validation"):format(corpus, train:size(1),
+  val:size(1)))
 
 -- 3. Model and optimizer --------------------------------------------------------------
 local ok_model, model = pcall(GPT, {

@@ -89,13 +89,10 @@ end)
 local die = util.die
 
 -- 2. Data: bytes as tokens, 90% for training, 10% for validation ---------------
-local ok, train, val = pcall(function()
-  if opts.text ~= "" then return data.text(opts.text) end
-  return data.fortunes()
-end)
+local ok, train, val, corpus = pcall(data.corpus, opts.text)
 if not ok then die(train) end
-print(("corpus: %s, %d bytes for training, %d for validation"):format(
-  opts.text ~= "" and opts.text or "fortunes", train:size(1), val:size(1)))
+print(("corpus: %s, %d bytes for training, %d for validation"):format(corpus, train:size(1),
+  val:size(1)))
 
 local function new_model(bitnet)
   return GPT({ vocab_size = data.TEXT_VOCAB, block_size = opts.block_size, n_layer = opts.n_layer,

@@ -114,13 +114,10 @@ end)
 -- model sees the same batches in the same order: they are drawn once, up
 -- front, so that the routing's own random draws (DTS's Gumbel noise) do
 -- not change the data a model trains on.
-local ok, train, val = pcall(function()
-  if opts.text ~= "" then return data.text(opts.text) end
-  return data.fortunes()
-end)
+local ok, train, val, corpus = pcall(data.corpus, opts.text)
 if not ok then util.die(train) end
-print(("corpus: %s, %d bytes for training, %d for validation"):format(
-  opts.text ~= "" and opts.text or "fortunes", train:size(1), val:size(1)))
+print(("corpus: %s, %d bytes for training, %d for validation"):format(corpus, train:size(1),
+  val:size(1)))
 venom.manual_seed(opts.seed)
 local function draw(tokens, n)
   local batches = {}

@@ -509,6 +509,18 @@ function data.fortunes(opts)
   return split_text(who, table.concat(parts), { split = opts.split })
 end
 
+--- data.corpus(path) → train, val, name: data.text(path) when path is a
+-- non-empty string, else data.fortunes(); name is the path or "fortunes"
+-- (the language-model tutorials' --text option).
+function data.corpus(path)
+  if path ~= nil and path ~= "" then
+    local train, val = data.text(path)
+    return train, val, path
+  end
+  local train, val = data.fortunes()
+  return train, val, "fortunes"
+end
+
 --- A batch of language-model training windows from the 1-D token tensor
 -- `tokens`: batch_size windows of block_size + 1 consecutive tokens, each at
 -- a start drawn uniformly from the engine RNG (venom.manual_seed makes the

@@ -243,4 +243,20 @@ do
   tap.ok(worst < 1e-5, "flatten_images: (x/255 − mean)/std")
 end
 
+-- data.corpus: the text file when a path is given, its name as the third value
+do
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(("0123456789"):rep(3))
+  f:close()
+  local tr, va, name = data.corpus(path)
+  local tr2, va2 = data.text(path)
+  local same = tr:size(1) == tr2:size(1) and va:size(1) == va2:size(1)
+    and (tr - tr2):abs():max():item() == 0 and (va - va2):abs():max():item() == 0
+  tap.ok(name == path and same, "data.corpus(path) is data.text(path), named by the path")
+  os.remove(path)
+  tap.error_like(function() data.corpus(path) end, "data.text: .*" .. path:gsub("%p", "%%%0"),
+    "data.corpus: a missing file is data.text's error")
+end
+
 tap.done()
