@@ -5,11 +5,9 @@
 
 #include "internal.h"
 
-typedef struct {
-    int64_t B, C, H, W;             /* input */
-    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-    int64_t Ho, Wo;                 /* output */
-} conv_geom;
+/* conv_geom (input, window, output sizes) and the per-element index math
+ * the CUDA kernels use live in kernels/conv_index.h, reached through
+ * kernels.h. */
 
 /* Checks x (a usable 4-d f32 CPU tensor: `op: input`) and the window
  * (kernel ≥ 1, stride ≥ 1, padding ≥ 0, dilation ≥ 1; dilation NULL means 1)

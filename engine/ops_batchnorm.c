@@ -1,7 +1,8 @@
 /* ops_batchnorm.c — batch normalisation (Ioffe & Szegedy, "Batch
  * Normalization: Accelerating Deep Network Training by Reducing Internal
- * Covariate Shift", 2015) over channel dim 1, with running statistics.
- * CPU only; see venom/conv.h for the contract.
+ * Covariate Shift", 2015) over channel dim 1, with running statistics;
+ * see venom/conv.h for the contract. CUDA tensors go to the kernels of
+ * kernels/batchnorm.cu, which compute the same sums per channel in double.
  *
  * x is seen as (B, C, S): S = the product of the dims after the channel
  * (1 for (B, C)). Per channel c, over its n = B·S values:
@@ -35,11 +36,24 @@ static vn_status bn_backward(vn_node *n, const vn_tensor *gout)
     bool need_b = n->ninputs > BN_B && n->inputs[BN_B] && vn__input_needs_grad(n, BN_B);
     vn_tensor *gc = vn__plain_contiguous(gout), *xc = gc ? vn__plain_contiguous(x) : NULL;
     vn_tensor *wc = xc && w ? vn__plain_contiguous(w) : NULL;
-    vn_tensor *dx = xc && (wc || !w) && need_x ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
-    vn_tensor *dw = xc && (wc || !w) && need_w ? vn__new(VN_F32, 1, &C) : NULL;
-    vn_tensor *db = xc && (wc || !w) && need_b ? vn__new(VN_F32, 1, &C) : NULL;
+    vn_tensor *dx = xc && (wc || !w) && need_x ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL;
+    vn_tensor *dw = xc && (wc || !w) && need_w ? vn__new_like(x, VN_F32, 1, &C) : NULL;
+    vn_tensor *db = xc && (wc || !w) && need_b ? vn__new_like(x, VN_F32, 1, &C) : NULL;
     vn_status st = VN_ERR_MEMORY;
-    if (xc && (wc || !w) && (!need_x || dx) && (!need_w || dw) && (!need_b || db)) {
+    bool ready = xc && (wc || !w) && (!need_x || dx) && (!need_w || dw) && (!need_b || db);
+    if (ready && vn__is_cuda(x)) {
+        st = VN_OK;
+        if (vnk_batch_norm_backward(dx ? vn__ptr(dx) : NULL, dw ? vn__ptr(dw) : NULL,
+                                    db ? vn__ptr(db) : NULL, vn__ptr(gc), vn__ptr(xc),
+                                    vn__ptr(n->saved[BN_MEAN]), vn__ptr(n->saved[BN_RSTD]),
+                                    wc ? vn__ptr(wc) : NULL, B, C, S, training))
+            st = vn__cuda_err("batch_norm");
+        ready = false; /* done: skip the CPU loops */
+        if (!st && dx) { st = vn__accum(n, BN_X, dx); dx = NULL; }
+        if (!st && dw) { st = vn__accum(n, BN_W, dw); dw = NULL; }
+        if (!st && db) { st = vn__accum(n, BN_B, db); db = NULL; }
+    }
+    if (ready) {
         const float *dy = vn_tensor_data(gc), *xs = vn_tensor_data(xc);
         const float *mu = vn_tensor_data(n->saved[BN_MEAN]), *rs = vn_tensor_data(n->saved[BN_RSTD]);
         const float *ga = wc ? vn_tensor_data(wc) : NULL;
@@ -78,7 +92,7 @@ static vn_status bn_backward(vn_node *n, const vn_tensor *gout)
 static vn_status check_channel(const vn_tensor *t, const char *name, int64_t C)
 {
     if (!t) return VN_OK;
-    vn_status st = vn__check_dtype_arg(t, VN_F32, "batch_norm", name, 0);
+    vn_status st = vn__check_dtype_arg(t, VN_F32, "batch_norm", name, VN_ALLOW_CUDA);
     if (st) return st;
     if (t->ndim != 1 || t->shape[0] != C)
         return vn__err(VN_ERR_SHAPE, "batch_norm: %s of shape %s, expected (%lld) (one value per "
@@ -90,7 +104,7 @@ static vn_status bn_check(const vn_tensor *x, const vn_tensor *weight, const vn_
                           const vn_tensor *rm, const vn_tensor *rv, bool training,
                           double momentum, double eps)
 {
-    vn_status st = vn__check_dtype_arg(x, VN_F32, "batch_norm", "input", 0);
+    vn_status st = vn__check_dtype_arg(x, VN_F32, "batch_norm", "input", VN_ALLOW_CUDA);
     if (st) return st;
     if (x->ndim < 2)
         return vn__err(VN_ERR_SHAPE, "batch_norm: input of shape %s, expected (B, C) or (B, C, ...)",
@@ -99,6 +113,9 @@ static vn_status bn_check(const vn_tensor *x, const vn_tensor *weight, const vn_
     if ((st = check_channel(weight, "weight", C)) || (st = check_channel(bias, "bias", C)) ||
         (st = check_channel(rm, "running_mean", C)) || (st = check_channel(rv, "running_var", C)))
         return st;
+    const vn_tensor *ts[5] = {x, weight, bias, rm, rv};
+    static const char *const names[5] = {"input", "weight", "bias", "running_mean", "running_var"};
+    if ((st = vn__same_device_strict("batch_norm", 5, ts, names, NULL))) return st;
     if (!(eps > 0)) return vn__err(VN_ERR_ARG, "batch_norm: eps is %g, expected > 0", eps);
     if (!(momentum >= 0 && momentum <= 1))
         return vn__err(VN_ERR_ARG, "batch_norm: momentum is %g, expected a number in [0, 1]",
@@ -126,10 +143,25 @@ vn_tensor *vn_batch_norm(const vn_tensor *x, const vn_tensor *weight, const vn_t
     vn_tensor *xc = vn__plain_contiguous(x);
     vn_tensor *wc = xc && weight ? vn__plain_contiguous(weight) : NULL;
     vn_tensor *bc = xc && bias ? vn__plain_contiguous(bias) : NULL;
-    vn_tensor *mean = (wc || !weight) && (bc || !bias) && xc ? vn__new(VN_F32, 1, &C) : NULL;
-    vn_tensor *rstd = mean ? vn__new(VN_F32, 1, &C) : NULL;
-    vn_tensor *out = rstd ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
-    if (out) {
+    vn_tensor *mean = (wc || !weight) && (bc || !bias) && xc ? vn__new_like(x, VN_F32, 1, &C) : NULL;
+    vn_tensor *rstd = mean ? vn__new_like(x, VN_F32, 1, &C) : NULL;
+    vn_tensor *out = rstd ? vn__new_like(x, VN_F32, x->ndim, x->shape) : NULL;
+    if (out && vn__is_cuda(x)) {
+        vn_tensor *rm = running_mean, *rv = running_var;
+        if (vnk_batch_norm_stats(vn__ptr(mean), vn__ptr(rstd), rm ? vn__ptr(rm) : NULL,
+                                 rm ? rm->strides[0] : 0, rv ? vn__ptr(rv) : NULL,
+                                 rv ? rv->strides[0] : 0, vn__ptr(xc), B, C, S, training, momentum,
+                                 eps) ||
+            vnk_batch_norm_apply(vn__ptr(out), vn__ptr(xc), vn__ptr(mean), vn__ptr(rstd),
+                                 wc ? vn__ptr(wc) : NULL, bc ? vn__ptr(bc) : NULL, B, C, S)) {
+            vn__cuda_err("batch_norm");
+            vn_tensor_release(out);
+            out = NULL;
+        } else if (training && rm) {
+            vn__written(rm);
+            vn__written(rv);
+        }
+    } else if (out) {
         const float *xs = vn_tensor_data(xc);
         const float *ga = wc ? vn_tensor_data(wc) : NULL, *be = bc ? vn_tensor_data(bc) : NULL;
         float *mu = vn_tensor_data(mean), *rs = vn_tensor_data(rstd), *y = vn_tensor_data(out);
@@ -167,6 +199,8 @@ vn_tensor *vn_batch_norm(const vn_tensor *x, const vn_tensor *weight, const vn_t
             float m = mu[c], r = rs[c], gam = ga ? ga[c] : 1.0f, bet = be ? be[c] : 0.0f;
             BN_CHANNEL_LOOP(B, C, S, c, k, y[k] = (xs[k] - m) * r * gam + bet);
         }
+    }
+    if (out) {
         const vn_tensor *in[3] = {x, weight, bias};
         /* bias without weight: the node's input slots stay in order (weight NULL) */
         vn_node *n = vn__record(out, "batch_norm", bn_backward, bias ? 3 : weight ? 2 : 1, in);

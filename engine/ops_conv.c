@@ -1,7 +1,9 @@
-/* ops_conv.c — 2-d convolution as im2col + OpenBLAS sgemm (groups,
- * stride, padding, dilation), im2col as an op of its own (the V:N:M sparse
+/* ops_conv.c — 2-d convolution as im2col + sgemm (groups, stride,
+ * padding, dilation), im2col as an op of its own (the V:N:M sparse
  * convolution multiplies its output), and the window geometry the pooling
- * ops share. CPU only. See venom/conv.h for the formulas. */
+ * ops share. See venom/conv.h for the formulas. On the CPU the GEMMs are
+ * OpenBLAS's; on CUDA the same steps run as the kernels of kernels/conv.cu
+ * and cuBLAS GEMMs (vnk_gemm), chunk for chunk. */
 #include "conv_internal.h"
 
 #include <cblas.h>
@@ -24,7 +26,7 @@ vn_status conv__geom(const char *op, const vn_tensor *x, const int64_t kernel[2]
 {
     static const int64_t one[2] = {1, 1};
     if (!dilation) dilation = one;
-    vn_status st = vn__check_dtype_arg(x, VN_F32, op, "input", 0);
+    vn_status st = vn__check_dtype_arg(x, VN_F32, op, "input", VN_ALLOW_CUDA);
     if (!st) st = check_pair(op, "kernel size", kernel, 1);
     if (!st) st = check_pair(op, "stride", stride, 1);
     if (!st) st = check_pair(op, "padding", padding, 0);
@@ -159,11 +161,67 @@ static void from_images(const float *y, int64_t nb, int64_t Cout, int64_t L, flo
     }
 }
 
+/* A zeroed f32 tensor of t's shape on t's device. */
 static vn_tensor *zeros_like_shape(const vn_tensor *t)
 {
-    vn_tensor *z = vn__new(VN_F32, t->ndim, t->shape);
-    if (z) memset(vn_tensor_data(z), 0, sizeof(float) * (size_t)vn__numel(t->ndim, t->shape));
-    return z;
+    int64_t n = vn__numel(t->ndim, t->shape);
+    vn_tensor *z = vn__new_like(t, VN_F32, t->ndim, t->shape);
+    if (!z || !vn__is_cuda(t)) {
+        if (z) memset(vn_tensor_data(z), 0, sizeof(float) * (size_t)n);
+        return z;
+    }
+    if (!vnk_fill(vn__ptr(z), VN_F32, n, 0)) return z;
+    vn_tensor_release(z);
+    return vn__cuda_errp("conv2d");
+}
+
+/* ---- the steps on either device ---------------------------------------------- */
+
+/* Each runs the CPU loop above or its CUDA kernel (kernels/conv.cu) and
+ * returns false, the error set, when a CUDA call failed. */
+static bool cuda_ok(int rc, const char *op)
+{
+    if (rc) vn__cuda_err(op);
+    return !rc;
+}
+
+static bool run_im2col(bool cuda, const char *op, const conv_geom *g, const float *x, int64_t nb,
+                       float *cols, int64_t istride, int64_t ldc)
+{
+    if (cuda) return cuda_ok(vnk_im2col(cols, x, g, nb, istride, ldc), op);
+    im2col(g, x, nb, cols, istride, ldc);
+    return true;
+}
+
+/* dx (nb images) += the columns summed back; on CUDA dx is overwritten (the
+ * callers pass zeros or a slice no other chunk writes). */
+static bool run_col2im(bool cuda, const char *op, const conv_geom *g, const float *cols,
+                       int64_t nb, int64_t istride, int64_t ldc, float *dx)
+{
+    if (cuda) return cuda_ok(vnk_col2im(dx, cols, g, nb, istride, ldc), op);
+    col2im(g, cols, nb, istride, ldc, dx);
+    return true;
+}
+
+static bool run_regroup(bool cuda, float *dst, const float *src, int64_t nb, int64_t Cout,
+                        int64_t L, const float *bias, bool to)
+{
+    if (cuda) return cuda_ok(vnk_conv_regroup(dst, src, nb, Cout, L, bias, to), "conv2d");
+    if (to) to_images(src, nb, Cout, L, bias, dst);
+    else from_images(src, nb, Cout, L, dst);
+    return true;
+}
+
+/* C (m × n, ldc) = op(A)·op(B) + beta·C, row-major, as cblas_sgemm. */
+static bool sgemm(bool cuda, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    if (cuda)
+        return cuda_ok(vnk_gemm(C, ldc, 0, A, lda, 0, B, ldb, 0, VN_F32, ta, tb, m, n, k, 1, 1.0f,
+                                beta, vn__allow_tf32()), "conv2d");
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return true;
 }
 
 /* ---- conv2d --------------------------------------------------------------------- */
@@ -177,7 +235,12 @@ static vn_status conv_check(const vn_tensor *x, const vn_tensor *w, const vn_ten
                             const struct conv_saved *p, conv_geom *g)
 {
     const char *op = "conv2d";
-    vn_status st = vn__check_dtype_arg(w, VN_F32, op, "weight", 0);
+    vn_status st = vn__check_dtype_arg(w, VN_F32, op, "weight", VN_ALLOW_CUDA);
+    if (!st && bias) st = vn__check_dtype_arg(bias, VN_F32, op, "bias", VN_ALLOW_CUDA);
+    if (!st) st = vn__check_dtype_arg(x, VN_F32, op, "input", VN_ALLOW_CUDA);
+    const vn_tensor *ts[3] = {x, w, bias};
+    static const char *const names[3] = {"input", "weight", "bias"};
+    if (!st) st = vn__same_device_strict(op, 3, ts, names, NULL);
     if (st) return st;
     if (w->ndim != 4)
         return vn__err(VN_ERR_SHAPE, "conv2d: weight of shape %s, expected 4-d (C_out, C_in/groups, "
@@ -199,7 +262,6 @@ static vn_status conv_check(const vn_tensor *x, const vn_tensor *w, const vn_ten
         return vn__err(VN_ERR_SHAPE, "conv2d: %lld output channels; BLAS takes at most %d",
                        (long long)Cout, INT_MAX / 2);
     if (!bias) return VN_OK;
-    if ((st = vn__check_dtype_arg(bias, VN_F32, op, "bias", 0))) return st;
     if (bias->ndim != 1 || bias->shape[0] != Cout)
         return vn__err(VN_ERR_SHAPE, "conv2d: bias of shape %s, expected (%lld)",
                        vn__shape(bias->ndim, bias->shape), (long long)Cout);
@@ -211,30 +273,27 @@ static vn_status conv_check(const vn_tensor *x, const vn_tensor *w, const vn_ten
  * (K, nb·L) and Y, or dY, as (Cout, nb·L):
  *   forward   Y_k = W_k (Cog, Kg) · cols_k
  *   backward  dW_k += dY_k · cols_kᵀ,   dcols_k = W_kᵀ · dY_k */
-typedef struct { int64_t nL, Kg, Cog; } conv_dims;
+typedef struct { int64_t nL, Kg, Cog; bool cuda; } conv_dims;
 
-static void gemm_forward(const conv_dims *d, int64_t k, const float *w, const float *cols,
+static bool gemm_forward(const conv_dims *d, int64_t k, const float *w, const float *cols,
                          float *y)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->Cog, (int)d->nL, (int)d->Kg,
-                1.0f, w + k * d->Cog * d->Kg, (int)d->Kg, cols + k * d->Kg * d->nL, (int)d->nL,
-                0.0f, y + k * d->Cog * d->nL, (int)d->nL);
+    return sgemm(d->cuda, false, false, d->Cog, d->nL, d->Kg, w + k * d->Cog * d->Kg, d->Kg,
+                 cols + k * d->Kg * d->nL, d->nL, 0.0f, y + k * d->Cog * d->nL, d->nL);
 }
 
-static void gemm_weight_grad(const conv_dims *d, int64_t k, const float *dy, const float *cols,
+static bool gemm_weight_grad(const conv_dims *d, int64_t k, const float *dy, const float *cols,
                              float *dw)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->Cog, (int)d->Kg, (int)d->nL, 1.0f,
-                dy + k * d->Cog * d->nL, (int)d->nL, cols + k * d->Kg * d->nL, (int)d->nL, 1.0f,
-                dw + k * d->Cog * d->Kg, (int)d->Kg);
+    return sgemm(d->cuda, false, true, d->Cog, d->Kg, d->nL, dy + k * d->Cog * d->nL, d->nL,
+                 cols + k * d->Kg * d->nL, d->nL, 1.0f, dw + k * d->Cog * d->Kg, d->Kg);
 }
 
-static void gemm_input_grad(const conv_dims *d, int64_t k, const float *w, const float *dy,
+static bool gemm_input_grad(const conv_dims *d, int64_t k, const float *w, const float *dy,
                             float *dcols)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d->Kg, (int)d->nL, (int)d->Cog, 1.0f,
-                w + k * d->Cog * d->Kg, (int)d->Kg, dy + k * d->Cog * d->nL, (int)d->nL, 0.0f,
-                dcols + k * d->Kg * d->nL, (int)d->nL);
+    return sgemm(d->cuda, true, false, d->Kg, d->nL, d->Cog, w + k * d->Cog * d->Kg, d->Kg,
+                 dy + k * d->Cog * d->nL, d->nL, 0.0f, dcols + k * d->Kg * d->nL, d->nL);
 }
 
 static vn_status conv_backward(vn_node *n, const vn_tensor *gout)
@@ -245,48 +304,50 @@ static vn_status conv_backward(vn_node *n, const vn_tensor *gout)
     vn_status st = conv__geom("conv2d", x, w->shape + 2, p->stride, p->padding, p->dilation, &g);
     if (st) return st;
     bool need_x = vn__input_needs_grad(n, CONV_X), need_w = vn__input_needs_grad(n, CONV_W);
-    bool need_b = n->ninputs > CONV_B && vn__input_needs_grad(n, CONV_B);
+    bool need_b = n->ninputs > CONV_B && vn__input_needs_grad(n, CONV_B), cuda = vn__is_cuda(x);
     int64_t G = p->groups, Cout = w->shape[0], L = g.Ho * g.Wo, K = g.C * g.kh * g.kw;
     int64_t nb = chunk_images(&g), cols_n = nb * L * K, ycols_n = nb * L * Cout;
     vn_tensor *gc = vn__plain_contiguous(gout);
     vn_tensor *xc = gc ? vn__plain_contiguous(x) : NULL, *wc = xc ? vn__plain_contiguous(w) : NULL;
-    vn_tensor *cols = wc ? vn__new(VN_F32, 1, &cols_n) : NULL;
-    vn_tensor *ycols = cols ? vn__new(VN_F32, 1, &ycols_n) : NULL;
+    vn_tensor *cols = wc ? vn__new_on(cuda, VN_F32, 1, &cols_n) : NULL;
+    vn_tensor *ycols = cols ? vn__new_on(cuda, VN_F32, 1, &ycols_n) : NULL;
     vn_tensor *dx = ycols && need_x ? zeros_like_shape(x) : NULL;
     vn_tensor *dw = ycols && need_w ? zeros_like_shape(w) : NULL;
-    vn_tensor *db = ycols && need_b ? vn__new(VN_F32, 1, &Cout) : NULL;
-    if (ycols && (!need_x || dx) && (!need_w || dw) && (!need_b || db)) {
-        const float *gy = vn_tensor_data(gc), *xs = vn_tensor_data(xc), *ws = vn_tensor_data(wc);
-        float *cb = vn_tensor_data(cols), *yb = vn_tensor_data(ycols);
-        for (int64_t b0 = 0; b0 < g.B; b0 += nb) {
-            int64_t m = g.B - b0 < nb ? g.B - b0 : nb;
-            conv_dims d = {m * L, K / G, Cout / G};
-            from_images(gy + b0 * Cout * L, m, Cout, L, yb);
-            if (need_w) {
-                im2col(&g, xs + b0 * g.C * g.H * g.W, m, cb, L, m * L);
-                for (int64_t k = 0; k < G; k++) gemm_weight_grad(&d, k, yb, cb, vn_tensor_data(dw));
-            }
-            if (need_x) {
-                for (int64_t k = 0; k < G; k++) gemm_input_grad(&d, k, ws, yb, cb);
-                col2im(&g, cb, m, L, m * L, (float *)vn_tensor_data(dx) + b0 * g.C * g.H * g.W);
-            }
+    vn_tensor *db = ycols && need_b ? vn__new_on(cuda, VN_F32, 1, &Cout) : NULL;
+    bool ok = ycols && (!need_x || dx) && (!need_w || dw) && (!need_b || db);
+    const float *gy = ok ? vn__ptr(gc) : NULL, *xs = ok ? vn__ptr(xc) : NULL;
+    const float *ws = ok ? vn__ptr(wc) : NULL;
+    float *cb = ok ? vn__ptr(cols) : NULL, *yb = ok ? vn__ptr(ycols) : NULL;
+    for (int64_t b0 = 0; ok && b0 < g.B; b0 += nb) {
+        int64_t m = g.B - b0 < nb ? g.B - b0 : nb;
+        conv_dims d = {m * L, K / G, Cout / G, cuda};
+        ok = run_regroup(cuda, yb, gy + b0 * Cout * L, m, Cout, L, NULL, false);
+        if (ok && need_w) {
+            ok = run_im2col(cuda, "conv2d", &g, xs + b0 * g.C * g.H * g.W, m, cb, L, m * L);
+            for (int64_t k = 0; ok && k < G; k++) ok = gemm_weight_grad(&d, k, yb, cb, vn__ptr(dw));
         }
-        if (need_b) {
-            float *dbs = vn_tensor_data(db);
-            for (int64_t o = 0; o < Cout; o++) {
-                double s = 0;
-                for (int64_t b = 0; b < g.B; b++)
-                    for (int64_t l = 0; l < L; l++) s += gy[(b * Cout + o) * L + l];
-                dbs[o] = (float)s;
-            }
+        if (ok && need_x) {
+            for (int64_t k = 0; ok && k < G; k++) ok = gemm_input_grad(&d, k, ws, yb, cb);
+            if (ok)
+                ok = run_col2im(cuda, "conv2d", &g, cb, m, L, m * L,
+                                (float *)vn__ptr(dx) + b0 * g.C * g.H * g.W);
         }
-        st = VN_OK;
-        if (dx) { st = vn__accum(n, CONV_X, dx); dx = NULL; }
-        if (!st && dw) { st = vn__accum(n, CONV_W, dw); dw = NULL; }
-        if (!st && db) { st = vn__accum(n, CONV_B, db); db = NULL; }
-    } else {
-        st = VN_ERR_MEMORY; /* the failed allocation set the message */
     }
+    if (ok && need_b && cuda) {
+        ok = cuda_ok(vnk_channel_sum(vn__ptr(db), gy, g.B, Cout, L), "conv2d");
+    } else if (ok && need_b) {
+        float *dbs = vn__ptr(db);
+        for (int64_t o = 0; o < Cout; o++) {
+            double s = 0;
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t l = 0; l < L; l++) s += gy[(b * Cout + o) * L + l];
+            dbs[o] = (float)s;
+        }
+    }
+    st = ok ? VN_OK : vn_last_status(); /* the failed allocation or CUDA call set it */
+    if (!st && dx) { st = vn__accum(n, CONV_X, dx); dx = NULL; }
+    if (!st && dw) { st = vn__accum(n, CONV_W, dw); dw = NULL; }
+    if (!st && db) { st = vn__accum(n, CONV_B, db); db = NULL; }
     vn_tensor_release(gc);
     vn_tensor_release(xc);
     vn_tensor_release(wc);
@@ -311,26 +372,33 @@ vn_tensor *vn_conv2d(const vn_tensor *x, const vn_tensor *weight, const vn_tenso
     if (dilation) memcpy(p.dilation, dilation, sizeof p.dilation);
     conv_geom g;
     if (conv_check(x, weight, bias, &p, &g)) return NULL;
+    bool cuda = vn__is_cuda(x);
     int64_t G = groups, Cout = weight->shape[0], L = g.Ho * g.Wo, K = g.C * g.kh * g.kw;
     int64_t nb = chunk_images(&g), cols_n = nb * L * K, ycols_n = nb * L * Cout;
     int64_t oshape[4] = {g.B, Cout, g.Ho, g.Wo};
     if (vn__check_shape("conv2d", 4, oshape)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x), *wc = xc ? vn__plain_contiguous(weight) : NULL;
     vn_tensor *bc = wc && bias ? vn__plain_contiguous(bias) : NULL;
-    vn_tensor *cols = wc && (bc || !bias) ? vn__new(VN_F32, 1, &cols_n) : NULL;
-    vn_tensor *ycols = cols ? vn__new(VN_F32, 1, &ycols_n) : NULL;
-    vn_tensor *out = ycols ? vn__new(VN_F32, 4, oshape) : NULL;
+    vn_tensor *cols = wc && (bc || !bias) ? vn__new_on(cuda, VN_F32, 1, &cols_n) : NULL;
+    vn_tensor *ycols = cols ? vn__new_on(cuda, VN_F32, 1, &ycols_n) : NULL;
+    vn_tensor *out = ycols ? vn__new_on(cuda, VN_F32, 4, oshape) : NULL;
+    bool ok = out != NULL;
+    const float *xs = ok ? vn__ptr(xc) : NULL, *ws = ok ? vn__ptr(wc) : NULL;
+    const float *bs = ok && bc ? vn__ptr(bc) : NULL;
+    float *cb = ok ? vn__ptr(cols) : NULL, *yb = ok ? vn__ptr(ycols) : NULL;
+    float *y = ok ? vn__ptr(out) : NULL;
+    for (int64_t b0 = 0; ok && b0 < g.B; b0 += nb) {
+        int64_t m = g.B - b0 < nb ? g.B - b0 : nb;
+        conv_dims d = {m * L, K / G, Cout / G, cuda};
+        ok = run_im2col(cuda, "conv2d", &g, xs + b0 * g.C * g.H * g.W, m, cb, L, m * L);
+        for (int64_t k = 0; ok && k < G; k++) ok = gemm_forward(&d, k, ws, cb, yb);
+        if (ok) ok = run_regroup(cuda, y + b0 * Cout * L, yb, m, Cout, L, bs, true);
+    }
+    if (!ok) {
+        vn_tensor_release(out);
+        out = NULL;
+    }
     if (out) {
-        const float *xs = vn_tensor_data(xc), *ws = vn_tensor_data(wc);
-        const float *bs = bc ? vn_tensor_data(bc) : NULL;
-        float *cb = vn_tensor_data(cols), *yb = vn_tensor_data(ycols), *y = vn_tensor_data(out);
-        for (int64_t b0 = 0; b0 < g.B; b0 += nb) {
-            int64_t m = g.B - b0 < nb ? g.B - b0 : nb;
-            conv_dims d = {m * L, K / G, Cout / G};
-            im2col(&g, xs + b0 * g.C * g.H * g.W, m, cb, L, m * L);
-            for (int64_t k = 0; k < G; k++) gemm_forward(&d, k, ws, cb, yb);
-            to_images(yb, m, Cout, L, bs, y + b0 * Cout * L);
-        }
         const vn_tensor *in[3] = {x, weight, bias};
         vn_node *n = vn__record(out, "conv2d", conv_backward, bias ? 3 : 2, in);
         if (n) *VN_SAVED_STATE(n, struct conv_saved) = p;
@@ -361,9 +429,11 @@ static vn_status im2col_backward(vn_node *n, const vn_tensor *gout)
         return VN_ERR_MEMORY;
     }
     int64_t K = g.C * g.kh * g.kw, L = g.Ho * g.Wo;
-    col2im(&g, vn_tensor_data(gc), g.B, K * L, L, vn_tensor_data(dx));
+    bool ok = run_col2im(vn__is_cuda(x), "im2col", &g, vn__ptr(gc), g.B, K * L, L, vn__ptr(dx));
     vn_tensor_release(gc);
-    return vn__accum(n, 0, dx);
+    if (ok) return vn__accum(n, 0, dx);
+    vn_tensor_release(dx);
+    return vn_last_status();
 }
 
 vn_tensor *vn_im2col(const vn_tensor *x, const int64_t kernel[2], const int64_t stride[2],
@@ -374,9 +444,12 @@ vn_tensor *vn_im2col(const vn_tensor *x, const int64_t kernel[2], const int64_t 
     int64_t L = g.Ho * g.Wo, K = g.C * g.kh * g.kw, oshape[3] = {g.B, K, L};
     if (vn__check_shape("im2col", 3, oshape)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x);
-    vn_tensor *out = xc ? vn__new(VN_F32, 3, oshape) : NULL;
+    vn_tensor *out = xc ? vn__new_like(x, VN_F32, 3, oshape) : NULL;
+    if (out && !run_im2col(vn__is_cuda(x), "im2col", &g, vn__ptr(xc), g.B, vn__ptr(out), K * L, L)) {
+        vn_tensor_release(out);
+        out = NULL;
+    }
     if (out) {
-        im2col(&g, vn_tensor_data(xc), g.B, vn_tensor_data(out), K * L, L);
         vn_node *n = vn__record(out, "im2col", im2col_backward, 1, &x);
         if (n) {
             struct im2col_saved *s = VN_SAVED_STATE(n, struct im2col_saved);

@@ -1,8 +1,10 @@
 /* ops_pool.c — 2-d pooling over NCHW images: max_pool2d (the position of
  * each maximum saved for the backward), avg_pool2d (zero padding counted)
- * and adaptive_avg_pool2d. CPU only; see venom/conv.h. Each (image,
- * channel) plane is independent, so the loops run over planes in parallel
- * and every plane's gradient is summed by one thread. */
+ * and adaptive_avg_pool2d; see venom/conv.h. Each (image, channel) plane
+ * is independent, so the loops run over planes in parallel and every
+ * plane's gradient is summed by one thread. CUDA tensors go to the kernels
+ * of kernels/pool.cu, whose windows (kernels/conv_index.h) are the ones
+ * these loops use. */
 #include "conv_internal.h"
 
 #include <stdlib.h>
@@ -23,17 +25,36 @@ static vn_status pool_geom(const char *op, const vn_tensor *x, const int64_t ker
     return VN_OK;
 }
 
-static vn_tensor *new_out(const char *op, const conv_geom *g, vn_dtype dt)
+/* The output (B, C, Ho, Wo) of dtype dt on x's device. */
+static vn_tensor *new_out(const char *op, const vn_tensor *x, const conv_geom *g, vn_dtype dt)
 {
     int64_t shape[4] = {g->B, g->C, g->Ho, g->Wo};
-    return vn__check_shape(op, 4, shape) ? NULL : vn__new(dt, 4, shape);
+    return vn__check_shape(op, 4, shape) ? NULL : vn__new_like(x, dt, 4, shape);
 }
 
-static vn_tensor *new_zeros(const vn_tensor *t)
+/* A gradient of t's shape on t's device: zeroed on the CPU (the loops add
+ * into it), left for the kernel to overwrite on CUDA. */
+static vn_tensor *new_grad(const vn_tensor *t)
 {
-    vn_tensor *z = vn__new(VN_F32, t->ndim, t->shape);
-    if (z) memset(vn_tensor_data(z), 0, sizeof(float) * (size_t)vn__numel(t->ndim, t->shape));
+    vn_tensor *z = vn__new_like(t, VN_F32, t->ndim, t->shape);
+    if (z && !vn__is_cuda(t))
+        memset(vn_tensor_data(z), 0, sizeof(float) * (size_t)vn__numel(t->ndim, t->shape));
     return z;
+}
+
+/* The geometry of a pooling node from its input and output shapes. */
+static conv_geom saved_geom(const struct pool_saved *p, const vn_tensor *x, const vn_tensor *gout)
+{
+    return (conv_geom){x->shape[0], x->shape[1], x->shape[2], x->shape[3], p->kernel[0],
+                       p->kernel[1], p->stride[0], p->stride[1], p->padding[0], p->padding[1],
+                       1, 1, gout->shape[2], gout->shape[3]};
+}
+
+/* A CUDA kernel's status as the op's: false (the error set) on failure. */
+static bool cuda_ok(int rc, const char *op)
+{
+    if (rc) vn__cuda_err(op);
+    return !rc;
 }
 
 /* ---- max_pool2d ------------------------------------------------------------------ */
@@ -43,10 +64,20 @@ static vn_status max_pool_backward(vn_node *n, const vn_tensor *gout)
     const vn_tensor *x = n->inputs[0], *idx = n->saved[0];
     int64_t planes = x->shape[0] * x->shape[1], HW = x->shape[2] * x->shape[3];
     int64_t L = idx->shape[2] * idx->shape[3];
-    vn_tensor *gc = vn__plain_contiguous(gout), *dx = gc ? new_zeros(x) : NULL;
+    vn_tensor *gc = vn__plain_contiguous(gout), *dx = gc ? new_grad(x) : NULL;
     if (!dx) {
         vn_tensor_release(gc);
         return VN_ERR_MEMORY;
+    }
+    if (vn__is_cuda(x)) {
+        const struct pool_saved *p = VN_SAVED_STATE(n, struct pool_saved);
+        conv_geom g = saved_geom(p, x, gout);
+        bool ok = cuda_ok(vnk_max_pool2d_backward(vn__ptr(dx), vn__ptr(gc), vn__ptr(idx), &g),
+                          "max_pool2d");
+        vn_tensor_release(gc);
+        if (ok) return vn__accum(n, 0, dx);
+        vn_tensor_release(dx);
+        return vn_last_status();
     }
     const float *gy = vn_tensor_data(gc);
     const int64_t *ix = vn_tensor_data(idx);
@@ -64,36 +95,28 @@ vn_tensor *vn_max_pool2d(const vn_tensor *x, const int64_t kernel[2], const int6
     conv_geom g;
     if (pool_geom("max_pool2d", x, kernel, stride, padding, &g)) return NULL;
     vn_tensor *xc = vn__plain_contiguous(x);
-    vn_tensor *out = xc ? new_out("max_pool2d", &g, VN_F32) : NULL;
-    vn_tensor *idx = out ? new_out("max_pool2d", &g, VN_I64) : NULL;
-    if (idx) {
+    vn_tensor *out = xc ? new_out("max_pool2d", x, &g, VN_F32) : NULL;
+    vn_tensor *idx = out ? new_out("max_pool2d", x, &g, VN_I64) : NULL;
+    if (idx && vn__is_cuda(x)) {
+        if (!cuda_ok(vnk_max_pool2d(vn__ptr(out), vn__ptr(idx), vn__ptr(xc), &g), "max_pool2d")) {
+            vn_tensor_release(out);
+            out = NULL;
+        }
+    } else if (idx) {
         const float *xs = vn_tensor_data(xc);
         float *y = vn_tensor_data(out);
         int64_t *ix = vn_tensor_data(idx), planes = g.B * g.C, L = g.Ho * g.Wo;
 #pragma omp parallel for if (planes * L * g.kh * g.kw > VN_OMP_MIN_WORK)
-        for (int64_t pl = 0; pl < planes; pl++) {
-            const float *src = xs + pl * g.H * g.W;
-            for (int64_t l = 0; l < L; l++) {
-                int64_t y0 = (l / g.Wo) * g.sh - g.ph, x0 = (l % g.Wo) * g.sw - g.pw, best = -1;
-                /* the window clipped to the image (padding never wins) */
-                int64_t ya = y0 < 0 ? 0 : y0, yb = y0 + g.kh > g.H ? g.H : y0 + g.kh;
-                int64_t xa = x0 < 0 ? 0 : x0, xb = x0 + g.kw > g.W ? g.W : x0 + g.kw;
-                float m = 0;
-                for (int64_t iy = ya; iy < yb; iy++)
-                    for (int64_t jx = xa; jx < xb; jx++) {
-                        float v = src[iy * g.W + jx];
-                        /* the first maximum wins; a NaN beats everything (as in PyTorch) */
-                        if (best < 0 || v > m || (v != v && m == m)) {
-                            m = v;
-                            best = iy * g.W + jx;
-                        }
-                    }
-                y[pl * L + l] = m;
-                ix[pl * L + l] = best;
-            }
-        }
+        for (int64_t pl = 0; pl < planes; pl++)
+            for (int64_t l = 0; l < L; l++)
+                ix[pl * L + l] = max_pool_at(&g, xs + pl * g.H * g.W, l / g.Wo, l % g.Wo,
+                                             &y[pl * L + l]);
+    }
+    if (idx && out) {
         vn_node *n = vn__record(out, "max_pool2d", max_pool_backward, 1, &x);
         if (n) {
+            *VN_SAVED_STATE(n, struct pool_saved) =
+                (struct pool_saved){{g.kh, g.kw}, {g.sh, g.sw}, {g.ph, g.pw}, false};
             n->saved[0] = idx;
             idx = NULL;
         }
@@ -110,16 +133,9 @@ vn_tensor *vn_max_pool2d(const vn_tensor *x, const int64_t kernel[2], const int6
 static void windows(const struct pool_saved *p, int dim, int64_t in, int64_t out, int64_t *lo,
                     int64_t *hi)
 {
-    for (int64_t i = 0; i < out; i++) {
-        if (p->adaptive) {
-            lo[i] = i * in / out;
-            hi[i] = ((i + 1) * in + out - 1) / out;
-        } else {
-            int64_t a = i * p->stride[dim] - p->padding[dim], b = a + p->kernel[dim];
-            lo[i] = a < 0 ? 0 : a;
-            hi[i] = b > in ? in : b;
-        }
-    }
+    for (int64_t i = 0; i < out; i++)
+        pool_window(i, in, out, p->kernel[dim], p->stride[dim], p->padding[dim], p->adaptive,
+                    &lo[i], &hi[i]);
 }
 
 /* forward (dy NULL): y = the window means of x; backward: dx += dy spread
@@ -157,11 +173,14 @@ static vn_status avg_backward(vn_node *n, const vn_tensor *gout)
 {
     const struct pool_saved *p = VN_SAVED_STATE(n, struct pool_saved);
     const vn_tensor *x = n->inputs[0];
-    vn_tensor *gc = vn__plain_contiguous(gout), *dx = gc ? new_zeros(x) : NULL;
-    vn_status st = dx ? avg_run(p, x->shape[0] * x->shape[1], x->shape[2], x->shape[3],
-                                gout->shape[2], gout->shape[3], NULL, NULL, vn_tensor_data(gc),
-                                vn_tensor_data(dx))
-                      : VN_ERR_MEMORY;
+    vn_tensor *gc = vn__plain_contiguous(gout), *dx = gc ? new_grad(x) : NULL;
+    conv_geom g = saved_geom(p, x, gout);
+    vn_status st = !dx ? VN_ERR_MEMORY
+                   : vn__is_cuda(x)
+                       ? (cuda_ok(vnk_avg_pool2d_backward(vn__ptr(dx), vn__ptr(gc), &g, p->adaptive),
+                                  n->name) ? VN_OK : vn_last_status())
+                       : avg_run(p, g.B * g.C, g.H, g.W, g.Ho, g.Wo, NULL, NULL, vn__ptr(gc),
+                                 vn__ptr(dx));
     vn_tensor_release(gc);
     if (!st) return vn__accum(n, 0, dx);
     vn_tensor_release(dx);
@@ -171,9 +190,12 @@ static vn_status avg_backward(vn_node *n, const vn_tensor *gout)
 static vn_tensor *avg_pool(const char *op, const vn_tensor *x, const struct pool_saved *p,
                            const conv_geom *g)
 {
-    vn_tensor *xc = vn__plain_contiguous(x), *out = xc ? new_out(op, g, VN_F32) : NULL;
-    if (out && avg_run(p, g->B * g->C, g->H, g->W, g->Ho, g->Wo, vn_tensor_data(xc),
-                       vn_tensor_data(out), NULL, NULL)) {
+    vn_tensor *xc = vn__plain_contiguous(x), *out = xc ? new_out(op, x, g, VN_F32) : NULL;
+    bool ok = !out ? false
+              : vn__is_cuda(x) ? cuda_ok(vnk_avg_pool2d(vn__ptr(out), vn__ptr(xc), g, p->adaptive), op)
+                               : !avg_run(p, g->B * g->C, g->H, g->W, g->Ho, g->Wo, vn__ptr(xc),
+                                          vn__ptr(out), NULL, NULL);
+    if (out && !ok) {
         vn_tensor_release(out);
         out = NULL;
     }
@@ -200,7 +222,7 @@ vn_tensor *vn_adaptive_avg_pool2d(const vn_tensor *x, int64_t oh, int64_t ow)
     if (oh < 1 || ow < 1 || oh > INT32_MAX || ow > INT32_MAX)
         return vn__errp(VN_ERR_ARG, "%s: output size (%lld, %lld), expected sizes in [1, 2^31)", op,
                         (long long)oh, (long long)ow);
-    if (vn__check_dtype_arg(x, VN_F32, op, "input", 0)) return NULL;
+    if (vn__check_dtype_arg(x, VN_F32, op, "input", VN_ALLOW_CUDA)) return NULL;
     if (x->ndim != 4 || x->shape[2] < 1 || x->shape[3] < 1)
         return vn__errp(VN_ERR_SHAPE, "%s: input of shape %s, expected (B, C, H, W) with H, W >= 1",
                         op, vn__shape(x->ndim, x->shape));

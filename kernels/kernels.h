@@ -25,6 +25,7 @@
 #define VENOM_KERNELS_H
 
 #include "venom.h"
+#include "conv_index.h" /* conv_geom */
 
 #ifdef __cplusplus
 extern "C" {
@@ -210,6 +211,64 @@ int vnk_gemm(float *C, int64_t ldc, int64_t strideC, const void *A, int64_t lda,
              int64_t strideA, const void *B, int64_t ldb, int64_t strideB, vn_dtype ab_dtype,
              bool transa, bool transb, int64_t m, int64_t n, int64_t k, int64_t batch,
              float alpha, float beta, bool allow_tf32);
+
+/* ---- convolution, pooling, batch norm (kernels/conv.cu, pool.cu, batchnorm.cu) -- */
+
+/* f32, NCHW, contiguous; g is the window checked by the engine (conv__geom;
+ * for adaptive pooling Ho, Wo are the output size and the kernel, stride
+ * and padding fields are unused). The CPU twins are in engine/ops_conv.c,
+ * ops_pool.c and ops_batchnorm.c; the per-element index math is shared
+ * with them through conv_index.h. No kernel here uses float atomics: every
+ * sum has one thread (or one block, in a fixed tree) and a fixed order, so
+ * results repeat bit for bit.
+ *
+ * im2col: the columns of nb images x (nb, C, H, W): row r of image i
+ *   (Ho·Wo values) at cols + i·istride + r·ldc (conv2d: istride Ho·Wo, ldc
+ *   nb·Ho·Wo; the im2col op: istride C·kh·kw·Ho·Wo, ldc Ho·Wo).
+ * col2im: dx (nb, C, H, W), overwritten, = the columns summed back into
+ *   place (conv_col2im_at). */
+int vnk_im2col(float *cols, const float *x, const conv_geom *g, int64_t nb, int64_t istride,
+               int64_t ldc);
+int vnk_col2im(float *dx, const float *cols, const conv_geom *g, int64_t nb, int64_t istride,
+               int64_t ldc);
+/* The GEMM layout (Cout, nb·L) ↔ images (nb, Cout, L):
+ *   to_images:  dst[(i·Cout + o)·L + l] = src[(o·nb + i)·L + l] + bias[o]
+ *               (bias NULL: + 0);
+ *   otherwise:  dst[(o·nb + i)·L + l] = src[(i·Cout + o)·L + l] (bias unused). */
+int vnk_conv_regroup(float *dst, const float *src, int64_t nb, int64_t Cout, int64_t L,
+                     const float *bias, bool to_images);
+/* out[c] = Σ_{b < B, s < S} x[(b·C + c)·S + s] (summed in double, one block
+ * per channel): the bias gradient of conv2d. */
+int vnk_channel_sum(float *out, const float *x, int64_t B, int64_t C, int64_t S);
+
+/* max pooling over the B·C planes: y (B, C, Ho, Wo) and idx (i64, the flat
+ * position iy·W + ix of each maximum in its plane), as max_pool_at; the
+ * backward: dx (B, C, H, W), overwritten, as max_pool_grad_at. */
+int vnk_max_pool2d(float *y, int64_t *idx, const float *x, const conv_geom *g);
+int vnk_max_pool2d_backward(float *dx, const float *dy, const int64_t *idx, const conv_geom *g);
+/* average pooling (fixed windows, the padding counted, or adaptive): y as
+ * avg_pool_at; the backward: dx overwritten, as avg_pool_grad_at. */
+int vnk_avg_pool2d(float *y, const float *x, const conv_geom *g, bool adaptive);
+int vnk_avg_pool2d_backward(float *dx, const float *dy, const conv_geom *g, bool adaptive);
+
+/* Batch norm over x (B, C, S) per channel c (formulas of vn_batch_norm).
+ * stats, training: mean[c] and rstd[c] = 1/√(σ² + eps) of the batch (two
+ * passes in double, one block per channel), and when running_mean is not
+ * NULL, running_mean/var (stride rm_stride / rv_stride elements) ←
+ * (1 − momentum)·r + momentum·(μ, n/(n − 1)·σ²); not training: mean and
+ * rstd from the running statistics. */
+int vnk_batch_norm_stats(float *mean, float *rstd, float *running_mean, int64_t rm_stride,
+                         float *running_var, int64_t rv_stride, const float *x, int64_t B,
+                         int64_t C, int64_t S, bool training, double momentum, double eps);
+/* y = (x − mean[c])·rstd[c]·w[c] + b[c] (w, b NULL: 1, 0). */
+int vnk_batch_norm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                         const float *w, const float *b, int64_t B, int64_t C, int64_t S);
+/* dw[c] = Σ dy·x̂, db[c] = Σ dy (each NULL when not wanted), and dx (NULL
+ * when not wanted) = r·(γ·dy − mean(γ·dy) − x̂·mean(γ·dy·x̂)) in training,
+ * r·γ·dy otherwise; x̂ = (x − mean)·rstd, γ = w (NULL: 1). */
+int vnk_batch_norm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                            const float *mean, const float *rstd, const float *w, int64_t B,
+                            int64_t C, int64_t S, bool training);
 
 /* ---- V:N:M on Sparse Tensor Cores (kernels/vnm_sptc.cu) ------------------ */
 

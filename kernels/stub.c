@@ -180,3 +180,57 @@ int vnk_csr_sddmm(float *dv, const int64_t *row_idx, const int64_t *col_idx, con
 }
 
 int vnk_gather_f32(float *out, const float *in, const int64_t *idx, int64_t n) { NO_CUDA; }
+
+int vnk_im2col(float *cols, const float *x, const conv_geom *g, int64_t nb, int64_t istride,
+               int64_t ldc)
+{
+    NO_CUDA;
+}
+
+int vnk_col2im(float *dx, const float *cols, const conv_geom *g, int64_t nb, int64_t istride,
+               int64_t ldc)
+{
+    NO_CUDA;
+}
+
+int vnk_conv_regroup(float *dst, const float *src, int64_t nb, int64_t Cout, int64_t L,
+                     const float *bias, bool to_images)
+{
+    NO_CUDA;
+}
+
+int vnk_channel_sum(float *out, const float *x, int64_t B, int64_t C, int64_t S) { NO_CUDA; }
+
+int vnk_max_pool2d(float *y, int64_t *idx, const float *x, const conv_geom *g) { NO_CUDA; }
+
+int vnk_max_pool2d_backward(float *dx, const float *dy, const int64_t *idx, const conv_geom *g)
+{
+    NO_CUDA;
+}
+
+int vnk_avg_pool2d(float *y, const float *x, const conv_geom *g, bool adaptive) { NO_CUDA; }
+
+int vnk_avg_pool2d_backward(float *dx, const float *dy, const conv_geom *g, bool adaptive)
+{
+    NO_CUDA;
+}
+
+int vnk_batch_norm_stats(float *mean, float *rstd, float *running_mean, int64_t rm_stride,
+                         float *running_var, int64_t rv_stride, const float *x, int64_t B,
+                         int64_t C, int64_t S, bool training, double momentum, double eps)
+{
+    NO_CUDA;
+}
+
+int vnk_batch_norm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                         const float *w, const float *b, int64_t B, int64_t C, int64_t S)
+{
+    NO_CUDA;
+}
+
+int vnk_batch_norm_backward(float *dx, float *dw, float *db, const float *dy, const float *x,
+                            const float *mean, const float *rstd, const float *w, int64_t B,
+                            int64_t C, int64_t S, bool training)
+{
+    NO_CUDA;
+}

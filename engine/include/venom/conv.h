@@ -3,8 +3,12 @@
  * Reached only through venom.h.
  *
  * Images are NCHW: (B, C, H, W) f32 tensors, any strides (read through a
- * contiguous copy). Every op here is differentiable and CPU only: a CUDA
- * tensor is refused with VN_ERR_DEVICE (no kernels yet). Output sizes follow
+ * contiguous copy). Every op here is differentiable and runs on the CPU or
+ * on CUDA (all tensor arguments on one device, else VN_ERR_DEVICE naming
+ * both; the CUDA kernels are kernels/conv.cu, pool.cu and batchnorm.cu, with
+ * cuBLAS for the convolution's GEMMs, TF32 only when
+ * vn_cuda_set_allow_tf32 allows it; no float atomics, so a GPU result
+ * repeats bit for bit run after run). Output sizes follow
  * the usual formula, per spatial dim,
  *     out = ⌊(in + 2·padding − dilation·(kernel − 1) − 1) / stride⌋ + 1,
  * and an op whose kernel does not fit in the padded input (out < 1) fails
@@ -25,7 +29,8 @@
  * {height, width} pairs; groups ≥ 1 must divide C_in and C_out (groups =
  * C_in = C_out is a depthwise convolution). Computed as im2col (each output
  * position's receptive field as a column of C_in·kh·kw values) and one
- * OpenBLAS sgemm per group for a chunk of images at once; backward:
+ * sgemm per group (OpenBLAS, or cuBLAS on CUDA) for a chunk of images at
+ * once; backward:
  * dW = dY·colsᵀ and dcols = Wᵀ·dY scattered back (col2im), the columns
  * recomputed, not saved.
  * Errors: VN_ERR_ARG (NULL, freed, bad stride/padding/dilation/groups, the
