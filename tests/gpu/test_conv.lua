@@ -117,7 +117,7 @@ end
 
 -- ties and a NaN: the first maximum wins and NaN beats everything, on both
 do
-  local x = venom.randn(2, 3, 7, 9):mul(2):floor()
+  local x = venom.randint(-3, 4, { 2, 3, 7, 9 }):float()
   x:set(1, 2, 3, 4, 0 / 0)
   local k, s, p = { 3, 3 }, { 2, 2 }, { 1, 1 }
   same(venom.max_pool2d(x:cuda(), k, s, p), venom.max_pool2d(x, k, s, p),
