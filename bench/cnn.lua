@@ -3,12 +3,14 @@
 -- real Fashion-MNIST batches, the same measurement as bench/torch_cnn.py.
 --
 --     venom bench/cnn.lua [--steps 40] [--width 32] [--hidden 128] [--batch-size 128]
---                         [--sparse 64:2:8]
+--                         [--sparse 64:2:8] [--device cuda]
 --
 -- 3 untimed warm-up steps (allocator caches, BLAS threads), then --steps
 -- timed ones; prints s/step and the epoch time it implies (⌈60000/B⌉
 -- steps). --sparse makes the second conv and the first linear layer V:N:M
--- at once (sparse.from_layer), to time the sparse layers. Never fails on time.
+-- at once (sparse.from_layer), to time the sparse layers. --device cuda
+-- trains on the GPU (each batch copied over by the loader, the clock read
+-- after a synchronize). Never fails on time.
 package.path = "./?.lua;" .. package.path
 local venom = require "venom"
 local nn = require "venom.nn"
@@ -19,13 +21,16 @@ local sparse = require "venom.sparse"
 local CNN = require "models.cnn"
 
 local opts = util.parse_args(arg, { steps = 40, width = 32, hidden = 128, batch_size = 128,
-  sparse = "", seed = 0, root = data.FASHION_MNIST_ROOT })
+  sparse = "", seed = 0, root = data.FASHION_MNIST_ROOT, device = "cpu" })
+util.check_arg_device(opts, "device")
+local sync = opts.device == "cuda" and venom.cuda.synchronize or function() end
 venom.manual_seed(opts.seed)
 local ok, set = pcall(data.fashion_mnist, "train", { root = opts.root })
 if not ok then util.die(set) end
 local x, n = data.flatten_images(set.images, data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD)
 x = x:reshape(n, 1, 28, 28)
-local loader = data.DataLoader({ x, set.labels }, { batch_size = opts.batch_size, shuffle = true })
+local loader = data.DataLoader({ x, set.labels }, { batch_size = opts.batch_size, shuffle = true,
+  device = opts.device })
 
 local model = CNN({ width = opts.width, hidden = opts.hidden })
 if opts.sparse ~= "" then
@@ -35,13 +40,17 @@ if opts.sparse ~= "" then
     model[i] = sparse.from_layer(model[i], { V = tonumber(V), M = tonumber(M) })
   end
 end
+model:to(opts.device)
 local opt = optim.AdamW(model:parameters(), { lr = 1e-3, weight_decay = 0.01 })
 local criterion = nn.CrossEntropyLoss()
 
 local k, t0 = 0, nil
 for xb, yb in loader:iter() do
   k = k + 1
-  if k == 4 then t0 = venom.clock() end
+  if k == 4 then
+    sync()
+    t0 = venom.clock()
+  end
   local loss = criterion(model(xb), yb)
   opt:zero_grad()
   loss:backward()
@@ -49,6 +58,7 @@ for xb, yb in loader:iter() do
   loss:free(); xb:free(); yb:free()
   if k == 3 + opts.steps then break end
 end
+sync()
 local dt = (venom.clock() - t0) / opts.steps
-print(("venom width %d%s: %.4f s/step, %.1f s/epoch implied"):format(opts.width,
-  opts.sparse ~= "" and " sparse " .. opts.sparse or "", dt, dt * #loader))
+print(("venom width %d%s on %s: %.4f s/step, %.1f s/epoch implied"):format(opts.width,
+  opts.sparse ~= "" and " sparse " .. opts.sparse or "", opts.device, dt, dt * #loader))

@@ -11,6 +11,7 @@
 --     venom tutorials/08-cnn.lua                          # 10 epochs, defaults below
 --     venom tutorials/08-cnn.lua --epochs 2 --width 16     # quicker, smaller
 --     venom tutorials/08-cnn.lua --augment                 # random crops and flips
+--     venom tutorials/08-cnn.lua --device cuda             # train on the GPU (section 3)
 --     venom tutorials/08-cnn.lua --sparse 64:2:8           # V:N:M conv and linear layer (GMP)
 --     venom tutorials/08-cnn.lua --log run.csv --plot run.png   # training curves
 --     venom tutorials/08-cnn.lua --export-images fm           # IDX files → fm/{train,test}/<class>/*.png
@@ -53,10 +54,14 @@ local log, folders
 local opts = util.parse_cli(arg, defaults, help, function(o)
   check_shared(o)
   util.check_arg_int(o, "width", 1)
-  if o.device ~= "cpu" then util.fail("--device: the convolutions run on the CPU only (for now)") end
   if o.sparse ~= "" then
     local ok, err = pcall(prune.check_target, "vnm", o.sparse)
     if not ok then util.fail("--sparse: " .. util.error_text(err)) end
+    local V, M = o.sparse:match("^(%d+):%d+:(%d+)$")
+    local why = require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))
+    if o.device == "cuda" and why then
+      util.fail(("--sparse %s with --device cuda: %s, e.g. 64:2:8"):format(o.sparse, why))
+    end
     -- GMP trains the first epoch dense and prunes in the later ones (section 4).
     if o.epochs < 2 then
       util.fail(("--sparse needs --epochs 2 or more (the first epoch trains dense, pruning runs "
@@ -163,9 +168,16 @@ local train_loader, test_loader
 if not folders then
   local x_train, y_train = images("train", opts.limit)
   local x_test, y_test = images("test")
+  -- --augment works on the host (one batch at a time) and then moves the
+  -- batch to --device; without it the loader moves each batch itself.
+  local function augment_to_device(x, y)
+    x, y = augment(x, y)
+    return x:to(opts.device), y:to(opts.device)
+  end
   train_loader = data.DataLoader({ x_train, y_train }, { batch_size = opts.batch_size,
-    shuffle = true, transform = opts.augment and augment or nil })
-  test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000 })
+    shuffle = true, transform = opts.augment and augment_to_device or nil,
+    device = opts.augment and "cpu" or opts.device })
+  test_loader = data.DataLoader({ x_test, y_test }, { batch_size = 1000, device = opts.device })
 else
   -- 2b. --root-images DIR: the same images as files ------------------------------------
   --
@@ -188,8 +200,9 @@ else
     return ds
   end
   train_loader = data.DataLoader(folder("train", train_tf), { batch_size = opts.batch_size,
-    shuffle = true, workers = opts.workers })
-  test_loader = data.DataLoader(folder("test", normalise), { batch_size = 1000, workers = opts.workers })
+    shuffle = true, workers = opts.workers, device = opts.device })
+  test_loader = data.DataLoader(folder("test", normalise), { batch_size = 1000,
+    workers = opts.workers, device = opts.device })
 end
 
 -- 3. Model ------------------------------------------------------------------------------
@@ -199,11 +212,14 @@ end
 -- linear layers. nn.Conv2d computes each output pixel as a dot product of a
 -- 3 × 3 × C_in window with each filter: venom unfolds the windows into
 -- columns (im2col) and multiplies them by the filters with one OpenBLAS
--- GEMM. Batch normalisation (Ioffe & Szegedy 2015) rescales each channel by
+-- GEMM (on CUDA: the same im2col as a kernel and a cuBLAS GEMM; --device
+-- cuda moves the parameters and the running statistics there with
+-- model:to, and the loaders move each batch). Batch normalisation (Ioffe & Szegedy 2015) rescales each channel by
 -- the batch's mean and variance while training and keeps running averages
 -- of them for evaluation (model:eval()); those averages are saved with the
 -- weights in model:state_dict().
 local model = CNN({ width = opts.width, hidden = opts.hidden })
+model:to(opts.device)
 local criterion = nn.CrossEntropyLoss()
 print(model)
 print(("%d parameters; %d training images, %d test images%s%s"):format(model:num_parameters(),

@@ -3,7 +3,8 @@
 -- on first use through nn's lazy fields. Images are NCHW: (B, C, H, W) f32.
 -- A size (kernel_size, stride, padding, dilation) is a number n, meaning
 -- {n, n}, or a pair {height, width}. The V:N:M convolution is
--- nn.SparseConv2d (venom.sparse). CPU only for now.
+-- nn.SparseConv2d (venom.sparse). The layers run on the CPU or on CUDA
+-- (model:cuda() moves the running statistics too).
 local venom = require "venom"
 local util = require "venom.util"
 local nn = require "venom.nn"

@@ -4,7 +4,8 @@
 # bench/RESULTS.md): unpack the Debian dependencies from .deps/ into a prefix,
 # build with CUDA, run the GPU tests and the C tests, the GPU benchmarks and
 # one timed epoch of the main job on the GPU (dense and --sparse 64:2:8) and
-# on the CPU, then print a short table last.
+# on the CPU, tutorial 8's CNN on the GPU (conv, pooling and batch-norm
+# kernels), then print a short table last.
 #
 #   sh tests/gpu/device-check.sh          # from the repository root
 #   sh tests/gpu/device-check.sh build    # deps + configure + build only
@@ -286,6 +287,12 @@ step_epoch_gpu_sparse() {
     "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cuda --sparse 64:2:8 --epochs "$GPU_EPOCHS" --root "$DATA"
 }
 step_sparse_layer() { "$BUILD/venom" bench/sparse_layer.lua --device cuda; }
+# Tutorial 8's CNN (conv/pool/batch-norm kernels + cuBLAS): training steps on
+# the GPU, then one epoch of the tutorial (accuracy as a sanity check).
+step_cnn_gpu() {
+    "$BUILD/venom" bench/cnn.lua --device cuda --steps 40 --root "$DATA"
+    "$BUILD/venom" tutorials/08-cnn.lua --device cuda --epochs 1 --root "$DATA"
+}
 step_epoch_cpu() {
     "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cpu --epochs 1 --limit "$CPU_LIMIT" --root "$DATA"
 }
@@ -350,6 +357,7 @@ if [ "${1:-all}" != build ]; then
     run epoch_gpu 180
     run epoch_gpu_sparse 120
     run sparse_layer 90
+    run cnn_gpu 90
     run cuda_ops 180
     run epoch_cpu 120
     run c-tests 120
@@ -385,6 +393,8 @@ failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt
     printf '| %-40s | %s\n' "epoch GPU --sparse 64:2:8 (s, images/s)" "${es:-failed}"
     printf '| %-40s | %s\n' "epoch CPU (s, images/s; --limit $CPU_LIMIT)" "${ec:-failed}"
     printf '| %-40s | %s\n' "GPU speedup" "${speedup:-n/a}"
+    printf '| %-40s | %s\n' "CNN (tutorial 8) step GPU" "$(sed -n 's/^venom width .* on cuda: \([0-9.]*\) s\/step.*/\1 s\/step/p' "$LOG/cnn_gpu.log" 2>/dev/null | head -1)"
+    printf '| %-40s | %s\n' "CNN (tutorial 8) 1 epoch GPU" "$(sed -n 's/^final test accuracy \(.*\)/\1/p' "$LOG/cnn_gpu.log" 2>/dev/null | head -1)"
     printf '| %-40s | %s\n' "steps (status, seconds)" "$(awk '{ printf "%s%s %s %ss", sep, $1, $2, $4; sep = ", " }' "$LOG/steps.txt")"
     printf '| %-40s | %s\n' "steps failed" "${failed:-none}"
     echo "logs: $LOG"
