@@ -1,6 +1,6 @@
 /* lv_conv.c — convolutions, pooling, batch norm and flatten in the
  * venom.core Lua module (engine/ops_conv.c, ops_pool.c, ops_batchnorm.c;
- * venom/conv.h), all differentiable, CPU only. A size pair (kernel, stride,
+ * venom/conv.h), all differentiable, on the CPU or CUDA. A size pair (kernel, stride,
  * padding, dilation) is a number n, meaning {n, n}, or a table {h, w}.
  *
  *   venom.conv2d(x, weight, [bias], [stride=1], [padding=0], [dilation=1], [groups=1])
