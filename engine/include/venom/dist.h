@@ -76,6 +76,21 @@ vn_tensor *vn_dist_reduce_scatter(const vn_tensor *t, vn_dist_op op);
 vn_tensor *vn_dist_all_to_all(const vn_tensor *t, const int64_t *send_counts,
                               int64_t *recv_counts);
 
+/* vn_dist_all_to_all with a backward, for MoE expert parallelism (tokens go
+ * to the rank of their expert, the expert's outputs come back the same way).
+ * The forward is vn_dist_all_to_all (same arguments, same errors). When t
+ * needs a gradient the result records a node whose backward sends the
+ * received rows' gradient back to the ranks they came from (an all_to_all
+ * with the counts swapped) and multiplies it by grad_scale (1: the plain
+ * gradient; expert parallelism passes 1/P and P, see nn.MoE). That backward
+ * is a collective too: every rank must run the backward of each such call,
+ * in the same order, so the graphs of all ranks must reach it alike (e.g.
+ * run every local expert, even on zero rows). Errors: those of
+ * vn_dist_all_to_all; VN_ERR_ARG for a grad_scale that is not finite (every
+ * rank then fails). */
+vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_counts,
+                                       int64_t *recv_counts, double grad_scale);
+
 /* ---- data parallel: the gradient reducer --------------------------------- */
 
 /* Averages the gradients of n parameters over the ranks during the backward
