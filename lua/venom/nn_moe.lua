@@ -142,10 +142,27 @@ function MoE:__init(d_model, d_hidden, opts)
   local me = self.owner and require("venom.distributed").rank()
   local experts = nn.Module()
   for e = 1, c.experts do -- all are built (the same random draws on every rank), the local ones kept
-    local m = c.new_expert and c.new_expert(e) or default_expert(d_model, d_hidden, c.expert)
+    local m = self:build_expert(e)
     if not self.owner or self.owner[e] == me then experts:add_module(e, m) end
   end
   self:add_module("experts", experts)
+end
+
+--- A new expert e (new_expert(e), or the default two-layer MLP).
+function MoE:build_expert(e)
+  local c = self.config
+  return c.new_expert and c.new_expert(e) or default_expert(self.d_model, self.d_hidden, c.expert)
+end
+
+--- Expert-parallel layers: FlexMoE's dynamic placement. From the rows each
+-- rank sent each expert in the training calls since the last rebalance,
+-- plans Migrate moves when the balance ratio is above opts.threshold and
+-- moves those experts (weights, and their state in optimizer `opt`) to
+-- their new ranks; every rank must call it at the same point. Returns the
+-- plan {moves, ratio, planned_ratio, cost, planned_cost}; see
+-- venom.nn_moe_placement for the cost model and the options.
+function MoE:rebalance(opt, opts)
+  return require("venom.nn_moe_placement").rebalance(self, opt, opts)
 end
 
 --- The DTS temperature after `steps` training calls: linear from tau_max

@@ -114,6 +114,11 @@ function M.forward(moe, xf, r, w, T)
   -- Every rank's load of every expert: where the received rows of each
   -- local expert lie (from rank 0 first, each rank's rows by expert).
   local loads = dist.all_gather(r.load):totable()
+  if moe.training then -- the window of venom.nn_moe_placement's scheduler
+    local window = moe.window or {}
+    for i, n in ipairs(loads) do window[i] = (window[i] or 0) + n end
+    moe.window = window
+  end
   local recv, recv_counts = dist.all_to_all(xf:index_select(1, tokens), send, P)
   local R = recv:size(1)
   local rows = {}

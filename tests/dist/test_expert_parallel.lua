@@ -64,7 +64,7 @@ end
 
 -- Trains the reference (all experts, both shares of each batch) and the
 -- expert-parallel model (this rank's share) side by side.
-local function equivalence(opts, steps, prepare)
+local function equivalence(opts, steps, prepare, after_step)
   local moe_opts = { experts = E, k = opts.k, capacity_factor = opts.capacity_factor }
   venom.manual_seed(42)
   local ref = build(moe_opts)
@@ -77,7 +77,7 @@ local function equivalence(opts, steps, prepare)
   local opt = optim.AdamW(model:parameters(), { lr = 1e-2 })
   venom.manual_seed(7)
   local X, Y = venom.randn(steps * 16, D), (venom.rand(steps * 16) * C):long() + 1
-  local worst_loss, worst_grad, rank_balance = 0, nil, {}
+  local worst_loss, worst_grad, rank_balance = 0, 0, {}
   for step = 1, steps do
     local x, y = X:narrow(1, (step - 1) * 16 + 1, 16), Y:narrow(1, (step - 1) * 16 + 1, 16)
     ref_opt:zero_grad()
@@ -90,8 +90,9 @@ local function equivalence(opts, steps, prepare)
     opt:zero_grad()
     local l = loss_of(dp, x:narrow(1, r * 8 + 1, 8), y:narrow(1, r * 8 + 1, 8))
     l:backward()
-    if not worst_grad then worst_grad = dist.all_reduce_number(grad_difference(model, ref), "max") end
+    worst_grad = math.max(worst_grad, dist.all_reduce_number(grad_difference(model, ref), "max"))
     ref_opt:step(); opt:step()
+    if after_step then after_step(step, model, opt) end
     local global = dist.all_reduce_number(l:item(), "avg")
     worst_loss = math.max(worst_loss, math.abs(global - l_ref:item()) / math.abs(l_ref:item()))
     rank_balance[step] = model[2].stats.rank_balance
@@ -134,6 +135,44 @@ do
     zero_router)
   tap.ok(wl < TOL and wg < TOL, ("all tokens on rank 0's expert (rank 1's get none): the same "
     .. "losses (%.2g) and gradients (%.2g)"):format(wl, wg))
+end
+
+-- The FlexMoE scheduler's plan on a skewed load: experts 1 and 2 (rank 0)
+-- get 80 and 60 rows, 3 and 4 (rank 1) 10 each: ratio 140 / 80 = 1.75.
+-- Moving expert 2 to rank 1 gives 80 / 80 (ratio 1); moving expert 1 only
+-- 100 / 80.
+do
+  local placement = require "venom.nn_moe_placement"
+  local load = { 40, 30, 5, 5, 40, 30, 5, 5 }
+  local plan = placement.plan(load, { 0, 0, 1, 1 }, 2, { a2a_cost = 0, move_cost = 0 })
+  local mv = plan.moves[1] or {}
+  tap.ok(#plan.moves == 1 and mv.expert == 2 and mv.from == 0 and mv.to == 1 and plan.ratio == 1.75
+    and plan.planned_ratio == 1, ("the scheduler moves expert 2 to rank 1 (%d moves, ratio %g → %g)")
+      :format(#plan.moves, plan.ratio, plan.planned_ratio))
+  local dear = placement.plan(load, { 0, 0, 1, 1 }, 2, { a2a_cost = 0, move_cost = 1000 })
+  tap.ok(#dear.moves == 0 and dear.planned_ratio == 1.75,
+    "a move that costs more than it saves is not planned")
+end
+
+-- Rebalancing during training: after step 3 the scheduler moves experts
+-- (weights and AdamW state) between the ranks; the losses and gradients of
+-- the following steps are still those of the one-process model.
+do
+  local moves = 0
+  local wl, wg, model = equivalence({ k = 1, capacity_factor = math.huge, placement = true }, 8,
+    function(m) -- a router that prefers expert 1: rank 0 overloaded
+      venom.no_grad(function() m[2].router.weight:narrow(1, 1, 1):add_(0.5) end)
+    end, function(step, m, opt)
+      if step == 3 then
+        local plan = m[2]:rebalance(opt, { threshold = 1, a2a_cost = 0, move_cost = 0 })
+        moves = #plan.moves
+      end
+    end)
+  local held = 0
+  for e = 1, E do if model[2].owner[e] == r then held = held + 1 end end
+  tap.ok(moves > 0 and wl < TOL and wg < TOL and held == #model[2].experts:children(),
+    ("rebalance after step 3 moved %d experts; the losses (%.2g) and gradients (%.2g) stay the "
+      .. "1-process ones"):format(moves, wl, wg))
 end
 
 tap.error_like(function() nn.MoE(H, 24, { experts = 3, expert_parallel = true }) end,
