@@ -81,6 +81,15 @@ function M.placement(spec, E, who)
   return owner
 end
 
+--- True when module m holds an expert-parallel nn.MoE (at any depth).
+function M.is_sharded(m)
+  if m.owner and m.experts then return true end
+  for _, child in ipairs(m:children()) do
+    if M.is_sharded(child) then return true end
+  end
+  return false
+end
+
 -- 1-based rows a .. a + n - 1 appended to the list `into`.
 local function append_range(into, a, n)
   for i = a, a + n - 1 do into[#into + 1] = i end
