@@ -164,6 +164,10 @@ function dist.share(t)
   return t:narrow(1, core.dist_rank() * n / P + 1, n / P)
 end
 
+--- ZeRO stage 1: dist.ZeroRedundancyOptimizer(params, optim.AdamW, opts)
+-- shards the optimizer state over the ranks (venom.distributed_zero).
+dist.ZeroRedundancyOptimizer = require "venom.distributed_zero"
+
 -- DataParallel ----------------------------------------------------------------------
 
 local DataParallel = {}
