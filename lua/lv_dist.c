@@ -3,7 +3,7 @@
  * Ranks are MPI's, 0-based (rank 0 is the one that writes checkpoints),
  * unlike dims and indices.
  *
- *   core.dist_built(), dist_init(), dist_is_initialized(), dist_finalize()
+ *   core.dist_built(), dist_nccl_built(), dist_init(), dist_is_initialized(), dist_finalize()
  *   core.dist_rank(), dist_world_size(), dist_local_rank(), dist_barrier()
  *   core.dist_all_reduce(t, op)          in place; op "sum" | "avg" | "max"
  *   core.dist_broadcast(t, root)         in place; root 0-based
@@ -37,7 +37,7 @@ static int l_dist_finalize(lua_State *L)
 
 /* The calls without arguments, each name written once: those returning a
  * boolean, an integer, or a status (raised on failure). */
-#define LV_DIST_BOOLS(X) X(built) X(is_initialized)
+#define LV_DIST_BOOLS(X) X(built) X(nccl_built) X(is_initialized)
 #define LV_DIST_INTS(X) X(rank) X(world_size) X(local_rank)
 #define LV_DIST_CALLS(X) X(init) X(barrier)
 #define LV_DIST_BOOL_WRAPPER(name)                                              \

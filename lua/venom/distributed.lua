@@ -11,7 +11,8 @@
 -- README for several hosts). Every rank runs the whole script; ranks are
 -- numbered 0..P-1 as MPI numbers them (rank 0 writes checkpoints and
 -- prints). Collectives take CPU tensors (f32, i32, i64; u8 for broadcast,
--- all_gather and all_to_all) and must be called by every rank in the same
+-- all_gather and all_to_all), and CUDA tensors through NCCL when venom was
+-- built with it (is_nccl_available()), and must be called by every rank in the same
 -- order; before moving data they compare the ranks' shapes, so a mismatch
 -- is an error on every rank rather than a hang. venom built without MPI
 -- (VENOM_MPI=OFF, or no libopenmpi-dev) answers init() with an error that
@@ -47,6 +48,11 @@ end
 
 --- True when venom was built with MPI (VENOM_MPI, see the README).
 function dist.is_available() return core.dist_built() end
+
+--- True when venom was built with NCCL (VENOM_NCCL), so that the
+-- collectives take CUDA tensors too (each process on its device 0: give
+-- each rank its own GPU with CUDA_VISIBLE_DEVICES).
+function dist.is_nccl_available() return core.dist_nccl_built() end
 
 --- Joins the world of the processes mpirun started (MPI_Init). Outside
 -- mpirun the process is a world of one (rank 0, world size 1), where every

@@ -12,8 +12,15 @@
  * shape of each rank, instead of a hang or garbage. MPI errors come back as
  * VN_ERR_STATE with MPI's message (the communicator uses MPI_ERRORS_RETURN,
  * so a bad argument never aborts the job). Tensors: contiguous CPU tensors of
- * dtype f32, i32 or i64 (u8 too for broadcast and all_gather); CUDA tensors
- * are VN_ERR_DEVICE (no NCCL path yet). All functions are for one thread. */
+ * dtype f32, i32 or i64 (u8 too for broadcast and all_gather). CUDA tensors
+ * go through NCCL in a build with it (VENOM_NCCL: nccl.h and libnccl found
+ * beside CUDA and MPI): one communicator per process, bootstrapped over MPI
+ * by the first CUDA collective, on a stream of its own ordered against the
+ * compute stream; each process uses its device 0 (give each rank its own GPU
+ * with CUDA_VISIBLE_DEVICES, e.g. from vn_dist_local_rank), and avg takes
+ * f32 only there. Without NCCL a CUDA tensor is VN_ERR_DEVICE. The gradient
+ * reducer (DataParallel) takes CPU parameters only. All functions are for
+ * one thread. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/dist.h>"
 #endif
@@ -24,8 +31,9 @@
  * mean (sum / world size; integer dtypes round toward zero) or the maximum. */
 typedef enum { VN_DIST_SUM = 0, VN_DIST_AVG, VN_DIST_MAX } vn_dist_op;
 
-/* True when venom was built with MPI. */
+/* True when venom was built with MPI, and with NCCL (CUDA collectives). */
 bool vn_dist_built(void);
+bool vn_dist_nccl_built(void);
 /* Joins the world: MPI_Init (unless the host already did it) with
  * MPI_ERRORS_RETURN on MPI_COMM_WORLD. Outside mpirun a process is a world
  * of one (rank 0, world size 1), where every collective is a copy. Calling
