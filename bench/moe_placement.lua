@@ -11,9 +11,10 @@
 --
 -- Prints, per entry: the balance ratio (rows processed by the busiest
 -- rank / the mean; 1 is perfect) averaged over the steps, over the last
--- half of the steps, the moves made, and tokens/s (global tokens per step
--- / the slowest rank's seconds per step) as the median and min–max over
--- rounds. Never fails on time.
+-- half of the steps, the moves made (last round), and tokens/s (global
+-- tokens per step / the slowest rank's seconds per step) as the median
+-- and min–max over rounds; then the balance ratio per window of --every
+-- steps. Never fails on time.
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
@@ -93,4 +94,15 @@ for _, en in ipairs(entries) do
   print(("%-34s %12.3f %14.3f %6d %9.0f (%.0f-%.0f)"):format(en.name, mean(en.ratios),
     mean(en.ratios, math.floor(opts.steps / 2) + 1), en.moves, en.rates[math.floor((#en.rates + 1) / 2)], en.rates[1],
     en.rates[#en.rates]))
+end
+print()
+print(("balance ratio per window of %d steps (the last round):"):format(opts.every))
+for _, en in ipairs(entries) do
+  local cells = {}
+  for from = 1, opts.steps, opts.every do
+    local s, n = 0, 0
+    for i = from, math.min(from + opts.every - 1, opts.steps) do s, n = s + en.ratios[i], n + 1 end
+    cells[#cells + 1] = ("%.3f"):format(s / n)
+  end
+  print(("%-34s %s"):format(en.name, table.concat(cells, " ")))
 end
