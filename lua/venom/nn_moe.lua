@@ -212,23 +212,15 @@ function MoE:balance_loss(logits, probs, r)
   return loss
 end
 
-function MoE:forward(x)
-  if not venom.is_tensor(x) or x:dim() < 1 or x:size(x:dim()) ~= self.d_model then
-    fail(("nn.MoE: expected an input of shape (..., %d), got %s"):format(self.d_model,
-      venom.is_tensor(x) and util.format_shape(x) or type(x)))
-  end
-  local shape = x:shape()
-  local xf = x:reshape(-1, self.d_model)
-  local T, E = xf:size(1), self.config.experts
-  local logits = self.router(xf)
-  local weights, r, tau = self:route(logits)
-  local w = weights:reshape(-1):index_select(1, r.slots)
+-- The experts' outputs combined (T, d_model): one dense block per expert
+-- (gather, GEMMs, weighted scatter-add), for r's kept assignments and their
+-- combine weights w.
+function MoE:dispatch(xf, r, w, T)
   local load = r.load:totable()
-  local out, start, rank_load = nil, 1, nil
-  if self.owner then out, rank_load = parallel.forward(self, xf, r, w, T) end
-  for e = 1, self.owner and 0 or E do
+  local out, start = nil, 1
+  for e = 1, self.config.experts do
     local n = load[e]
-    if n > 0 then -- one dense block per expert: gather, GEMMs, weighted scatter-add
+    if n > 0 then
       local idx = r.tokens:narrow(1, start, n)
       local y = self.experts[e](xf:index_select(1, idx))
       local part = venom.scatter_add_rows(y, idx, w:narrow(1, start, n), T)
@@ -236,7 +228,26 @@ function MoE:forward(x)
       start = start + n
     end
   end
-  out = out or venom.zeros(T, self.d_model)
+  return out or venom.zeros(T, self.d_model)
+end
+
+function MoE:forward(x)
+  if not venom.is_tensor(x) or x:dim() < 1 or x:size(x:dim()) ~= self.d_model then
+    fail(("nn.MoE: expected an input of shape (..., %d), got %s"):format(self.d_model,
+      venom.is_tensor(x) and util.format_shape(x) or type(x)))
+  end
+  local shape = x:shape()
+  local xf = x:reshape(-1, self.d_model)
+  local T = xf:size(1)
+  local logits = self.router(xf)
+  local weights, r, tau = self:route(logits)
+  local w = weights:reshape(-1):index_select(1, r.slots)
+  local out, rank_load
+  if self.owner then -- the experts on several ranks: venom.nn_moe_parallel
+    out, rank_load = parallel.forward(self, xf, r, w, T)
+  else
+    out = self:dispatch(xf, r, w, T)
+  end
   if self.training then
     self.aux_loss = self:balance_loss(logits, logits:softmax(2), r)
     self.steps = self.steps + 1
