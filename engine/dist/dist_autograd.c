@@ -21,9 +21,13 @@ static vn_status all_to_all_backward(vn_node *n, const vn_tensor *g)
     vn_tensor *back = vn_dist_all_to_all(g, counts + P, NULL);
     if (!back) return vn_last_status();
     double scale = VN_SAVED_STATE(n, struct all_to_all_saved)->grad_scale;
-    if (scale != 1.0) {
-        float *p = vn_tensor_data(back);
-        for (int64_t i = 0, m = vn_tensor_numel(back); i < m; i++) p[i] = (float)(p[i] * scale);
+    if (scale != 1.0) { /* vn_mul: back may be a CUDA tensor (NCCL) */
+        vn_tensor *factor = vn_full(VN_F32, 0, NULL, scale);
+        vn_tensor *scaled = factor ? vn_mul(back, factor) : NULL;
+        vn_tensor_release(factor);
+        vn_tensor_release(back);
+        if (!scaled) return vn_last_status();
+        back = scaled;
     }
     return vn__accum(n, 0, back);
 }

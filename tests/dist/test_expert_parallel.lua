@@ -31,6 +31,9 @@ do
       .. "grad_scale (error %g)"):format(d))
 end
 
+tap.error_like(function() dist.all_to_all(venom.randn(2, 3), { 1, 1 }, 0 / 0) end,
+  "grad_scale = %-?nan; expected a finite number", "a grad_scale that is not finite is refused")
+
 local criterion = nn.CrossEntropyLoss()
 local D, H, E, C = 8, 16, 4, 3
 
