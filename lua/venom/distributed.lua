@@ -245,7 +245,7 @@ end
 -- out (each rank holds its own). The averaging lasts until dp:free(), whether or not the
 -- script keeps dp (`dist.DataParallel(model)` alone is enough). Errors:
 -- venom.distributed not initialized; ranks whose models differ (on every
--- rank); CUDA parameters (no NCCL in this build).
+-- rank); CUDA parameters (the reducer runs over MPI on CPU tensors).
 function dist.DataParallel(model, opts)
   local who = "distributed.DataParallel"
   if type(model) ~= "table" or type(model.parameters) ~= "function" then
