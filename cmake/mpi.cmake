@@ -13,6 +13,7 @@ if(NOT VENOM_MPI STREQUAL "OFF")
   set(VENOM_HAVE_MPI ${MPI_C_FOUND})
 endif()
 set(dist_dir ${PROJECT_SOURCE_DIR}/engine/dist)
+list(REMOVE_ITEM VENOM_ENGINE_SOURCES ${dist_dir}/dist_nccl.c) # cmake/nccl.cmake adds it
 if(VENOM_HAVE_MPI)
   list(REMOVE_ITEM VENOM_ENGINE_SOURCES ${dist_dir}/dist_stub.c)
   # The real file: Open MPI takes an absolute mpirun path as its install

@@ -3,12 +3,13 @@
  * Ranks are MPI's, 0-based (rank 0 is the one that writes checkpoints),
  * unlike dims and indices.
  *
- *   core.dist_built(), dist_init(), dist_is_initialized(), dist_finalize()
+ *   core.dist_built(), dist_nccl_built(), dist_init(), dist_is_initialized(), dist_finalize()
  *   core.dist_rank(), dist_world_size(), dist_local_rank(), dist_barrier()
  *   core.dist_all_reduce(t, op)          in place; op "sum" | "avg" | "max"
  *   core.dist_broadcast(t, root)         in place; root 0-based
  *   core.dist_all_gather(t), dist_reduce_scatter(t, op)
- *   core.dist_all_to_all(t, counts)      → received rows, their per-rank counts
+ *   core.dist_all_to_all(t, counts, grad_scale) → received rows, their per-rank
+ *                                        counts; differentiable (grad_scale default 1)
  *   core.dist_reducer(params, bytes)     → the gradient reducer of DataParallel
  *   core.dist_reducer_finish(r), dist_reducer_stats(r), dist_reducer_free(r) */
 #include "lv.h"
@@ -36,7 +37,7 @@ static int l_dist_finalize(lua_State *L)
 
 /* The calls without arguments, each name written once: those returning a
  * boolean, an integer, or a status (raised on failure). */
-#define LV_DIST_BOOLS(X) X(built) X(is_initialized)
+#define LV_DIST_BOOLS(X) X(built) X(nccl_built) X(is_initialized)
 #define LV_DIST_INTS(X) X(rank) X(world_size) X(local_rank)
 #define LV_DIST_CALLS(X) X(init) X(barrier)
 #define LV_DIST_BOOL_WRAPPER(name)                                              \
@@ -87,7 +88,8 @@ static int l_dist_reduce_scatter(lua_State *L)
     return lv_push(L, vn_dist_reduce_scatter(t, check_op(L, 2)));
 }
 
-/* all_to_all(t, counts): counts is a table of world_size row counts. */
+/* all_to_all(t, counts, grad_scale): counts is a table of world_size row
+ * counts; autograd goes back through it (vn_dist_all_to_all_autograd). */
 static int l_dist_all_to_all(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1);
@@ -103,7 +105,8 @@ static int l_dist_all_to_all(lua_State *L)
         counts[r] = lv_int(L, -1, "send count");
         lua_pop(L, 1);
     }
-    vn_tensor *out = vn_dist_all_to_all(t, counts, counts + world);
+    double scale = lua_isnoneornil(L, 3) ? 1.0 : lv_number(L, 3, "grad_scale");
+    vn_tensor *out = vn_dist_all_to_all_autograd(t, counts, counts + world, scale);
     lv_push(L, out);
     lua_createtable(L, world, 0);
     for (int r = 0; r < world; r++) {

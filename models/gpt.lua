@@ -25,7 +25,8 @@
 -- is an nn.MoE layer (lua/venom/nn_moe.lua) of `experts` copies of that MLP
 -- and a router; the other keys of `moe` are nn.MoE's options (k, gate,
 -- capacity_factor, alpha, z_loss, tau_max, tau_min, anneal_steps,
--- threshold, expert = {V, M} for V:2:M experts). model:loss adds their
+-- threshold, expert = {V, M} for V:2:M experts, expert_parallel to spread
+-- the experts over the ranks of a distributed run). model:loss adds their
 -- balance losses in training; model:moe_stats() reports their routing.
 --
 -- With activation "relu" or "relu2" (max(x, 0)², So et al. 2021, "Primer")
@@ -224,7 +225,8 @@ local function check_config(opts)
   end
   if opts.moe ~= nil then
     local m = check_options(opts.moe, { "experts", "k", "gate", "every", "capacity_factor", "alpha",
-      "z_loss", "tau_max", "tau_min", "anneal_steps", "threshold", "expert" }, "GPT: moe")
+      "z_loss", "tau_max", "tau_min", "anneal_steps", "threshold", "expert", "expert_parallel" },
+      "GPT: moe")
     cfg.moe = {}
     for k, v in pairs(m) do cfg.moe[k] = v end
     cfg.moe.every = m.every or 2

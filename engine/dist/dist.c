@@ -31,6 +31,7 @@ vn_status vn__dist_ready(const char *op)
 }
 
 bool vn_dist_built(void) { return true; }
+bool vn_dist_nccl_built(void) { return vn__nccl_built(); }
 bool vn_dist_is_initialized(void) { return initialized; }
 int vn_dist_rank(void) { return initialized ? world_rank : 0; }
 int vn_dist_world_size(void) { return initialized ? world_size : 1; }
@@ -75,6 +76,7 @@ void vn_dist_finalize(void)
 {
     int ended = 0;
     MPI_Finalized(&ended);
+    vn__nccl_finalize();
     if (initialized && we_called_init && !ended) MPI_Finalize();
     initialized = false;
 }
@@ -108,15 +110,16 @@ static MPI_Datatype mpi_type(vn_dtype d)
 
 static MPI_Op mpi_op(vn_dist_op op) { return op == VN_DIST_MAX ? MPI_MAX : MPI_SUM; }
 
-/* A usable CPU tensor of a dtype MPI moves for this op, at most INT_MAX
- * elements (MPI counts are ints). u8 only where nothing is added. */
+/* A usable tensor of a dtype MPI (CPU) or NCCL (CUDA, in a build with
+ * NCCL) moves for this op, at most INT_MAX elements (MPI counts are ints).
+ * u8 only where nothing is added. */
 static vn_status check_tensor(const vn_tensor *t, const char *op, bool allow_u8)
 {
     vn_status s = vn__check_arg(t, op, "tensor", VN_ALLOW_CUDA | VN_ALLOW_HALF);
     if (s) return s;
-    if (vn__is_cuda(t))
-        return vn__err(VN_ERR_DEVICE, "%s: a CUDA tensor; this build has no NCCL path, so "
-                                      "collectives take CPU tensors (move it with :cpu())", op);
+    if (vn__is_cuda(t) && !vn__nccl_built())
+        return vn__err(VN_ERR_DEVICE, "%s: a CUDA tensor; this build has no NCCL (VENOM_NCCL), "
+                                      "so collectives take CPU tensors (move it with :cpu())", op);
     if (t->dtype != VN_F32 && t->dtype != VN_I32 && t->dtype != VN_I64 &&
         !(allow_u8 && t->dtype == VN_U8))
         return vn__err(VN_ERR_DTYPE, "%s: expected a tensor of dtype f32, i32 or i64%s, got %s",
@@ -127,11 +130,15 @@ static vn_status check_tensor(const vn_tensor *t, const char *op, bool allow_u8)
     return VN_OK;
 }
 
-/* op must be a vn_dist_op. */
-static vn_status check_op(vn_dist_op op, const char *name)
+/* op must be a vn_dist_op; NCCL averages f32 only. */
+static vn_status check_op(const vn_tensor *t, vn_dist_op op, const char *name)
 {
-    if (op == VN_DIST_SUM || op == VN_DIST_AVG || op == VN_DIST_MAX) return VN_OK;
-    return vn__err(VN_ERR_ARG, "%s: unknown reduction %d; expected sum, avg or max", name, (int)op);
+    if (op != VN_DIST_SUM && op != VN_DIST_AVG && op != VN_DIST_MAX)
+        return vn__err(VN_ERR_ARG, "%s: unknown reduction %d; expected sum, avg or max", name, (int)op);
+    if (op == VN_DIST_AVG && t && t->storage && vn__is_cuda(t) && t->dtype != VN_F32)
+        return vn__err(VN_ERR_DTYPE, "%s: avg of a CUDA %s tensor; NCCL averages f32 only (use "
+                                     "sum)", name, vn_dtype_name(t->dtype));
+    return VN_OK;
 }
 
 /* What each rank tells the others about its tensor before a collective:
@@ -238,8 +245,9 @@ static vn_status check_out_of_place(const vn_tensor *t, const char *op, bool all
 
 vn_status vn_dist_all_reduce(vn_tensor *t, vn_dist_op op)
 {
-    vn_status s = check_in_place(t, "all_reduce", false, check_op(op, "all_reduce"));
+    vn_status s = check_in_place(t, "all_reduce", false, check_op(t, op, "all_reduce"));
     if (s) return s;
+    if (vn__is_cuda(t)) return vn__nccl_all_reduce(t, op);
     int64_t n = vn_tensor_numel(t);
     int rc = MPI_Allreduce(MPI_IN_PLACE, vn__ptr(t), (int)n, mpi_type(t->dtype), mpi_op(op),
                            MPI_COMM_WORLD);
@@ -256,6 +264,7 @@ vn_status vn_dist_broadcast(vn_tensor *t, int root)
                            vn_dist_world_size() - 1);
     vn_status s = check_in_place(t, "broadcast", true, bad_root);
     if (s) return s;
+    if (vn__is_cuda(t)) return vn__nccl_broadcast(t, root);
     int rc = MPI_Bcast(vn__ptr(t), (int)vn_tensor_numel(t), mpi_type(t->dtype), root,
                        MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? VN_OK : vn__mpi_err(rc, "broadcast");
@@ -273,8 +282,13 @@ vn_tensor *vn_dist_all_gather(const vn_tensor *t)
         return vn__errp(VN_ERR_ARG, "all_gather: %lld elements in all; MPI moves at most %d",
                         (long long)(n * world_size), INT_MAX);
     vn_tensor *src = vn__plain_contiguous(t);
-    vn_tensor *out = src ? vn__new(t->dtype, ndim, shape) : NULL;
-    if (out) {
+    vn_tensor *out = src ? vn__new_like(t, t->dtype, ndim, shape) : NULL;
+    if (out && vn__is_cuda(t)) {
+        if (vn__nccl_all_gather(src, out)) {
+            vn_tensor_release(out);
+            out = NULL;
+        }
+    } else if (out) {
         int rc = MPI_Allgather(vn__ptr(src), (int)n, mpi_type(t->dtype), vn__ptr(out), (int)n,
                                mpi_type(t->dtype), MPI_COMM_WORLD);
         if (rc != MPI_SUCCESS) {
@@ -289,7 +303,7 @@ vn_tensor *vn_dist_all_gather(const vn_tensor *t)
 
 vn_tensor *vn_dist_reduce_scatter(const vn_tensor *t, vn_dist_op op)
 {
-    if (check_out_of_place(t, "reduce_scatter", false, false, check_op(op, "reduce_scatter")))
+    if (check_out_of_place(t, "reduce_scatter", false, false, check_op(t, op, "reduce_scatter")))
         return NULL;
     if (t->ndim == 0 || t->shape[0] % world_size) /* the same on every rank */
         return vn__errp(VN_ERR_SHAPE, "reduce_scatter: the first dim of shape %s must be a multiple of "
@@ -299,8 +313,13 @@ vn_tensor *vn_dist_reduce_scatter(const vn_tensor *t, vn_dist_op op)
     memcpy(shape, t->shape, sizeof shape);
     shape[0] /= world_size;
     vn_tensor *src = vn__plain_contiguous(t);
-    vn_tensor *out = src ? vn__new(t->dtype, t->ndim, shape) : NULL;
-    if (out) {
+    vn_tensor *out = src ? vn__new_like(t, t->dtype, t->ndim, shape) : NULL;
+    if (out && vn__is_cuda(t)) {
+        if (vn__nccl_reduce_scatter(src, out, op)) {
+            vn_tensor_release(out);
+            out = NULL;
+        }
+    } else if (out) {
         int64_t n = vn_tensor_numel(out);
         int rc = MPI_Reduce_scatter_block(vn__ptr(src), vn__ptr(out), (int)n, mpi_type(t->dtype),
                                           mpi_op(op), MPI_COMM_WORLD);
@@ -376,10 +395,12 @@ vn_tensor *vn_dist_all_to_all(const vn_tensor *t, const int64_t *send_counts,
         shape[0] = 0;
         for (int r = 0; r < world_size; r++) shape[0] += recv[r];
         src = vn__plain_contiguous(t);
-        out = src ? vn__new(t->dtype, t->ndim, shape) : NULL;
+        out = src ? vn__new_like(t, t->dtype, t->ndim, shape) : NULL;
         s = out ? VN_OK : VN_ERR_MEMORY;
     }
-    if (!s) {
+    if (!s && vn__is_cuda(t)) {
+        s = vn__nccl_all_to_all(src, out, ints);
+    } else if (!s) {
         MPI_Datatype ty = mpi_type(t->dtype);
         rc = MPI_Alltoallv(vn__ptr(src), ints, ints + world_size, ty, vn__ptr(out),
                            ints + 2 * world_size, ints + 3 * world_size, ty, MPI_COMM_WORLD);

@@ -12,4 +12,34 @@ vn_status vn__mpi_err(int rc, const char *op);
 /* VN_ERR_STATE unless vn_dist_init has run. */
 vn_status vn__dist_ready(const char *op);
 
+/* The collectives on CUDA tensors (dist_nccl.c, VENOM_NCCL), called by dist.c
+ * after its checks and the shape exchange; all_to_all takes MPI_Alltoallv's
+ * four arrays (send counts, send displacements, receive counts, receive
+ * displacements, in elements) end to end. Without NCCL dist.c refuses CUDA
+ * tensors before it gets here, and these are stubs. */
+#ifdef VENOM_HAVE_NCCL
+bool vn__nccl_built(void);
+void vn__nccl_finalize(void);
+vn_status vn__nccl_all_reduce(vn_tensor *t, vn_dist_op op);
+vn_status vn__nccl_broadcast(vn_tensor *t, int root);
+vn_status vn__nccl_all_gather(const vn_tensor *src, vn_tensor *out);
+vn_status vn__nccl_reduce_scatter(const vn_tensor *src, vn_tensor *out, vn_dist_op op);
+vn_status vn__nccl_all_to_all(const vn_tensor *src, vn_tensor *out, const int *ints);
+#else
+static inline bool vn__nccl_built(void) { return false; }
+static inline void vn__nccl_finalize(void) {}
+#define VN__NO_NCCL vn__err(VN_ERR_DEVICE, "venom was built without NCCL")
+static inline vn_status vn__nccl_all_reduce(vn_tensor *t, vn_dist_op op) { return VN__NO_NCCL; }
+static inline vn_status vn__nccl_broadcast(vn_tensor *t, int root) { return VN__NO_NCCL; }
+static inline vn_status vn__nccl_all_gather(const vn_tensor *src, vn_tensor *out) { return VN__NO_NCCL; }
+static inline vn_status vn__nccl_reduce_scatter(const vn_tensor *src, vn_tensor *out, vn_dist_op op)
+{
+    return VN__NO_NCCL;
+}
+static inline vn_status vn__nccl_all_to_all(const vn_tensor *src, vn_tensor *out, const int *ints)
+{
+    return VN__NO_NCCL;
+}
+#endif
+
 #endif

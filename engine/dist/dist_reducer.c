@@ -148,8 +148,9 @@ static vn_status check_params(vn_tensor *const *params, int n)
         vn_status s = vn__check_dtype_arg(p, VN_F32, "DataParallel", "parameter", VN_ALLOW_CUDA);
         if (s) return s;
         if (vn__is_cuda(p))
-            return vn__err(VN_ERR_DEVICE, "DataParallel: parameter %d is a CUDA tensor; this "
-                                          "build has no NCCL path (CPU tensors only)", k + 1);
+            return vn__err(VN_ERR_DEVICE, "DataParallel: parameter %d is a CUDA tensor; the "
+                                          "gradient reducer takes CPU parameters only (its "
+                                          "all-reduce runs over MPI)", k + 1);
         if (!p->requires_grad || p->grad_fn)
             return vn__err(VN_ERR_ARG, "DataParallel: parameter %d (shape %s) must be a leaf "
                                        "that requires grad", k + 1, vn__shape(p->ndim, p->shape));

@@ -7,6 +7,7 @@
                "or VENOM_MPI=OFF); install libopenmpi-dev and reconfigure"
 
 bool vn_dist_built(void) { return false; }
+bool vn_dist_nccl_built(void) { return false; }
 vn_status vn_dist_init(void) { return vn__err(VN_ERR_STATE, "distributed init: " NO_MPI); }
 bool vn_dist_is_initialized(void) { return false; }
 void vn_dist_finalize(void) {}

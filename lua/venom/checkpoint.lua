@@ -108,6 +108,14 @@ function checkpoint.save(path, parts, meta)
   tensors[RNG] = venom.get_rng_state()
   local rank, size = world()
   if size == 1 then return call(venom.save, path, tensors, metadata) end
+  for _, obj in pairs(parts) do
+    local m = rawget(obj, "module") or obj -- a DataParallel wrapper: its model
+    if nn.is_module(m) and require("venom.nn_moe_parallel").is_sharded(m) then
+      fail(("%s: the model has expert-parallel nn.MoE layers, whose experts (and their "
+        .. "optimizer state) differ from rank to rank; a checkpoint of rank 0 alone would lose "
+        .. "the others', and saving them all is not supported yet"):format(who))
+    end
+  end
   if metadata[WORLD] ~= nil then
     fail(("%s: meta key '%s' is taken by distributed runs"):format(who, WORLD))
   end

@@ -11,7 +11,8 @@
 -- README for several hosts). Every rank runs the whole script; ranks are
 -- numbered 0..P-1 as MPI numbers them (rank 0 writes checkpoints and
 -- prints). Collectives take CPU tensors (f32, i32, i64; u8 for broadcast,
--- all_gather and all_to_all) and must be called by every rank in the same
+-- all_gather and all_to_all), and CUDA tensors through NCCL when venom was
+-- built with it (is_nccl_available()), and must be called by every rank in the same
 -- order; before moving data they compare the ranks' shapes, so a mismatch
 -- is an error on every rank rather than a hang. venom built without MPI
 -- (VENOM_MPI=OFF, or no libopenmpi-dev) answers init() with an error that
@@ -47,6 +48,11 @@ end
 
 --- True when venom was built with MPI (VENOM_MPI, see the README).
 function dist.is_available() return core.dist_built() end
+
+--- True when venom was built with NCCL (VENOM_NCCL), so that the
+-- collectives take CUDA tensors too (each process on its device 0: give
+-- each rank its own GPU with CUDA_VISIBLE_DEVICES).
+function dist.is_nccl_available() return core.dist_nccl_built() end
 
 --- Joins the world of the processes mpirun started (MPI_Init). Outside
 -- mpirun the process is a world of one (rank 0, world size 1), where every
@@ -97,8 +103,12 @@ function dist.reduce_scatter(t, op) return call(core.dist_reduce_scatter, t, op)
 --- Exchange of rows with per-rank counts (MoE expert parallelism): counts
 -- is a list of P row counts summing to t:size(1); rows are sent to ranks
 -- 0, 1, ... in order. Returns the rows received (in rank order) and the
--- list of how many came from each rank.
-function dist.all_to_all(t, counts) return call(core.dist_all_to_all, t, counts) end
+-- list of how many came from each rank. Differentiable: the backward sends
+-- the rows' gradient back where they came from, times grad_scale (default
+-- 1), and is itself a collective, so every rank must reach it.
+function dist.all_to_all(t, counts, grad_scale)
+  return call(core.dist_all_to_all, t, counts, grad_scale)
+end
 
 -- A double and its two 32-bit halves, to move Lua numbers exactly.
 local bits = ffi.new("union { double d; uint32_t w[2]; }")
@@ -160,6 +170,10 @@ function dist.share(t)
   return t:narrow(1, core.dist_rank() * n / P + 1, n / P)
 end
 
+--- ZeRO stage 1: dist.ZeroRedundancyOptimizer(params, optim.AdamW, opts)
+-- shards the optimizer state over the ranks (venom.distributed_zero).
+dist.ZeroRedundancyOptimizer = require "venom.distributed_zero"
+
 -- DataParallel ----------------------------------------------------------------------
 
 local DataParallel = {}
@@ -175,10 +189,38 @@ local DEFAULT_BUCKET_MB = 25
 -- wrappers live here until dp:free().
 local live = {}
 
+-- The model's parameters held whole on every rank, in order: all but the
+-- experts of expert-parallel nn.MoE layers (each rank holds its own; see
+-- venom.nn_moe_parallel for how their gradients are averaged).
+-- This rank's own part of the model: the experts of expert-parallel nn.MoE
+-- layers. Returns the set of their parameters and the list of their
+-- state-dict prefixes ("2.experts.").
+local function rank_own(model)
+  local params, prefixes = {}, {}
+  local function walk(m, prefix)
+    if m.owner and m.experts then
+      for _, p in ipairs(m.experts:parameters()) do params[p] = true end
+      prefixes[#prefixes + 1] = prefix .. "experts."
+    end
+    for _, nc in ipairs(m:named_children()) do walk(nc[2], prefix .. tostring(nc[1]) .. ".") end
+  end
+  walk(model, "")
+  return params, prefixes
+end
+
+local function replicated_parameters(model)
+  local own = rank_own(model)
+  local out = {}
+  for _, p in ipairs(model:parameters()) do
+    if not own[p] then out[#out + 1] = p end
+  end
+  return out
+end
+
 -- A new reducer over the model's present parameters, in their order.
 local function attach(self)
   if self.reducer then core.dist_reducer_free(self.reducer) end
-  self.params = self.module:parameters()
+  self.params = replicated_parameters(self.module)
   self.reducer = call(core.dist_reducer, self.params, self.bucket_mb * 2 ^ 20)
 end
 
@@ -199,10 +241,11 @@ end
 -- sparse layer's layout), dp(x) notices and re-attaches; after calling the
 -- model directly call dp:refresh() yourself. A step in which some parameter
 -- gets no gradient needs dp:sync() before opt:step() (the missing ones
--- count as zeros). The averaging lasts until dp:free(), whether or not the
+-- count as zeros). The experts of an nn.MoE with expert_parallel are left
+-- out (each rank holds its own). The averaging lasts until dp:free(), whether or not the
 -- script keeps dp (`dist.DataParallel(model)` alone is enough). Errors:
 -- venom.distributed not initialized; ranks whose models differ (on every
--- rank); CUDA parameters (no NCCL in this build).
+-- rank); CUDA parameters (the reducer runs over MPI on CPU tensors).
 function dist.DataParallel(model, opts)
   local who = "distributed.DataParallel"
   if type(model) ~= "table" or type(model.parameters) ~= "function" then
@@ -223,20 +266,26 @@ function dist.DataParallel(model, opts)
   return self
 end
 
---- Copies rank 0's parameters and buffers (the whole state dict's tensors)
--- to every rank, in place.
+--- Copies rank 0's parameters and buffers (the whole state dict's tensors
+-- but each rank's own experts) to every rank, in place.
 function DataParallel:broadcast_parameters()
-  local sd = self.module:state_dict()
+  local sd, _, own = self.module:state_dict(), rank_own(self.module)
+  local function replicated(name)
+    for _, prefix in ipairs(own) do
+      if name:sub(1, #prefix) == prefix then return false end
+    end
+    return true
+  end
   venom.no_grad(function()
     for _, name in ipairs(util.sorted_keys(sd)) do
-      if venom.is_tensor(sd[name]) then call(core.dist_broadcast, sd[name], 0) end
+      if venom.is_tensor(sd[name]) and replicated(name) then call(core.dist_broadcast, sd[name], 0) end
     end
   end)
 end
 
 -- True when the model's parameters are no longer those the reducer hooks.
 local function stale(self)
-  local now = self.module:parameters()
+  local now = replicated_parameters(self.module)
   if #now ~= #self.params then return true end
   for i, p in ipairs(now) do
     if not rawequal(p, self.params[i]) then return true end

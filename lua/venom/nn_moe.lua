@@ -35,6 +35,7 @@
 local venom = require "venom"
 local util = require "venom.util"
 local nn = require "venom.nn"
+local parallel = require "venom.nn_moe_parallel"
 local fail = util.fail
 
 --- nn.MoE(d_model, d_hidden, opts): E experts d_model → d_hidden → d_model.
@@ -42,12 +43,18 @@ local fail = util.fail
 -- capacity_factor = 1.25 (math.huge: none), alpha = 0.01 (balance loss),
 -- z_loss = 0, tau_max = 2, tau_min = 0.3, anneal_steps = 1000,
 -- threshold = 0.001 (DTS's γ), expert = {V = 64, M = 8} for V:N:M experts,
--- new_expert = function(e) → module to build the experts yourself.
+-- new_expert = function(e) → module to build the experts yourself,
+-- expert_parallel = true | {owner rank of each expert} (in a distributed
+-- run: each rank keeps only its experts and exchanges tokens with the
+-- others; see venom.nn_moe_parallel).
 -- After each call, self.stats = {load (tokens routed to each expert, a
 -- list), kept (after the capacity drop), balance (max load / mean load),
 -- experts_per_token, dropped_fraction, capacity, tau (DTS in training)};
 -- in training self.aux_loss is the balance (+ z) loss to add to the task
--- loss (nil in eval).
+-- loss (nil in eval). With expert_parallel, stats also has rank_load (rows
+-- the experts of each rank processed, a list over ranks 0..P-1) and
+-- rank_balance (its max / mean: FlexMoE's balance ratio), and
+-- self.owner[e] is expert e's rank; self.experts holds this rank's only.
 local MoE = nn.Module:extend("MoE")
 
 local DEFAULTS = { experts = 8, k = 1, gate = "topk", capacity_factor = 1.25, alpha = 0.01,
@@ -66,7 +73,8 @@ local function check_config(d_model, d_hidden, opts)
   util.check_int(d_model, "d_model", { min = 1, who = who })
   util.check_int(d_hidden, "d_hidden", { min = 1, who = who })
   opts = util.check_options(opts, { "experts", "k", "gate", "capacity_factor", "alpha", "z_loss",
-    "tau_max", "tau_min", "anneal_steps", "threshold", "expert", "new_expert" }, who)
+    "tau_max", "tau_min", "anneal_steps", "threshold", "expert", "new_expert", "expert_parallel" },
+    who)
   local c = {}
   for key, v in pairs(DEFAULTS) do
     if opts[key] == nil then c[key] = v else c[key] = opts[key] end
@@ -109,6 +117,7 @@ local function check_config(d_model, d_hidden, opts)
       :format(who, type(opts.new_expert)))
   end
   c.new_expert = opts.new_expert
+  c.expert_parallel = opts.expert_parallel
   return c
 end
 
@@ -129,11 +138,31 @@ function MoE:__init(d_model, d_hidden, opts)
   self.d_model, self.d_hidden, self.config = d_model, d_hidden, c
   self.steps = 0 -- training calls so far: the DTS temperature schedule
   self:add_module("router", nn.Linear(d_model, c.experts, { bias = false }))
+  if c.expert_parallel then self.owner = parallel.placement(c.expert_parallel, c.experts, "nn.MoE") end
+  local me = self.owner and require("venom.distributed").rank()
   local experts = nn.Module()
-  for e = 1, c.experts do
-    experts:add_module(e, c.new_expert and c.new_expert(e) or default_expert(d_model, d_hidden, c.expert))
+  for e = 1, c.experts do -- all are built (the same random draws on every rank), the local ones kept
+    local m = self:build_expert(e)
+    if not self.owner or self.owner[e] == me then experts:add_module(e, m) end
   end
   self:add_module("experts", experts)
+end
+
+--- A new expert e (new_expert(e), or the default two-layer MLP).
+function MoE:build_expert(e)
+  local c = self.config
+  return c.new_expert and c.new_expert(e) or default_expert(self.d_model, self.d_hidden, c.expert)
+end
+
+--- Expert-parallel layers: FlexMoE's dynamic placement. From the rows each
+-- rank sent each expert in the training calls since the last rebalance,
+-- plans Migrate moves when the balance ratio is above opts.threshold and
+-- moves those experts (weights, and their state in optimizer `opt`) to
+-- their new ranks; every rank must call it at the same point. Returns the
+-- plan {moves, ratio, planned_ratio, cost, planned_cost}; see
+-- venom.nn_moe_placement for the cost model and the options.
+function MoE:rebalance(opt, opts)
+  return require("venom.nn_moe_placement").rebalance(self, opt, opts)
 end
 
 --- The DTS temperature after `steps` training calls: linear from tau_max
@@ -183,22 +212,15 @@ function MoE:balance_loss(logits, probs, r)
   return loss
 end
 
-function MoE:forward(x)
-  if not venom.is_tensor(x) or x:dim() < 1 or x:size(x:dim()) ~= self.d_model then
-    fail(("nn.MoE: expected an input of shape (..., %d), got %s"):format(self.d_model,
-      venom.is_tensor(x) and util.format_shape(x) or type(x)))
-  end
-  local shape = x:shape()
-  local xf = x:reshape(-1, self.d_model)
-  local T, E = xf:size(1), self.config.experts
-  local logits = self.router(xf)
-  local weights, r, tau = self:route(logits)
-  local w = weights:reshape(-1):index_select(1, r.slots)
+-- The experts' outputs combined (T, d_model): one dense block per expert
+-- (gather, GEMMs, weighted scatter-add), for r's kept assignments and their
+-- combine weights w.
+function MoE:dispatch(xf, r, w, T)
   local load = r.load:totable()
   local out, start = nil, 1
-  for e = 1, E do
+  for e = 1, self.config.experts do
     local n = load[e]
-    if n > 0 then -- one dense block per expert: gather, GEMMs, weighted scatter-add
+    if n > 0 then
       local idx = r.tokens:narrow(1, start, n)
       local y = self.experts[e](xf:index_select(1, idx))
       local part = venom.scatter_add_rows(y, idx, w:narrow(1, start, n), T)
@@ -206,25 +228,49 @@ function MoE:forward(x)
       start = start + n
     end
   end
-  out = out or venom.zeros(T, self.d_model)
+  return out or venom.zeros(T, self.d_model)
+end
+
+function MoE:forward(x)
+  if not venom.is_tensor(x) or x:dim() < 1 or x:size(x:dim()) ~= self.d_model then
+    fail(("nn.MoE: expected an input of shape (..., %d), got %s"):format(self.d_model,
+      venom.is_tensor(x) and util.format_shape(x) or type(x)))
+  end
+  local shape = x:shape()
+  local xf = x:reshape(-1, self.d_model)
+  local T = xf:size(1)
+  local logits = self.router(xf)
+  local weights, r, tau = self:route(logits)
+  local w = weights:reshape(-1):index_select(1, r.slots)
+  local out, rank_load
+  if self.owner then -- the experts on several ranks: venom.nn_moe_parallel
+    out, rank_load = parallel.forward(self, xf, r, w, T)
+  else
+    out = self:dispatch(xf, r, w, T)
+  end
   if self.training then
     self.aux_loss = self:balance_loss(logits, logits:softmax(2), r)
     self.steps = self.steps + 1
   else
     self.aux_loss = nil
   end
-  self:record_stats(r, T, tau)
+  self:record_stats(r, T, tau, rank_load)
   return out:reshape(shape)
 end
 
-function MoE:record_stats(r, T, tau)
-  local routed = r.mask:to("f32"):sum(1):totable()
+-- max / mean of a list of counts (0 when all are 0).
+local function balance(counts)
   local max, total = 0, 0
-  for _, v in ipairs(routed) do
+  for _, v in ipairs(counts) do
     max, total = math.max(max, v), total + v
   end
-  self.stats = { load = routed, kept = r.load:totable(),
-                 balance = total > 0 and max / (total / #routed) or 0,
+  return total > 0 and max / (total / #counts) or 0
+end
+
+function MoE:record_stats(r, T, tau, rank_load)
+  local routed = r.mask:to("f32"):sum(1):totable()
+  self.stats = { load = routed, kept = r.load:totable(), balance = balance(routed),
+                 rank_load = rank_load, rank_balance = rank_load and balance(rank_load),
                  experts_per_token = T > 0 and r.selected / T or 0,
                  dropped_fraction = r.selected > 0 and r.dropped / r.selected or 0,
                  capacity = r.capacity, tau = tau }

@@ -114,6 +114,35 @@ function Optimizer:replace_parameter(old, new, state)
   fail(who .. ": the old tensor is not one of this optimizer's parameters")
 end
 
+--- Appends parameter `p` (a leaf tensor that requires a gradient) with
+-- `state` (this optimizer's state fields for p's shape; nil starts fresh),
+-- e.g. an expert that migrated to this rank (venom.nn_moe_placement).
+function Optimizer:add_parameter(p, state)
+  local who = self.who .. ":add_parameter"
+  if not venom.is_tensor(p) or not p:is_leaf() or not p:requires_grad() then
+    fail(who .. ": the parameter must be a leaf tensor that requires a gradient")
+  end
+  for _, q in ipairs(self.params) do
+    if rawequal(q, p) then fail(who .. ": the tensor is already one of this optimizer's parameters") end
+  end
+  self.params[#self.params + 1] = p
+  self.state[p] = state
+end
+
+--- Removes parameter `p` from the list and returns its state (nil if it
+-- has none yet): an expert that migrated away from this rank.
+function Optimizer:remove_parameter(p)
+  for i, q in ipairs(self.params) do
+    if rawequal(q, p) then
+      local st = self.state[p]
+      table.remove(self.params, i)
+      self.state[p] = nil
+      return st
+    end
+  end
+  fail(self.who .. ":remove_parameter: the tensor is not one of this optimizer's parameters")
+end
+
 --- What training changes, as a flat table for venom.checkpoint: "lr" (the
 -- current learning rate) and, for each parameter i (its position in the
 -- params list) that has state, "state.<i>.<field>" (tensors such as

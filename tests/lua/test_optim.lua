@@ -213,4 +213,34 @@ do
     "CosineWarmup: total_steps ≤ warmup_steps")
 end
 
+-- add_parameter / remove_parameter (an expert migrating between ranks):
+-- the state travels with the parameter, and a step updates the added one
+-- exactly as it would have in the optimizer it came from.
+do
+  local a = venom.tensor({ 1, 2 }):requires_grad_(true)
+  local b = venom.tensor({ 3, 4 }):requires_grad_(true)
+  local c = venom.tensor({ 3, 4 }):requires_grad_(true)
+  local one = optim.AdamW({ a, b }, { lr = 0.1 })
+  local other = optim.AdamW({ a }, { lr = 0.1 })
+  for _ = 1, 2 do
+    one:zero_grad(); (a * a + b * b):sum():backward(); one:step()
+  end
+  local st = one:remove_parameter(b)
+  tap.ok(#one.params == 1 and one.state[b] == nil and st.step == 2,
+    "remove_parameter drops the parameter and returns its state (step 2)")
+  venom.no_grad(function() c:copy_(b) end)
+  other:add_parameter(c, st)
+  local ref = optim.AdamW({ b }, { lr = 0.1 })
+  ref.state[b] = { step = st.step, exp_avg = st.exp_avg:clone(), exp_avg_sq = st.exp_avg_sq:clone() }
+  other:zero_grad(); (c * c):sum():backward(); other:step()
+  ref:zero_grad(); (b * b):sum():backward(); ref:step()
+  tap.ok((c - b):abs():max():item() == 0, "the added parameter steps with the state it brought")
+  tap.error_like(function() other:add_parameter(c) end, "already one of this optimizer's parameters",
+    "add_parameter of a parameter it has")
+  tap.error_like(function() other:add_parameter(venom.zeros(2)) end,
+    "must be a leaf tensor that requires a gradient", "add_parameter of a tensor without grad")
+  tap.error_like(function() one:remove_parameter(b) end, "not one of this optimizer's parameters",
+    "remove_parameter of a stranger")
+end
+
 tap.done()

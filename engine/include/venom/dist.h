@@ -12,8 +12,15 @@
  * shape of each rank, instead of a hang or garbage. MPI errors come back as
  * VN_ERR_STATE with MPI's message (the communicator uses MPI_ERRORS_RETURN,
  * so a bad argument never aborts the job). Tensors: contiguous CPU tensors of
- * dtype f32, i32 or i64 (u8 too for broadcast and all_gather); CUDA tensors
- * are VN_ERR_DEVICE (no NCCL path yet). All functions are for one thread. */
+ * dtype f32, i32 or i64 (u8 too for broadcast and all_gather). CUDA tensors
+ * go through NCCL in a build with it (VENOM_NCCL: nccl.h and libnccl found
+ * beside CUDA and MPI): one communicator per process, bootstrapped over MPI
+ * by the first CUDA collective, on a stream of its own ordered against the
+ * compute stream; each process uses its device 0 (give each rank its own GPU
+ * with CUDA_VISIBLE_DEVICES, e.g. from vn_dist_local_rank), and avg takes
+ * f32 only there. Without NCCL a CUDA tensor is VN_ERR_DEVICE. The gradient
+ * reducer (DataParallel) takes CPU parameters only. All functions are for
+ * one thread. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/dist.h>"
 #endif
@@ -24,8 +31,9 @@
  * mean (sum / world size; integer dtypes round toward zero) or the maximum. */
 typedef enum { VN_DIST_SUM = 0, VN_DIST_AVG, VN_DIST_MAX } vn_dist_op;
 
-/* True when venom was built with MPI. */
+/* True when venom was built with MPI, and with NCCL (CUDA collectives). */
 bool vn_dist_built(void);
+bool vn_dist_nccl_built(void);
 /* Joins the world: MPI_Init (unless the host already did it) with
  * MPI_ERRORS_RETURN on MPI_COMM_WORLD. Outside mpirun a process is a world
  * of one (rank 0, world size 1), where every collective is a copy. Calling
@@ -75,6 +83,21 @@ vn_tensor *vn_dist_reduce_scatter(const vn_tensor *t, vn_dist_op op);
  * do not sum to dim 0; VN_ERR_SHAPE when the trailing dims differ. */
 vn_tensor *vn_dist_all_to_all(const vn_tensor *t, const int64_t *send_counts,
                               int64_t *recv_counts);
+
+/* vn_dist_all_to_all with a backward, for MoE expert parallelism (tokens go
+ * to the rank of their expert, the expert's outputs come back the same way).
+ * The forward is vn_dist_all_to_all (same arguments, same errors). When t
+ * needs a gradient the result records a node whose backward sends the
+ * received rows' gradient back to the ranks they came from (an all_to_all
+ * with the counts swapped) and multiplies it by grad_scale (1: the plain
+ * gradient; expert parallelism passes 1/P and P, see nn.MoE). That backward
+ * is a collective too: every rank must run the backward of each such call,
+ * in the same order, so the graphs of all ranks must reach it alike (e.g.
+ * run every local expert, even on zero rows). Errors: those of
+ * vn_dist_all_to_all; VN_ERR_ARG for a grad_scale that is not finite (every
+ * rank then fails). */
+vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_counts,
+                                       int64_t *recv_counts, double grad_scale);
 
 /* ---- data parallel: the gradient reducer --------------------------------- */
 

@@ -1,0 +1,108 @@
+-- bench/moe_placement.lua — FlexMoE placement on 2 ranks: an expert-parallel
+-- nn.MoE layer (E experts, k = 1, no capacity limit, no balance loss)
+-- whose router is skewed towards experts 1..3 (all on rank 0 in the
+-- initial placement, experts in contiguous blocks) trains for --steps
+-- AdamW steps, once with the placement fixed and once with
+-- moe:rebalance(opt) every --every steps. Rounds alternate the two (A B A
+-- B ...) so that a machine shared with other jobs slows both alike.
+--
+--     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 mpirun -np 2 venom bench/moe_placement.lua \
+--       [--rounds 3] [--steps 40] [--every 10] [--tokens 1024] [--d 128] [--experts 8]
+--
+-- Prints, per entry: the balance ratio (rows processed by the busiest
+-- rank / the mean; 1 is perfect) averaged over the steps, over the last
+-- half of the steps, the moves made (last round), and tokens/s (global
+-- tokens per step / the slowest rank's seconds per step) as the median
+-- and min–max over rounds; then the balance ratio per window of --every
+-- steps. Never fails on time.
+local venom = require "venom"
+local nn = require "venom.nn"
+local optim = require "venom.optim"
+local util = require "venom.util"
+local dist = require "venom.distributed"
+
+local opts = util.parse_args(arg, { rounds = 3, steps = 40, every = 10, tokens = 1024, d = 128,
+  experts = 8 }, {
+  rounds = "alternating rounds (each entry once per round)",
+  steps = "training steps per run",
+  every = "steps between rebalances (the FlexMoE entry)",
+  tokens = "tokens per step in all (each rank takes its share)",
+  d = "model width (the experts' hidden width is 4·d)",
+  experts = "experts of the MoE layer",
+})
+dist.init()
+local P, r = dist.world_size(), dist.rank()
+if r ~= 0 then print = function() end end -- luacheck: ignore (rank 0 prints)
+local D, E, T = opts.d, opts.experts, opts.tokens / P
+
+-- One run: returns the per-step balance ratios, the moves and seconds/step.
+local function run(rebalance)
+  venom.manual_seed(1)
+  local moe = nn.MoE(D, 4 * D, { experts = E, k = 1, capacity_factor = math.huge, alpha = 0,
+                                 expert_parallel = true })
+  local head = nn.Linear(D, D)
+  local model = nn.Sequential(moe, head)
+  local u = venom.randn(1, D) -- the data's mean direction; experts 1..3 prefer it
+  venom.no_grad(function()
+    for e = 1, 3 do moe.router.weight:narrow(1, e, 1):add_(u * 0.5) end
+  end)
+  local dp = dist.DataParallel(model)
+  local opt = optim.AdamW(model:parameters(), { lr = 1e-3 })
+  venom.manual_seed(100 + r)
+  local ratios, moves = {}, 0
+  dist.barrier()
+  local t0 = venom.clock()
+  for step = 1, opts.steps do
+    local x = venom.randn(T, D) + u
+    local y = venom.randn(T, D)
+    opt:zero_grad()
+    local loss = (dp(x) - y):pow(2):mean()
+    loss:backward()
+    opt:step()
+    ratios[step] = moe.stats.rank_balance
+    if rebalance and step % opts.every == 0 then moves = moves + #moe:rebalance(opt).moves end
+  end
+  local seconds = dist.all_reduce_number(venom.clock() - t0, "max") / opts.steps
+  dp:free()
+  return ratios, moves, seconds
+end
+
+local entries = { { name = "fixed placement", rebalance = false },
+                  { name = ("FlexMoE rebalance every %d steps"):format(opts.every), rebalance = true } }
+for _ = 1, opts.rounds do
+  for _, en in ipairs(entries) do
+    local ratios, moves, seconds = run(en.rebalance)
+    en.ratios, en.moves = ratios, moves
+    en.rates = en.rates or {}
+    en.rates[#en.rates + 1] = opts.tokens / seconds
+  end
+end
+
+local function mean(list, from)
+  local s, n = 0, 0
+  for i = from or 1, #list do s, n = s + list[i], n + 1 end
+  return s / n
+end
+
+print(("%d ranks, %d experts, d = %d, %d tokens per step, %d steps, %d rounds")
+  :format(P, E, D, opts.tokens, opts.steps, opts.rounds))
+print(("%-34s %12s %14s %6s %22s"):format("entry", "balance", "balance (2nd", "moves",
+  "tokens/s median"))
+print(("%-34s %12s %14s %6s %22s"):format("", "(all steps)", "half)", "", "(min-max)"))
+for _, en in ipairs(entries) do
+  table.sort(en.rates)
+  print(("%-34s %12.3f %14.3f %6d %9.0f (%.0f-%.0f)"):format(en.name, mean(en.ratios),
+    mean(en.ratios, math.floor(opts.steps / 2) + 1), en.moves, en.rates[math.floor((#en.rates + 1) / 2)], en.rates[1],
+    en.rates[#en.rates]))
+end
+print()
+print(("balance ratio per window of %d steps (the last round):"):format(opts.every))
+for _, en in ipairs(entries) do
+  local cells = {}
+  for from = 1, opts.steps, opts.every do
+    local s, n = 0, 0
+    for i = from, math.min(from + opts.every - 1, opts.steps) do s, n = s + en.ratios[i], n + 1 end
+    cells[#cells + 1] = ("%.3f"):format(s / n)
+  end
+  print(("%-34s %s"):format(en.name, table.concat(cells, " ")))
+end

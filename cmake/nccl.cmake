@@ -1,0 +1,37 @@
+# nccl.cmake — the collectives on CUDA tensors (engine/dist/dist_nccl.c),
+# included after cuda.cmake. NCCL is not a Debian package: it comes with
+# the CUDA toolkit install (nccl.h and libnccl under the toolkit or
+# /usr/local). VENOM_NCCL: AUTO builds it when the CUDA backend and MPI are
+# built and both files are found, ON requires that, OFF never builds it;
+# without it a CUDA tensor passed to a collective is a clear error.
+set(VENOM_NCCL AUTO CACHE STRING "Collectives on CUDA tensors through NCCL: AUTO (if found), ON or OFF")
+set_property(CACHE VENOM_NCCL PROPERTY STRINGS AUTO ON OFF)
+set(VENOM_HAVE_NCCL OFF)
+if(NOT VENOM_NCCL STREQUAL "OFF")
+  set(why "")
+  if(NOT VENOM_HAVE_CUDA)
+    set(why "the CUDA backend is not built (VENOM_CUDA)")
+  elseif(NOT VENOM_HAVE_MPI)
+    set(why "venom is built without MPI (VENOM_MPI), which bootstraps NCCL")
+  else()
+    find_path(VENOM_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(VENOM_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
+    if(VENOM_NCCL_INCLUDE_DIR AND VENOM_NCCL_LIBRARY)
+      set(VENOM_HAVE_NCCL ON)
+    else()
+      set(why "nccl.h or libnccl was not found (set VENOM_NCCL_INCLUDE_DIR and VENOM_NCCL_LIBRARY)")
+    endif()
+  endif()
+  if(NOT VENOM_HAVE_NCCL AND VENOM_NCCL STREQUAL "ON")
+    message(FATAL_ERROR "VENOM_NCCL=ON but ${why}")
+  endif()
+endif()
+if(VENOM_HAVE_NCCL)
+  target_sources(venom PRIVATE ${PROJECT_SOURCE_DIR}/engine/dist/dist_nccl.c)
+  target_compile_definitions(venom PRIVATE VENOM_HAVE_NCCL)
+  target_include_directories(venom PRIVATE ${VENOM_NCCL_INCLUDE_DIR})
+  target_link_libraries(venom PRIVATE ${VENOM_NCCL_LIBRARY})
+  message(STATUS "venom: CUDA collectives through NCCL (${VENOM_NCCL_LIBRARY})")
+else()
+  message(STATUS "venom: no NCCL; collectives take CPU tensors")
+endif()
