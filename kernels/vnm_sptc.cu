@@ -4,10 +4,14 @@
  * bench/vnm_gpu.c compare with.
  *
  *   spmm    Yᵀ tile = W tile (2:4 on the condensed columns) · gathered Xᵀ:
- *           mma.sp m16n8k32. A CTA owns 16·MT rows of one V-block and 64
- *           batch rows; the block's kept columns are rows of xt, gathered
- *           into shared memory by cp.async (16-byte pieces, zero-filled for
- *           padding) in a STAGES-deep pipeline, read by ldmatrix.trans.
+ *           mma.sp m16n8k32. A CTA owns BM rows of one V-block × BN batch
+ *           rows, 8 warps of 64×32 (or BM×32) warp tiles; per k-tile the
+ *           block's 32 kept columns (rows of xt, through the gather row held
+ *           in shared memory), the packed values and the metadata go to
+ *           shared memory by cp.async in a 3-stage pipeline (swizzled X
+ *           tile read by ldmatrix.trans); bias is added in the epilogue.
+ *           Every index is a function of vnm_sptc_index.h, which the host
+ *           emulator (tests/c/test_vnm_sptc_emu.c) replays on the CPU.
  *   sddmm   per V-block, the dense product dYᵀ·X over the 32 condensed
  *           columns of one k-tile (mma m16n8k16), kept only where the row's
  *           metadata says a value sits.
@@ -22,9 +26,8 @@
  *           every optimizer step; for M = 4 dense cuBLAS is likely faster
  *           and the engine may pick it (bench/vnm_gpu.c measures both). */
 #include "internal.cuh"
+#include "vnm_sptc_index.h"
 
-#define SP_BN 64     /* batch rows per spmm CTA */
-#define SP_STAGES 3  /* cp.async pipeline depth of spmm */
 #define SP_PAD 8     /* halves of padding per shared row: ldmatrix without bank conflicts */
 #define CHUNK_N 32   /* batch rows per step of sddmm */
 #define TX_BN 64     /* batch rows per spmm_t CTA (fewer for large M) */
@@ -97,78 +100,109 @@ static __device__ inline void mma_dense(float d[4], const uint32_t a[4], const u
 /* Two 16-bit values at p (4-byte aligned) as one register. */
 static __device__ inline uint32_t ld_pair(const uint16_t *p) { return *(const uint32_t *)p; }
 
-/* The metadata nibble of row rr (0..15) and chunk ch (0..7) of tile t. */
-static __device__ inline unsigned meta_nibble(const uint32_t *meta, int64_t t, int rr, int ch)
-{
-    uint32_t w = meta[t * 16 + 2 * (rr & 7) + (ch >> 2)];
-    return (w >> (16 * (rr >> 3) + 4 * (ch & 3))) & 0xf;
-}
-
 /* ---- forward: y = X·Wᵀ + bias ------------------------------------------------- */
 
-/* Stage xs ← rows gather[0..31] of xt (a k-tile's condensed columns),
- * batch n0..n0+SP_BN−1: 256 pieces of 16 bytes, two per thread. */
-static __device__ inline void load_stage(uint16_t (*xs)[SP_BN + SP_PAD], const int32_t *gather,
-                                         const uint16_t *xt, int64_t ldx, int64_t n0, int64_t B)
+/* One stage of the pipeline (k-tile kt into slot base): thread tid's share
+ * of the copies listed by vnm_fwd_copy. X pieces are zero-filled for a
+ * padding column (gather < 0) or batch rows past B; A and metadata pieces of
+ * m-tiles past the matrix are not copied (those warps skip their mma). */
+template <int BM>
+static __device__ inline void fwd_load_stage(unsigned char *base, const vnk_vnm &w, const int32_t *gk,
+                                             const uint16_t *xt, int64_t ldx, int64_t B, int64_t r0,
+                                             int64_t n0, int64_t kt)
 {
-    for (int q = threadIdx.x; q < 32 * SP_BN / 8; q += 128) {
-        int c = q / (SP_BN / 8), piece = q % (SP_BN / 8);
-        int32_t col = gather[c];
-        int64_t n = n0 + piece * 8;
-        bool valid = col >= 0 && n < B;
-        cp_async16(&xs[c][piece * 8], valid ? xt + (int64_t)col * ldx + n : xt, valid);
+    constexpr int BN = VNM_FWD_BN(BM);
+    uint16_t *xs = (uint16_t *)base, *vs = xs + vnm_fwd_xs_elems(BM);
+    uint32_t *ms = (uint32_t *)(vs + vnm_fwd_vs_elems(BM));
+    for (int q = threadIdx.x; q < vnm_fwd_copies(BM); q += VNM_FWD_THREADS) {
+        vnm_copy c = vnm_fwd_copy(q, BM);
+        if (c.kind == VNM_COPY_X) {
+            int32_t col = gk[c.row];
+            int64_t n = n0 + c.piece;
+            bool valid = col >= 0 && n < B;
+            cp_async16(xs + vnm_fwd_xs_at(c.row, c.piece, BN), valid ? xt + col * ldx + n : xt, valid);
+            continue;
+        }
+        if (r0 / 16 + c.row >= w.row_tiles) continue;
+        int64_t t = vnm_tile(r0, c.row, kt, w.k_tiles);
+        if (c.kind == VNM_COPY_A)
+            cp_async16(vs + c.row * 256 + c.piece * 8, w.values + t * 256 + c.piece * 8, true);
+        else
+            cp_async16(ms + c.row * 16 + c.piece * 4, w.meta + t * 16 + c.piece * 4, true);
     }
 }
 
-/* Grid: (row_tiles / MT, ⌈B / SP_BN⌉), 128 threads. Warp w computes m-tile
- * w % MT against 2·MT n-tiles of 8 batch rows starting at (w / MT)·16·MT. */
-template <int MT, bool BF16>
-__global__ void __launch_bounds__(128) k_spmm(vnk_vnm w, const uint16_t *xt, int64_t ldx, int64_t B,
-                                               const float *bias, float *y)
+/* Grid: (⌈16·row_tiles / BM⌉, ⌈B / BN⌉), VNM_FWD_THREADS threads; dynamic
+ * shared memory: VNM_FWD_STAGES stages, then the gather row when
+ * gather_smem (vnm_sptc_index.h gives the schedule and every index). */
+template <int BM, bool BF16>
+__global__ void __launch_bounds__(VNM_FWD_THREADS)
+    k_spmm(vnk_vnm w, const uint16_t *xt, int64_t ldx, int64_t B, const float *bias, float *y,
+           bool gather_smem)
 {
-    __shared__ __align__(16) uint16_t xs[SP_STAGES][32][SP_BN + SP_PAD];
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int MT = VNM_FWD_MT(BM), NT = VNM_FWD_NT;
+    const int SB = vnm_fwd_stage_bytes(BM);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t rt0 = (int64_t)blockIdx.x * MT, n0 = (int64_t)blockIdx.y * SP_BN;
-    const int64_t block = rt0 * 16 / w.V, ccols = w.k_tiles * 32;
-    const int32_t *gather = w.gather + block * ccols;
-
-    constexpr int NT = 2 * MT;
-    const int mt = warp % MT, nb = (warp / MT) * NT * 8;
-    /* The last CTA's rows may end before its MT tiles do. */
-    const bool live = rt0 + mt < w.row_tiles;
-    float acc[NT][4] = {};
-    for (int s = 0; s < SP_STAGES - 1; s++) {
-        if (s < w.k_tiles) load_stage(xs[s], gather + s * 32, xt, ldx, n0, B);
+    const int64_t r0 = vnm_fwd_row0(blockIdx.x, BM), n0 = vnm_fwd_batch0(blockIdx.y, BM);
+    const int64_t ccols = w.k_tiles * 32;
+    const int32_t *gather = w.gather + r0 / w.V * ccols;
+    if (gather_smem) { /* read by every stage's copies: one pass of 16-byte copies */
+        int32_t *gs = (int32_t *)(smem + VNM_FWD_STAGES * SB);
+        for (int64_t q = threadIdx.x; q < ccols / 4; q += VNM_FWD_THREADS)
+            cp_async16(gs + 4 * q, gather + 4 * q, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        gather = gs;
+    }
+    const int wr = vnm_fwd_warp_row(warp, BM);
+    /* m-tiles of this warp inside the matrix (the last CTA may overhang) */
+    const int64_t left = w.row_tiles - (r0 + wr) / 16;
+    const int live = left < MT ? (int)left : MT;
+    float acc[MT][NT][4] = {};
+    for (int s = 0; s < VNM_FWD_STAGES - 1; s++) {
+        if (s < w.k_tiles) fwd_load_stage<BM>(smem + s * SB, w, gather + s * 32, xt, ldx, B, r0, n0, s);
         cp_async_commit();
     }
     for (int64_t kt = 0; kt < w.k_tiles; kt++) {
-        cp_async_wait<SP_STAGES - 2>();
+        cp_async_wait<VNM_FWD_STAGES - 2>();
         __syncthreads(); /* stage kt is in; every warp is done with stage kt − 1 */
-        const int64_t next = kt + SP_STAGES - 1;
-        if (next < w.k_tiles) load_stage(xs[next % SP_STAGES], gather + next * 32, xt, ldx, n0, B);
+        const int64_t next = kt + VNM_FWD_STAGES - 1;
+        if (next < w.k_tiles)
+            fwd_load_stage<BM>(smem + vnm_fwd_slot(next) * SB, w, gather + next * 32, xt, ldx, B, r0,
+                               n0, next);
         cp_async_commit();
 
-        if (!live) continue;
-        const int s = (int)(kt % SP_STAGES);
-        const int64_t t = (rt0 + mt) * w.k_tiles + kt;
-        const uint4 a = ((const uint4 *)(w.values + t * 256))[lane];
-        const uint32_t e = w.meta[t * 16 + 2 * (lane >> 2) + (lane & 1)];
-        for (int j = 0; j < NT; j++) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, &xs[s][lane][nb + 8 * j]);
-            mma_sp<BF16>(acc[j], a, b, e);
+        const unsigned char *st = smem + vnm_fwd_slot(kt) * SB;
+        const uint16_t *xs = (const uint16_t *)st, *vs = xs + vnm_fwd_xs_elems(BM);
+        const uint32_t *ms = (const uint32_t *)(vs + vnm_fwd_vs_elems(BM));
+        uint32_t b[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) ldmatrix_x4_trans(b[j], xs + vnm_fwd_ldm_at(lane, warp, j, BM));
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            if (mi >= live) continue; /* not break: a fully unrolled loop keeps acc in registers */
+            const int m = wr / 16 + mi;
+            const uint4 a = *(const uint4 *)(vs + m * 256 + vnm_a_value(lane, 0, 0));
+            const uint32_t e = ms[m * 16 + vnm_meta_word_lane(lane)];
+#pragma unroll
+            for (int j = 0; j < NT; j++) mma_sp<BF16>(acc[mi][j], a, b[j], e);
         }
     }
     cp_async_wait<0>();
-    if (!live) return;
 
-    const int gid = lane >> 2, tig = lane & 3;
-    for (int j = 0; j < NT; j++)
-        for (int i = 0; i < 4; i++) {
-            int64_t r = (rt0 + mt) * 16 + gid + 8 * (i >> 1);
-            int64_t n = n0 + nb + 8 * j + 2 * tig + (i & 1);
-            if (r < w.R && n < B) y[n * w.R + r] = acc[j][i] + (bias ? bias[r] : 0.0f);
-        }
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) /* fixed bounds: acc stays in registers */
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (mi >= live) continue;
+                int64_t r = r0 + vnm_fwd_out_row(lane, warp, mi, i, BM);
+                int64_t n = n0 + vnm_fwd_out_batch(lane, warp, j, i, BM);
+                if (r < w.R && n < B) y[n * w.R + r] = acc[mi][j][i] + (bias ? bias[r] : 0.0f);
+            }
 }
 
 /* ---- SDDMM: dvalues = dYᵀ·X at the kept positions -------------------------------- */
@@ -217,10 +251,10 @@ __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, co
      * row's two positions in chunk c / 4; each kept value is written once. */
     for (int m = 0; m < MT; m++)
         for (int i = 0; i < 4; i++) {
-            int rr = gid + 8 * (i >> 1), c = 8 * warp + 2 * tig + (i & 1), ch = c >> 2;
+            int rr = vnm_c_row(lane, i), c = 8 * warp + vnm_c_col(lane, i), ch = c >> 2;
             int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
             if (r >= w.R || g >= w.G) continue;
-            unsigned nib = meta_nibble(w.meta, (rt0 + m) * w.k_tiles + kt, rr, ch);
+            unsigned nib = vnm_meta_nibble(w.meta + ((rt0 + m) * w.k_tiles + kt) * 16, rr, ch);
             float v = gather[c] >= 0 ? acc[m][i] : 0.0f;
             if ((int)(nib & 3) == (c & 3)) dvalues[r * 2 * w.G + 2 * g] = v;
             if ((int)(nib >> 2) == (c & 3)) dvalues[r * 2 * w.G + 2 * g + 1] = v;
@@ -267,9 +301,9 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
             int64_t kt = kt0 + kk;
             if (kt >= w.k_tiles || r0 / 16 + mt >= w.row_tiles) continue;
             int64_t t = (r0 / 16 + mt) * w.k_tiles + kt;
-            int rr = (l >> 2) + 8 * (i & 1), ch = (l & 3) + 4 * (i >> 1);
-            unsigned nib = meta_nibble(w.meta, t, rr, ch);
-            const uint16_t *v = w.values + t * 256 + l * 8 + 2 * i;
+            int rr = vnm_a_row(l, i), ch = vnm_a_chunk(l, i);
+            unsigned nib = vnm_meta_nibble(w.meta + t * 16, rr, ch);
+            const uint16_t *v = w.values + t * 256 + vnm_a_value(l, i, 0);
             int c = kk * 32 + 4 * ch, r = mt * 16 + rr;
             wc[(c + (nib & 3)) * ldv + r] = v[0];
             wc[(c + (nib >> 2)) * ldv + r] = v[1];
@@ -384,19 +418,43 @@ static int tiles_per_cta(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 :
     default: KERNEL<1, true><<<__VA_ARGS__; break;                            \
     }
 
+/* Launches k_spmm<BM> (dynamic shared memory: the stages and, when it
+ * fits, the gather row). */
+template <int BM>
+static int launch_spmm(float *y, const vnk_vnm *w, const uint16_t *xt, int64_t ldx,
+                       const float *bias, int64_t B)
+{
+    int64_t gbytes = vnm_fwd_gather_bytes(w->k_tiles);
+    size_t smem = (size_t)VNM_FWD_STAGES * vnm_fwd_stage_bytes(BM) + (size_t)gbytes;
+    int64_t ny = (B + VNM_FWD_BN(BM) - 1) / VNM_FWD_BN(BM);
+    if (ny > 65535)
+        return vnk__fail("vnk_vnm_spmm: B=%lld needs more than 65535 batch tiles", (long long)B);
+    dim3 grid((unsigned)((w->row_tiles * 16 + BM - 1) / BM), (unsigned)ny);
+    bool bf16 = w->dtype == VN_BF16;
+    const void *fn = bf16 ? (const void *)k_spmm<BM, true> : (const void *)k_spmm<BM, false>;
+    if (vnk__cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  "vnk_vnm_spmm: allowing %zu bytes of shared memory", smem))
+        return 1;
+    if (bf16)
+        k_spmm<BM, true><<<grid, VNM_FWD_THREADS, smem>>>(*w, xt, ldx, B, bias, y, gbytes > 0);
+    else
+        k_spmm<BM, false><<<grid, VNM_FWD_THREADS, smem>>>(*w, xt, ldx, B, bias, y, gbytes > 0);
+    return vnk__launched("vnk_vnm_spmm (k_spmm)");
+}
+
 int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
                  int64_t B)
 {
     if (check_matrix("vnk_vnm_spmm", w) || check_xt("vnk_vnm_spmm", xt, ldx, B)) return 1;
     if (!y) return vnk__fail("vnk_vnm_spmm: y is NULL");
     if (B == 0) return 0;
-    int mt = tiles_per_cta(w->V);
-    dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)((B + SP_BN - 1) / SP_BN));
-    if ((B + SP_BN - 1) / SP_BN > 65535)
-        return vnk__fail("vnk_vnm_spmm: B=%lld needs more than 65535 batch tiles", (long long)B);
     const uint16_t *x = (const uint16_t *)xt;
-    DISPATCH_MT(mt, w->dtype == VN_BF16, k_spmm, grid, 128>>>(*w, x, ldx, B, bias, y))
-    return vnk__launched("vnk_vnm_spmm (k_spmm)");
+    switch (vnm_fwd_bm(w->V)) {
+    case 128: return launch_spmm<128>(y, w, x, ldx, bias, B);
+    case 64: return launch_spmm<64>(y, w, x, ldx, bias, B);
+    case 32: return launch_spmm<32>(y, w, x, ldx, bias, B);
+    default: return launch_spmm<16>(y, w, x, ldx, bias, B);
+    }
 }
 
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,

@@ -1,0 +1,380 @@
+/* The host emulator of the V:N:M Sparse Tensor Core kernels
+ * (kernels/vnm_sptc.cu). It replays a kernel's exact tile schedule on the
+ * CPU, CTA by CTA, through the same index functions the kernel calls
+ * (kernels/vnm_sptc_index.h): the pipeline's copies thread by thread into a
+ * model of shared memory (poisoned first, bounds checked), ldmatrix with
+ * the addresses each lane gives, mma.sp with the fragments each lane holds,
+ * and the epilogue's writes. The instructions themselves are software
+ * models written here from the PTX ISA's definitions ("Matrix Fragments for
+ * sparse mma.m16n8k32 with .f16 and .bf16 types", "Sparse matrix storage",
+ * "ldmatrix"), not from the kernels' helpers, so a disagreement between a
+ * helper and the ISA shows up as a wrong result. The result is compared
+ * with the CPU V:N:M kernel on the same bf16/f16-rounded operands, for every
+ * (V, M) in {16, 32, 64, 128} × {4, 5, 8, 16, 32}, rows, columns and
+ * batches that fill no block, group or tile.
+ *
+ * What a GPU run still has to prove: that the hardware follows the ISA as
+ * modelled here (and its speed). */
+#include "gradcheck.h"
+#include "vnm_random.h"
+#include "vnm_sptc.h"
+#include "vnm_sptc_index.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- software instructions (PTX ISA) -------------------------------------------- */
+
+static float half_to_f32(uint16_t bits, vn_dtype dt)
+{
+    return dt == VN_BF16 ? vn__bf16_to_f32(bits) : vn__f16_to_f32(bits);
+}
+
+/* Shared memory of one CTA: bytes, poisoned with 0xff (a NaN in bf16 and
+ * f16, and an out-of-range gather entry) before each CTA. */
+typedef struct {
+    unsigned char *b;
+    size_t n;
+} emu_smem;
+
+static void *smem_at(const emu_smem *s, size_t off, size_t len, const char *what)
+{
+    if (off + len > s->n) fail_msg("%s: %zu bytes at shared offset %zu, past %zu", what, len, off, s->n);
+    return s->b + off;
+}
+
+/* cp.async.cg.shared.global 16 bytes: src (16-byte aligned) or zeros. */
+static void cp_async16(emu_smem *s, size_t dst, const void *src, bool valid, const void *lo,
+                       const void *hi)
+{
+    if (dst % 16) fail_msg("cp.async: shared offset %zu not 16-byte aligned", dst);
+    unsigned char *d = smem_at(s, dst, 16, "cp.async");
+    if (!valid) {
+        memset(d, 0, 16);
+        return;
+    }
+    const unsigned char *p = src;
+    if ((uintptr_t)p % 16 || p < (const unsigned char *)lo || p + 16 > (const unsigned char *)hi)
+        fail_msg("cp.async: global source out of its array or misaligned");
+    memcpy(d, p, 16);
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane 8m + i gives the
+ * address (byte offset) of row i of matrix m, 8 b16 elements, 16-byte
+ * aligned. Without .trans, lane l receives row l / 4, elements 2(l % 4) and
+ * 2(l % 4) + 1 of each matrix; .trans delivers the transpose, so lane l
+ * receives, in register m, elements (row 2(l % 4), column l / 4) and (row
+ * 2(l % 4) + 1, column l / 4) of matrix m, the first in the low half. */
+static void sw_ldmatrix_x4_trans(const emu_smem *s, const size_t addr[32], uint32_t out[32][4])
+{
+    for (int l = 0; l < 32; l++)
+        if (addr[l] % 16) fail_msg("ldmatrix: lane %d address %zu not 16-byte aligned", l, addr[l]);
+    /* Each 8×8 matrix is one shared-memory wavefront when its 8 rows sit in
+     * 8 different groups of 4 banks (16 bytes of the 128-byte bank line):
+     * what the swizzle of the X tile is for. */
+    for (int m = 0; m < 4; m++) {
+        unsigned seen = 0;
+        for (int i = 0; i < 8; i++) seen |= 1u << (addr[8 * m + i] / 16 % 8);
+        if (seen != 0xff) fail_msg("ldmatrix: matrix %d's rows share banks (groups 0x%02x)", m, seen);
+    }
+    for (int m = 0; m < 4; m++)
+        for (int l = 0; l < 32; l++) {
+            uint16_t v[2];
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *row = smem_at(s, addr[8 * m + 2 * (l % 4) + h], 16, "ldmatrix");
+                v[h] = row[l / 4];
+            }
+            out[l][m] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
+        }
+}
+
+/* mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}.f32,
+ * sparsity selector 0: d[l] += A·B for the warp's fragments.
+ *   A: lane l's 4 registers hold a0..a7 (two per register, low half
+ *      first) of the 16 × 16 compressed A: row gid for a0, a1, a4, a5 and
+ *      gid + 8 otherwise; compressed column 2·tig + (k & 1), + 8 for k ≥ 4.
+ *      Compressed columns 2c, 2c + 1 are the two kept values of the 4-wide
+ *      chunk c of the row.
+ *   metadata: with selector 0, lanes with tig 0 and 1 hold it: lane (gid,
+ *      0) chunks 0..3, lane (gid, 1) chunks 4..7; bits 0–15 row gid, 16–31
+ *      row gid + 8; within a half, chunk c % 4 in bits 4(c % 4)..+3, the
+ *      position (0..3) of its first kept value in the low 2 bits, of the
+ *      second in the high 2; ordered metadata wants them ascending.
+ *   B: lane l's 4 registers hold b0..b7: row 2·tig + (k & 1) + 8·(k / 2),
+ *      column gid.
+ *   C/D: c0..c3: row gid (+8 for c2, c3), column 2·tig + (k & 1).
+ * Products are exact in f32 (16-bit inputs); sums are f32 in k order. */
+static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][4],
+                      const uint32_t e[32], vn_dtype dt)
+{
+    float A[16][32] = {{0}}, Bm[32][8];
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 8; k++) {
+            int row = (k % 4 < 2) ? gid : gid + 8;
+            int ccol = 2 * tig + (k & 1) + (k >= 4 ? 8 : 0), chunk = ccol / 2;
+            uint32_t word = e[4 * gid + chunk / 4];
+            unsigned nib = (word >> ((row >= 8 ? 16 : 0) + 4 * (chunk % 4))) & 0xf;
+            unsigned p0 = nib & 3, p1 = nib >> 2;
+            if (p0 >= p1) fail_msg("mma.sp: row %d chunk %d: metadata nibble 0x%x is not two "
+                                   "ascending positions", row, chunk, nib);
+            uint16_t bits = (uint16_t)(a[l][k / 2] >> (16 * (k & 1)));
+            A[row][4 * chunk + ((ccol & 1) ? p1 : p0)] = half_to_f32(bits, dt);
+            Bm[2 * tig + (k & 1) + 8 * (k / 2)][gid] = half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 4; k++) {
+            int row = gid + (k >= 2 ? 8 : 0), col = 2 * tig + (k & 1);
+            float sum = d[l][k];
+            for (int kk = 0; kk < 32; kk++) sum += A[row][kk] * Bm[kk][col];
+            d[l][k] = sum;
+        }
+    }
+}
+
+/* ---- k_spmm replayed ---------------------------------------------------------------- */
+
+typedef struct {
+    const vnm_sptc *p;
+    const uint16_t *xt;
+    int64_t ldx, B;
+    const float *bias;
+    float *y;
+} spmm_args;
+
+/* fwd_load_stage of the kernel, thread by thread. */
+static void emu_fwd_load_stage(emu_smem *s, size_t base, const spmm_args *g, const int32_t *gk,
+                               int64_t r0, int64_t n0, int64_t kt, int BM)
+{
+    const vnm_sptc *p = g->p;
+    const int BN = VNM_FWD_BN(BM);
+    size_t vs = base + 2 * (size_t)vnm_fwd_xs_elems(BM), ms = vs + 2 * (size_t)vnm_fwd_vs_elems(BM);
+    const uint16_t *xend = g->xt + p->K * g->ldx;
+    size_t ntiles = (size_t)(p->row_tiles * p->k_tiles);
+    for (int tid = 0; tid < VNM_FWD_THREADS; tid++)
+        for (int q = tid; q < vnm_fwd_copies(BM); q += VNM_FWD_THREADS) {
+            vnm_copy c = vnm_fwd_copy(q, BM);
+            if (c.kind == VNM_COPY_X) {
+                int32_t col = gk[c.row];
+                int64_t n = n0 + c.piece;
+                bool valid = col >= 0 && n < g->B;
+                if (col >= p->K) fail_msg("gather entry %d beyond K=%lld", col, (long long)p->K);
+                cp_async16(s, base + 2 * (size_t)vnm_fwd_xs_at(c.row, c.piece, BN),
+                           valid ? g->xt + col * g->ldx + n : g->xt, valid, g->xt, xend);
+                continue;
+            }
+            if (r0 / 16 + c.row >= p->row_tiles) continue;
+            int64_t t = vnm_tile(r0, c.row, kt, p->k_tiles);
+            if (c.kind == VNM_COPY_A)
+                cp_async16(s, vs + 2 * (size_t)(c.row * 256 + c.piece * 8),
+                           p->values + t * 256 + c.piece * 8, true, p->values, p->values + ntiles * 256);
+            else
+                cp_async16(s, ms + 4 * (size_t)(c.row * 16 + c.piece * 4), p->meta + t * 16 + c.piece * 4,
+                           true, p->meta, p->meta + ntiles * 16);
+        }
+}
+
+/* k_spmm<BM> over its whole grid. */
+static void emu_spmm(const spmm_args *g)
+{
+    const vnm_sptc *p = g->p;
+    const int BM = vnm_fwd_bm(p->V), BN = VNM_FWD_BN(BM), MT = VNM_FWD_MT(BM), NT = VNM_FWD_NT;
+    const size_t SB = (size_t)vnm_fwd_stage_bytes(BM);
+    const int64_t gbytes = vnm_fwd_gather_bytes(p->k_tiles), ccols = p->k_tiles * 32;
+    emu_smem s = {.n = VNM_FWD_STAGES * SB + (size_t)gbytes};
+    s.b = malloc(s.n);
+    float(*acc)[32][4] = malloc(sizeof *acc * 8 * MT * NT); /* [warp][mi][j] */
+    uint32_t(*bf)[32][4] = malloc(sizeof *bf * NT);
+    assert_non_null(s.b);
+    int64_t gx = (p->row_tiles * 16 + BM - 1) / BM, gy = (g->B + BN - 1) / BN;
+    for (int64_t bx = 0; bx < gx; bx++)
+        for (int64_t by = 0; by < gy; by++) {
+            memset(s.b, 0xff, s.n);
+            memset(acc, 0, sizeof *acc * 8 * MT * NT);
+            int64_t r0 = vnm_fwd_row0(bx, BM), n0 = vnm_fwd_batch0(by, BM);
+            const int32_t *gather = p->gather + r0 / p->V * ccols;
+            if (gbytes) { /* the kernel's 16-byte copies of the gather row */
+                size_t gs = VNM_FWD_STAGES * SB;
+                for (int64_t q = 0; q < ccols / 4; q++)
+                    cp_async16(&s, gs + 16 * (size_t)q, gather + 4 * q, true, p->gather,
+                               p->gather + p->nblocks * ccols);
+                gather = (const int32_t *)(s.b + gs);
+            }
+            for (int st = 0; st < VNM_FWD_STAGES - 1; st++)
+                if (st < p->k_tiles) emu_fwd_load_stage(&s, st * SB, g, gather + st * 32, r0, n0, st, BM);
+            for (int64_t kt = 0; kt < p->k_tiles; kt++) {
+                int64_t next = kt + VNM_FWD_STAGES - 1; /* issued before the compute, as on the GPU */
+                if (next < p->k_tiles)
+                    emu_fwd_load_stage(&s, vnm_fwd_slot(next) * SB, g, gather + next * 32, r0, n0,
+                                       next, BM);
+                size_t st = vnm_fwd_slot(kt) * SB, vs = st + 2 * (size_t)vnm_fwd_xs_elems(BM);
+                size_t ms = vs + 2 * (size_t)vnm_fwd_vs_elems(BM);
+                for (int warp = 0; warp < 8; warp++) {
+                    for (int j = 0; j < NT; j++) {
+                        size_t addr[32];
+                        for (int l = 0; l < 32; l++) addr[l] = st + 2 * (size_t)vnm_fwd_ldm_at(l, warp, j, BM);
+                        sw_ldmatrix_x4_trans(&s, addr, bf[j]);
+                    }
+                    int wr = vnm_fwd_warp_row(warp, BM);
+                    int64_t left = p->row_tiles - (r0 + wr) / 16;
+                    for (int mi = 0; mi < MT && mi < left; mi++) {
+                        int m = wr / 16 + mi;
+                        uint32_t a[32][4], e[32];
+                        for (int l = 0; l < 32; l++) {
+                            memcpy(a[l], smem_at(&s, vs + 2 * (size_t)(m * 256 + vnm_a_value(l, 0, 0)), 16, "A"), 16);
+                            memcpy(&e[l], smem_at(&s, ms + 4 * (size_t)(m * 16 + vnm_meta_word_lane(l)), 4, "E"), 4);
+                        }
+                        for (int j = 0; j < NT; j++) sw_mma_sp(acc[(warp * MT + mi) * NT + j], a, bf[j], e, p->dtype);
+                    }
+                }
+            }
+            for (int warp = 0; warp < 8; warp++) {
+                int64_t left = p->row_tiles - (r0 + vnm_fwd_warp_row(warp, BM)) / 16;
+                for (int mi = 0; mi < MT && mi < left; mi++)
+                    for (int j = 0; j < NT; j++)
+                        for (int l = 0; l < 32; l++)
+                            for (int i = 0; i < 4; i++) {
+                                int64_t r = r0 + vnm_fwd_out_row(l, warp, mi, i, BM);
+                                int64_t n = n0 + vnm_fwd_out_batch(l, warp, j, i, BM);
+                                if (r < p->R && n < g->B)
+                                    g->y[n * p->R + r] = acc[(warp * MT + mi) * NT + j][l][i] +
+                                                         (g->bias ? g->bias[r] : 0.0f);
+                            }
+            }
+        }
+    free(bf);
+    free(acc);
+    free(s.b);
+}
+
+/* ---- the comparison ------------------------------------------------------------------- */
+
+static uint16_t to_half(float v, vn_dtype dt)
+{
+    return dt == VN_BF16 ? vn__f32_to_bf16(v) : vn__f32_to_f16(v);
+}
+
+/* Rounds t (f32, CPU) in place to dt, and returns |t| (a new tensor) when
+ * want_abs. */
+static vn_tensor *round_in_place(vn_tensor *t, vn_dtype dt, bool want_abs)
+{
+    float *v = vn_tensor_data(t);
+    int64_t n = vn_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) v[i] = half_to_f32(to_half(v[i], dt), dt);
+    if (!want_abs) return NULL;
+    vn_tensor *a = vn_abs(t);
+    CHECK_PTR(a);
+    return a;
+}
+
+/* Values in ±[2^-8, 2^8): wide enough that rounding matters, narrow enough
+ * that f16 neither overflows nor goes subnormal in a product. */
+static vn_vnm *test_matrix(int64_t R, int64_t K, int64_t V, int64_t M, uint32_t seed)
+{
+    vn_vnm *s = random_vnm(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    float *v = vn_tensor_data(vals);
+    for (int64_t i = 0; i < vn_tensor_numel(vals); i++) v[i] = ldexpf(frexpf(v[i], &(int){0}), (int)(seed + i) % 16 - 7);
+    vn_tensor_release(vals);
+    return s;
+}
+
+/* The emulated forward against vn_vnm_spmm on the CPU with the same rounded
+ * operands: |got − want| ≤ 1e-5 · (|W|·|X|) elementwise (f32 sums of exact
+ * products in another order), bias added. */
+static void check_spmm(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                       uint32_t seed)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    vn_tensor *avals = round_in_place(vals, dt, true);
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, seed + 7);
+    vn_tensor *ax = round_in_place(x, dt, true);
+    vn_tensor *bias = trand(1, (int64_t[]){R}, -1, 1, seed + 9);
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    int64_t ldx = (B + 7) / 8 * 8;
+    uint16_t *xt = aligned_alloc(16, (size_t)((K * ldx * 2 + 15) / 16 * 16));
+    const float *xv = vn_tensor_data(x);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < ldx; n++) xt[k * ldx + n] = n < B ? to_half(xv[n * K + k], dt) : 0;
+    float *y = malloc((size_t)(B * R) * sizeof *y);
+    for (int64_t i = 0; i < B * R; i++) y[i] = NAN;
+    emu_spmm(&(spmm_args){p, xt, ldx, B, vn_tensor_data(bias), y});
+
+    vn_tensor *want = vn_vnm_spmm(s, vals, x);
+    CHECK_PTR(want);
+    vn_tensor *bound = vn_vnm_spmm(s, avals, ax);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound), *bi = vn_tensor_data(bias);
+    for (int64_t i = 0; i < B * R; i++) {
+        float ref = w[i] + bi[i % R];
+        if (!(fabsf(y[i] - ref) <= 1e-5f * bd[i] + 1e-6f * fabsf(bi[i % R])))
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: y[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / R), (long long)(i % R), (double)y[i],
+                     (double)ref);
+    }
+    free(y);
+    free(xt);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {vals, avals, x, ax, bias, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+static void test_spmm_all_layouts(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++) {
+            int64_t V = Vs[iv], M = Ms[im];
+            /* rows: a partial block and tile; K: 25 groups (4 k-tiles, so the
+             * 3-stage ring wraps) with a partial last group; a batch that
+             * fills no tile (and no 8-row piece) */
+            check_spmm(V + 23, 24 * M + 3, V, M, 203, VN_BF16, (uint32_t)(100 * iv + im + 1));
+        }
+}
+
+/* One k-tile and one batch row; f16; the gather row too long for shared
+ * memory (read from global); several blocks per CTA row range. */
+static void test_spmm_edges(void **state)
+{
+    check_spmm(5, 4, 16, 4, 1, VN_BF16, 11);
+    check_spmm(70, 100, 32, 8, 37, VN_F16, 12);
+    check_spmm(20, 4 * 2060, 16, 4, 9, VN_BF16, 13); /* 258 k-tiles: 33 KB of gather */
+    check_spmm(300, 64, 48, 8, 520, VN_BF16, 14);    /* V = 48: BM = 16, three CTAs per block */
+}
+
+/* The emulator has teeth: one changed metadata nibble changes the result. */
+static void test_emulator_sees_a_bad_nibble(void **state)
+{
+    vn_vnm *s = test_matrix(16, 32, 16, 8, 21);
+    vnm_sptc *p = vnm_sptc_pack(s, VN_BF16);
+    CHECK_PTR(p);
+    int64_t B = 8, ldx = 8;
+    uint16_t xt[32 * 8] __attribute__((aligned(16)));
+    for (int i = 0; i < 32 * 8; i++) xt[i] = vn__f32_to_bf16((float)(i % 7) - 3.0f);
+    float y1[16 * 8], y2[16 * 8];
+    emu_spmm(&(spmm_args){p, xt, ldx, B, NULL, y1});
+    uint32_t nib = p->meta[0] & 0xf;
+    p->meta[0] = (p->meta[0] & ~0xfu) | (nib == 0xe ? 0x4u : 0xeu);
+    emu_spmm(&(spmm_args){p, xt, ldx, B, NULL, y2});
+    assert_true(memcmp(y1, y2, sizeof y1) != 0);
+    vnm_sptc_free(p);
+    vn_vnm_free(s);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spmm_all_layouts),
+        cmocka_unit_test(test_spmm_edges),
+        cmocka_unit_test(test_emulator_sees_a_bad_nibble),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
