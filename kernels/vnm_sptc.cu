@@ -263,6 +263,38 @@ __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, co
 
 /* ---- input gradient: dx = dY·W --------------------------------------------------- */
 
+/* The block's contribution to the accumulator from its kept weights only,
+ * one thread per (batch row, condensed column): the tensor-core path also
+ * multiplies the zeros at the positions a row does not keep, and 0 · Inf is
+ * NaN where the CPU kernel, which reads kept weights only, stays finite.
+ * Used for a block whose dY slice holds an Inf or a NaN. */
+template <bool BF16> static __device__ inline float half_to_float(uint16_t h)
+{
+    return BF16 ? __uint_as_float((uint32_t)h << 16) : __half2float(__ushort_as_half(h));
+}
+
+template <bool BF16>
+static __device__ void spmm_t_kept_only(const vnk_vnm &w, const uint16_t *dys, int ldv,
+                                        const uint16_t *wc, float *accs, int64_t span, int64_t b,
+                                        int64_t kt0, int cols, int BN)
+{
+    const int64_t r0 = b * w.V, ccols = w.k_tiles * 32, col0 = kt0 * 8 * w.M;
+    for (int q = threadIdx.x; q < BN * cols; q += blockDim.x) {
+        int n = q / cols, c = q % cols;
+        int64_t cc = kt0 * 32 + c;
+        int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
+        if (col < 0) continue;
+        float sum = 0;
+        for (int r = 0; r < w.V && r0 + r < w.R; r++) {
+            int64_t t = vnm_tile(r0, r / 16, cc / 32, w.k_tiles);
+            unsigned nib = vnm_meta_nibble(w.meta + t * 16, r % 16, (int)(cc % 32) / 4);
+            if (vnm_kept(nib, (int)(cc % 4)))
+                sum += half_to_float<BF16>(dys[n * ldv + r]) * half_to_float<BF16>(wc[c * ldv + r]);
+        }
+        accs[n * span + (col - col0)] += sum;
+    }
+}
+
 /* Grid: (⌈k_tiles / KT⌉, ⌈B / BN⌉), 128 threads; dynamic shared memory:
  * the f32 accumulator BN × KT·8·M (original columns of the CTA's groups),
  * dY's block columns dys[BN][V] and the condensed weights wc[KT·32][V].
@@ -287,13 +319,17 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
     for (int64_t q = threadIdx.x; q < BN * span; q += 128) accs[q] = 0;
     for (int64_t b = 0; b < w.nblocks; b++) {
         const int64_t r0 = b * w.V;
+        constexpr uint16_t EXP_MASK = BF16 ? 0x7f80 : 0x7c00; /* all ones: Inf or NaN */
+        int inf_or_nan = 0;
         for (int q = threadIdx.x; q < BN * V; q += 128) {
             int n = q / V, r = q % V;
             bool in = n0 + n < B && r0 + r < w.R;
-            dys[n * ldv + r] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
+            uint16_t h = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
+            inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
+            dys[n * ldv + r] = h;
         }
         for (int q = threadIdx.x; q < KT * 32 * ldv; q += 128) wc[q] = 0;
-        __syncthreads();
+        inf_or_nan = __syncthreads_or(inf_or_nan);
         /* Decode: one thread per (tile, lane, register) of the block's
          * V/16 row tiles and the CTA's KT k-tiles. */
         for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += 128) {
@@ -309,6 +345,11 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
             wc[(c + (nib >> 2)) * ldv + r] = v[1];
         }
         __syncthreads();
+        if (inf_or_nan) { /* rare: dY holds Inf or NaN in this block */
+            spmm_t_kept_only<BF16>(w, dys, ldv, wc, accs, span, b, kt0, KT * 32, BN);
+            __syncthreads();
+            continue;
+        }
         float d[MTB][NTW][4] = {};
         for (int k = 0; k < V; k += 16)
             for (int m = 0; m < MTB; m++) {

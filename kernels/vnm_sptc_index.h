@@ -48,6 +48,12 @@ static inline VNM_HD unsigned vnm_meta_nibble(const uint32_t *tile_meta, int rr,
     return (tile_meta[vnm_meta_word_of(rr, chunk)] >> vnm_meta_shift(rr, chunk)) & 0xfu;
 }
 
+/* Whether a row whose nibble is nib keeps position pos (0..3) of the chunk. */
+static inline VNM_HD int vnm_kept(unsigned nib, int pos)
+{
+    return (int)(nib & 3) == pos || (int)(nib >> 2) == pos;
+}
+
 /* C/D element i (0..3) of a lane: row gid (+8 for i ≥ 2), column 2·tig (+1
  * for odd i). Also the layout of the dense mma.m16n8k16's C/D. */
 static inline VNM_HD int vnm_c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
