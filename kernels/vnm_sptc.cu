@@ -380,19 +380,13 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
 
 /* ---- conversions before the kernels ----------------------------------------------- */
 
-template <typename T> static __device__ inline T round_to(float v);
-template <> __device__ inline __nv_bfloat16 round_to<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ inline __half round_to<__half>(float v) { return __float2half_rn(v); }
 
 /* out[j] = values[src[j]] (0 where src[j] < 0), grid-stride. */
 template <typename T>
 __global__ void k_pack_values(const int32_t *src, int64_t n, const float *values, T *out)
 {
     for (int64_t j = VNK_GRID_START; j < n; j += VNK_GRID_STEP)
-        out[j] = round_to<T>(src[j] >= 0 ? values[src[j]] : 0.0f);
+        out[j] = vnk__round_half<T>(src[j] >= 0 ? values[src[j]] : 0.0f);
 }
 
 /* Grid: (⌈ldx/32⌉, ⌈K/32⌉), 32 × 8 threads. A 32 × 32 tile goes through
@@ -411,7 +405,7 @@ __global__ void k_transpose_input(const float *x, int64_t B, int64_t K, T *xt, i
     __syncthreads();
     for (int i = threadIdx.y; i < 32; i += 8) {
         int64_t k = k0 + i, b = b0 + threadIdx.x;
-        if (k < K && b < ldx) xt[k * ldx + b] = round_to<T>(tile[threadIdx.x][i]);
+        if (k < K && b < ldx) xt[k * ldx + b] = vnk__round_half<T>(tile[threadIdx.x][i]);
     }
 }
 

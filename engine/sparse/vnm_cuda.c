@@ -189,15 +189,24 @@ static vn_tensor *transposed_input(const vn_tensor *x, int64_t B, int64_t K, vn_
     return xt;
 }
 
-/* dy (..., R) f32 on the device as a contiguous 16-bit tensor. */
+/* dy (..., R) f32 on the device as a contiguous 16-bit tensor: one
+ * vectorised pass over a contiguous copy (vnk_f32_to_half), or the generic
+ * conversion when the copy is not aligned for it. */
 static vn_tensor *half_rows(const vn_tensor *dy, vn_dtype dtype)
 {
-    bool was = vn_set_grad_enabled(false);
-    vn_tensor *h = vn_to_dtype(dy, dtype);
-    vn_tensor *hc = h ? vn__plain_contiguous(h) : NULL;
-    vn_set_grad_enabled(was);
-    vn_tensor_release(h);
-    return hc;
+    vn_tensor *dc = vn__plain_contiguous(dy);
+    vn_tensor *h = dc ? vn__new_on(true, dtype, dc->ndim, dc->shape) : NULL;
+    if (h && ((uintptr_t)vn__ptr(dc) % 16 || (uintptr_t)vn__ptr(h) % 8)) {
+        bool was = vn_set_grad_enabled(false);
+        vn_tensor_release(h);
+        h = vn_to_dtype(dc, dtype);
+        vn_set_grad_enabled(was);
+    } else if (h && vnk_f32_to_half(vn__ptr(h), dtype, vn__ptr(dc), vn_tensor_numel(dc))) {
+        vn_tensor_release(h);
+        h = vn__cuda_errp("vnm_linear: converting dY");
+    }
+    vn_tensor_release(dc);
+    return h;
 }
 
 /* A new f32 device tensor shaped like t with its last dim replaced. */
