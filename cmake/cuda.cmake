@@ -28,6 +28,16 @@ endif()
 if(VENOM_HAVE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # cuBLAS/cuBLASLt (GEMM), cuSPARSE (CSR) and the static runtime are part
+  # of the toolkit, but a trimmed image may lack them: say so plainly.
+  foreach(lib cudart_static cublas cublasLt cusparse)
+    if(NOT TARGET CUDA::${lib})
+      message(FATAL_ERROR "venom: the CUDA backend needs lib${lib} from the CUDA toolkit, not "
+              "found under ${CUDAToolkit_LIBRARY_DIR} (nvcc ${CUDAToolkit_VERSION}); install it "
+              "(e.g. the toolkit's libcublas-dev / cuda-libraries-dev packages) or configure with "
+              "-DVENOM_CUDA=OFF")
+    endif()
+  endforeach()
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   file(GLOB VENOM_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cu)
