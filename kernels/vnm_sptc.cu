@@ -30,8 +30,6 @@
 
 #define SP_PAD 8     /* halves of padding per shared row: ldmatrix without bank conflicts */
 #define CHUNK_N 32   /* batch rows per step of sddmm */
-#define TX_BN 64     /* batch rows per spmm_t CTA (fewer for large M) */
-#define TX_SMEM (96 * 1024) /* spmm_t's shared-memory budget */
 
 /* ---- small device helpers ---------------------------------------------------- */
 
@@ -267,14 +265,16 @@ __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, co
  * one thread per (batch row, condensed column): the tensor-core path also
  * multiplies the zeros at the positions a row does not keep, and 0 · Inf is
  * NaN where the CPU kernel, which reads kept weights only, stays finite.
- * Used for a block whose dY slice holds an Inf or a NaN. */
+ * Used for a block whose dY slice holds an Inf or a NaN. Not inlined: inline,
+ * it raised the register pressure of the whole kernel into spills; as a call
+ * it costs a stack frame on this rare path only. */
 template <bool BF16> static __device__ inline float half_to_float(uint16_t h)
 {
     return BF16 ? __uint_as_float((uint32_t)h << 16) : __half2float(__ushort_as_half(h));
 }
 
 template <bool BF16>
-static __device__ void spmm_t_kept_only(const vnk_vnm &w, const uint16_t *dys, int ldv,
+static __device__ __noinline__ void spmm_t_kept_only(const vnk_vnm &w, const uint16_t *dys, int ldv,
                                         const uint16_t *wc, float *accs, int64_t span, int64_t b,
                                         int64_t kt0, int cols, int BN)
 {
@@ -303,44 +303,45 @@ static __device__ void spmm_t_kept_only(const vnk_vnm &w, const uint16_t *dys, i
  * added into the accumulator at the gathered columns. Warp w owns n-tiles
  * w, w + 4, … of every m-tile, so no two threads add into one place. */
 template <int BN, int KT, bool BF16>
-__global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, int64_t B, float *dx)
+__global__ void __launch_bounds__(VNM_DXT_THREADS) k_spmm_t(vnk_vnm w, const uint16_t *dy, int64_t B,
+                                                            float *dx)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int MTB = BN / 16, NTW = KT; /* m-tiles; n-tiles per warp */
     const int64_t span = (int64_t)KT * 8 * w.M; /* original columns of the CTA */
-    const int V = (int)w.V, ldv = V + SP_PAD;
+    const int V = (int)w.V, ldv = vnm_dxt_ld(w.V);
     float *accs = (float *)smem;
     uint16_t *dys = (uint16_t *)(accs + BN * span);
     uint16_t *wc = dys + BN * ldv;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t kt0 = (int64_t)blockIdx.x * KT, n0 = (int64_t)blockIdx.y * BN;
     const int64_t col0 = kt0 * 8 * w.M, ccols = w.k_tiles * 32;
+    constexpr uint16_t EXP_MASK = BF16 ? 0x7f80 : 0x7c00; /* all ones: Inf or NaN */
 
-    for (int64_t q = threadIdx.x; q < BN * span; q += 128) accs[q] = 0;
+    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DXT_THREADS) accs[q] = 0;
     for (int64_t b = 0; b < w.nblocks; b++) {
         const int64_t r0 = b * w.V;
-        constexpr uint16_t EXP_MASK = BF16 ? 0x7f80 : 0x7c00; /* all ones: Inf or NaN */
         int inf_or_nan = 0;
-        for (int q = threadIdx.x; q < BN * V; q += 128) {
+        for (int q = threadIdx.x; q < BN * V; q += VNM_DXT_THREADS) {
             int n = q / V, r = q % V;
             bool in = n0 + n < B && r0 + r < w.R;
             uint16_t h = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
             inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
             dys[n * ldv + r] = h;
         }
-        for (int q = threadIdx.x; q < KT * 32 * ldv; q += 128) wc[q] = 0;
+        for (int q = threadIdx.x; q < KT * 32 * ldv; q += VNM_DXT_THREADS) wc[q] = 0;
         inf_or_nan = __syncthreads_or(inf_or_nan);
-        /* Decode: one thread per (tile, lane, register) of the block's
-         * V/16 row tiles and the CTA's KT k-tiles. */
-        for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += 128) {
-            int i = q & 3, l = (q >> 2) & 31, kk = (q >> 7) % KT, mt = (q >> 7) / KT;
-            int64_t kt = kt0 + kk;
-            if (kt >= w.k_tiles || r0 / 16 + mt >= w.row_tiles) continue;
-            int64_t t = (r0 / 16 + mt) * w.k_tiles + kt;
-            int rr = vnm_a_row(l, i), ch = vnm_a_chunk(l, i);
+        /* Decode: one thread per (tile, lane, register) of the block's V/16
+         * row tiles and the CTA's KT k-tiles (the reading of vnm_sptc_decode). */
+        for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += VNM_DXT_THREADS) {
+            vnm_dxt_item d = vnm_dxt_decode_item(q, KT);
+            int64_t kt = kt0 + d.kk;
+            if (kt >= w.k_tiles || r0 / 16 + d.mt >= w.row_tiles) continue;
+            int64_t t = vnm_tile(r0, d.mt, kt, w.k_tiles);
+            int rr = vnm_a_row(d.lane, d.i), ch = vnm_a_chunk(d.lane, d.i);
             unsigned nib = vnm_meta_nibble(w.meta + t * 16, rr, ch);
-            const uint16_t *v = w.values + t * 256 + vnm_a_value(l, i, 0);
-            int c = kk * 32 + 4 * ch, r = mt * 16 + rr;
+            const uint16_t *v = w.values + t * 256 + vnm_a_value(d.lane, d.i, 0);
+            int c = d.kk * 32 + 4 * ch, r = d.mt * 16 + rr;
             wc[(c + (nib & 3)) * ldv + r] = v[0];
             wc[(c + (nib >> 2)) * ldv + r] = v[1];
         }
@@ -353,26 +354,29 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
         float d[MTB][NTW][4] = {};
         for (int k = 0; k < V; k += 16)
             for (int m = 0; m < MTB; m++) {
-                const uint16_t *arow = dys + (16 * m + gid) * ldv + k + 2 * tig;
-                uint32_t a[4] = {ld_pair(arow), ld_pair(arow + 8 * ldv), ld_pair(arow + 8),
-                                 ld_pair(arow + 8 * ldv + 8)};
+                uint32_t a[4];
+                for (int i = 0; i < 4; i++)
+                    a[i] = ld_pair(dys + (16 * m + vnm_mma16_a_row(lane, i)) * ldv + k +
+                                   vnm_mma16_a_col(lane, i));
                 for (int j = 0; j < NTW; j++) {
-                    const uint16_t *brow = wc + (8 * (warp + 4 * j) + gid) * ldv + k + 2 * tig;
-                    uint32_t bb[2] = {ld_pair(brow), ld_pair(brow + 8)};
+                    const uint16_t *bcol = wc + (8 * vnm_dxt_ntile(warp, j) + vnm_mma16_b_n(lane)) * ldv + k;
+                    uint32_t bb[2] = {ld_pair(bcol + vnm_mma16_b_k(lane, 0)),
+                                      ld_pair(bcol + vnm_mma16_b_k(lane, 1))};
                     mma_dense<BF16>(d[m][j], a, bb);
                 }
             }
         for (int m = 0; m < MTB; m++)
             for (int j = 0; j < NTW; j++)
                 for (int i = 0; i < 4; i++) {
-                    int n = 16 * m + gid + 8 * (i >> 1), c = 8 * (warp + 4 * j) + 2 * tig + (i & 1);
+                    int n = 16 * m + vnm_c_row(lane, i);
+                    int c = 8 * vnm_dxt_ntile(warp, j) + vnm_c_col(lane, i);
                     int64_t cc = kt0 * 32 + c;
                     int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
                     if (col >= 0) accs[n * span + (col - col0)] += d[m][j][i];
                 }
         __syncthreads(); /* dys, wc and the accumulator are reused */
     }
-    for (int64_t q = threadIdx.x; q < BN * span; q += 128) {
+    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DXT_THREADS) {
         int64_t n = q / span, col = col0 + q % span;
         if (n0 + n < B && col < w.K) dx[(n0 + n) * w.K + col] = accs[q];
     }
@@ -506,33 +510,23 @@ int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *
     return vnk__launched("vnk_vnm_sddmm (k_sddmm)");
 }
 
-/* Shared memory of k_spmm_t<BN, KT>: the f32 accumulator, dys and wc. */
-static size_t spmm_t_smem(const vnk_vnm *w, int BN, int KT)
-{
-    return (size_t)BN * KT * 8 * w->M * 4 + (size_t)(BN + KT * 32) * (w->V + SP_PAD) * 2;
-}
-
 /* Launches k_spmm_t<BN, KT> after raising its shared-memory limit. */
 template <int BN, int KT>
 static int launch_spmm_t(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
 {
-    size_t smem = spmm_t_smem(w, BN, KT);
+    size_t smem = (size_t)vnm_dxt_smem(w->V, w->M, BN, KT);
     dim3 grid((unsigned)((w->k_tiles + KT - 1) / KT), (unsigned)((B + BN - 1) / BN));
     if ((B + BN - 1) / BN > 65535)
         return vnk__fail("vnk_vnm_spmm_t: B=%lld needs more than 65535 batch tiles", (long long)B);
-    if (w->dtype == VN_BF16) {
-        if (vnk__cuda(cudaFuncSetAttribute(k_spmm_t<BN, KT, true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                      "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
-            return 1;
-        k_spmm_t<BN, KT, true><<<grid, 128, smem>>>(*w, dy, B, dx);
-    } else {
-        if (vnk__cuda(cudaFuncSetAttribute(k_spmm_t<BN, KT, false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                      "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
-            return 1;
-        k_spmm_t<BN, KT, false><<<grid, 128, smem>>>(*w, dy, B, dx);
-    }
+    bool bf16 = w->dtype == VN_BF16;
+    const void *fn = bf16 ? (const void *)k_spmm_t<BN, KT, true> : (const void *)k_spmm_t<BN, KT, false>;
+    if (vnk__cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
+        return 1;
+    if (bf16)
+        k_spmm_t<BN, KT, true><<<grid, VNM_DXT_THREADS, smem>>>(*w, dy, B, dx);
+    else
+        k_spmm_t<BN, KT, false><<<grid, VNM_DXT_THREADS, smem>>>(*w, dy, B, dx);
     return vnk__launched("vnk_vnm_spmm_t (k_spmm_t)");
 }
 
@@ -544,17 +538,20 @@ int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
     if (w->V > 128)
         return vnk__fail("vnk_vnm_spmm_t: V must be at most 128 (a block's dY columns sit in "
                          "shared memory), got V=%lld", (long long)w->V);
-    /* As many k-tiles (and then batch rows) per CTA as fit TX_SMEM, which
-     * every sm_90 part allows (V, M ≤ 128 always fit at 16 rows). */
+    int BN = 16, KT = 1;
+    if (!vnm_dxt_config(w->V, w->M, &BN, &KT))
+        return vnk__fail("vnk_vnm_spmm_t: M=%lld with V=%lld needs %lld bytes of shared memory "
+                         "even at 16 batch rows per block, more than the %d budgeted (M <= 128 "
+                         "fits)", (long long)w->M, (long long)w->V,
+                         (long long)vnm_dxt_smem(w->V, w->M, 16, 1), VNM_DXT_SMEM);
     const uint16_t *d = (const uint16_t *)dy;
-    if (spmm_t_smem(w, TX_BN, 4) <= TX_SMEM) return launch_spmm_t<TX_BN, 4>(w, d, B, dx);
-    if (spmm_t_smem(w, TX_BN, 2) <= TX_SMEM) return launch_spmm_t<TX_BN, 2>(w, d, B, dx);
-    if (spmm_t_smem(w, TX_BN, 1) <= TX_SMEM) return launch_spmm_t<TX_BN, 1>(w, d, B, dx);
-    if (spmm_t_smem(w, 32, 1) <= TX_SMEM) return launch_spmm_t<32, 1>(w, d, B, dx);
-    if (spmm_t_smem(w, 16, 1) <= TX_SMEM) return launch_spmm_t<16, 1>(w, d, B, dx);
-    return vnk__fail("vnk_vnm_spmm_t: M=%lld with V=%lld needs %zu bytes of shared memory even "
-                     "at 16 batch rows per block, more than the %d budgeted (M <= 128 fits)",
-                     (long long)w->M, (long long)w->V, spmm_t_smem(w, 16, 1), TX_SMEM);
+    switch (BN * 8 + KT) {
+    case 64 * 8 + 4: return launch_spmm_t<64, 4>(w, d, B, dx);
+    case 64 * 8 + 2: return launch_spmm_t<64, 2>(w, d, B, dx);
+    case 64 * 8 + 1: return launch_spmm_t<64, 1>(w, d, B, dx);
+    case 32 * 8 + 1: return launch_spmm_t<32, 1>(w, d, B, dx);
+    default: return launch_spmm_t<16, 1>(w, d, B, dx);
+    }
 }
 
 int vnk_vnm_pack_values(void *out, vn_dtype dtype, const float *values, const int32_t *src,

@@ -173,4 +173,55 @@ static inline VNM_HD int vnm_fwd_out_batch(int lane, int warp, int j, int i, int
     return vnm_fwd_warp_batch(warp, BM) + 8 * j + vnm_c_col(lane, i);
 }
 
+/* ---- dense mma.m16n8k16 (A 16 × 16 row, B 16 × 8 col; dX and SDDMM) ------------ */
+
+/* A register i of a lane: row gid (+8 for odd i), columns c and c + 1 with
+ * c = 2·tig (+8 for i ≥ 2). B register i: rows k and k + 1 with k = 2·tig
+ * + 8i, column gid. C/D as for mma.sp (vnm_c_row, vnm_c_col). */
+static inline VNM_HD int vnm_mma16_a_row(int lane, int i) { return (lane >> 2) + 8 * (i & 1); }
+static inline VNM_HD int vnm_mma16_a_col(int lane, int i) { return 2 * (lane & 3) + 8 * (i >> 1); }
+static inline VNM_HD int vnm_mma16_b_k(int lane, int i) { return 2 * (lane & 3) + 8 * i; }
+static inline VNM_HD int vnm_mma16_b_n(int lane) { return lane >> 2; }
+
+/* ---- dX (k_spmm_t): dx = dY·W ---------------------------------------------------
+ * A CTA (128 threads, 4 warps) owns KT k-tiles from kt0 = bx·KT (original
+ * columns col0 = kt0·8·M .. col0 + KT·8·M − 1) and BN batch rows from
+ * by·BN, and loops over all V-blocks b: dys[n][r] ← dY (batch n, block row
+ * r), wc[c][r] ← the block's packed tiles decoded (c: the CTA's condensed
+ * column, 0..32·KT − 1), both with row stride V + 8; D (BN × 32·KT) = dys ·
+ * wcᵀ by mma.m16n8k16, warp w owning n-tiles w, w + 4, ...; D added into
+ * the f32 accumulator at column gather[b][kt0·32 + c] − col0. */
+#define VNM_DXT_THREADS 128
+#define VNM_DXT_SMEM (96 * 1024) /* every sm_90 part allows it */
+/* Shared memory of a CTA with BN batch rows and KT k-tiles: the f32
+ * accumulator, dys and wc. */
+static inline VNM_HD int64_t vnm_dxt_smem(int64_t V, int64_t M, int BN, int KT)
+{
+    return (int64_t)BN * KT * 8 * M * 4 + (int64_t)(BN + KT * 32) * (V + 8) * 2;
+}
+/* The (BN, KT) of the CTA: as many k-tiles, then batch rows, as fit
+ * VNM_DXT_SMEM (V, M ≤ 128 always fit at 16 rows); 0 when none does. */
+static inline VNM_HD int vnm_dxt_config(int64_t V, int64_t M, int *BN, int *KT)
+{
+    static const int configs[5][2] = {{64, 4}, {64, 2}, {64, 1}, {32, 1}, {16, 1}};
+    for (int i = 0; i < 5; i++)
+        if (vnm_dxt_smem(V, M, configs[i][0], configs[i][1]) <= VNM_DXT_SMEM) {
+            *BN = configs[i][0], *KT = configs[i][1];
+            return 1;
+        }
+    return 0;
+}
+static inline VNM_HD int vnm_dxt_ld(int64_t V) { return (int)V + 8; }
+static inline VNM_HD int vnm_dxt_ntile(int warp, int j) { return warp + 4 * j; }
+/* The decode of (tile, lane, register) number q of a CTA with KT k-tiles. */
+typedef struct {
+    int i, lane, kk, mt; /* register, lane, k-tile of the CTA, row tile of the block */
+} vnm_dxt_item;
+static inline VNM_HD vnm_dxt_item vnm_dxt_decode_item(int q, int KT)
+{
+    vnm_dxt_item d;
+    d.i = q & 3, d.lane = (q >> 2) & 31, d.kk = (q >> 7) % KT, d.mt = (q >> 7) / KT;
+    return d;
+}
+
 #endif

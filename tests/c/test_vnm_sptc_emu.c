@@ -135,6 +135,44 @@ static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[
     }
 }
 
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32: d[l] += A·B.
+ *   A (16 × 16): lane l's registers hold a0..a7 (two per register, low half
+ *      first): row gid for a0, a1, a4, a5, else gid + 8; column 2·tig +
+ *      (k & 1), + 8 for k ≥ 4.
+ *   B (16 × 8): b0..b3: row 2·tig + (k & 1), + 8 for k ≥ 2; column gid.
+ *   C/D: as for mma.sp. */
+static void sw_mma16(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2], vn_dtype dt)
+{
+    float A[16][16], Bm[16][8];
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 8; k++) {
+            int row = (k % 4 < 2) ? gid : gid + 8, col = 2 * tig + (k & 1) + (k >= 4 ? 8 : 0);
+            A[row][col] = half_to_f32((uint16_t)(a[l][k / 2] >> (16 * (k & 1))), dt);
+        }
+        for (int k = 0; k < 4; k++)
+            Bm[2 * tig + (k & 1) + (k >= 2 ? 8 : 0)][gid] =
+                half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
+    }
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 4; k++) {
+            int row = gid + (k >= 2 ? 8 : 0), col = 2 * tig + (k & 1);
+            float sum = d[l][k];
+            for (int kk = 0; kk < 16; kk++) sum += A[row][kk] * Bm[kk][col];
+            d[l][k] = sum;
+        }
+    }
+}
+
+/* Two b16 at element offset off of a shared array of n elements, as one
+ * register (ld_pair: 4-byte aligned). */
+static uint32_t pair_at(const uint16_t *base, size_t n, size_t off)
+{
+    if (off % 2 || off + 2 > n) fail_msg("ld_pair at %zu of %zu: misaligned or out of range", off, n);
+    return (uint32_t)base[off] | (uint32_t)base[off + 1] << 16;
+}
+
 /* ---- k_spmm replayed ---------------------------------------------------------------- */
 
 typedef struct {
@@ -250,6 +288,108 @@ static void emu_spmm(const spmm_args *g)
     free(s.b);
 }
 
+/* ---- k_spmm_t replayed ---------------------------------------------------------------- */
+
+/* k_spmm_t<BN, KT> over its whole grid: dx (B × K) = dY (B × R, 16-bit) · W. */
+static void emu_spmm_t(const vnm_sptc *p, const uint16_t *dy, int64_t B, float *dx)
+{
+    int BN = 16, KT = 1;
+    assert_true(vnm_dxt_config(p->V, p->M, &BN, &KT));
+    const int V = (int)p->V, ldv = vnm_dxt_ld(p->V), MTB = BN / 16;
+    const int64_t span = (int64_t)KT * 8 * p->M, ccols = p->k_tiles * 32;
+    const uint16_t EXP_MASK = p->dtype == VN_BF16 ? 0x7f80 : 0x7c00;
+    const size_t ndys = (size_t)BN * ldv, nwc = (size_t)KT * 32 * ldv;
+    float *accs = malloc((size_t)(BN * span) * sizeof *accs);
+    uint16_t *dys = malloc(ndys * 2), *wc = malloc(nwc * 2);
+    float(*d)[32][4] = malloc(sizeof *d * 4 * MTB * KT); /* [warp][m][j] */
+    for (int64_t bx = 0; bx < (p->k_tiles + KT - 1) / KT; bx++)
+        for (int64_t by = 0; by < (B + BN - 1) / BN; by++) {
+            const int64_t kt0 = bx * KT, n0 = by * BN, col0 = kt0 * 8 * p->M;
+            for (int64_t q = 0; q < BN * span; q++) accs[q] = 0;
+            for (int64_t b = 0; b < p->nblocks; b++) {
+                const int64_t r0 = b * p->V;
+                memset(dys, 0xff, ndys * 2);
+                memset(wc, 0xff, nwc * 2);
+                int inf_or_nan = 0;
+                for (int q = 0; q < BN * V; q++) {
+                    int n = q / V, r = q % V;
+                    bool in = n0 + n < B && r0 + r < p->R;
+                    uint16_t h = in ? dy[(n0 + n) * p->R + r0 + r] : 0;
+                    inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
+                    dys[n * ldv + r] = h;
+                }
+                memset(wc, 0, nwc * 2);
+                for (int q = 0; q < (V / 16) * KT * 128; q++) {
+                    vnm_dxt_item it = vnm_dxt_decode_item(q, KT);
+                    int64_t kt = kt0 + it.kk;
+                    if (kt >= p->k_tiles || r0 / 16 + it.mt >= p->row_tiles) continue;
+                    int64_t t = vnm_tile(r0, it.mt, kt, p->k_tiles);
+                    int rr = vnm_a_row(it.lane, it.i), ch = vnm_a_chunk(it.lane, it.i);
+                    unsigned nib = vnm_meta_nibble(p->meta + t * 16, rr, ch);
+                    const uint16_t *v = p->values + t * 256 + vnm_a_value(it.lane, it.i, 0);
+                    int c = it.kk * 32 + 4 * ch, r = it.mt * 16 + rr;
+                    wc[(c + (nib & 3)) * ldv + r] = v[0];
+                    wc[(c + (nib >> 2)) * ldv + r] = v[1];
+                }
+                if (inf_or_nan) { /* spmm_t_kept_only */
+                    for (int q = 0; q < BN * KT * 32; q++) {
+                        int n = q / (KT * 32), c = q % (KT * 32);
+                        int64_t cc = kt0 * 32 + c;
+                        int32_t col = cc < ccols ? p->gather[b * ccols + cc] : -1;
+                        if (col < 0) continue;
+                        float sum = 0;
+                        for (int r = 0; r < V && r0 + r < p->R; r++) {
+                            int64_t t = vnm_tile(r0, r / 16, cc / 32, p->k_tiles);
+                            unsigned nib = vnm_meta_nibble(p->meta + t * 16, r % 16, (int)(cc % 32) / 4);
+                            if (vnm_kept(nib, (int)(cc % 4)))
+                                sum += half_to_f32(dys[n * ldv + r], p->dtype) *
+                                       half_to_f32(wc[c * ldv + r], p->dtype);
+                        }
+                        accs[n * span + (col - col0)] += sum;
+                    }
+                    continue;
+                }
+                memset(d, 0, sizeof *d * 4 * MTB * KT);
+                for (int warp = 0; warp < 4; warp++)
+                    for (int k = 0; k < V; k += 16)
+                        for (int m = 0; m < MTB; m++) {
+                            uint32_t a[32][4], bb[32][2];
+                            for (int l = 0; l < 32; l++)
+                                for (int i = 0; i < 4; i++)
+                                    a[l][i] = pair_at(dys, ndys, (size_t)((16 * m + vnm_mma16_a_row(l, i)) * ldv + k +
+                                                                          vnm_mma16_a_col(l, i)));
+                            for (int j = 0; j < KT; j++) {
+                                for (int l = 0; l < 32; l++) {
+                                    size_t col = (size_t)(8 * vnm_dxt_ntile(warp, j) + vnm_mma16_b_n(l)) * ldv + k;
+                                    bb[l][0] = pair_at(wc, nwc, col + vnm_mma16_b_k(l, 0));
+                                    bb[l][1] = pair_at(wc, nwc, col + vnm_mma16_b_k(l, 1));
+                                }
+                                sw_mma16(d[(warp * MTB + m) * KT + j], a, bb, p->dtype);
+                            }
+                        }
+                for (int warp = 0; warp < 4; warp++)
+                    for (int m = 0; m < MTB; m++)
+                        for (int j = 0; j < KT; j++)
+                            for (int l = 0; l < 32; l++)
+                                for (int i = 0; i < 4; i++) {
+                                    int n = 16 * m + vnm_c_row(l, i);
+                                    int c = 8 * vnm_dxt_ntile(warp, j) + vnm_c_col(l, i);
+                                    int64_t cc = kt0 * 32 + c;
+                                    int32_t col = cc < ccols ? p->gather[b * ccols + cc] : -1;
+                                    if (col >= 0) accs[n * span + (col - col0)] += d[(warp * MTB + m) * KT + j][l][i];
+                                }
+            }
+            for (int64_t q = 0; q < BN * span; q++) {
+                int64_t n = q / span, col = col0 + q % span;
+                if (n0 + n < B && col < p->K) dx[(n0 + n) * p->K + col] = accs[q];
+            }
+        }
+    free(d);
+    free(wc);
+    free(dys);
+    free(accs);
+}
+
 /* ---- the comparison ------------------------------------------------------------------- */
 
 static uint16_t to_half(float v, vn_dtype dt)
@@ -349,6 +489,73 @@ static void test_spmm_edges(void **state)
     check_spmm(300, 64, 48, 8, 520, VN_BF16, 14);    /* V = 48: BM = 16, three CTAs per block */
 }
 
+/* The emulated dX against vn_vnm_spmm_t on the CPU with the same rounded
+ * operands (bound as for check_spmm). With inf_at ≥ 0, that element of dY
+ * is +Inf: where the CPU's dX is finite the emulator's must be close, and
+ * where the CPU has Inf or NaN the emulator must have the same. */
+static void check_spmm_t(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                         uint32_t seed, int64_t inf_at)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    vn_tensor *avals = round_in_place(vals, dt, true);
+    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
+    vn_tensor *ady = round_in_place(dy, dt, true);
+    float *dyv = vn_tensor_data(dy);
+    if (inf_at >= 0) dyv[inf_at] = INFINITY;
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    uint16_t *dy16 = malloc((size_t)(B * R) * 2);
+    for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(dyv[i], dt);
+    float *dx = malloc((size_t)(B * K) * sizeof *dx);
+    for (int64_t i = 0; i < B * K; i++) dx[i] = NAN;
+    emu_spmm_t(p, dy16, B, dx);
+    vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
+    CHECK_PTR(want);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < B * K; i++) {
+        bool ok = isfinite(w[i]) ? fabsf(dx[i] - w[i]) <= 1e-5f * bd[i] + 1e-30f
+                                 : (isnan(w[i]) ? isnan(dx[i]) : dx[i] == w[i]);
+        nonfinite += !isfinite(w[i]);
+        if (!ok)
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dx[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / K), (long long)(i % K), (double)dx[i],
+                     (double)w[i]);
+    }
+    if (inf_at >= 0) assert_true(nonfinite > 0 && nonfinite < K); /* Inf reached some columns, not all */
+    free(dx);
+    free(dy16);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {vals, avals, dy, ady, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+static void test_spmm_t_all_layouts(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++) {
+            int64_t V = Vs[iv], M = Ms[im];
+            /* 41 groups: 6 k-tiles, a partial CTA of k-tiles for KT = 4; 75
+             * batch rows: a partial CTA of 64 */
+            check_spmm_t(V + 23, 40 * M + 3, V, M, 75, VN_BF16, (uint32_t)(300 + 10 * iv + im), -1);
+        }
+}
+
+/* An Inf in dY (row 2, output row 5 of W): the tensor-core path would give
+ * 0 · Inf = NaN at every column of the block; the kept-only path gives the
+ * CPU's values. Also f16 and a 32-row CTA (M = 128: KT = 1, BN = 32). */
+static void test_spmm_t_inf_and_edges(void **state)
+{
+    check_spmm_t(40, 100, 16, 8, 7, VN_BF16, 31, 2 * 40 + 5);
+    check_spmm_t(40, 100, 32, 5, 7, VN_F16, 32, 2 * 40 + 5);
+    check_spmm_t(70, 300, 64, 128, 40, VN_BF16, 33, -1);
+}
+
 /* The emulator has teeth: one changed metadata nibble changes the result. */
 static void test_emulator_sees_a_bad_nibble(void **state)
 {
@@ -375,6 +582,8 @@ int main(void)
         cmocka_unit_test(test_spmm_all_layouts),
         cmocka_unit_test(test_spmm_edges),
         cmocka_unit_test(test_emulator_sees_a_bad_nibble),
+        cmocka_unit_test(test_spmm_t_all_layouts),
+        cmocka_unit_test(test_spmm_t_inf_and_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
