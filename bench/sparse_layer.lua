@@ -1,6 +1,6 @@
 -- bench/sparse_layer.lua — one layer's training step (forward, then the
 -- gradients of the input, the weights and the bias) through the whole
--- engine: nn.SparseLinear (V:N:M; on CUDA: repacking the values, rounding
+-- engine: nn.SparseLinear (V:N:M; on CUDA: packing the values (cached until the next optimizer step), rounding
 -- and transposing the input, the three Sparse Tensor Core kernels, rounding
 -- dY) against nn.Linear of the same shape on the same device, in f32 and,
 -- on CUDA, under autocast bf16 (the fair dense baseline: 16-bit operands

@@ -24,7 +24,12 @@
  *           it does 4/M of the dense flops and reads only the kept weights,
  *           while a dense W would have to be rebuilt from the values after
  *           every optimizer step; for M = 4 dense cuBLAS is likely faster
- *           and the engine may pick it (bench/vnm_gpu.c measures both). */
+ *           and the engine may pick it (bench/vnm_gpu.c measures both). A
+ *           block whose dY slice holds Inf or NaN is summed over its kept
+ *           weights only, as the CPU does (the mma would multiply the
+ *           zeros of unkept positions: 0 · Inf = NaN).
+ * The forward's and spmm_t's indices are functions of vnm_sptc_index.h,
+ * replayed on the CPU by tests/c/test_vnm_sptc_emu.c; sddmm's are not yet. */
 #include "internal.cuh"
 #include "vnm_sptc_index.h"
 
