@@ -2,7 +2,8 @@
 -- gradients of the input, the weights and the bias) through the whole
 -- engine: nn.SparseLinear (V:N:M; on CUDA: packing the values, once per
 -- optimizer step, rounding and transposing the input, the three Sparse
--- Tensor Core kernels, rounding dY) against nn.Linear of the same shape on the same device, in f32 and,
+-- Tensor Core kernels, rounding dY) against nn.Linear of the same shape on
+-- the same device, in f32 and,
 -- on CUDA, under autocast bf16 (the fair dense baseline: 16-bit operands
 -- too). bench/vnm_gpu times the kernels alone; the difference is what the
 -- engine adds.
