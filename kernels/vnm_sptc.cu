@@ -28,13 +28,11 @@
  *           block whose dY slice holds Inf or NaN is summed over its kept
  *           weights only, as the CPU does (the mma would multiply the
  *           zeros of unkept positions: 0 · Inf = NaN).
- * The forward's and spmm_t's indices are functions of vnm_sptc_index.h,
- * replayed on the CPU by tests/c/test_vnm_sptc_emu.c; sddmm's are not yet. */
+ * The three kernels' indices are functions of vnm_sptc_index.h, replayed on
+ * the CPU by tests/c/test_vnm_sptc_emu.c. */
 #include "internal.cuh"
 #include "vnm_sptc_index.h"
 
-#define SP_PAD 8     /* halves of padding per shared row: ldmatrix without bank conflicts */
-#define CHUNK_N 32   /* batch rows per step of sddmm */
 
 /* ---- small device helpers ---------------------------------------------------- */
 
@@ -210,41 +208,38 @@ __global__ void __launch_bounds__(VNM_FWD_THREADS)
 
 /* ---- SDDMM: dvalues = dYᵀ·X at the kept positions -------------------------------- */
 
-/* Grid: (row_tiles / MT, k_tiles), 128 threads. The CTA computes the dense
- * 16·MT × 32 product of its rows with the k-tile's condensed columns over
- * all of the batch, CHUNK_N rows at a time; warp w owns n-tile w (8
- * condensed columns) of every m-tile. */
+/* Grid: (⌈row_tiles / MT⌉, k_tiles), 128 threads (the schedule of
+ * vnm_sptc_index.h). */
 template <int MT, bool BF16>
 __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, const uint16_t *xt,
                                                 int64_t ldx, int64_t B, float *dvalues)
 {
-    __shared__ __align__(16) uint16_t dyt[16 * MT][CHUNK_N + SP_PAD]; /* [row][batch] */
-    __shared__ __align__(16) uint16_t xs[32][CHUNK_N + SP_PAD];       /* [condensed col][batch] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    __shared__ __align__(16) uint16_t dyt[16 * MT][VNM_SDDMM_LD]; /* [row][batch] */
+    __shared__ __align__(16) uint16_t xs[32][VNM_SDDMM_LD];       /* [condensed col][batch] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t rt0 = (int64_t)blockIdx.x * MT, kt = blockIdx.y, r0 = rt0 * 16;
     const int64_t block = r0 / w.V;
     const int32_t *gather = w.gather + block * w.k_tiles * 32 + kt * 32;
     float acc[MT][4] = {};
-    for (int64_t n0 = 0; n0 < B; n0 += CHUNK_N) {
-        for (int q = threadIdx.x; q < 16 * MT * CHUNK_N; q += 128) {
+    for (int64_t n0 = 0; n0 < B; n0 += VNM_SDDMM_CHUNK) {
+        for (int q = threadIdx.x; q < 16 * MT * VNM_SDDMM_CHUNK; q += 128) {
             int n = q / (16 * MT), r = q % (16 * MT); /* consecutive threads: consecutive rows */
             bool in = n0 + n < B && r0 + r < w.R;
             dyt[r][n] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
         }
-        for (int q = threadIdx.x; q < 32 * CHUNK_N; q += 128) {
-            int c = q / CHUNK_N, n = q % CHUNK_N;
+        for (int q = threadIdx.x; q < 32 * VNM_SDDMM_CHUNK; q += 128) {
+            int c = q / VNM_SDDMM_CHUNK, n = q % VNM_SDDMM_CHUNK;
             int32_t col = gather[c];
             xs[c][n] = col >= 0 && n0 + n < B ? xt[(int64_t)col * ldx + n0 + n] : 0;
         }
         __syncthreads();
-        for (int kk = 0; kk < CHUNK_N; kk += 16) {
-            uint32_t b[2] = {ld_pair(&xs[8 * warp + gid][kk + 2 * tig]),
-                             ld_pair(&xs[8 * warp + gid][kk + 2 * tig + 8])};
+        for (int kk = 0; kk < VNM_SDDMM_CHUNK; kk += 16) {
+            const uint16_t *xrow = xs[8 * warp + vnm_mma16_b_n(lane)] + kk;
+            uint32_t b[2] = {ld_pair(xrow + vnm_mma16_b_k(lane, 0)), ld_pair(xrow + vnm_mma16_b_k(lane, 1))};
             for (int m = 0; m < MT; m++) {
-                uint32_t a[4] = {ld_pair(&dyt[16 * m + gid][kk + 2 * tig]),
-                                 ld_pair(&dyt[16 * m + gid + 8][kk + 2 * tig]),
-                                 ld_pair(&dyt[16 * m + gid][kk + 2 * tig + 8]),
-                                 ld_pair(&dyt[16 * m + gid + 8][kk + 2 * tig + 8])};
+                uint32_t a[4];
+                for (int i = 0; i < 4; i++)
+                    a[i] = ld_pair(&dyt[16 * m + vnm_mma16_a_row(lane, i)][kk + vnm_mma16_a_col(lane, i)]);
                 mma_dense<BF16>(acc[m], a, b);
             }
         }
@@ -448,10 +443,7 @@ static int check_xt(const char *op, const void *xt, int64_t ldx, int64_t B)
     return 0;
 }
 
-/* MT: 16-row tiles per CTA, as many as V allows up to 4 (a CTA's rows stay
- * in one V-block). */
-static int tiles_per_cta(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 : 1; }
-
+/* k_sddmm<MT, bf16> for MT = vnm_sddmm_mt(V). */
 #define DISPATCH_MT(mt, bf16, KERNEL, ...)                                    \
     switch (mt * 2 + (bf16 ? 1 : 0)) {                                        \
     case 8: KERNEL<4, false><<<__VA_ARGS__; break;                            \
@@ -506,7 +498,7 @@ int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *
 {
     if (check_matrix("vnk_vnm_sddmm", w) || check_xt("vnk_vnm_sddmm", xt, ldx, B)) return 1;
     if (!dy || !dvalues) return vnk__fail("vnk_vnm_sddmm: dy or dvalues is NULL");
-    int mt = tiles_per_cta(w->V);
+    int mt = vnm_sddmm_mt(w->V);
     dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)w->k_tiles);
     if (w->k_tiles > 65535)
         return vnk__fail("vnk_vnm_sddmm: %lld k-tiles exceed the grid's 65535", (long long)w->k_tiles);

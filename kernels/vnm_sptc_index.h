@@ -224,4 +224,15 @@ static inline VNM_HD vnm_dxt_item vnm_dxt_decode_item(int q, int KT)
     return d;
 }
 
+/* ---- SDDMM (k_sddmm): dvalues = dYᵀ·X at the kept positions ------------------------
+ * A CTA (128 threads, 4 warps) owns MT row tiles (16·MT rows of one V-block:
+ * MT = 4, 2 or 1, the most that keeps the CTA in one block) × one k-tile (32
+ * condensed columns) and walks the batch in chunks of VNM_SDDMM_CHUNK rows:
+ * dyt[r][n] ← dY and xs[c][n] ← X's gathered columns (row stride
+ * VNM_SDDMM_LD), then D (16·MT × 32) += dyt · xsᵀ by mma.m16n8k16 (k = batch
+ * rows), warp w owning n-tile w (condensed columns 8w..8w + 7). */
+#define VNM_SDDMM_CHUNK 32
+#define VNM_SDDMM_LD (VNM_SDDMM_CHUNK + 8)
+static inline VNM_HD int vnm_sddmm_mt(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 : 1; }
+
 #endif

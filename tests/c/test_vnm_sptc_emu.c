@@ -1,12 +1,13 @@
 /* The host emulator of the V:N:M Sparse Tensor Core kernels
- * (kernels/vnm_sptc.cu). It replays a kernel's exact tile schedule on the
- * CPU, CTA by CTA, through the same index functions the kernel calls
- * (kernels/vnm_sptc_index.h): the pipeline's copies thread by thread into a
- * model of shared memory (poisoned first, bounds checked), ldmatrix with
- * the addresses each lane gives, mma.sp with the fragments each lane holds,
- * and the epilogue's writes. The instructions themselves are software
- * models written here from the PTX ISA's definitions ("Matrix Fragments for
- * sparse mma.m16n8k32 with .f16 and .bf16 types", "Sparse matrix storage",
+ * (kernels/vnm_sptc.cu: k_spmm, k_spmm_t, k_sddmm). It replays each
+ * kernel's exact tile schedule on the CPU, CTA by CTA, through the same
+ * index functions the kernel calls (kernels/vnm_sptc_index.h): the copies
+ * thread by thread into a model of shared memory (poisoned first, bounds
+ * checked), ldmatrix with the addresses each lane gives, mma.sp and mma with
+ * the fragments each lane holds, and the epilogue's writes. The instructions
+ * themselves are software models written here from the PTX ISA's
+ * definitions ("Matrix Fragments for sparse mma.m16n8k32 with .f16 and .bf16
+ * types", "Sparse matrix storage", "Matrix Fragments for mma.m16n8k16",
  * "ldmatrix"), not from the kernels' helpers, so a disagreement between a
  * helper and the ISA shows up as a wrong result. The result is compared
  * with the CPU V:N:M kernel on the same bf16/f16-rounded operands, for every
@@ -390,6 +391,69 @@ static void emu_spmm_t(const vnm_sptc *p, const uint16_t *dy, int64_t B, float *
     free(accs);
 }
 
+/* ---- k_sddmm replayed ------------------------------------------------------------------ */
+
+/* k_sddmm<MT> over its whole grid: dv (R × 2G) = dYᵀ·X at the kept positions. */
+static void emu_sddmm(const vnm_sptc *p, const uint16_t *dy, const uint16_t *xt, int64_t ldx,
+                      int64_t B, float *dv)
+{
+    const int MT = vnm_sddmm_mt(p->V), LD = VNM_SDDMM_LD, CH = VNM_SDDMM_CHUNK;
+    const size_t ndyt = (size_t)16 * MT * LD, nxs = (size_t)32 * LD;
+    uint16_t *dyt = malloc(ndyt * 2), *xs = malloc(nxs * 2);
+    float(*acc)[32][4] = malloc(sizeof *acc * 4 * MT); /* [warp][m] */
+    for (int64_t bx = 0; bx < (p->row_tiles + MT - 1) / MT; bx++)
+        for (int64_t kt = 0; kt < p->k_tiles; kt++) {
+            const int64_t rt0 = bx * MT, r0 = rt0 * 16;
+            const int32_t *gather = p->gather + r0 / p->V * p->k_tiles * 32 + kt * 32;
+            memset(acc, 0, sizeof *acc * 4 * MT);
+            for (int64_t n0 = 0; n0 < B; n0 += CH) {
+                memset(dyt, 0xff, ndyt * 2);
+                memset(xs, 0xff, nxs * 2);
+                for (int q = 0; q < 16 * MT * CH; q++) {
+                    int n = q / (16 * MT), r = q % (16 * MT);
+                    bool in = n0 + n < B && r0 + r < p->R;
+                    dyt[r * LD + n] = in ? dy[(n0 + n) * p->R + r0 + r] : 0;
+                }
+                for (int q = 0; q < 32 * CH; q++) {
+                    int c = q / CH, n = q % CH;
+                    int32_t col = gather[c];
+                    if (col >= p->K) fail_msg("gather entry %d beyond K=%lld", col, (long long)p->K);
+                    xs[c * LD + n] = col >= 0 && n0 + n < B ? xt[col * ldx + n0 + n] : 0;
+                }
+                for (int warp = 0; warp < 4; warp++)
+                    for (int kk = 0; kk < CH; kk += 16) {
+                        uint32_t a[32][4], b[32][2];
+                        for (int l = 0; l < 32; l++)
+                            for (int i = 0; i < 2; i++)
+                                b[l][i] = pair_at(xs, nxs, (size_t)((8 * warp + vnm_mma16_b_n(l)) * LD + kk +
+                                                                    vnm_mma16_b_k(l, i)));
+                        for (int m = 0; m < MT; m++) {
+                            for (int l = 0; l < 32; l++)
+                                for (int i = 0; i < 4; i++)
+                                    a[l][i] = pair_at(dyt, ndyt, (size_t)((16 * m + vnm_mma16_a_row(l, i)) * LD +
+                                                                          kk + vnm_mma16_a_col(l, i)));
+                            sw_mma16(acc[warp * MT + m], a, b, p->dtype);
+                        }
+                    }
+            }
+            for (int warp = 0; warp < 4; warp++)
+                for (int m = 0; m < MT; m++)
+                    for (int l = 0; l < 32; l++)
+                        for (int i = 0; i < 4; i++) {
+                            int rr = vnm_c_row(l, i), c = 8 * warp + vnm_c_col(l, i), ch = c >> 2;
+                            int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
+                            if (r >= p->R || g >= p->G) continue;
+                            unsigned nib = vnm_meta_nibble(p->meta + ((rt0 + m) * p->k_tiles + kt) * 16, rr, ch);
+                            float v = gather[c] >= 0 ? acc[warp * MT + m][l][i] : 0.0f;
+                            if ((int)(nib & 3) == (c & 3)) dv[r * 2 * p->G + 2 * g] = v;
+                            if ((int)(nib >> 2) == (c & 3)) dv[r * 2 * p->G + 2 * g + 1] = v;
+                        }
+        }
+    free(acc);
+    free(xs);
+    free(dyt);
+}
+
 /* ---- the comparison ------------------------------------------------------------------- */
 
 static uint16_t to_half(float v, vn_dtype dt)
@@ -556,6 +620,56 @@ static void test_spmm_t_inf_and_edges(void **state)
     check_spmm_t(70, 300, 64, 128, 40, VN_BF16, 33, -1);
 }
 
+/* The emulated SDDMM against vn_vnm_sddmm on the CPU with the same rounded
+ * operands, within 1e-5 of |dY|ᵀ·|X| at each kept position. */
+static void check_sddmm(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                        uint32_t seed)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 5);
+    vn_tensor *ady = round_in_place(dy, dt, true);
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, seed + 6);
+    vn_tensor *ax = round_in_place(x, dt, true);
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    int64_t ldx = (B + 7) / 8 * 8, nv = R * 2 * p->G;
+    uint16_t *xt = calloc((size_t)(K * ldx), 2), *dy16 = malloc((size_t)(B * R) * 2);
+    const float *xv = vn_tensor_data(x), *dyv = vn_tensor_data(dy);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < B; n++) xt[k * ldx + n] = to_half(xv[n * K + k], dt);
+    for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(dyv[i], dt);
+    float *dv = malloc((size_t)nv * sizeof *dv);
+    for (int64_t i = 0; i < nv; i++) dv[i] = NAN;
+    emu_sddmm(p, dy16, xt, ldx, B, dv);
+    vn_tensor *want = vn_vnm_sddmm(s, dy, x), *bound = vn_vnm_sddmm(s, ady, ax);
+    CHECK_PTR(want);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
+    for (int64_t i = 0; i < nv; i++)
+        if (!(fabsf(dv[i] - w[i]) <= 1e-5f * bd[i] + 1e-30f))
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dvalues[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / (2 * p->G)), (long long)(i % (2 * p->G)),
+                     (double)dv[i], (double)w[i]);
+    free(dv);
+    free(dy16);
+    free(xt);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {dy, ady, x, ax, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+static void test_sddmm_all_layouts(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++) /* 3 batch chunks, the last partial */
+            check_sddmm(Vs[iv] + 23, 12 * Ms[im] + 3, Vs[iv], Ms[im], 75, VN_BF16,
+                        (uint32_t)(500 + 10 * iv + im));
+    check_sddmm(300, 64, 48, 8, 33, VN_F16, 77); /* V = 48: MT = 1 */
+}
+
 /* The emulator has teeth: one changed metadata nibble changes the result. */
 static void test_emulator_sees_a_bad_nibble(void **state)
 {
@@ -584,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_emulator_sees_a_bad_nibble),
         cmocka_unit_test(test_spmm_t_all_layouts),
         cmocka_unit_test(test_spmm_t_inf_and_edges),
+        cmocka_unit_test(test_sddmm_all_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
