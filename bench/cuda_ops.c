@@ -474,6 +474,7 @@ static void bench_bandwidth(int64_t n)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a run killed at its time limit keeps its finished rows */
     int64_t sizes[MAX_SIZES][3] = {{4096, 4096, 4096}, {8192, 8192, 8192}, {16384, 4096, 4096}};
     int nsizes = 3;
     for (int i = 1; i < argc; i++) {

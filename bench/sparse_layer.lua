@@ -1,8 +1,9 @@
 -- bench/sparse_layer.lua — one layer's training step (forward, then the
 -- gradients of the input, the weights and the bias) through the whole
--- engine: nn.SparseLinear (V:N:M; on CUDA: repacking the values, rounding
--- and transposing the input, the three Sparse Tensor Core kernels, rounding
--- dY) against nn.Linear of the same shape on the same device, in f32 and,
+-- engine: nn.SparseLinear (V:N:M; on CUDA: packing the values, once per
+-- optimizer step, rounding and transposing the input, the three Sparse
+-- Tensor Core kernels, rounding dY) against nn.Linear of the same shape on
+-- the same device, in f32 and,
 -- on CUDA, under autocast bf16 (the fair dense baseline: 16-bit operands
 -- too). bench/vnm_gpu times the kernels alone; the difference is what the
 -- engine adds.
@@ -10,6 +11,7 @@
 --     venom bench/sparse_layer.lua [--device cuda] [--reps 7]
 --
 -- Prints a table of median milliseconds per step; never fails on time.
+io.stdout:setvbuf("line") -- a run killed at its time limit keeps its finished rows
 local venom = require "venom"
 local nn = require "venom.nn"
 local sparse = require "venom.sparse"

@@ -241,6 +241,7 @@ static float time_ms(const bench_args *a, int what)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a run killed at its time limit keeps its finished rows */
     if (vnk_device_count() == 0) {
         printf("vnm_gpu: no CUDA device\n");
         return 0;

@@ -28,6 +28,16 @@ endif()
 if(VENOM_HAVE_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # cuBLAS/cuBLASLt (GEMM), cuSPARSE (CSR) and the static runtime are part
+  # of the toolkit, but a trimmed image may lack them: say so plainly.
+  foreach(lib cudart_static cublas cublasLt cusparse)
+    if(NOT TARGET CUDA::${lib})
+      message(FATAL_ERROR "venom: the CUDA backend needs lib${lib} from the CUDA toolkit, not "
+              "found under ${CUDAToolkit_LIBRARY_DIR} (nvcc ${CUDAToolkit_VERSION}); install it "
+              "(e.g. the toolkit's libcublas-dev / cuda-libraries-dev packages) or configure with "
+              "-DVENOM_CUDA=OFF")
+    endif()
+  endforeach()
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   file(GLOB VENOM_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cu)
@@ -42,6 +52,12 @@ if(VENOM_HAVE_CUDA)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()
   target_compile_options(venom PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
+  # The Sparse Tensor Core kernels: ptxas prints each kernel's registers,
+  # shared memory and stack in the build log (-v), and a register spill is a
+  # build error (-warn-spills with ptxas's -Werror), whatever VENOM_WERROR:
+  # a spilling inner loop would lose the speed these kernels exist for.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu PROPERTIES
+                              COMPILE_OPTIONS "-Xptxas=-v,-warn-spills,-Werror")
   target_link_libraries(venom PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt CUDA::cusparse)
   message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}")
   # GPU benchmarks (tables, never pass/fail; tests/gpu/device-check.sh runs

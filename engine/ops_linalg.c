@@ -71,6 +71,11 @@ static bool to_half(const float *p, int64_t rows, int64_t cols, int64_t ld, vn_d
 {
     *nbytes = (size_t)(rows * cols) * 2;
     if (!(*buf = vnk_alloc(*nbytes))) return false;
+    if (ld == cols && (uintptr_t)p % 16 == 0 && (uintptr_t)*buf % 8 == 0) { /* contiguous: vectorised */
+        if (!vnk_f32_to_half(*buf, prec, p, rows * cols)) return true;
+        vnk_free(*buf, *nbytes);
+        return false;
+    }
     vnk_loop L = {.ndim = 2, .shape = {rows, cols}, .st = {{ld, 1}}};
     const void *in = p;
     if (vnk_map(*buf, prec, &in, 1, VN_F32, &L, VNK_COPY, 0, 0)) {

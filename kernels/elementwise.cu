@@ -407,3 +407,42 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value)
     }
     return vnk__launched("vnk_fill");
 }
+
+/* ---- vnk_f32_to_half ---------------------------------------------------------------------- */
+
+/* out[j] = in[j] rounded to T, 4 elements per thread and step: one 16-byte
+ * load and one 8-byte store (n4 = n / 4 groups; the caller checked the
+ * alignment), then the last n % 4 one by one. */
+template <typename T>
+__global__ void k_f32_to_half(T *out, const float *in, int64_t n)
+{
+    const int64_t n4 = n / 4;
+    for (int64_t j = VNK_GRID_START; j < n4; j += VNK_GRID_STEP) {
+        float4 v = ((const float4 *)in)[j];
+        union {
+            T h[4];
+            uint2 u;
+        } o;
+        o.h[0] = vnk__round_half<T>(v.x), o.h[1] = vnk__round_half<T>(v.y);
+        o.h[2] = vnk__round_half<T>(v.z), o.h[3] = vnk__round_half<T>(v.w);
+        ((uint2 *)out)[j] = o.u;
+    }
+    for (int64_t j = 4 * n4 + VNK_GRID_START; j < n; j += VNK_GRID_STEP) out[j] = vnk__round_half<T>(in[j]);
+}
+
+int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n)
+{
+    if (dtype != VN_BF16 && dtype != VN_F16)
+        return vnk__fail("vnk_f32_to_half: expected dtype bf16 or f16, got %s", vn_dtype_name(dtype));
+    if (n < 0) return vnk__fail("vnk_f32_to_half: negative count %lld", (long long)n);
+    if (n == 0) return 0;
+    if (!out || !in) return vnk__fail("vnk_f32_to_half: NULL array");
+    if ((uintptr_t)in % 16 || (uintptr_t)out % 8)
+        return vnk__fail("vnk_f32_to_half: needs in 16-byte and out 8-byte aligned");
+    unsigned blocks = vnk__blocks((n + 3) / 4, VNK_THREADS);
+    if (dtype == VN_BF16)
+        k_f32_to_half<<<blocks, VNK_THREADS>>>((__nv_bfloat16 *)out, in, n);
+    else
+        k_f32_to_half<<<blocks, VNK_THREADS>>>((__half *)out, in, n);
+    return vnk__launched("vnk_f32_to_half (k_f32_to_half)");
+}

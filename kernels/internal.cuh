@@ -109,4 +109,12 @@ static __device__ inline float vnk__block_reduce(float v, bool max)
     return r;
 }
 
+/* f32 → bf16 or f16, round to nearest even (as vn_to_dtype on the CPU). */
+template <typename T> static __device__ inline T vnk__round_half(float v);
+template <> __device__ inline __nv_bfloat16 vnk__round_half<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ inline __half vnk__round_half<__half>(float v) { return __float2half_rn(v); }
+
 #endif

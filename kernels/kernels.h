@@ -112,6 +112,12 @@ int vnk_map(void *out, vn_dtype out_dtype, const void *const *in, int nin, vn_dt
             const vnk_loop *L, vnk_op op, double p0, double p1);
 /* out[0..n) = value converted to dtype. */
 int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value);
+/* out[0..n) (dtype VN_BF16 or VN_F16) = in[0..n) (f32) rounded to nearest
+ * even, both contiguous (in 16-byte aligned, out 8-byte aligned): four
+ * elements per thread and step, the fast path of the conversions before the
+ * 16-bit tensor-core kernels (the generic VNK_COPY of vnk_map walks strides
+ * with 64-bit division). */
+int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n);
 
 /* ---- reductions ---------------------------------------------------------- */
 

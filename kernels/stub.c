@@ -43,6 +43,11 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value)
     NO_CUDA;
 }
 
+int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n)
+{
+    NO_CUDA;
+}
+
 int vnk_reduce(void *out, int64_t *index, const void *in, vn_dtype dtype, int64_t outer, int64_t R,
                int64_t inner, vnk_red kind, double scale)
 {

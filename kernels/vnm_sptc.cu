@@ -4,10 +4,14 @@
  * bench/vnm_gpu.c compare with.
  *
  *   spmm    Yᵀ tile = W tile (2:4 on the condensed columns) · gathered Xᵀ:
- *           mma.sp m16n8k32. A CTA owns 16·MT rows of one V-block and 64
- *           batch rows; the block's kept columns are rows of xt, gathered
- *           into shared memory by cp.async (16-byte pieces, zero-filled for
- *           padding) in a STAGES-deep pipeline, read by ldmatrix.trans.
+ *           mma.sp m16n8k32. A CTA owns BM rows of one V-block × BN batch
+ *           rows, 8 warps of 64×32 (or BM×32) warp tiles; per k-tile the
+ *           block's 32 kept columns (rows of xt, through the gather row held
+ *           in shared memory), the packed values and the metadata go to
+ *           shared memory by cp.async in a 3-stage pipeline (swizzled X
+ *           tile read by ldmatrix.trans); bias is added in the epilogue.
+ *           Every index is a function of vnm_sptc_index.h, which the host
+ *           emulator (tests/c/test_vnm_sptc_emu.c) replays on the CPU.
  *   sddmm   per V-block, the dense product dYᵀ·X over the 32 condensed
  *           columns of one k-tile (mma m16n8k16), kept only where the row's
  *           metadata says a value sits.
@@ -20,15 +24,15 @@
  *           it does 4/M of the dense flops and reads only the kept weights,
  *           while a dense W would have to be rebuilt from the values after
  *           every optimizer step; for M = 4 dense cuBLAS is likely faster
- *           and the engine may pick it (bench/vnm_gpu.c measures both). */
+ *           and the engine may pick it (bench/vnm_gpu.c measures both). A
+ *           block whose dY slice holds Inf or NaN is summed over its kept
+ *           weights only, as the CPU does (the mma would multiply the
+ *           zeros of unkept positions: 0 · Inf = NaN).
+ * The three kernels' indices are functions of vnm_sptc_index.h, replayed on
+ * the CPU by tests/c/test_vnm_sptc_emu.c. */
 #include "internal.cuh"
+#include "vnm_sptc_index.h"
 
-#define SP_BN 64     /* batch rows per spmm CTA */
-#define SP_STAGES 3  /* cp.async pipeline depth of spmm */
-#define SP_PAD 8     /* halves of padding per shared row: ldmatrix without bank conflicts */
-#define CHUNK_N 32   /* batch rows per step of sddmm */
-#define TX_BN 64     /* batch rows per spmm_t CTA (fewer for large M) */
-#define TX_SMEM (96 * 1024) /* spmm_t's shared-memory budget */
 
 /* ---- small device helpers ---------------------------------------------------- */
 
@@ -97,117 +101,145 @@ static __device__ inline void mma_dense(float d[4], const uint32_t a[4], const u
 /* Two 16-bit values at p (4-byte aligned) as one register. */
 static __device__ inline uint32_t ld_pair(const uint16_t *p) { return *(const uint32_t *)p; }
 
-/* The metadata nibble of row rr (0..15) and chunk ch (0..7) of tile t. */
-static __device__ inline unsigned meta_nibble(const uint32_t *meta, int64_t t, int rr, int ch)
-{
-    uint32_t w = meta[t * 16 + 2 * (rr & 7) + (ch >> 2)];
-    return (w >> (16 * (rr >> 3) + 4 * (ch & 3))) & 0xf;
-}
-
 /* ---- forward: y = X·Wᵀ + bias ------------------------------------------------- */
 
-/* Stage xs ← rows gather[0..31] of xt (a k-tile's condensed columns),
- * batch n0..n0+SP_BN−1: 256 pieces of 16 bytes, two per thread. */
-static __device__ inline void load_stage(uint16_t (*xs)[SP_BN + SP_PAD], const int32_t *gather,
-                                         const uint16_t *xt, int64_t ldx, int64_t n0, int64_t B)
+/* One stage of the pipeline (k-tile kt into slot base): thread tid's share
+ * of the copies listed by vnm_fwd_copy. X pieces are zero-filled for a
+ * padding column (gather < 0) or batch rows past B; A and metadata pieces of
+ * m-tiles past the matrix are not copied (those warps skip their mma). */
+template <int BM>
+static __device__ inline void fwd_load_stage(unsigned char *base, const vnk_vnm &w, const int32_t *gk,
+                                             const uint16_t *xt, int64_t ldx, int64_t B, int64_t r0,
+                                             int64_t n0, int64_t kt)
 {
-    for (int q = threadIdx.x; q < 32 * SP_BN / 8; q += 128) {
-        int c = q / (SP_BN / 8), piece = q % (SP_BN / 8);
-        int32_t col = gather[c];
-        int64_t n = n0 + piece * 8;
-        bool valid = col >= 0 && n < B;
-        cp_async16(&xs[c][piece * 8], valid ? xt + (int64_t)col * ldx + n : xt, valid);
+    constexpr int BN = VNM_FWD_BN(BM);
+    uint16_t *xs = (uint16_t *)base, *vs = xs + vnm_fwd_xs_elems(BM);
+    uint32_t *ms = (uint32_t *)(vs + vnm_fwd_vs_elems(BM));
+    for (int q = threadIdx.x; q < vnm_fwd_copies(BM); q += VNM_FWD_THREADS) {
+        vnm_copy c = vnm_fwd_copy(q, BM);
+        if (c.kind == VNM_COPY_X) {
+            int32_t col = gk[c.row];
+            int64_t n = n0 + c.piece;
+            bool valid = col >= 0 && n < B;
+            cp_async16(xs + vnm_fwd_xs_at(c.row, c.piece, BN), valid ? xt + col * ldx + n : xt, valid);
+            continue;
+        }
+        if (r0 / 16 + c.row >= w.row_tiles) continue;
+        int64_t t = vnm_tile(r0, c.row, kt, w.k_tiles);
+        if (c.kind == VNM_COPY_A)
+            cp_async16(vs + c.row * 256 + c.piece * 8, w.values + t * 256 + c.piece * 8, true);
+        else
+            cp_async16(ms + c.row * 16 + c.piece * 4, w.meta + t * 16 + c.piece * 4, true);
     }
 }
 
-/* Grid: (row_tiles / MT, ⌈B / SP_BN⌉), 128 threads. Warp w computes m-tile
- * w % MT against 2·MT n-tiles of 8 batch rows starting at (w / MT)·16·MT. */
-template <int MT, bool BF16>
-__global__ void __launch_bounds__(128) k_spmm(vnk_vnm w, const uint16_t *xt, int64_t ldx, int64_t B,
-                                               const float *bias, float *y)
+/* Grid: (⌈16·row_tiles / BM⌉, ⌈B / BN⌉), VNM_FWD_THREADS threads; dynamic
+ * shared memory: VNM_FWD_STAGES stages, then the gather row when
+ * gather_smem (vnm_sptc_index.h gives the schedule and every index). */
+template <int BM, bool BF16>
+__global__ void __launch_bounds__(VNM_FWD_THREADS)
+    k_spmm(vnk_vnm w, const uint16_t *xt, int64_t ldx, int64_t B, const float *bias, float *y,
+           bool gather_smem)
 {
-    __shared__ __align__(16) uint16_t xs[SP_STAGES][32][SP_BN + SP_PAD];
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int MT = VNM_FWD_MT(BM), NT = VNM_FWD_NT;
+    const int SB = vnm_fwd_stage_bytes(BM);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t rt0 = (int64_t)blockIdx.x * MT, n0 = (int64_t)blockIdx.y * SP_BN;
-    const int64_t block = rt0 * 16 / w.V, ccols = w.k_tiles * 32;
-    const int32_t *gather = w.gather + block * ccols;
-
-    constexpr int NT = 2 * MT;
-    const int mt = warp % MT, nb = (warp / MT) * NT * 8;
-    /* The last CTA's rows may end before its MT tiles do. */
-    const bool live = rt0 + mt < w.row_tiles;
-    float acc[NT][4] = {};
-    for (int s = 0; s < SP_STAGES - 1; s++) {
-        if (s < w.k_tiles) load_stage(xs[s], gather + s * 32, xt, ldx, n0, B);
+    const int64_t r0 = vnm_fwd_row0(blockIdx.x, BM), n0 = vnm_fwd_batch0(blockIdx.y, BM);
+    const int64_t ccols = w.k_tiles * 32;
+    const int32_t *gather = w.gather + r0 / w.V * ccols;
+    if (gather_smem) { /* read by every stage's copies: one pass of 16-byte copies */
+        int32_t *gs = (int32_t *)(smem + VNM_FWD_STAGES * SB);
+        for (int64_t q = threadIdx.x; q < ccols / 4; q += VNM_FWD_THREADS)
+            cp_async16(gs + 4 * q, gather + 4 * q, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        gather = gs;
+    }
+    const int wr = vnm_fwd_warp_row(warp, BM);
+    /* m-tiles of this warp inside the matrix (the last CTA may overhang) */
+    const int64_t left = w.row_tiles - (r0 + wr) / 16;
+    const int live = left < MT ? (int)left : MT;
+    float acc[MT][NT][4] = {};
+    for (int s = 0; s < VNM_FWD_STAGES - 1; s++) {
+        if (s < w.k_tiles) fwd_load_stage<BM>(smem + s * SB, w, gather + s * 32, xt, ldx, B, r0, n0, s);
         cp_async_commit();
     }
     for (int64_t kt = 0; kt < w.k_tiles; kt++) {
-        cp_async_wait<SP_STAGES - 2>();
+        cp_async_wait<VNM_FWD_STAGES - 2>();
         __syncthreads(); /* stage kt is in; every warp is done with stage kt − 1 */
-        const int64_t next = kt + SP_STAGES - 1;
-        if (next < w.k_tiles) load_stage(xs[next % SP_STAGES], gather + next * 32, xt, ldx, n0, B);
+        const int64_t next = kt + VNM_FWD_STAGES - 1;
+        if (next < w.k_tiles)
+            fwd_load_stage<BM>(smem + vnm_fwd_slot(next) * SB, w, gather + next * 32, xt, ldx, B, r0,
+                               n0, next);
         cp_async_commit();
 
-        if (!live) continue;
-        const int s = (int)(kt % SP_STAGES);
-        const int64_t t = (rt0 + mt) * w.k_tiles + kt;
-        const uint4 a = ((const uint4 *)(w.values + t * 256))[lane];
-        const uint32_t e = w.meta[t * 16 + 2 * (lane >> 2) + (lane & 1)];
-        for (int j = 0; j < NT; j++) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, &xs[s][lane][nb + 8 * j]);
-            mma_sp<BF16>(acc[j], a, b, e);
+        const unsigned char *st = smem + vnm_fwd_slot(kt) * SB;
+        const uint16_t *xs = (const uint16_t *)st, *vs = xs + vnm_fwd_xs_elems(BM);
+        const uint32_t *ms = (const uint32_t *)(vs + vnm_fwd_vs_elems(BM));
+        uint32_t b[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) ldmatrix_x4_trans(b[j], xs + vnm_fwd_ldm_at(lane, warp, j, BM));
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) {
+            if (mi >= live) continue; /* not break: a fully unrolled loop keeps acc in registers */
+            const int m = wr / 16 + mi;
+            const uint4 a = *(const uint4 *)(vs + m * 256 + vnm_a_value(lane, 0, 0));
+            const uint32_t e = ms[m * 16 + vnm_meta_word_lane(lane)];
+#pragma unroll
+            for (int j = 0; j < NT; j++) mma_sp<BF16>(acc[mi][j], a, b[j], e);
         }
     }
     cp_async_wait<0>();
-    if (!live) return;
 
-    const int gid = lane >> 2, tig = lane & 3;
-    for (int j = 0; j < NT; j++)
-        for (int i = 0; i < 4; i++) {
-            int64_t r = (rt0 + mt) * 16 + gid + 8 * (i >> 1);
-            int64_t n = n0 + nb + 8 * j + 2 * tig + (i & 1);
-            if (r < w.R && n < B) y[n * w.R + r] = acc[j][i] + (bias ? bias[r] : 0.0f);
-        }
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++) /* fixed bounds: acc stays in registers */
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (mi >= live) continue;
+                int64_t r = r0 + vnm_fwd_out_row(lane, warp, mi, i, BM);
+                int64_t n = n0 + vnm_fwd_out_batch(lane, warp, j, i, BM);
+                if (r < w.R && n < B) y[n * w.R + r] = acc[mi][j][i] + (bias ? bias[r] : 0.0f);
+            }
 }
 
 /* ---- SDDMM: dvalues = dYᵀ·X at the kept positions -------------------------------- */
 
-/* Grid: (row_tiles / MT, k_tiles), 128 threads. The CTA computes the dense
- * 16·MT × 32 product of its rows with the k-tile's condensed columns over
- * all of the batch, CHUNK_N rows at a time; warp w owns n-tile w (8
- * condensed columns) of every m-tile. */
+/* Grid: (⌈row_tiles / MT⌉, k_tiles), 128 threads (the schedule of
+ * vnm_sptc_index.h). */
 template <int MT, bool BF16>
 __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, const uint16_t *xt,
                                                 int64_t ldx, int64_t B, float *dvalues)
 {
-    __shared__ __align__(16) uint16_t dyt[16 * MT][CHUNK_N + SP_PAD]; /* [row][batch] */
-    __shared__ __align__(16) uint16_t xs[32][CHUNK_N + SP_PAD];       /* [condensed col][batch] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    __shared__ __align__(16) uint16_t dyt[16 * MT][VNM_SDDMM_LD]; /* [row][batch] */
+    __shared__ __align__(16) uint16_t xs[32][VNM_SDDMM_LD];       /* [condensed col][batch] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t rt0 = (int64_t)blockIdx.x * MT, kt = blockIdx.y, r0 = rt0 * 16;
     const int64_t block = r0 / w.V;
     const int32_t *gather = w.gather + block * w.k_tiles * 32 + kt * 32;
     float acc[MT][4] = {};
-    for (int64_t n0 = 0; n0 < B; n0 += CHUNK_N) {
-        for (int q = threadIdx.x; q < 16 * MT * CHUNK_N; q += 128) {
+    for (int64_t n0 = 0; n0 < B; n0 += VNM_SDDMM_CHUNK) {
+        for (int q = threadIdx.x; q < 16 * MT * VNM_SDDMM_CHUNK; q += 128) {
             int n = q / (16 * MT), r = q % (16 * MT); /* consecutive threads: consecutive rows */
             bool in = n0 + n < B && r0 + r < w.R;
             dyt[r][n] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
         }
-        for (int q = threadIdx.x; q < 32 * CHUNK_N; q += 128) {
-            int c = q / CHUNK_N, n = q % CHUNK_N;
+        for (int q = threadIdx.x; q < 32 * VNM_SDDMM_CHUNK; q += 128) {
+            int c = q / VNM_SDDMM_CHUNK, n = q % VNM_SDDMM_CHUNK;
             int32_t col = gather[c];
             xs[c][n] = col >= 0 && n0 + n < B ? xt[(int64_t)col * ldx + n0 + n] : 0;
         }
         __syncthreads();
-        for (int kk = 0; kk < CHUNK_N; kk += 16) {
-            uint32_t b[2] = {ld_pair(&xs[8 * warp + gid][kk + 2 * tig]),
-                             ld_pair(&xs[8 * warp + gid][kk + 2 * tig + 8])};
+        for (int kk = 0; kk < VNM_SDDMM_CHUNK; kk += 16) {
+            const uint16_t *xrow = xs[8 * warp + vnm_mma16_b_n(lane)] + kk;
+            uint32_t b[2] = {ld_pair(xrow + vnm_mma16_b_k(lane, 0)), ld_pair(xrow + vnm_mma16_b_k(lane, 1))};
             for (int m = 0; m < MT; m++) {
-                uint32_t a[4] = {ld_pair(&dyt[16 * m + gid][kk + 2 * tig]),
-                                 ld_pair(&dyt[16 * m + gid + 8][kk + 2 * tig]),
-                                 ld_pair(&dyt[16 * m + gid][kk + 2 * tig + 8]),
-                                 ld_pair(&dyt[16 * m + gid + 8][kk + 2 * tig + 8])};
+                uint32_t a[4];
+                for (int i = 0; i < 4; i++)
+                    a[i] = ld_pair(&dyt[16 * m + vnm_mma16_a_row(lane, i)][kk + vnm_mma16_a_col(lane, i)]);
                 mma_dense<BF16>(acc[m], a, b);
             }
         }
@@ -217,10 +249,10 @@ __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, co
      * row's two positions in chunk c / 4; each kept value is written once. */
     for (int m = 0; m < MT; m++)
         for (int i = 0; i < 4; i++) {
-            int rr = gid + 8 * (i >> 1), c = 8 * warp + 2 * tig + (i & 1), ch = c >> 2;
+            int rr = vnm_c_row(lane, i), c = 8 * warp + vnm_c_col(lane, i), ch = c >> 2;
             int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
             if (r >= w.R || g >= w.G) continue;
-            unsigned nib = meta_nibble(w.meta, (rt0 + m) * w.k_tiles + kt, rr, ch);
+            unsigned nib = vnm_meta_nibble(w.meta + ((rt0 + m) * w.k_tiles + kt) * 16, rr, ch);
             float v = gather[c] >= 0 ? acc[m][i] : 0.0f;
             if ((int)(nib & 3) == (c & 3)) dvalues[r * 2 * w.G + 2 * g] = v;
             if ((int)(nib >> 2) == (c & 3)) dvalues[r * 2 * w.G + 2 * g + 1] = v;
@@ -228,6 +260,40 @@ __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, co
 }
 
 /* ---- input gradient: dx = dY·W --------------------------------------------------- */
+
+/* The block's contribution to the accumulator from its kept weights only,
+ * one thread per (batch row, condensed column): the tensor-core path also
+ * multiplies the zeros at the positions a row does not keep, and 0 · Inf is
+ * NaN where the CPU kernel, which reads kept weights only, stays finite.
+ * Used for a block whose dY slice holds an Inf or a NaN. Not inlined: inline,
+ * it raised the register pressure of the whole kernel into spills; as a call
+ * it costs a stack frame on this rare path only. */
+template <bool BF16> static __device__ inline float half_to_float(uint16_t h)
+{
+    return BF16 ? __uint_as_float((uint32_t)h << 16) : __half2float(__ushort_as_half(h));
+}
+
+template <bool BF16>
+static __device__ __noinline__ void spmm_t_kept_only(const vnk_vnm &w, const uint16_t *dys, int ldv,
+                                        const uint16_t *wc, float *accs, int64_t span, int64_t b,
+                                        int64_t kt0, int cols, int BN)
+{
+    const int64_t r0 = b * w.V, ccols = w.k_tiles * 32, col0 = kt0 * 8 * w.M;
+    for (int q = threadIdx.x; q < BN * cols; q += blockDim.x) {
+        int n = q / cols, c = q % cols;
+        int64_t cc = kt0 * 32 + c;
+        int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
+        if (col < 0) continue;
+        float sum = 0;
+        for (int r = 0; r < w.V && r0 + r < w.R; r++) {
+            int64_t t = vnm_tile(r0, r / 16, cc / 32, w.k_tiles);
+            unsigned nib = vnm_meta_nibble(w.meta + t * 16, r % 16, (int)(cc % 32) / 4);
+            if (vnm_kept(nib, (int)(cc % 4)))
+                sum += half_to_float<BF16>(dys[n * ldv + r]) * half_to_float<BF16>(wc[c * ldv + r]);
+        }
+        accs[n * span + (col - col0)] += sum;
+    }
+}
 
 /* Grid: (⌈k_tiles / KT⌉, ⌈B / BN⌉), 128 threads; dynamic shared memory:
  * the f32 accumulator BN × KT·8·M (original columns of the CTA's groups),
@@ -237,67 +303,80 @@ __global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, co
  * added into the accumulator at the gathered columns. Warp w owns n-tiles
  * w, w + 4, … of every m-tile, so no two threads add into one place. */
 template <int BN, int KT, bool BF16>
-__global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, int64_t B, float *dx)
+__global__ void __launch_bounds__(VNM_DXT_THREADS) k_spmm_t(vnk_vnm w, const uint16_t *dy, int64_t B,
+                                                            float *dx)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int MTB = BN / 16, NTW = KT; /* m-tiles; n-tiles per warp */
     const int64_t span = (int64_t)KT * 8 * w.M; /* original columns of the CTA */
-    const int V = (int)w.V, ldv = V + SP_PAD;
+    const int V = (int)w.V, ldv = vnm_dxt_ld(w.V);
     float *accs = (float *)smem;
     uint16_t *dys = (uint16_t *)(accs + BN * span);
     uint16_t *wc = dys + BN * ldv;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t kt0 = (int64_t)blockIdx.x * KT, n0 = (int64_t)blockIdx.y * BN;
     const int64_t col0 = kt0 * 8 * w.M, ccols = w.k_tiles * 32;
+    constexpr uint16_t EXP_MASK = BF16 ? 0x7f80 : 0x7c00; /* all ones: Inf or NaN */
 
-    for (int64_t q = threadIdx.x; q < BN * span; q += 128) accs[q] = 0;
+    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DXT_THREADS) accs[q] = 0;
     for (int64_t b = 0; b < w.nblocks; b++) {
         const int64_t r0 = b * w.V;
-        for (int q = threadIdx.x; q < BN * V; q += 128) {
+        int inf_or_nan = 0;
+        for (int q = threadIdx.x; q < BN * V; q += VNM_DXT_THREADS) {
             int n = q / V, r = q % V;
             bool in = n0 + n < B && r0 + r < w.R;
-            dys[n * ldv + r] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
+            uint16_t h = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
+            inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
+            dys[n * ldv + r] = h;
         }
-        for (int q = threadIdx.x; q < KT * 32 * ldv; q += 128) wc[q] = 0;
-        __syncthreads();
-        /* Decode: one thread per (tile, lane, register) of the block's
-         * V/16 row tiles and the CTA's KT k-tiles. */
-        for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += 128) {
-            int i = q & 3, l = (q >> 2) & 31, kk = (q >> 7) % KT, mt = (q >> 7) / KT;
-            int64_t kt = kt0 + kk;
-            if (kt >= w.k_tiles || r0 / 16 + mt >= w.row_tiles) continue;
-            int64_t t = (r0 / 16 + mt) * w.k_tiles + kt;
-            int rr = (l >> 2) + 8 * (i & 1), ch = (l & 3) + 4 * (i >> 1);
-            unsigned nib = meta_nibble(w.meta, t, rr, ch);
-            const uint16_t *v = w.values + t * 256 + l * 8 + 2 * i;
-            int c = kk * 32 + 4 * ch, r = mt * 16 + rr;
+        for (int q = threadIdx.x; q < KT * 32 * ldv; q += VNM_DXT_THREADS) wc[q] = 0;
+        inf_or_nan = __syncthreads_or(inf_or_nan);
+        /* Decode: one thread per (tile, lane, register) of the block's V/16
+         * row tiles and the CTA's KT k-tiles (the reading of vnm_sptc_decode). */
+        for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += VNM_DXT_THREADS) {
+            vnm_dxt_item d = vnm_dxt_decode_item(q, KT);
+            int64_t kt = kt0 + d.kk;
+            if (kt >= w.k_tiles || r0 / 16 + d.mt >= w.row_tiles) continue;
+            int64_t t = vnm_tile(r0, d.mt, kt, w.k_tiles);
+            int rr = vnm_a_row(d.lane, d.i), ch = vnm_a_chunk(d.lane, d.i);
+            unsigned nib = vnm_meta_nibble(w.meta + t * 16, rr, ch);
+            const uint16_t *v = w.values + t * 256 + vnm_a_value(d.lane, d.i, 0);
+            int c = d.kk * 32 + 4 * ch, r = d.mt * 16 + rr;
             wc[(c + (nib & 3)) * ldv + r] = v[0];
             wc[(c + (nib >> 2)) * ldv + r] = v[1];
         }
         __syncthreads();
+        if (inf_or_nan) { /* rare: dY holds Inf or NaN in this block */
+            spmm_t_kept_only<BF16>(w, dys, ldv, wc, accs, span, b, kt0, KT * 32, BN);
+            __syncthreads();
+            continue;
+        }
         float d[MTB][NTW][4] = {};
         for (int k = 0; k < V; k += 16)
             for (int m = 0; m < MTB; m++) {
-                const uint16_t *arow = dys + (16 * m + gid) * ldv + k + 2 * tig;
-                uint32_t a[4] = {ld_pair(arow), ld_pair(arow + 8 * ldv), ld_pair(arow + 8),
-                                 ld_pair(arow + 8 * ldv + 8)};
+                uint32_t a[4];
+                for (int i = 0; i < 4; i++)
+                    a[i] = ld_pair(dys + (16 * m + vnm_mma16_a_row(lane, i)) * ldv + k +
+                                   vnm_mma16_a_col(lane, i));
                 for (int j = 0; j < NTW; j++) {
-                    const uint16_t *brow = wc + (8 * (warp + 4 * j) + gid) * ldv + k + 2 * tig;
-                    uint32_t bb[2] = {ld_pair(brow), ld_pair(brow + 8)};
+                    const uint16_t *bcol = wc + (8 * vnm_dxt_ntile(warp, j) + vnm_mma16_b_n(lane)) * ldv + k;
+                    uint32_t bb[2] = {ld_pair(bcol + vnm_mma16_b_k(lane, 0)),
+                                      ld_pair(bcol + vnm_mma16_b_k(lane, 1))};
                     mma_dense<BF16>(d[m][j], a, bb);
                 }
             }
         for (int m = 0; m < MTB; m++)
             for (int j = 0; j < NTW; j++)
                 for (int i = 0; i < 4; i++) {
-                    int n = 16 * m + gid + 8 * (i >> 1), c = 8 * (warp + 4 * j) + 2 * tig + (i & 1);
+                    int n = 16 * m + vnm_c_row(lane, i);
+                    int c = 8 * vnm_dxt_ntile(warp, j) + vnm_c_col(lane, i);
                     int64_t cc = kt0 * 32 + c;
                     int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
                     if (col >= 0) accs[n * span + (col - col0)] += d[m][j][i];
                 }
         __syncthreads(); /* dys, wc and the accumulator are reused */
     }
-    for (int64_t q = threadIdx.x; q < BN * span; q += 128) {
+    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DXT_THREADS) {
         int64_t n = q / span, col = col0 + q % span;
         if (n0 + n < B && col < w.K) dx[(n0 + n) * w.K + col] = accs[q];
     }
@@ -305,19 +384,13 @@ __global__ void __launch_bounds__(128) k_spmm_t(vnk_vnm w, const uint16_t *dy, i
 
 /* ---- conversions before the kernels ----------------------------------------------- */
 
-template <typename T> static __device__ inline T round_to(float v);
-template <> __device__ inline __nv_bfloat16 round_to<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ inline __half round_to<__half>(float v) { return __float2half_rn(v); }
 
 /* out[j] = values[src[j]] (0 where src[j] < 0), grid-stride. */
 template <typename T>
 __global__ void k_pack_values(const int32_t *src, int64_t n, const float *values, T *out)
 {
     for (int64_t j = VNK_GRID_START; j < n; j += VNK_GRID_STEP)
-        out[j] = round_to<T>(src[j] >= 0 ? values[src[j]] : 0.0f);
+        out[j] = vnk__round_half<T>(src[j] >= 0 ? values[src[j]] : 0.0f);
 }
 
 /* Grid: (⌈ldx/32⌉, ⌈K/32⌉), 32 × 8 threads. A 32 × 32 tile goes through
@@ -336,7 +409,7 @@ __global__ void k_transpose_input(const float *x, int64_t B, int64_t K, T *xt, i
     __syncthreads();
     for (int i = threadIdx.y; i < 32; i += 8) {
         int64_t k = k0 + i, b = b0 + threadIdx.x;
-        if (k < K && b < ldx) xt[k * ldx + b] = round_to<T>(tile[threadIdx.x][i]);
+        if (k < K && b < ldx) xt[k * ldx + b] = vnk__round_half<T>(tile[threadIdx.x][i]);
     }
 }
 
@@ -370,10 +443,7 @@ static int check_xt(const char *op, const void *xt, int64_t ldx, int64_t B)
     return 0;
 }
 
-/* MT: 16-row tiles per CTA, as many as V allows up to 4 (a CTA's rows stay
- * in one V-block). */
-static int tiles_per_cta(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 : 1; }
-
+/* k_sddmm<MT, bf16> for MT = vnm_sddmm_mt(V). */
 #define DISPATCH_MT(mt, bf16, KERNEL, ...)                                    \
     switch (mt * 2 + (bf16 ? 1 : 0)) {                                        \
     case 8: KERNEL<4, false><<<__VA_ARGS__; break;                            \
@@ -384,19 +454,43 @@ static int tiles_per_cta(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 :
     default: KERNEL<1, true><<<__VA_ARGS__; break;                            \
     }
 
+/* Launches k_spmm<BM> (dynamic shared memory: the stages and, when it
+ * fits, the gather row). */
+template <int BM>
+static int launch_spmm(float *y, const vnk_vnm *w, const uint16_t *xt, int64_t ldx,
+                       const float *bias, int64_t B)
+{
+    int64_t gbytes = vnm_fwd_gather_bytes(w->k_tiles);
+    size_t smem = (size_t)VNM_FWD_STAGES * vnm_fwd_stage_bytes(BM) + (size_t)gbytes;
+    int64_t ny = (B + VNM_FWD_BN(BM) - 1) / VNM_FWD_BN(BM);
+    if (ny > 65535)
+        return vnk__fail("vnk_vnm_spmm: B=%lld needs more than 65535 batch tiles", (long long)B);
+    dim3 grid((unsigned)((w->row_tiles * 16 + BM - 1) / BM), (unsigned)ny);
+    bool bf16 = w->dtype == VN_BF16;
+    const void *fn = bf16 ? (const void *)k_spmm<BM, true> : (const void *)k_spmm<BM, false>;
+    if (vnk__cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  "vnk_vnm_spmm: allowing %zu bytes of shared memory", smem))
+        return 1;
+    if (bf16)
+        k_spmm<BM, true><<<grid, VNM_FWD_THREADS, smem>>>(*w, xt, ldx, B, bias, y, gbytes > 0);
+    else
+        k_spmm<BM, false><<<grid, VNM_FWD_THREADS, smem>>>(*w, xt, ldx, B, bias, y, gbytes > 0);
+    return vnk__launched("vnk_vnm_spmm (k_spmm)");
+}
+
 int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
                  int64_t B)
 {
     if (check_matrix("vnk_vnm_spmm", w) || check_xt("vnk_vnm_spmm", xt, ldx, B)) return 1;
     if (!y) return vnk__fail("vnk_vnm_spmm: y is NULL");
     if (B == 0) return 0;
-    int mt = tiles_per_cta(w->V);
-    dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)((B + SP_BN - 1) / SP_BN));
-    if ((B + SP_BN - 1) / SP_BN > 65535)
-        return vnk__fail("vnk_vnm_spmm: B=%lld needs more than 65535 batch tiles", (long long)B);
     const uint16_t *x = (const uint16_t *)xt;
-    DISPATCH_MT(mt, w->dtype == VN_BF16, k_spmm, grid, 128>>>(*w, x, ldx, B, bias, y))
-    return vnk__launched("vnk_vnm_spmm (k_spmm)");
+    switch (vnm_fwd_bm(w->V)) {
+    case 128: return launch_spmm<128>(y, w, x, ldx, bias, B);
+    case 64: return launch_spmm<64>(y, w, x, ldx, bias, B);
+    case 32: return launch_spmm<32>(y, w, x, ldx, bias, B);
+    default: return launch_spmm<16>(y, w, x, ldx, bias, B);
+    }
 }
 
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
@@ -404,7 +498,7 @@ int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *
 {
     if (check_matrix("vnk_vnm_sddmm", w) || check_xt("vnk_vnm_sddmm", xt, ldx, B)) return 1;
     if (!dy || !dvalues) return vnk__fail("vnk_vnm_sddmm: dy or dvalues is NULL");
-    int mt = tiles_per_cta(w->V);
+    int mt = vnm_sddmm_mt(w->V);
     dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)w->k_tiles);
     if (w->k_tiles > 65535)
         return vnk__fail("vnk_vnm_sddmm: %lld k-tiles exceed the grid's 65535", (long long)w->k_tiles);
@@ -413,33 +507,23 @@ int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *
     return vnk__launched("vnk_vnm_sddmm (k_sddmm)");
 }
 
-/* Shared memory of k_spmm_t<BN, KT>: the f32 accumulator, dys and wc. */
-static size_t spmm_t_smem(const vnk_vnm *w, int BN, int KT)
-{
-    return (size_t)BN * KT * 8 * w->M * 4 + (size_t)(BN + KT * 32) * (w->V + SP_PAD) * 2;
-}
-
 /* Launches k_spmm_t<BN, KT> after raising its shared-memory limit. */
 template <int BN, int KT>
 static int launch_spmm_t(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
 {
-    size_t smem = spmm_t_smem(w, BN, KT);
+    size_t smem = (size_t)vnm_dxt_smem(w->V, w->M, BN, KT);
     dim3 grid((unsigned)((w->k_tiles + KT - 1) / KT), (unsigned)((B + BN - 1) / BN));
     if ((B + BN - 1) / BN > 65535)
         return vnk__fail("vnk_vnm_spmm_t: B=%lld needs more than 65535 batch tiles", (long long)B);
-    if (w->dtype == VN_BF16) {
-        if (vnk__cuda(cudaFuncSetAttribute(k_spmm_t<BN, KT, true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                      "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
-            return 1;
-        k_spmm_t<BN, KT, true><<<grid, 128, smem>>>(*w, dy, B, dx);
-    } else {
-        if (vnk__cuda(cudaFuncSetAttribute(k_spmm_t<BN, KT, false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                      "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
-            return 1;
-        k_spmm_t<BN, KT, false><<<grid, 128, smem>>>(*w, dy, B, dx);
-    }
+    bool bf16 = w->dtype == VN_BF16;
+    const void *fn = bf16 ? (const void *)k_spmm_t<BN, KT, true> : (const void *)k_spmm_t<BN, KT, false>;
+    if (vnk__cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
+        return 1;
+    if (bf16)
+        k_spmm_t<BN, KT, true><<<grid, VNM_DXT_THREADS, smem>>>(*w, dy, B, dx);
+    else
+        k_spmm_t<BN, KT, false><<<grid, VNM_DXT_THREADS, smem>>>(*w, dy, B, dx);
     return vnk__launched("vnk_vnm_spmm_t (k_spmm_t)");
 }
 
@@ -451,17 +535,20 @@ int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
     if (w->V > 128)
         return vnk__fail("vnk_vnm_spmm_t: V must be at most 128 (a block's dY columns sit in "
                          "shared memory), got V=%lld", (long long)w->V);
-    /* As many k-tiles (and then batch rows) per CTA as fit TX_SMEM, which
-     * every sm_90 part allows (V, M ≤ 128 always fit at 16 rows). */
+    int BN = 16, KT = 1;
+    if (!vnm_dxt_config(w->V, w->M, &BN, &KT))
+        return vnk__fail("vnk_vnm_spmm_t: M=%lld with V=%lld needs %lld bytes of shared memory "
+                         "even at 16 batch rows per block, more than the %d budgeted (M <= 128 "
+                         "fits)", (long long)w->M, (long long)w->V,
+                         (long long)vnm_dxt_smem(w->V, w->M, 16, 1), VNM_DXT_SMEM);
     const uint16_t *d = (const uint16_t *)dy;
-    if (spmm_t_smem(w, TX_BN, 4) <= TX_SMEM) return launch_spmm_t<TX_BN, 4>(w, d, B, dx);
-    if (spmm_t_smem(w, TX_BN, 2) <= TX_SMEM) return launch_spmm_t<TX_BN, 2>(w, d, B, dx);
-    if (spmm_t_smem(w, TX_BN, 1) <= TX_SMEM) return launch_spmm_t<TX_BN, 1>(w, d, B, dx);
-    if (spmm_t_smem(w, 32, 1) <= TX_SMEM) return launch_spmm_t<32, 1>(w, d, B, dx);
-    if (spmm_t_smem(w, 16, 1) <= TX_SMEM) return launch_spmm_t<16, 1>(w, d, B, dx);
-    return vnk__fail("vnk_vnm_spmm_t: M=%lld with V=%lld needs %zu bytes of shared memory even "
-                     "at 16 batch rows per block, more than the %d budgeted (M <= 128 fits)",
-                     (long long)w->M, (long long)w->V, spmm_t_smem(w, 16, 1), TX_SMEM);
+    switch (BN * 8 + KT) {
+    case 64 * 8 + 4: return launch_spmm_t<64, 4>(w, d, B, dx);
+    case 64 * 8 + 2: return launch_spmm_t<64, 2>(w, d, B, dx);
+    case 64 * 8 + 1: return launch_spmm_t<64, 1>(w, d, B, dx);
+    case 32 * 8 + 1: return launch_spmm_t<32, 1>(w, d, B, dx);
+    default: return launch_spmm_t<16, 1>(w, d, B, dx);
+    }
 }
 
 int vnk_vnm_pack_values(void *out, vn_dtype dtype, const float *values, const int32_t *src,

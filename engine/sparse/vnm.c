@@ -276,6 +276,8 @@ void vn_vnm_free(vn_vnm *s)
     vn_tensor_release(s->blob);
     vn_tensor_release(s->values);
     vn_tensor_release(atomic_load(&s->device_pattern));
+    vn_tensor_release(s->packed);
+    vn_tensor_release(s->packed_from);
     free(s);
 }
 

@@ -6,9 +6,11 @@
  *     packed value, from vnm_sptc_layout) once per matrix, on first use,
  *     cached in the vn_vnm. A pattern never changes (GMP's recompression
  *     builds a new matrix, whose cache starts empty), so it cannot go stale;
- *   - the values are packed from the f32 trainable tensor at every call
- *     (one gather kernel over the R·2G values), so every optimizer step is
- *     seen; the backward uses the copy its forward packed;
+ *   - the values are packed from the f32 trainable tensor (one gather
+ *     kernel over the R·2G values) once per version of that tensor: the
+ *     packed copy is cached in the vn_vnm and reused until an in-place
+ *     write (an optimizer step) bumps the values' storage version; the
+ *     backward uses the copy its forward packed;
  *   - the input is rounded and transposed per call (Xᵀ, K × ldx, the
  *     layout the kernels gather from) and kept for the values' gradient.
  * Precision: operands in bf16 (f16 under autocast f16), products summed in
@@ -132,6 +134,45 @@ static vn_tensor *pack_values(const vn_vnm *s, const vn_tensor *pat, const vn_te
     return packed;
 }
 
+static void lock_packed(const vn_vnm *s)
+{
+    while (atomic_flag_test_and_set_explicit(&((vn_vnm *)s)->packed_lock, memory_order_acquire)) {}
+}
+static void unlock_packed(const vn_vnm *s)
+{
+    atomic_flag_clear_explicit(&((vn_vnm *)s)->packed_lock, memory_order_release);
+}
+
+/* pack_values, cached in s: the values tensor of the last pack (same
+ * storage, offset and strides) at the same version and dtype gets the same
+ * packed tensor back. So a training step packs once per optimizer step
+ * (which bumps the version), not once per call. */
+static vn_tensor *packed_values(const vn_vnm *s, const vn_tensor *pat, const vn_tensor *values,
+                                vn_dtype dtype)
+{
+    vn_vnm *m = (vn_vnm *)s; /* the cache is the only part of s that changes */
+    uint32_t version = values->storage->version;
+    lock_packed(s);
+    const vn_tensor *from = m->packed_from;
+    bool hit = m->packed && from->storage == values->storage && from->offset == values->offset &&
+               !memcmp(from->strides, values->strides, sizeof from->strides) &&
+               m->packed_version == version && m->packed->dtype == dtype;
+    vn_tensor *packed = hit ? vn_tensor_retain(m->packed) : NULL;
+    unlock_packed(s);
+    if (hit) return packed;
+    packed = pack_values(s, pat, values, dtype);
+    if (!packed) return NULL;
+    lock_packed(s);
+    vn_tensor *old = m->packed, *old_from = m->packed_from;
+    m->packed = vn_tensor_retain(packed);
+    m->packed_from = vn_tensor_retain((vn_tensor *)values);
+    m->packed_version = version;
+    unlock_packed(s);
+    vn_tensor_release(old);
+    vn_tensor_release(old_from);
+    return packed;
+}
+
 /* Xᵀ (K × ldx, 16-bit) of x (..., K) with B rows; *ldx = B rounded up to 8. */
 static vn_tensor *transposed_input(const vn_tensor *x, int64_t B, int64_t K, vn_dtype dtype,
                                    int64_t *ldx)
@@ -148,15 +189,24 @@ static vn_tensor *transposed_input(const vn_tensor *x, int64_t B, int64_t K, vn_
     return xt;
 }
 
-/* dy (..., R) f32 on the device as a contiguous 16-bit tensor. */
+/* dy (..., R) f32 on the device as a contiguous 16-bit tensor: one
+ * vectorised pass over a contiguous copy (vnk_f32_to_half), or the generic
+ * conversion when the copy is not aligned for it. */
 static vn_tensor *half_rows(const vn_tensor *dy, vn_dtype dtype)
 {
-    bool was = vn_set_grad_enabled(false);
-    vn_tensor *h = vn_to_dtype(dy, dtype);
-    vn_tensor *hc = h ? vn__plain_contiguous(h) : NULL;
-    vn_set_grad_enabled(was);
-    vn_tensor_release(h);
-    return hc;
+    vn_tensor *dc = vn__plain_contiguous(dy);
+    vn_tensor *h = dc ? vn__new_on(true, dtype, dc->ndim, dc->shape) : NULL;
+    if (h && ((uintptr_t)vn__ptr(dc) % 16 || (uintptr_t)vn__ptr(h) % 8)) {
+        bool was = vn_set_grad_enabled(false);
+        vn_tensor_release(h);
+        h = vn_to_dtype(dc, dtype);
+        vn_set_grad_enabled(was);
+    } else if (h && vnk_f32_to_half(vn__ptr(h), dtype, vn__ptr(dc), vn_tensor_numel(dc))) {
+        vn_tensor_release(h);
+        h = vn__cuda_errp("vnm_linear: converting dY");
+    }
+    vn_tensor_release(dc);
+    return h;
 }
 
 /* A new f32 device tensor shaped like t with its last dim replaced. */
@@ -263,7 +313,7 @@ static vn_tensor *spmm_forward(const vn_vnm *s, const vn_tensor *values, const v
 {
     int64_t B = vn_tensor_numel(x) / s->K;
     *o = (fwd_operands){.pat = device_pattern(s)};
-    o->packed = o->pat ? pack_values(s, o->pat, values, dtype) : NULL;
+    o->packed = o->pat ? packed_values(s, o->pat, values, dtype) : NULL;
     o->xt = o->packed ? transposed_input(x, B, s->K, dtype, &o->ldx) : NULL;
     if (!o->xt) return NULL;
     vnk_vnm w = kernel_matrix(s, o->pat, o->packed, dtype);
@@ -312,7 +362,7 @@ vn_tensor *vnm__cuda_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_t
     vn_dtype dtype = operand_dtype();
     int64_t B = vn_tensor_numel(dy) / s->R;
     const vn_tensor *pat = device_pattern(s);
-    vn_tensor *packed = pat ? pack_values(s, pat, values, dtype) : NULL;
+    vn_tensor *packed = pat ? packed_values(s, pat, values, dtype) : NULL;
     vn_tensor *dy16 = packed ? half_rows(dy, dtype) : NULL;
     vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
     vn_tensor *dx = dy16 ? input_grad(&w, dy16, dy, B) : NULL;

@@ -48,6 +48,14 @@ struct vn_vnm {
      * (vnm_cuda.c): built on first CUDA use and then only read, so threads
      * sharing the matrix set it once with a compare-and-swap. */
     _Atomic(vn_tensor *) device_pattern;
+    /* The values packed for those kernels and what they were packed from
+     * (the values tensor, kept alive so that its storage cannot be reused
+     * under the key, and that storage's version): reused until an in-place
+     * write (an optimizer step) bumps the version. Guarded by packed_lock,
+     * held only to read or swap the three fields. */
+    atomic_flag packed_lock;
+    vn_tensor *packed, *packed_from;
+    uint32_t packed_version;
 };
 
 /* Fills the derived sizes of p from R, K, V, M and returns the blob's size

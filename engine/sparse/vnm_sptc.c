@@ -3,6 +3,7 @@
  * described in vnm_sptc.h; the kernels that read it are in
  * kernels/vnm_sptc.cu. */
 #include "vnm_sptc.h"
+#include "vnm_sptc_index.h"
 
 #include <stdlib.h>
 
@@ -29,33 +30,25 @@ static uint32_t packed_nibble(const vnm_sptc *p, const vnm_pattern *pat, int64_t
 }
 
 /* Fills tile (rt, kt): the sources of its 32 lanes × 4 registers × 2
- * values, and the 16 metadata words of the lanes with tig 0 and 1 (see
- * vnm_sptc.h). */
+ * values, and its 16 metadata words (see vnm_sptc.h; the fragment indices
+ * are those the kernels use, kernels/vnm_sptc_index.h). */
 static void layout_tile(vnm_sptc *p, const vnm_pattern *pat, int64_t rt, int64_t kt)
 {
     int64_t t = rt * p->k_tiles + kt;
     int32_t *ts = p->src + t * VNM_SPTC_TILE_VALUES;
-    for (int lane = 0; lane < 32; lane++) {
-        int gid = lane >> 2, tig = lane & 3;
+    for (int lane = 0; lane < 32; lane++)
         for (int i = 0; i < 4; i++) {
-            int64_t r = rt * VNM_SPTC_ROWS + gid + 8 * (i & 1);
-            int64_t g = kt * VNM_SPTC_GROUPS + tig + 4 * (i >> 1);
-            for (int h = 0; h < 2; h++) ts[lane * 8 + 2 * i + h] = value_source(p, pat, r, g, h);
+            int64_t r = rt * VNM_SPTC_ROWS + vnm_a_row(lane, i);
+            int64_t g = kt * VNM_SPTC_GROUPS + vnm_a_chunk(lane, i);
+            for (int h = 0; h < 2; h++) ts[vnm_a_value(lane, i, h)] = value_source(p, pat, r, g, h);
         }
-    }
     uint32_t *tm = p->meta + t * VNM_SPTC_TILE_META;
-    for (int w = 0; w < VNM_SPTC_TILE_META; w++) {
-        int gid = w >> 1, half_k = w & 1; /* half_k: the lane's tig, chunks 4·tig.. */
-        uint32_t word = 0;
-        for (int upper = 0; upper < 2; upper++) { /* bits 0–15 row gid, 16–31 row gid + 8 */
-            int64_t r = rt * VNM_SPTC_ROWS + gid + 8 * upper;
-            for (int c = 0; c < 4; c++) {
-                int64_t g = kt * VNM_SPTC_GROUPS + 4 * half_k + c;
-                word |= packed_nibble(p, pat, r, g) << (16 * upper + 4 * c);
-            }
-        }
-        tm[w] = word;
-    }
+    memset(tm, 0, VNM_SPTC_TILE_META * sizeof *tm);
+    for (int rr = 0; rr < VNM_SPTC_ROWS; rr++)
+        for (int ch = 0; ch < VNM_SPTC_GROUPS; ch++)
+            tm[vnm_meta_word_of(rr, ch)] |=
+                packed_nibble(p, pat, rt * VNM_SPTC_ROWS + rr, kt * VNM_SPTC_GROUPS + ch)
+                << vnm_meta_shift(rr, ch);
 }
 
 static size_t packed_count(const vnm_sptc *p)
@@ -139,20 +132,17 @@ vn_status vnm_sptc_decode(const vnm_sptc *p, float *dense)
     for (int64_t t = 0; t < p->row_tiles * p->k_tiles; t++) {
         int64_t rt = t / p->k_tiles, kt = t % p->k_tiles;
         for (int lane = 0; lane < 32; lane++) {
-            int gid = lane >> 2, tig = lane & 3;
             for (int i = 0; i < 4; i++) {
-                int upper = i & 1, chunk = tig + 4 * (i >> 1);
-                int64_t row = rt * VNM_SPTC_ROWS + gid + 8 * upper;
-                /* The chunk's metadata sits with lane (gid, chunk / 4). */
-                uint32_t word = p->meta[t * VNM_SPTC_TILE_META + 2 * gid + chunk / 4];
-                unsigned nib = (word >> (16 * upper + 4 * (chunk % 4))) & 0xf;
+                int rr = vnm_a_row(lane, i), chunk = vnm_a_chunk(lane, i);
+                int64_t row = rt * VNM_SPTC_ROWS + rr;
+                unsigned nib = vnm_meta_nibble(p->meta + t * VNM_SPTC_TILE_META, rr, chunk);
                 unsigned pos[2] = {nib & 3, nib >> 2};
                 if (pos[0] >= pos[1])
                     return vn__err(VN_ERR_FORMAT, "vnm_sptc_decode: tile %lld, lane %d, register "
                                    "%d: metadata nibble 0x%x does not hold two ascending "
                                    "positions", (long long)t, lane, i, nib);
                 for (int h = 0; h < 2; h++) {
-                    uint16_t bits = p->values[t * VNM_SPTC_TILE_VALUES + lane * 8 + 2 * i + h];
+                    uint16_t bits = p->values[t * VNM_SPTC_TILE_VALUES + vnm_a_value(lane, i, h)];
                     float v = p->dtype == VN_BF16 ? vn__bf16_to_f32(bits) : vn__f16_to_f32(bits);
                     int64_t cc = kt * VNM_SPTC_COLS + 4 * chunk + pos[h];
                     int64_t col = row < p->R ? p->gather[(row / p->V) * ccols + cc] : -1;

@@ -3,7 +3,9 @@
  * {bf16,f16}.{bf16,f16}.f32 with sparsity selector 0, built on the host
  * (vnm_sptc.c) and read by the CUDA kernels (kernels/vnm_sptc.cu), plus a
  * host decoder that reads the packed arrays the way the hardware does so
- * the packing is tested without a GPU (tests/c/test_vnm_sptc.c).
+ * the packing is tested without a GPU (tests/c/test_vnm_sptc.c). The
+ * fragment and metadata indices are functions of kernels/vnm_sptc_index.h,
+ * shared by this packing, the kernels and their host emulator.
  *
  * The idea (VENOM, Castro et al., SC'23): the V rows of a block share the 4
  * kept columns of each group of M, so block b's rows, restricted to those

@@ -1,14 +1,17 @@
 #!/bin/sh
-# device-check.sh — everything venom checks on a GPU machine, in one run of a
-# few minutes (see ../../../shared/GPU.md and the "GPU (H200)" section of
-# bench/RESULTS.md): unpack the Debian dependencies from .deps/ into a prefix,
-# build with CUDA, run the GPU tests and the C tests, the GPU benchmarks and
-# one timed epoch of the main job on the GPU (dense and --sparse 64:2:8) and
-# on the CPU, tutorial 8's CNN on the GPU (conv, pooling and batch-norm
-# kernels), then print a short table last.
+# device-check.sh — everything venom checks on a GPU machine, in two parts that
+# each fit about 6 minutes on a 16-core machine (see ../../../shared/GPU.md and
+# the "GPU (H200)" section of bench/RESULTS.md). Each part unpacks the Debian
+# dependencies from .deps/ into a prefix, configures and builds with CUDA (a
+# part 2 on a machine still warm from part 1 reuses its build: make finds
+# nothing to do), runs its steps and prints a short table last. Part 2 includes tutorial 8's
+# CNN on the GPU (conv, pooling and batch-norm kernels).
 #
-#   sh tests/gpu/device-check.sh          # from the repository root
+#   sh tests/gpu/device-check.sh part1    # build, GPU tests, V:N:M kernel benchmark
+#   sh tests/gpu/device-check.sh part2    # epochs (GPU dense and 64:2:8, CPU), layer
+#                                          # benchmark, GEMM/bandwidth, PyTorch, C tests
 #   sh tests/gpu/device-check.sh build    # deps + configure + build only
+#   sh tests/gpu/device-check.sh          # both parts, one after the other
 #
 # The machine needs CUDA (nvcc, cuBLAS), CMake >= 3.20, a C compiler, make
 # and Python; the Debian packages come as .deb files in .deps/ (the list is
@@ -17,13 +20,14 @@
 #
 # Every step runs even when an earlier one failed; each step's output goes to
 # its own log under $OUT/device-check (or $BUILD/device-check-log), and the
-# exit status is nonzero when any step failed. Environment: BUILD (build
-# directory, default build-gpu), DEPS, JOBS (16), CPU_LIMIT (images of the
-# CPU epoch, default 60000 = all; the ratio is taken from images/s),
-# GPU_EPOCHS (default 1; the table shows the last epoch, so 2 leaves out the
-# first epoch's one-time CUDA and cuBLAS set-up),
-# DC_BUDGET (seconds for the whole run, default 500: a step that would start
-# later is marked NOTIME, and each step's limit is cut to what is left).
+# exit status is nonzero when any step failed. Benchmarks write line-buffered
+# output (setvbuf), so a step killed at its limit keeps its finished rows.
+# Environment: BUILD (build directory, default build-gpu), DEPS, JOBS (16),
+# CPU_LIMIT (images of the CPU epoch, default 60000 = all; the ratio is taken
+# from images/s), GPU_EPOCHS (default 1; the table shows the last epoch, so 2
+# leaves out the first epoch's one-time CUDA and cuBLAS set-up), DC_BUDGET
+# (seconds for one part, default 340: a step that would start later is marked
+# NOTIME, and each step's limit is cut to what is left).
 set -eu
 
 cd "$(dirname "$0")/../.."
@@ -125,15 +129,29 @@ EOF
     echo "ok: $DEPS ($(du -sh "$DEPS" | cut -f1))"
 }
 
-# The machine: card and driver, toolchain, glibc (the packages need >= 2.34).
+# The machine: card and driver, toolchain, glibc (the packages need >= 2.34),
+# and the CUDA libraries the build links (cuBLAS, cuBLASLt, the static
+# runtime), listed before configuring so that a missing one is seen here.
 step_info() {
     export LD_LIBRARY_PATH="$DC_ORIG_LD"
     uname -a
-    ldd --version 2>&1 | head -1 || true
+    echo "glibc: $(ldd --version 2>&1 | head -1 || echo '?')"
+    ls /lib/x86_64-linux-gnu/libc.so.6 /usr/lib/x86_64-linux-gnu/libc.so.6 2>/dev/null || true
     echo "cores: $(nproc 2>/dev/null || echo '?')"
     cc --version 2>&1 | head -1 || true
     cmake --version | head -1 || true
     find_nvcc && "$NVCC" --version | tail -2 || echo "nvcc: not found"
+    echo "CUDA libraries (libcublas*, libcudart_static*):"
+    libs=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+        /usr/lib/x86_64-linux-gnu ${NVCC:+$(dirname "$(dirname "$NVCC")")/lib64}; do
+        [ -d "$d" ] || continue
+        libs="$libs$(ls "$d"/libcublas* "$d"/libcudart_static* 2>/dev/null || true)
+"
+    done
+    libs=$(echo "$libs" | grep -v '^$' | sort -u)
+    if [ -n "$libs" ]; then echo "$libs" | sed 's/^/  /'; else echo "  none found"; fi
+    echo "$libs" | grep -q 'libcublas\.' || echo "device-check: no libcublas on this image: the build will stop at configure (cuBLAS is required for the CUDA backend)"
     if have nvidia-smi; then
         nvidia-smi || true
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv || true
@@ -278,7 +296,7 @@ step_vnm_gpu() {
 step_torch_ops() {
     export LD_LIBRARY_PATH="$DC_ORIG_LD"
     if ! python3 -c 'import torch' 2>/dev/null; then echo "no PyTorch: skipped"; exit 0; fi
-    python3 bench/torch_ops.py
+    python3 -u bench/torch_ops.py
 }
 step_epoch_gpu() {
     "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cuda --epochs "$GPU_EPOCHS" --root "$DATA"
@@ -312,7 +330,7 @@ esac
 if [ -z "${VENOM_DC_INNER:-}" ]; then
     mkdir -p "$LOG"
     rm -f "$LOG/rc"
-    { rc=0; VENOM_DC_INNER=1 sh "$SELF" "$@" || rc=$?; echo "$rc" > "$LOG/rc"; } 2>&1 | tee "$LOG/device-check.log"
+    { rc=0; VENOM_DC_INNER=1 sh "$SELF" "$@" || rc=$?; echo "$rc" > "$LOG/rc"; } 2>&1 | tee "$LOG/device-check-${1:-all}.log"
     exit "$(cat "$LOG/rc" 2>/dev/null || echo 1)"
 fi
 
@@ -344,24 +362,35 @@ run() {
     printf '==== %s: %s (exit %s, %ss)\n' "$name" "$st" "$rc" "$secs"
 }
 
-# Most important first; DC_BUDGET (default 500 s) caps the whole run, so that
-# the table comes out before the device runner's own limit.
-DC_BUDGET=${DC_BUDGET:-500}
+# Most important first; DC_BUDGET (default 340 s) caps one part, so that its
+# table comes out before the device runner's own limit. A part starts with
+# the machine's inventory and the build (nothing to do when the build of an
+# earlier part is still there).
+DC_BUDGET=${DC_BUDGET:-340}
+PART=${1:-all}
+case "$PART" in part1 | part2 | build | all) ;; *) echo "usage: device-check.sh [part1|part2|build]"; exit 2 ;; esac
 run info 60
-run deps 120
-run configure 180
-run build 300
-if [ "${1:-all}" != build ]; then
-    run gpu-tests 240
-    run vnm_gpu 150
-    run epoch_gpu 180
-    run epoch_gpu_sparse 120
-    run sparse_layer 90
-    run cnn_gpu 90
-    run cuda_ops 180
-    run epoch_cpu 120
-    run c-tests 120
-    run torch_ops 120
+if [ -f "$DEPS/usr/include/luajit-2.1/lua.h" ] && [ "$PART" = part2 ]; then
+    echo "deps: $DEPS already unpacked (warm machine)"
+else
+    run deps 120
+fi
+run configure 120
+run build 240
+if [ "$PART" = part1 ] || [ "$PART" = all ]; then
+    run gpu-tests 180
+    run vnm_gpu 120
+fi
+if [ "$PART" = all ]; then T0=$(date +%s); fi # part 2 gets its own budget
+if [ "$PART" = part2 ] || [ "$PART" = all ]; then
+    run epoch_gpu 90
+    run epoch_gpu_sparse 90
+    run sparse_layer 60
+    run cnn_gpu 60
+    run cuda_ops 90
+    run epoch_cpu 60
+    run torch_ops 60
+    run c-tests 90
 fi
 
 # ---- the table ----------------------------------------------------------------
@@ -377,8 +406,9 @@ speedup=$(echo "$eg $ec" | awk 'NF == 4 && $4 > 0 { printf "%.1fx (images/s)", $
 failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt")
 {
     echo
-    echo "==== device-check summary ($(( $(date +%s) - T0 )) s) ===="
+    echo "==== device-check $PART summary ===="
     printf '| %-40s | %s\n' "card, driver" "${gpu:-no nvidia-smi}"
+    printf '| %-40s | %s\n' "V:N:M kernels (vnm_gpu)" "$(grep -c '^|' "$LOG/vnm_gpu.log" 2>/dev/null || echo 0) table rows in vnm_gpu.log"
     printf '| %-40s | %s\n' "GPU tests" "$(cat "$LOG/gpu-tests.summary" 2>/dev/null || echo 'not run')"
     printf '| %-40s | %s\n' "C tests (CPU suite)" "$(cat "$LOG/c-tests.summary" 2>/dev/null || echo 'not run')"
     printf '| %-40s | %s\n' "GEMM bf16 8192^3 venom autocast" "$(val gemm_bf16_venom_8192x8192x8192) TFLOP/s of 790"
@@ -398,5 +428,5 @@ failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt
     printf '| %-40s | %s\n' "steps (status, seconds)" "$(awk '{ printf "%s%s %s %ss", sep, $1, $2, $4; sep = ", " }' "$LOG/steps.txt")"
     printf '| %-40s | %s\n' "steps failed" "${failed:-none}"
     echo "logs: $LOG"
-} | tee "$LOG/summary.txt"
+} | tee "$LOG/summary-$PART.txt"
 [ -z "$failed" ]

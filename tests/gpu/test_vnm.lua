@@ -92,6 +92,45 @@ do
   if wy then close(wy, venom.vnm_linear(wx, wide, wv), TOL, "M=256: the forward runs on CUDA") end
 end
 
+-- The packed values are cached per version of the values tensor: an in-place
+-- write between two calls (copy_, as an optimizer step does) is seen.
+do
+  local s = venom.vnm_from_dense(G.randn_nz(48, 64), 16, 2, 8)
+  local v, v2 = round(s:values(), "bf16"), round(G.randn_nz(48, 16), "bf16")
+  local x = round(G.randn_nz(6, 64), "bf16")
+  local vg, xg = v:cuda(), x:cuda()
+  local y1 = try("packed cache", function() return venom.vnm_spmm(s, vg, xg) end)
+  if y1 then
+    close(y1, venom.vnm_spmm(s, v, x), TOL, "packed cache: first call")
+    vg:copy_(v2:cuda())
+    close(venom.vnm_spmm(s, vg, xg), venom.vnm_spmm(s, v2, x), TOL,
+      "packed cache: values written in place are packed again")
+  end
+end
+
+-- dX with an Inf in dY: the CPU multiplies kept weights only, so a column no
+-- row of that block keeps stays finite; the GPU must not turn 0 · Inf into NaN.
+do
+  local s = venom.vnm_from_dense(G.randn_nz(32, 64), 16, 2, 8)
+  local v = round(s:values(), "bf16")
+  local dy = round(G.randn_nz(4, 32), "bf16")
+  dy:narrow(1, 2, 1):narrow(2, 3, 1):fill_(math.huge)
+  local dx = try("dx with Inf", function() return venom.vnm_spmm_t(s, v:cuda(), dy:cuda()) end)
+  if dx then
+    local want, got = venom.vnm_spmm_t(s, v, dy):totable(), dx:cpu():totable()
+    local bad = 0
+    for i = 1, #want do
+      for j = 1, #want[i] do
+        local w, g = want[i][j], got[i][j]
+        if (w == w) and (g ~= g) then bad = bad + 1 end
+      end
+    end
+    tap.is(bad, 0, "dX with an Inf in dY: no NaN where the CPU is not NaN")
+    close(dx:narrow(1, 1, 1), venom.vnm_spmm_t(s, v, dy):narrow(1, 1, 1), TOL,
+      "... and a row of dY without Inf gives the CPU's dX")
+  end
+end
+
 -- Inputs that start to require a gradient after the forward: the backward
 -- rebuilds what the forward did not keep (the packed values, Xᵀ).
 do

@@ -1,0 +1,704 @@
+/* The host emulator of the V:N:M Sparse Tensor Core kernels
+ * (kernels/vnm_sptc.cu: k_spmm, k_spmm_t, k_sddmm). It replays each
+ * kernel's exact tile schedule on the CPU, CTA by CTA, through the same
+ * index functions the kernel calls (kernels/vnm_sptc_index.h): the copies
+ * thread by thread into a model of shared memory (poisoned first, bounds
+ * checked), ldmatrix with the addresses each lane gives, mma.sp and mma with
+ * the fragments each lane holds, and the epilogue's writes. The instructions
+ * themselves are software models written here from the PTX ISA's
+ * definitions ("Matrix Fragments for sparse mma.m16n8k32 with .f16 and .bf16
+ * types", "Sparse matrix storage", "Matrix Fragments for mma.m16n8k16",
+ * "ldmatrix"), not from the kernels' helpers, so a disagreement between a
+ * helper and the ISA shows up as a wrong result. The result is compared
+ * with the CPU V:N:M kernel on the same bf16/f16-rounded operands, for every
+ * (V, M) in {16, 32, 64, 128} × {4, 5, 8, 16, 32}, rows, columns and
+ * batches that fill no block, group or tile.
+ *
+ * What a GPU run still has to prove: that the hardware follows the ISA as
+ * modelled here (and its speed). */
+#include "gradcheck.h"
+#include "vnm_random.h"
+#include "vnm_sptc.h"
+#include "vnm_sptc_index.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- software instructions (PTX ISA) -------------------------------------------- */
+
+static float half_to_f32(uint16_t bits, vn_dtype dt)
+{
+    return dt == VN_BF16 ? vn__bf16_to_f32(bits) : vn__f16_to_f32(bits);
+}
+
+/* Shared memory of one CTA: bytes, poisoned with 0xff (a NaN in bf16 and
+ * f16, and an out-of-range gather entry) before each CTA. */
+typedef struct {
+    unsigned char *b;
+    size_t n;
+} emu_smem;
+
+static void *smem_at(const emu_smem *s, size_t off, size_t len, const char *what)
+{
+    if (off + len > s->n) fail_msg("%s: %zu bytes at shared offset %zu, past %zu", what, len, off, s->n);
+    return s->b + off;
+}
+
+/* cp.async.cg.shared.global 16 bytes: src (16-byte aligned) or zeros. */
+static void cp_async16(emu_smem *s, size_t dst, const void *src, bool valid, const void *lo,
+                       const void *hi)
+{
+    if (dst % 16) fail_msg("cp.async: shared offset %zu not 16-byte aligned", dst);
+    unsigned char *d = smem_at(s, dst, 16, "cp.async");
+    if (!valid) {
+        memset(d, 0, 16);
+        return;
+    }
+    const unsigned char *p = src;
+    if ((uintptr_t)p % 16 || p < (const unsigned char *)lo || p + 16 > (const unsigned char *)hi)
+        fail_msg("cp.async: global source out of its array or misaligned");
+    memcpy(d, p, 16);
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane 8m + i gives the
+ * address (byte offset) of row i of matrix m, 8 b16 elements, 16-byte
+ * aligned. Without .trans, lane l receives row l / 4, elements 2(l % 4) and
+ * 2(l % 4) + 1 of each matrix; .trans delivers the transpose, so lane l
+ * receives, in register m, elements (row 2(l % 4), column l / 4) and (row
+ * 2(l % 4) + 1, column l / 4) of matrix m, the first in the low half. */
+static void sw_ldmatrix_x4_trans(const emu_smem *s, const size_t addr[32], uint32_t out[32][4])
+{
+    for (int l = 0; l < 32; l++)
+        if (addr[l] % 16) fail_msg("ldmatrix: lane %d address %zu not 16-byte aligned", l, addr[l]);
+    /* Each 8×8 matrix is one shared-memory wavefront when its 8 rows sit in
+     * 8 different groups of 4 banks (16 bytes of the 128-byte bank line):
+     * what the swizzle of the X tile is for. */
+    for (int m = 0; m < 4; m++) {
+        unsigned seen = 0;
+        for (int i = 0; i < 8; i++) seen |= 1u << (addr[8 * m + i] / 16 % 8);
+        if (seen != 0xff) fail_msg("ldmatrix: matrix %d's rows share banks (groups 0x%02x)", m, seen);
+    }
+    for (int m = 0; m < 4; m++)
+        for (int l = 0; l < 32; l++) {
+            uint16_t v[2];
+            for (int h = 0; h < 2; h++) {
+                const uint16_t *row = smem_at(s, addr[8 * m + 2 * (l % 4) + h], 16, "ldmatrix");
+                v[h] = row[l / 4];
+            }
+            out[l][m] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
+        }
+}
+
+/* mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}.f32,
+ * sparsity selector 0: d[l] += A·B for the warp's fragments.
+ *   A: lane l's 4 registers hold a0..a7 (two per register, low half
+ *      first) of the 16 × 16 compressed A: row gid for a0, a1, a4, a5 and
+ *      gid + 8 otherwise; compressed column 2·tig + (k & 1), + 8 for k ≥ 4.
+ *      Compressed columns 2c, 2c + 1 are the two kept values of the 4-wide
+ *      chunk c of the row.
+ *   metadata: with selector 0, lanes with tig 0 and 1 hold it: lane (gid,
+ *      0) chunks 0..3, lane (gid, 1) chunks 4..7; bits 0–15 row gid, 16–31
+ *      row gid + 8; within a half, chunk c % 4 in bits 4(c % 4)..+3, the
+ *      position (0..3) of its first kept value in the low 2 bits, of the
+ *      second in the high 2; ordered metadata wants them ascending.
+ *   B: lane l's 4 registers hold b0..b7: row 2·tig + (k & 1) + 8·(k / 2),
+ *      column gid.
+ *   C/D: c0..c3: row gid (+8 for c2, c3), column 2·tig + (k & 1).
+ * Products are exact in f32 (16-bit inputs); sums are f32 in k order. */
+static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][4],
+                      const uint32_t e[32], vn_dtype dt)
+{
+    float A[16][32] = {{0}}, Bm[32][8];
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 8; k++) {
+            int row = (k % 4 < 2) ? gid : gid + 8;
+            int ccol = 2 * tig + (k & 1) + (k >= 4 ? 8 : 0), chunk = ccol / 2;
+            uint32_t word = e[4 * gid + chunk / 4];
+            unsigned nib = (word >> ((row >= 8 ? 16 : 0) + 4 * (chunk % 4))) & 0xf;
+            unsigned p0 = nib & 3, p1 = nib >> 2;
+            if (p0 >= p1) fail_msg("mma.sp: row %d chunk %d: metadata nibble 0x%x is not two "
+                                   "ascending positions", row, chunk, nib);
+            uint16_t bits = (uint16_t)(a[l][k / 2] >> (16 * (k & 1)));
+            A[row][4 * chunk + ((ccol & 1) ? p1 : p0)] = half_to_f32(bits, dt);
+            Bm[2 * tig + (k & 1) + 8 * (k / 2)][gid] = half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
+        }
+    }
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 4; k++) {
+            int row = gid + (k >= 2 ? 8 : 0), col = 2 * tig + (k & 1);
+            float sum = d[l][k];
+            for (int kk = 0; kk < 32; kk++) sum += A[row][kk] * Bm[kk][col];
+            d[l][k] = sum;
+        }
+    }
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32: d[l] += A·B.
+ *   A (16 × 16): lane l's registers hold a0..a7 (two per register, low half
+ *      first): row gid for a0, a1, a4, a5, else gid + 8; column 2·tig +
+ *      (k & 1), + 8 for k ≥ 4.
+ *   B (16 × 8): b0..b3: row 2·tig + (k & 1), + 8 for k ≥ 2; column gid.
+ *   C/D: as for mma.sp. */
+static void sw_mma16(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2], vn_dtype dt)
+{
+    float A[16][16], Bm[16][8];
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 8; k++) {
+            int row = (k % 4 < 2) ? gid : gid + 8, col = 2 * tig + (k & 1) + (k >= 4 ? 8 : 0);
+            A[row][col] = half_to_f32((uint16_t)(a[l][k / 2] >> (16 * (k & 1))), dt);
+        }
+        for (int k = 0; k < 4; k++)
+            Bm[2 * tig + (k & 1) + (k >= 2 ? 8 : 0)][gid] =
+                half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
+    }
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 4; k++) {
+            int row = gid + (k >= 2 ? 8 : 0), col = 2 * tig + (k & 1);
+            float sum = d[l][k];
+            for (int kk = 0; kk < 16; kk++) sum += A[row][kk] * Bm[kk][col];
+            d[l][k] = sum;
+        }
+    }
+}
+
+/* Two b16 at element offset off of a shared array of n elements, as one
+ * register (ld_pair: 4-byte aligned). */
+static uint32_t pair_at(const uint16_t *base, size_t n, size_t off)
+{
+    if (off % 2 || off + 2 > n) fail_msg("ld_pair at %zu of %zu: misaligned or out of range", off, n);
+    return (uint32_t)base[off] | (uint32_t)base[off + 1] << 16;
+}
+
+/* ---- k_spmm replayed ---------------------------------------------------------------- */
+
+typedef struct {
+    const vnm_sptc *p;
+    const uint16_t *xt;
+    int64_t ldx, B;
+    const float *bias;
+    float *y;
+} spmm_args;
+
+/* fwd_load_stage of the kernel, thread by thread. */
+static void emu_fwd_load_stage(emu_smem *s, size_t base, const spmm_args *g, const int32_t *gk,
+                               int64_t r0, int64_t n0, int64_t kt, int BM)
+{
+    const vnm_sptc *p = g->p;
+    const int BN = VNM_FWD_BN(BM);
+    size_t vs = base + 2 * (size_t)vnm_fwd_xs_elems(BM), ms = vs + 2 * (size_t)vnm_fwd_vs_elems(BM);
+    const uint16_t *xend = g->xt + p->K * g->ldx;
+    size_t ntiles = (size_t)(p->row_tiles * p->k_tiles);
+    for (int tid = 0; tid < VNM_FWD_THREADS; tid++)
+        for (int q = tid; q < vnm_fwd_copies(BM); q += VNM_FWD_THREADS) {
+            vnm_copy c = vnm_fwd_copy(q, BM);
+            if (c.kind == VNM_COPY_X) {
+                int32_t col = gk[c.row];
+                int64_t n = n0 + c.piece;
+                bool valid = col >= 0 && n < g->B;
+                if (col >= p->K) fail_msg("gather entry %d beyond K=%lld", col, (long long)p->K);
+                cp_async16(s, base + 2 * (size_t)vnm_fwd_xs_at(c.row, c.piece, BN),
+                           valid ? g->xt + col * g->ldx + n : g->xt, valid, g->xt, xend);
+                continue;
+            }
+            if (r0 / 16 + c.row >= p->row_tiles) continue;
+            int64_t t = vnm_tile(r0, c.row, kt, p->k_tiles);
+            if (c.kind == VNM_COPY_A)
+                cp_async16(s, vs + 2 * (size_t)(c.row * 256 + c.piece * 8),
+                           p->values + t * 256 + c.piece * 8, true, p->values, p->values + ntiles * 256);
+            else
+                cp_async16(s, ms + 4 * (size_t)(c.row * 16 + c.piece * 4), p->meta + t * 16 + c.piece * 4,
+                           true, p->meta, p->meta + ntiles * 16);
+        }
+}
+
+/* k_spmm<BM> over its whole grid. */
+static void emu_spmm(const spmm_args *g)
+{
+    const vnm_sptc *p = g->p;
+    const int BM = vnm_fwd_bm(p->V), BN = VNM_FWD_BN(BM), MT = VNM_FWD_MT(BM), NT = VNM_FWD_NT;
+    const size_t SB = (size_t)vnm_fwd_stage_bytes(BM);
+    const int64_t gbytes = vnm_fwd_gather_bytes(p->k_tiles), ccols = p->k_tiles * 32;
+    emu_smem s = {.n = VNM_FWD_STAGES * SB + (size_t)gbytes};
+    s.b = malloc(s.n);
+    float(*acc)[32][4] = malloc(sizeof *acc * 8 * MT * NT); /* [warp][mi][j] */
+    uint32_t(*bf)[32][4] = malloc(sizeof *bf * NT);
+    assert_non_null(s.b);
+    int64_t gx = (p->row_tiles * 16 + BM - 1) / BM, gy = (g->B + BN - 1) / BN;
+    for (int64_t bx = 0; bx < gx; bx++)
+        for (int64_t by = 0; by < gy; by++) {
+            memset(s.b, 0xff, s.n);
+            memset(acc, 0, sizeof *acc * 8 * MT * NT);
+            int64_t r0 = vnm_fwd_row0(bx, BM), n0 = vnm_fwd_batch0(by, BM);
+            const int32_t *gather = p->gather + r0 / p->V * ccols;
+            if (gbytes) { /* the kernel's 16-byte copies of the gather row */
+                size_t gs = VNM_FWD_STAGES * SB;
+                for (int64_t q = 0; q < ccols / 4; q++)
+                    cp_async16(&s, gs + 16 * (size_t)q, gather + 4 * q, true, p->gather,
+                               p->gather + p->nblocks * ccols);
+                gather = (const int32_t *)(s.b + gs);
+            }
+            for (int st = 0; st < VNM_FWD_STAGES - 1; st++)
+                if (st < p->k_tiles) emu_fwd_load_stage(&s, st * SB, g, gather + st * 32, r0, n0, st, BM);
+            for (int64_t kt = 0; kt < p->k_tiles; kt++) {
+                int64_t next = kt + VNM_FWD_STAGES - 1; /* issued before the compute, as on the GPU */
+                if (next < p->k_tiles)
+                    emu_fwd_load_stage(&s, vnm_fwd_slot(next) * SB, g, gather + next * 32, r0, n0,
+                                       next, BM);
+                size_t st = vnm_fwd_slot(kt) * SB, vs = st + 2 * (size_t)vnm_fwd_xs_elems(BM);
+                size_t ms = vs + 2 * (size_t)vnm_fwd_vs_elems(BM);
+                for (int warp = 0; warp < 8; warp++) {
+                    for (int j = 0; j < NT; j++) {
+                        size_t addr[32];
+                        for (int l = 0; l < 32; l++) addr[l] = st + 2 * (size_t)vnm_fwd_ldm_at(l, warp, j, BM);
+                        sw_ldmatrix_x4_trans(&s, addr, bf[j]);
+                    }
+                    int wr = vnm_fwd_warp_row(warp, BM);
+                    int64_t left = p->row_tiles - (r0 + wr) / 16;
+                    for (int mi = 0; mi < MT && mi < left; mi++) {
+                        int m = wr / 16 + mi;
+                        uint32_t a[32][4], e[32];
+                        for (int l = 0; l < 32; l++) {
+                            memcpy(a[l], smem_at(&s, vs + 2 * (size_t)(m * 256 + vnm_a_value(l, 0, 0)), 16, "A"), 16);
+                            memcpy(&e[l], smem_at(&s, ms + 4 * (size_t)(m * 16 + vnm_meta_word_lane(l)), 4, "E"), 4);
+                        }
+                        for (int j = 0; j < NT; j++) sw_mma_sp(acc[(warp * MT + mi) * NT + j], a, bf[j], e, p->dtype);
+                    }
+                }
+            }
+            for (int warp = 0; warp < 8; warp++) {
+                int64_t left = p->row_tiles - (r0 + vnm_fwd_warp_row(warp, BM)) / 16;
+                for (int mi = 0; mi < MT && mi < left; mi++)
+                    for (int j = 0; j < NT; j++)
+                        for (int l = 0; l < 32; l++)
+                            for (int i = 0; i < 4; i++) {
+                                int64_t r = r0 + vnm_fwd_out_row(l, warp, mi, i, BM);
+                                int64_t n = n0 + vnm_fwd_out_batch(l, warp, j, i, BM);
+                                if (r < p->R && n < g->B)
+                                    g->y[n * p->R + r] = acc[(warp * MT + mi) * NT + j][l][i] +
+                                                         (g->bias ? g->bias[r] : 0.0f);
+                            }
+            }
+        }
+    free(bf);
+    free(acc);
+    free(s.b);
+}
+
+/* ---- k_spmm_t replayed ---------------------------------------------------------------- */
+
+/* k_spmm_t<BN, KT> over its whole grid: dx (B × K) = dY (B × R, 16-bit) · W. */
+static void emu_spmm_t(const vnm_sptc *p, const uint16_t *dy, int64_t B, float *dx)
+{
+    int BN = 16, KT = 1;
+    assert_true(vnm_dxt_config(p->V, p->M, &BN, &KT));
+    const int V = (int)p->V, ldv = vnm_dxt_ld(p->V), MTB = BN / 16;
+    const int64_t span = (int64_t)KT * 8 * p->M, ccols = p->k_tiles * 32;
+    const uint16_t EXP_MASK = p->dtype == VN_BF16 ? 0x7f80 : 0x7c00;
+    const size_t ndys = (size_t)BN * ldv, nwc = (size_t)KT * 32 * ldv;
+    float *accs = malloc((size_t)(BN * span) * sizeof *accs);
+    uint16_t *dys = malloc(ndys * 2), *wc = malloc(nwc * 2);
+    float(*d)[32][4] = malloc(sizeof *d * 4 * MTB * KT); /* [warp][m][j] */
+    for (int64_t bx = 0; bx < (p->k_tiles + KT - 1) / KT; bx++)
+        for (int64_t by = 0; by < (B + BN - 1) / BN; by++) {
+            const int64_t kt0 = bx * KT, n0 = by * BN, col0 = kt0 * 8 * p->M;
+            for (int64_t q = 0; q < BN * span; q++) accs[q] = 0;
+            for (int64_t b = 0; b < p->nblocks; b++) {
+                const int64_t r0 = b * p->V;
+                memset(dys, 0xff, ndys * 2);
+                memset(wc, 0xff, nwc * 2);
+                int inf_or_nan = 0;
+                for (int q = 0; q < BN * V; q++) {
+                    int n = q / V, r = q % V;
+                    bool in = n0 + n < B && r0 + r < p->R;
+                    uint16_t h = in ? dy[(n0 + n) * p->R + r0 + r] : 0;
+                    inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
+                    dys[n * ldv + r] = h;
+                }
+                memset(wc, 0, nwc * 2);
+                for (int q = 0; q < (V / 16) * KT * 128; q++) {
+                    vnm_dxt_item it = vnm_dxt_decode_item(q, KT);
+                    int64_t kt = kt0 + it.kk;
+                    if (kt >= p->k_tiles || r0 / 16 + it.mt >= p->row_tiles) continue;
+                    int64_t t = vnm_tile(r0, it.mt, kt, p->k_tiles);
+                    int rr = vnm_a_row(it.lane, it.i), ch = vnm_a_chunk(it.lane, it.i);
+                    unsigned nib = vnm_meta_nibble(p->meta + t * 16, rr, ch);
+                    const uint16_t *v = p->values + t * 256 + vnm_a_value(it.lane, it.i, 0);
+                    int c = it.kk * 32 + 4 * ch, r = it.mt * 16 + rr;
+                    wc[(c + (nib & 3)) * ldv + r] = v[0];
+                    wc[(c + (nib >> 2)) * ldv + r] = v[1];
+                }
+                if (inf_or_nan) { /* spmm_t_kept_only */
+                    for (int q = 0; q < BN * KT * 32; q++) {
+                        int n = q / (KT * 32), c = q % (KT * 32);
+                        int64_t cc = kt0 * 32 + c;
+                        int32_t col = cc < ccols ? p->gather[b * ccols + cc] : -1;
+                        if (col < 0) continue;
+                        float sum = 0;
+                        for (int r = 0; r < V && r0 + r < p->R; r++) {
+                            int64_t t = vnm_tile(r0, r / 16, cc / 32, p->k_tiles);
+                            unsigned nib = vnm_meta_nibble(p->meta + t * 16, r % 16, (int)(cc % 32) / 4);
+                            if (vnm_kept(nib, (int)(cc % 4)))
+                                sum += half_to_f32(dys[n * ldv + r], p->dtype) *
+                                       half_to_f32(wc[c * ldv + r], p->dtype);
+                        }
+                        accs[n * span + (col - col0)] += sum;
+                    }
+                    continue;
+                }
+                memset(d, 0, sizeof *d * 4 * MTB * KT);
+                for (int warp = 0; warp < 4; warp++)
+                    for (int k = 0; k < V; k += 16)
+                        for (int m = 0; m < MTB; m++) {
+                            uint32_t a[32][4], bb[32][2];
+                            for (int l = 0; l < 32; l++)
+                                for (int i = 0; i < 4; i++)
+                                    a[l][i] = pair_at(dys, ndys, (size_t)((16 * m + vnm_mma16_a_row(l, i)) * ldv + k +
+                                                                          vnm_mma16_a_col(l, i)));
+                            for (int j = 0; j < KT; j++) {
+                                for (int l = 0; l < 32; l++) {
+                                    size_t col = (size_t)(8 * vnm_dxt_ntile(warp, j) + vnm_mma16_b_n(l)) * ldv + k;
+                                    bb[l][0] = pair_at(wc, nwc, col + vnm_mma16_b_k(l, 0));
+                                    bb[l][1] = pair_at(wc, nwc, col + vnm_mma16_b_k(l, 1));
+                                }
+                                sw_mma16(d[(warp * MTB + m) * KT + j], a, bb, p->dtype);
+                            }
+                        }
+                for (int warp = 0; warp < 4; warp++)
+                    for (int m = 0; m < MTB; m++)
+                        for (int j = 0; j < KT; j++)
+                            for (int l = 0; l < 32; l++)
+                                for (int i = 0; i < 4; i++) {
+                                    int n = 16 * m + vnm_c_row(l, i);
+                                    int c = 8 * vnm_dxt_ntile(warp, j) + vnm_c_col(l, i);
+                                    int64_t cc = kt0 * 32 + c;
+                                    int32_t col = cc < ccols ? p->gather[b * ccols + cc] : -1;
+                                    if (col >= 0) accs[n * span + (col - col0)] += d[(warp * MTB + m) * KT + j][l][i];
+                                }
+            }
+            for (int64_t q = 0; q < BN * span; q++) {
+                int64_t n = q / span, col = col0 + q % span;
+                if (n0 + n < B && col < p->K) dx[(n0 + n) * p->K + col] = accs[q];
+            }
+        }
+    free(d);
+    free(wc);
+    free(dys);
+    free(accs);
+}
+
+/* ---- k_sddmm replayed ------------------------------------------------------------------ */
+
+/* k_sddmm<MT> over its whole grid: dv (R × 2G) = dYᵀ·X at the kept positions. */
+static void emu_sddmm(const vnm_sptc *p, const uint16_t *dy, const uint16_t *xt, int64_t ldx,
+                      int64_t B, float *dv)
+{
+    const int MT = vnm_sddmm_mt(p->V), LD = VNM_SDDMM_LD, CH = VNM_SDDMM_CHUNK;
+    const size_t ndyt = (size_t)16 * MT * LD, nxs = (size_t)32 * LD;
+    uint16_t *dyt = malloc(ndyt * 2), *xs = malloc(nxs * 2);
+    float(*acc)[32][4] = malloc(sizeof *acc * 4 * MT); /* [warp][m] */
+    for (int64_t bx = 0; bx < (p->row_tiles + MT - 1) / MT; bx++)
+        for (int64_t kt = 0; kt < p->k_tiles; kt++) {
+            const int64_t rt0 = bx * MT, r0 = rt0 * 16;
+            const int32_t *gather = p->gather + r0 / p->V * p->k_tiles * 32 + kt * 32;
+            memset(acc, 0, sizeof *acc * 4 * MT);
+            for (int64_t n0 = 0; n0 < B; n0 += CH) {
+                memset(dyt, 0xff, ndyt * 2);
+                memset(xs, 0xff, nxs * 2);
+                for (int q = 0; q < 16 * MT * CH; q++) {
+                    int n = q / (16 * MT), r = q % (16 * MT);
+                    bool in = n0 + n < B && r0 + r < p->R;
+                    dyt[r * LD + n] = in ? dy[(n0 + n) * p->R + r0 + r] : 0;
+                }
+                for (int q = 0; q < 32 * CH; q++) {
+                    int c = q / CH, n = q % CH;
+                    int32_t col = gather[c];
+                    if (col >= p->K) fail_msg("gather entry %d beyond K=%lld", col, (long long)p->K);
+                    xs[c * LD + n] = col >= 0 && n0 + n < B ? xt[col * ldx + n0 + n] : 0;
+                }
+                for (int warp = 0; warp < 4; warp++)
+                    for (int kk = 0; kk < CH; kk += 16) {
+                        uint32_t a[32][4], b[32][2];
+                        for (int l = 0; l < 32; l++)
+                            for (int i = 0; i < 2; i++)
+                                b[l][i] = pair_at(xs, nxs, (size_t)((8 * warp + vnm_mma16_b_n(l)) * LD + kk +
+                                                                    vnm_mma16_b_k(l, i)));
+                        for (int m = 0; m < MT; m++) {
+                            for (int l = 0; l < 32; l++)
+                                for (int i = 0; i < 4; i++)
+                                    a[l][i] = pair_at(dyt, ndyt, (size_t)((16 * m + vnm_mma16_a_row(l, i)) * LD +
+                                                                          kk + vnm_mma16_a_col(l, i)));
+                            sw_mma16(acc[warp * MT + m], a, b, p->dtype);
+                        }
+                    }
+            }
+            for (int warp = 0; warp < 4; warp++)
+                for (int m = 0; m < MT; m++)
+                    for (int l = 0; l < 32; l++)
+                        for (int i = 0; i < 4; i++) {
+                            int rr = vnm_c_row(l, i), c = 8 * warp + vnm_c_col(l, i), ch = c >> 2;
+                            int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
+                            if (r >= p->R || g >= p->G) continue;
+                            unsigned nib = vnm_meta_nibble(p->meta + ((rt0 + m) * p->k_tiles + kt) * 16, rr, ch);
+                            float v = gather[c] >= 0 ? acc[warp * MT + m][l][i] : 0.0f;
+                            if ((int)(nib & 3) == (c & 3)) dv[r * 2 * p->G + 2 * g] = v;
+                            if ((int)(nib >> 2) == (c & 3)) dv[r * 2 * p->G + 2 * g + 1] = v;
+                        }
+        }
+    free(acc);
+    free(xs);
+    free(dyt);
+}
+
+/* ---- the comparison ------------------------------------------------------------------- */
+
+static uint16_t to_half(float v, vn_dtype dt)
+{
+    return dt == VN_BF16 ? vn__f32_to_bf16(v) : vn__f32_to_f16(v);
+}
+
+/* Rounds t (f32, CPU) in place to dt, and returns |t| (a new tensor) when
+ * want_abs. */
+static vn_tensor *round_in_place(vn_tensor *t, vn_dtype dt, bool want_abs)
+{
+    float *v = vn_tensor_data(t);
+    int64_t n = vn_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) v[i] = half_to_f32(to_half(v[i], dt), dt);
+    if (!want_abs) return NULL;
+    vn_tensor *a = vn_abs(t);
+    CHECK_PTR(a);
+    return a;
+}
+
+/* Values in ±[2^-8, 2^8): wide enough that rounding matters, narrow enough
+ * that f16 neither overflows nor goes subnormal in a product. */
+static vn_vnm *test_matrix(int64_t R, int64_t K, int64_t V, int64_t M, uint32_t seed)
+{
+    vn_vnm *s = random_vnm(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    float *v = vn_tensor_data(vals);
+    for (int64_t i = 0; i < vn_tensor_numel(vals); i++) v[i] = ldexpf(frexpf(v[i], &(int){0}), (int)(seed + i) % 16 - 7);
+    vn_tensor_release(vals);
+    return s;
+}
+
+/* The emulated forward against vn_vnm_spmm on the CPU with the same rounded
+ * operands: |got − want| ≤ 1e-5 · (|W|·|X|) elementwise (f32 sums of exact
+ * products in another order), bias added. */
+static void check_spmm(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                       uint32_t seed)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    vn_tensor *avals = round_in_place(vals, dt, true);
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, seed + 7);
+    vn_tensor *ax = round_in_place(x, dt, true);
+    vn_tensor *bias = trand(1, (int64_t[]){R}, -1, 1, seed + 9);
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    int64_t ldx = (B + 7) / 8 * 8;
+    uint16_t *xt = aligned_alloc(16, (size_t)((K * ldx * 2 + 15) / 16 * 16));
+    const float *xv = vn_tensor_data(x);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < ldx; n++) xt[k * ldx + n] = n < B ? to_half(xv[n * K + k], dt) : 0;
+    float *y = malloc((size_t)(B * R) * sizeof *y);
+    for (int64_t i = 0; i < B * R; i++) y[i] = NAN;
+    emu_spmm(&(spmm_args){p, xt, ldx, B, vn_tensor_data(bias), y});
+
+    vn_tensor *want = vn_vnm_spmm(s, vals, x);
+    CHECK_PTR(want);
+    vn_tensor *bound = vn_vnm_spmm(s, avals, ax);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound), *bi = vn_tensor_data(bias);
+    for (int64_t i = 0; i < B * R; i++) {
+        float ref = w[i] + bi[i % R];
+        if (!(fabsf(y[i] - ref) <= 1e-5f * bd[i] + 1e-6f * fabsf(bi[i % R])))
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: y[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / R), (long long)(i % R), (double)y[i],
+                     (double)ref);
+    }
+    free(y);
+    free(xt);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {vals, avals, x, ax, bias, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+static void test_spmm_all_layouts(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++) {
+            int64_t V = Vs[iv], M = Ms[im];
+            /* rows: a partial block and tile; K: 25 groups (4 k-tiles, so the
+             * 3-stage ring wraps) with a partial last group; a batch that
+             * fills no tile (and no 8-row piece) */
+            check_spmm(V + 23, 24 * M + 3, V, M, 203, VN_BF16, (uint32_t)(100 * iv + im + 1));
+        }
+}
+
+/* One k-tile and one batch row; f16; the gather row too long for shared
+ * memory (read from global); several blocks per CTA row range. */
+static void test_spmm_edges(void **state)
+{
+    check_spmm(5, 4, 16, 4, 1, VN_BF16, 11);
+    check_spmm(70, 100, 32, 8, 37, VN_F16, 12);
+    check_spmm(20, 4 * 2060, 16, 4, 9, VN_BF16, 13); /* 258 k-tiles: 33 KB of gather */
+    check_spmm(300, 64, 48, 8, 520, VN_BF16, 14);    /* V = 48: BM = 16, three CTAs per block */
+}
+
+/* The emulated dX against vn_vnm_spmm_t on the CPU with the same rounded
+ * operands (bound as for check_spmm). With inf_at ≥ 0, that element of dY
+ * is +Inf: where the CPU's dX is finite the emulator's must be close, and
+ * where the CPU has Inf or NaN the emulator must have the same. */
+static void check_spmm_t(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                         uint32_t seed, int64_t inf_at)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    vn_tensor *avals = round_in_place(vals, dt, true);
+    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
+    vn_tensor *ady = round_in_place(dy, dt, true);
+    float *dyv = vn_tensor_data(dy);
+    if (inf_at >= 0) dyv[inf_at] = INFINITY;
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    uint16_t *dy16 = malloc((size_t)(B * R) * 2);
+    for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(dyv[i], dt);
+    float *dx = malloc((size_t)(B * K) * sizeof *dx);
+    for (int64_t i = 0; i < B * K; i++) dx[i] = NAN;
+    emu_spmm_t(p, dy16, B, dx);
+    vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
+    CHECK_PTR(want);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < B * K; i++) {
+        bool ok = isfinite(w[i]) ? fabsf(dx[i] - w[i]) <= 1e-5f * bd[i] + 1e-30f
+                                 : (isnan(w[i]) ? isnan(dx[i]) : dx[i] == w[i]);
+        nonfinite += !isfinite(w[i]);
+        if (!ok)
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dx[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / K), (long long)(i % K), (double)dx[i],
+                     (double)w[i]);
+    }
+    if (inf_at >= 0) assert_true(nonfinite > 0 && nonfinite < K); /* Inf reached some columns, not all */
+    free(dx);
+    free(dy16);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {vals, avals, dy, ady, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+static void test_spmm_t_all_layouts(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++) {
+            int64_t V = Vs[iv], M = Ms[im];
+            /* 41 groups: 6 k-tiles, a partial CTA of k-tiles for KT = 4; 75
+             * batch rows: a partial CTA of 64 */
+            check_spmm_t(V + 23, 40 * M + 3, V, M, 75, VN_BF16, (uint32_t)(300 + 10 * iv + im), -1);
+        }
+}
+
+/* An Inf in dY (row 2, output row 5 of W): the tensor-core path would give
+ * 0 · Inf = NaN at every column of the block; the kept-only path gives the
+ * CPU's values. Also f16 and a 32-row CTA (M = 128: KT = 1, BN = 32). */
+static void test_spmm_t_inf_and_edges(void **state)
+{
+    check_spmm_t(40, 100, 16, 8, 7, VN_BF16, 31, 2 * 40 + 5);
+    check_spmm_t(40, 100, 32, 5, 7, VN_F16, 32, 2 * 40 + 5);
+    check_spmm_t(70, 300, 64, 128, 40, VN_BF16, 33, -1);
+}
+
+/* The emulated SDDMM against vn_vnm_sddmm on the CPU with the same rounded
+ * operands, within 1e-5 of |dY|ᵀ·|X| at each kept position. */
+static void check_sddmm(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                        uint32_t seed)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 5);
+    vn_tensor *ady = round_in_place(dy, dt, true);
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, seed + 6);
+    vn_tensor *ax = round_in_place(x, dt, true);
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    int64_t ldx = (B + 7) / 8 * 8, nv = R * 2 * p->G;
+    uint16_t *xt = calloc((size_t)(K * ldx), 2), *dy16 = malloc((size_t)(B * R) * 2);
+    const float *xv = vn_tensor_data(x), *dyv = vn_tensor_data(dy);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < B; n++) xt[k * ldx + n] = to_half(xv[n * K + k], dt);
+    for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(dyv[i], dt);
+    float *dv = malloc((size_t)nv * sizeof *dv);
+    for (int64_t i = 0; i < nv; i++) dv[i] = NAN;
+    emu_sddmm(p, dy16, xt, ldx, B, dv);
+    vn_tensor *want = vn_vnm_sddmm(s, dy, x), *bound = vn_vnm_sddmm(s, ady, ax);
+    CHECK_PTR(want);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
+    for (int64_t i = 0; i < nv; i++)
+        if (!(fabsf(dv[i] - w[i]) <= 1e-5f * bd[i] + 1e-30f))
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dvalues[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / (2 * p->G)), (long long)(i % (2 * p->G)),
+                     (double)dv[i], (double)w[i]);
+    free(dv);
+    free(dy16);
+    free(xt);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {dy, ady, x, ax, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+static void test_sddmm_all_layouts(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++) /* 3 batch chunks, the last partial */
+            check_sddmm(Vs[iv] + 23, 12 * Ms[im] + 3, Vs[iv], Ms[im], 75, VN_BF16,
+                        (uint32_t)(500 + 10 * iv + im));
+    check_sddmm(300, 64, 48, 8, 33, VN_F16, 77); /* V = 48: MT = 1 */
+}
+
+/* The emulator has teeth: one changed metadata nibble changes the result. */
+static void test_emulator_sees_a_bad_nibble(void **state)
+{
+    vn_vnm *s = test_matrix(16, 32, 16, 8, 21);
+    vnm_sptc *p = vnm_sptc_pack(s, VN_BF16);
+    CHECK_PTR(p);
+    int64_t B = 8, ldx = 8;
+    uint16_t xt[32 * 8] __attribute__((aligned(16)));
+    for (int i = 0; i < 32 * 8; i++) xt[i] = vn__f32_to_bf16((float)(i % 7) - 3.0f);
+    float y1[16 * 8], y2[16 * 8];
+    emu_spmm(&(spmm_args){p, xt, ldx, B, NULL, y1});
+    uint32_t nib = p->meta[0] & 0xf;
+    p->meta[0] = (p->meta[0] & ~0xfu) | (nib == 0xe ? 0x4u : 0xeu);
+    emu_spmm(&(spmm_args){p, xt, ldx, B, NULL, y2});
+    assert_true(memcmp(y1, y2, sizeof y1) != 0);
+    vnm_sptc_free(p);
+    vn_vnm_free(s);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spmm_all_layouts),
+        cmocka_unit_test(test_spmm_edges),
+        cmocka_unit_test(test_emulator_sees_a_bad_nibble),
+        cmocka_unit_test(test_spmm_t_all_layouts),
+        cmocka_unit_test(test_spmm_t_inf_and_edges),
+        cmocka_unit_test(test_sddmm_all_layouts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
