@@ -873,6 +873,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
 /* Mixture-of-Experts dispatch: row scatter-add, routing. */
 #include "venom/moe.h"
+#include "venom/transformer.h" /* bias + GELU */
 #include "venom/dynamic.h" /* dynamic activation sparsity (SparDA / PIT) */
 #include "venom/quant.h" /* BitNet b1.58 ternary layers and packed kernels */
 /* Convolutions, pooling, batch normalisation, flatten. */
