@@ -428,6 +428,7 @@ static void test_emulator_d128(void **state)
 
 int main(void)
 {
+    cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fragment_maps), cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_emulator_d32), cmocka_unit_test(test_emulator_d64),
