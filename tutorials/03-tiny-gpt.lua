@@ -23,6 +23,7 @@
 --     venom tutorials/03-tiny-gpt.lua --log run.csv --plot run.png  # training curves
 --     mpirun -np 2 venom tutorials/03-tiny-gpt.lua --distributed  # 2 processes (section 6)
 --     venom tutorials/03-tiny-gpt.lua --device cuda --amp bf16   # on the GPU, bf16 matmuls
+--     venom tutorials/03-tiny-gpt.lua --device cuda --amp f16    # f16 with loss scaling
 --     venom tutorials/03-tiny-gpt.lua --help
 --
 -- With `--activation relu2` (or relu) the MLPs use squared ReLU (Primer,
@@ -36,7 +37,12 @@
 -- GELU, and with --sparse the V:N:M layers on Sparse Tensor Cores. `--amp
 -- bf16` runs the forward under venom.autocast("bf16"): matmuls take bf16
 -- operands with f32 accumulation, while weights, activations, gradients
--- and the optimizer stay f32 (no loss scaling is needed for bf16).
+-- and the optimizer stay f32 (no loss scaling is needed for bf16). `--amp
+-- f16` does the same in f16, whose narrow range lets small gradients
+-- underflow: the loss is scaled by venom.amp.GradScaler (steps with inf/NaN
+-- gradients are skipped and the scale halves; the scale is not part of a
+-- --save checkpoint and starts afresh on --resume). On the CPU matmuls stay
+-- f32 whatever --amp says.
 --
 -- The default corpus is the Debian package fortunes (apt-get install fortunes).
 local venom = require "venom"
@@ -122,7 +128,7 @@ local opts = util.parse_cli(arg, {
     .. "batch (see section 6 of this file)",
   plot = "draw the training curves to FILE.png or FILE.svg after every evaluation (gnuplot)",
   device = "cpu or cuda: where the model trains",
-  amp = "bf16: run the forward under venom.autocast(\"bf16\") (matmul operands in bf16)",
+  amp = "bf16 or f16: run the forward under venom.autocast (matmul operands in 16 bits; f16 with loss scaling)",
 }, function(o)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
                        "eval_every", "eval_batches" }) do
@@ -157,9 +163,8 @@ local opts = util.parse_cli(arg, {
     util.fail("--activation must be gelu, relu or relu2, got " .. o.activation)
   end
   util.check_arg_device(o, "device")
-  if o.amp ~= "" and o.amp ~= "bf16" then
-    util.fail("--amp must be bf16 (f16 would need a loss scaler, which this tutorial lacks), got "
-      .. o.amp)
+  if o.amp ~= "" and o.amp ~= "bf16" and o.amp ~= "f16" then
+    util.fail("--amp must be bf16 or f16, got " .. o.amp)
   end
   if o.sparse ~= "" and o.device == "cuda" then
     local V, M = o.sparse:match("^(%d+):2:(%d+)$")
@@ -311,6 +316,8 @@ end
 -- 1-process run prints, up to float rounding; rank 0 alone prints and
 -- writes files.
 local dp = opts.distributed and dist.DataParallel(model) or model
+local scaler = opts.amp == "f16" and require("venom.amp").GradScaler() or nil
+local skipped = 0 -- f16 steps skipped for inf/NaN gradients
 local curves, records = opts.log ~= "" or opts.plot ~= "", log and log.records or {}
 local function record(r)
   if not dist.is_main() then return end
@@ -335,8 +342,14 @@ for step = first_step, last do
   local x, y = batch(train)
   local loss = batch_loss(dp, dist.share(x), dist.share(y))
   opt:zero_grad()
-  loss:backward()
-  opt:step()
+  if scaler then
+    scaler:scale(loss):backward()
+    if not scaler:step(opt) then skipped = skipped + 1 end
+    scaler:update()
+  else
+    loss:backward()
+    opt:step()
+  end
   local lr = opt.lr -- the rate this step was trained with
   if sched then sched:step() end
   local ev = gmp and gmp:step()
@@ -405,6 +418,10 @@ local ran = last - first_step + 1
 if ran > 0 then
   print(("%d steps, %.1f s training, %.0f tokens/s"):format(ran, train_time,
     ran * tokens_per_step / train_time))
+end
+if scaler then
+  print(("f16 loss scale %g at the end, %d steps skipped for inf/NaN gradients")
+    :format(scaler:get_scale(), skipped))
 end
 if last < opts.steps then
   print(("stopped after step %d of %d%s"):format(last, opts.steps,
