@@ -4,22 +4,44 @@
  * scaled-dot-product attention with the mask fused into its softmax. Each
  * op works on row-major copies of its inputs and has its own backward. */
 #include "internal.h"
+#include "scalar.h" /* gelu_f, gelu_grad: the formulas the CUDA kernels use */
 
 #include <cblas.h>
 #include <limits.h>
 #include <stdlib.h>
 
+/* Accumulates the gradients d[0..2] (NULL: not wanted) into the node's
+ * inputs; after a failure the rest are released. */
+static vn_status accum_all(vn_node *node, vn_tensor *d[3])
+{
+    vn_status s = VN_OK;
+    for (int i = 0; i < 3; i++) {
+        if (!d[i]) continue;
+        if (s) vn_tensor_release(d[i]);
+        else s = vn__accum(node, i, d[i]);
+    }
+    return s;
+}
+
 /* ---- embedding ----------------------------------------------------------- */
 
 /* dW = zeros(V, D); dW[ids[n]] += dL/dout[n] for every position n, so an id
- * used twice gets both rows. Sequential: two positions may share a row. */
+ * used twice gets both rows. Sequential: two positions may share a row. The
+ * CUDA kernel gives each row of dW to one CTA that adds in the same order. */
 static vn_status embedding_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *ids = node->saved[0];
+    const vn_tensor *ids = node->saved[0], *w = node->inputs[0];
+    bool cuda = vn__is_cuda(w);
+    int64_t V = w->shape[0], D = w->shape[1], n = vn_tensor_numel(ids);
     vn_tensor *g = vn__plain_contiguous(gout);
-    vn_tensor *dw = g ? vn_zeros(VN_F32, 2, node->inputs[0]->shape) : NULL;
-    if (dw) {
-        int64_t D = node->inputs[0]->shape[1], n = vn_tensor_numel(ids);
+    vn_tensor *dw = g ? (cuda ? vn__new_on(true, VN_F32, 2, w->shape) : vn_zeros(VN_F32, 2, w->shape))
+                      : NULL;
+    if (dw && cuda) {
+        if (vnk_embedding_backward(vn__ptr(dw), vn__ptr(g), vn__ptr(ids), n, V, D)) {
+            vn_tensor_release(dw);
+            dw = vn__cuda_errp("embedding backward");
+        }
+    } else if (dw) {
         const int64_t *pi = vn_tensor_data(ids);
         const float *pg = vn_tensor_data(g);
         float *pw = vn_tensor_data(dw);
@@ -30,12 +52,52 @@ static vn_status embedding_backward(vn_node *node, const vn_tensor *gout)
         }
     }
     vn_tensor_release(g);
-    return vn__accum(node, 0, dw);
+    return dw ? vn__accum(node, 0, dw) : vn_last_status();
+}
+
+/* A private i64 copy of the ids on their device, each checked against
+ * 0..V−1: backward must see the ids of the forward pass even if the caller
+ * overwrites its tensor in between. */
+static vn_tensor *checked_ids(const vn_tensor *ids, int64_t V)
+{
+    int64_t n = vn_tensor_numel(ids), bad = -1, value = 0;
+    vn_tensor *idx = vn__new_on(vn__is_cuda(ids), VN_I64, ids->ndim, ids->shape);
+    if (!idx) return NULL;
+    if (vn__is_cuda(ids)) {
+        vnk_loop L;
+        const void *in[1];
+        vn_tensor *src = vn__plain_contiguous(ids);
+        bool bad_copy = src && vn__cuda_loop(idx, 1, (const vn_tensor *const *)&src, &L, in) &&
+                        vnk_map(vn__ptr(idx), VN_I64, in, 1, ids->dtype, &L, VNK_COPY, 0, 0);
+        vn_tensor_release(src);
+        if (!src || bad_copy || vnk_check_targets(&bad, &value, vn__ptr(idx), VN_I64, n, V)) {
+            vn_tensor_release(idx);
+            return src ? vn__cuda_errp("embedding") : NULL;
+        }
+    } else {
+        int64_t *pi = vn_tensor_data(idx);
+        const void *base = ids->storage->data; /* read as integers: a double would round large ids */
+        for (int64_t p = 0; p < n && bad < 0; p++) {
+            int64_t off = vn__offset_of(ids, p);
+            pi[p] = ids->dtype == VN_I32 ? ((const int32_t *)base)[off] : ((const int64_t *)base)[off];
+            if (pi[p] < 0 || pi[p] >= V) bad = p, value = pi[p];
+        }
+    }
+    if (bad >= 0) {
+        vn_tensor_release(idx);
+        return vn__errp(VN_ERR_ARG, "embedding: ids[%lld] = %lld is out of range for %lld rows "
+                        "(expected 0..%lld)", (long long)bad, (long long)value, (long long)V,
+                        (long long)V - 1);
+    }
+    return idx;
 }
 
 vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
 {
-    if (vn__check_dtype(weight, VN_F32, "embedding: weight") || vn__check(ids, "embedding: ids"))
+    if (vn__check_dtype_for(weight, VN_F32, "embedding: weight", VN_ALLOW_CUDA) ||
+        vn__check_for(ids, "embedding: ids", VN_ALLOW_CUDA) ||
+        vn__same_device_strict("embedding", 2, (const vn_tensor *[]){weight, ids},
+                               (const char *[]){"weight", "ids"}, NULL))
         return NULL;
     if (weight->ndim != 2)
         return vn__errp(VN_ERR_SHAPE, "embedding: weight must be 2-D (V, D), found %s",
@@ -48,31 +110,23 @@ vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
                         "the embedding dim", vn__shape(ids->ndim, ids->shape),
                         ids->ndim, VN_MAX_DIMS - 1);
     int64_t V = weight->shape[0], D = weight->shape[1], n = vn_tensor_numel(ids);
-
-    /* A private i64 copy: backward must see the ids of the forward pass even
-     * if the caller overwrites its tensor in between. */
-    vn_tensor *idx = vn__new(VN_I64, ids->ndim, ids->shape);
+    bool cuda = vn__is_cuda(weight);
+    vn_tensor *idx = checked_ids(ids, V);
     if (!idx) return NULL;
-    int64_t *pi = vn_tensor_data(idx);
-    const void *base = ids->storage->data; /* read as integers: a double would round large ids */
-    for (int64_t p = 0; p < n; p++) {
-        int64_t off = vn__offset_of(ids, p);
-        pi[p] = ids->dtype == VN_I32 ? ((const int32_t *)base)[off] : ((const int64_t *)base)[off];
-        if (pi[p] < 0 || pi[p] >= V) {
-            long long bad = (long long)pi[p];
-            vn_tensor_release(idx);
-            return vn__errp(VN_ERR_ARG, "embedding: ids[%lld] = %lld is out of range for %lld rows "
-                            "(expected 0..%lld)", (long long)p, bad, (long long)V,
-                            (long long)V - 1);
-        }
-    }
 
     int64_t shape[VN_MAX_DIMS];
     memcpy(shape, ids->shape, sizeof(int64_t) * (size_t)ids->ndim);
     shape[ids->ndim] = D;
     vn_tensor *w = vn__plain_contiguous(weight);
-    vn_tensor *out = w ? vn__new(VN_F32, ids->ndim + 1, shape) : NULL;
-    if (out) {
+    vn_tensor *out = w ? vn__new_on(cuda, VN_F32, ids->ndim + 1, shape) : NULL;
+    if (out && cuda) { /* a row gather */
+        if (n * D > 0 && vnk_index_select(vn__ptr(out), vn__ptr(w), VN_F32, vn__ptr(idx), VN_I64, 1,
+                                      V, D, n)) {
+            vn_tensor_release(out);
+            out = vn__cuda_errp("embedding");
+        }
+    } else if (out) {
+        const int64_t *pi = vn_tensor_data(idx);
         const float *pw = vn_tensor_data(w);
         float *po = vn_tensor_data(out);
 #pragma omp parallel for schedule(static) if (n * D > VN_OMP_MIN_WORK)
@@ -92,7 +146,7 @@ vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids)
 static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, const vn_tensor *x)
 {
     if (!p) return VN_OK;
-    vn_status st = vn__check_dtype_arg(p, VN_F32, "layer_norm", name, 0);
+    vn_status st = vn__check_dtype_arg(p, VN_F32, "layer_norm", name, VN_ALLOW_CUDA);
     if (st) return st;
     if (p->ndim != 1 || p->shape[0] != D)
         return vn__err(VN_ERR_SHAPE, "layer_norm: %s %s does not match input %s: expected %s", name,
@@ -104,8 +158,11 @@ static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, c
  * ĝ = g ⊙ gamma:
  *   dx = (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)) / σ,
  *   dgamma = Σ_rows g ⊙ x̂,  dbeta = Σ_rows g. */
+static vn_status layer_norm_backward_cuda(vn_node *node, const vn_tensor *gout);
+
 static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
 {
+    if (vn__is_cuda(node->inputs[0])) return layer_norm_backward_cuda(node, gout);
     const vn_tensor *xin = node->inputs[0];
     int64_t D = xin->shape[xin->ndim - 1], rows = D ? vn_tensor_numel(xin) / D : 0;
     bool want_x = vn__input_needs_grad(node, 0), want_g = vn__input_needs_grad(node, 1),
@@ -151,20 +208,50 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(dbeta);
         return vn__err(VN_ERR_MEMORY, "layer_norm backward: %s", vn_last_error());
     }
-    vn_tensor *d[3] = {dx, dgamma, dbeta};
-    vn_status s = VN_OK;
-    for (int i = 0; i < 3; i++) {
-        if (!d[i]) continue;
-        if (s) vn_tensor_release(d[i]);
-        else s = vn__accum(node, i, d[i]);
+    return accum_all(node, (vn_tensor *[]){dx, dgamma, dbeta});
+}
+
+/* The same on the GPU: dx by one warp per row, dgamma and dbeta as
+ * per-chunk column sums that vnk_reduce adds in chunk order (deterministic). */
+static vn_status layer_norm_backward_cuda(vn_node *node, const vn_tensor *gout)
+{
+    const vn_tensor *xin = node->inputs[0];
+    int64_t D = xin->shape[xin->ndim - 1], rows = vn_tensor_numel(xin) / D;
+    int64_t pshape[2] = {vnk_layer_norm_chunks(rows), D};
+    bool want_x = vn__input_needs_grad(node, 0), want_g = vn__input_needs_grad(node, 1),
+         want_b = vn__input_needs_grad(node, 2);
+    vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
+    vn_tensor *gamma = g && node->inputs[1] ? vn__plain_contiguous(node->inputs[1]) : NULL;
+    vn_tensor *d[3] = {NULL, NULL, NULL}, *part[2] = {NULL, NULL};
+    bool ok = g && (!node->inputs[1] || gamma);
+    if (ok && want_x) ok = (d[0] = vn__new_on(true, VN_F32, xin->ndim, xin->shape)) != NULL;
+    for (int i = 0; i < 2 && ok; i++)
+        if (i ? want_b : want_g)
+            ok = (part[i] = vn__new_on(true, VN_F32, 2, pshape)) && (d[i + 1] = vn__new_on(true, VN_F32, 1, &D));
+    if (ok && vnk_layer_norm_backward(d[0] ? vn__ptr(d[0]) : NULL, part[0] ? vn__ptr(part[0]) : NULL,
+                                      part[1] ? vn__ptr(part[1]) : NULL, vn__ptr(g), vn__ptr(x),
+                                      vn__ptr(node->saved[0]), gamma ? vn__ptr(gamma) : NULL, rows, D))
+        ok = !vn__cuda_err("layer_norm backward");
+    for (int i = 0; i < 2 && ok; i++)
+        if (part[i] && vnk_reduce(vn__ptr(d[i + 1]), NULL, vn__ptr(part[i]), VN_F32, 1, pshape[0],
+                                  D, VNK_RED_SUM, 1.0))
+            ok = !vn__cuda_err("layer_norm backward");
+    vn_tensor_release(x);
+    vn_tensor_release(g);
+    vn_tensor_release(gamma);
+    vn_tensor_release(part[0]);
+    vn_tensor_release(part[1]);
+    if (!ok) {
+        for (int i = 0; i < 3; i++) vn_tensor_release(d[i]);
+        return vn_last_status();
     }
-    return s;
+    return accum_all(node, d);
 }
 
 vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_tensor *beta,
                          double eps)
 {
-    if (vn__check_dtype(x, VN_F32, "layer_norm: input")) return NULL;
+    if (vn__check_dtype_for(x, VN_F32, "layer_norm: input", VN_ALLOW_CUDA)) return NULL;
     if (x->ndim == 0 || x->shape[x->ndim - 1] == 0)
         return vn__errp(VN_ERR_SHAPE, "layer_norm: input must have a non-empty last dim to "
                         "normalize over, found %s", vn__shape(x->ndim, x->shape));
@@ -172,18 +259,28 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
     if (check_affine(gamma, "gamma", D, x) || check_affine(beta, "beta", D, x)) return NULL;
     if (!(eps > 0) || !isfinite(eps))
         return vn__errp(VN_ERR_ARG, "layer_norm: eps must be positive and finite, found %g", eps);
+    bool cuda;
+    if (vn__same_device_strict("layer_norm", 3, (const vn_tensor *[]){x, gamma, beta},
+                               (const char *[]){"input", "gamma", "beta"}, &cuda))
+        return NULL;
 
     int64_t stats_shape[2] = {rows, 2}; /* per row: mean, 1/sqrt(var + eps) */
     vn_tensor *xc = vn__plain_contiguous(x);
     vn_tensor *gc = xc && gamma ? vn__plain_contiguous(gamma) : NULL;
     vn_tensor *bc = xc && beta ? vn__plain_contiguous(beta) : NULL;
-    vn_tensor *stats = xc ? vn__new(VN_F32, 2, stats_shape) : NULL;
-    vn_tensor *out = stats ? vn__new(VN_F32, x->ndim, x->shape) : NULL;
+    vn_tensor *stats = xc ? vn__new_on(cuda, VN_F32, 2, stats_shape) : NULL;
+    vn_tensor *out = stats ? vn__new_on(cuda, VN_F32, x->ndim, x->shape) : NULL;
     if (out && ((gamma && !gc) || (beta && !bc))) {
         vn_tensor_release(out);
         out = NULL;
     }
-    if (out) {
+    if (out && cuda) {
+        if (vnk_layer_norm(vn__ptr(out), vn__ptr(stats), vn__ptr(xc), gc ? vn__ptr(gc) : NULL,
+                           bc ? vn__ptr(bc) : NULL, rows, D, (float)eps)) {
+            vn_tensor_release(out);
+            out = vn__cuda_errp("layer_norm");
+        }
+    } else if (out) {
         const float *px = vn_tensor_data(xc), *pg = gc ? vn_tensor_data(gc) : NULL,
                     *pb = bc ? vn_tensor_data(bc) : NULL;
         float *po = vn_tensor_data(out), *ps = vn_tensor_data(stats);
@@ -254,8 +351,11 @@ static void causal_softmax(float *S, int64_t T)
  *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
  *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
  * Masked entries have P = 0, so they get dS = 0 with no extra test. */
+static vn_status attention_backward_cuda(vn_node *node, const vn_tensor *gout);
+
 static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
 {
+    if (vn__is_cuda(node->inputs[0])) return attention_backward_cuda(node, gout);
     const vn_tensor *qi = node->inputs[0];
     int nd_ = qi->ndim;
     int64_t T = qi->shape[nd_ - 2], Dh = qi->shape[nd_ - 1];
@@ -302,31 +402,94 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
         for (int i = 0; i < 3; i++) vn_tensor_release(d[i]);
         return vn__err(VN_ERR_MEMORY, "causal_attention backward: %s", vn_last_error());
     }
-    vn_status s = VN_OK;
+    return accum_all(node, d);
+}
+
+/* On the GPU (kernels/attention.cu) from the saved lse (saved[0]) and
+ * output (saved[1]); the kernels write all three gradients, the unwanted
+ * ones are dropped. */
+static vn_status attention_backward_cuda(vn_node *node, const vn_tensor *gout)
+{
+    const vn_tensor *qi = node->inputs[0], *lse = node->saved[0];
+    int64_t T = qi->shape[qi->ndim - 2], Dh = qi->shape[qi->ndim - 1], BH = lse->shape[0];
+    vn_tensor *in[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL};
+    vn_tensor *g = vn__plain_contiguous(gout);
+    vn_tensor *dvec = g ? vn__new_on(true, VN_F32, 2, lse->shape) : NULL;
+    bool ok = dvec != NULL;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = (in[i] = vn__plain_contiguous(node->inputs[i])) &&
+             (d[i] = vn__new_on(true, VN_F32, qi->ndim, qi->shape));
+    if (ok && vnk_attention_backward(vn__ptr(d[0]), vn__ptr(d[1]), vn__ptr(d[2]), vn__ptr(dvec),
+                                     vn__ptr(in[0]), vn__ptr(in[1]), vn__ptr(in[2]),
+                                     vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse), BH, T, Dh,
+                                     (float)(1.0 / sqrt((double)Dh))))
+        ok = !vn__cuda_err("causal_attention backward");
+    vn_tensor_release(g);
+    vn_tensor_release(dvec);
     for (int i = 0; i < 3; i++) {
-        if (!want[i]) continue;
-        if (s) vn_tensor_release(d[i]);
-        else s = vn__accum(node, i, d[i]);
+        vn_tensor_release(in[i]);
+        if (!ok || !vn__input_needs_grad(node, i)) {
+            vn_tensor_release(d[i]);
+            d[i] = NULL;
+        }
     }
-    return s;
+    return ok ? accum_all(node, d) : vn_last_status();
+}
+
+/* The forward on the GPU: out and lse (BH, T) (kernels/attention.cu). */
+static vn_tensor *attention_cuda(const vn_tensor *const in[3], int64_t BH)
+{
+    const vn_tensor *q = in[0];
+    int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1], lshape[2] = {BH, T};
+    if (Dh != 32 && Dh != 64 && Dh != 128)
+        return vn__errp(VN_ERR_ARG, "causal_attention: on CUDA the head dim must be 32, 64 or "
+                        "128 (the tensor-core tiles), found %lld in q %s", (long long)Dh,
+                        vn__shape(q->ndim, q->shape));
+    if (BH > 65535 || T > (1 << 30))
+        return vn__errp(VN_ERR_ARG, "causal_attention: on CUDA at most 65535 batch × heads and "
+                        "2^30 positions, found q %s", vn__shape(q->ndim, q->shape));
+    vn_tensor *c[3] = {NULL, NULL, NULL};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) ok = (c[i] = vn__plain_contiguous(in[i])) != NULL;
+    vn_tensor *lse = ok ? vn__new_on(true, VN_F32, 2, lshape) : NULL;
+    vn_tensor *out = lse ? vn__new_on(true, VN_F32, q->ndim, q->shape) : NULL;
+    if (out && vnk_attention_forward(vn__ptr(out), vn__ptr(lse), vn__ptr(c[0]), vn__ptr(c[1]),
+                                     vn__ptr(c[2]), BH, T, Dh, (float)(1.0 / sqrt((double)Dh)))) {
+        vn_tensor_release(out);
+        out = vn__cuda_errp("causal_attention");
+    }
+    for (int i = 0; i < 3; i++) vn_tensor_release(c[i]);
+    vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, in) : NULL;
+    if (node) {
+        node->saved[0] = vn_tensor_retain(lse);
+        node->saved[1] = vn__alias(out);
+    }
+    vn_tensor_release(lse);
+    return out;
 }
 
 vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v)
 {
-    if (vn__check_dtype(q, VN_F32, "causal_attention: q") ||
-        vn__check_dtype(k, VN_F32, "causal_attention: k") ||
-        vn__check_dtype(v, VN_F32, "causal_attention: v"))
+    if (vn__check_dtype_for(q, VN_F32, "causal_attention: q", VN_ALLOW_CUDA) ||
+        vn__check_dtype_for(k, VN_F32, "causal_attention: k", VN_ALLOW_CUDA) ||
+        vn__check_dtype_for(v, VN_F32, "causal_attention: v", VN_ALLOW_CUDA))
+        return NULL;
+    const vn_tensor *inputs[3] = {q, k, v};
+    bool cuda;
+    if (vn__same_device_strict("causal_attention", 3, inputs, (const char *[]){"q", "k", "v"},
+                               &cuda))
         return NULL;
     if (q->ndim < 2 || !vn__same_shape(q, k) || !vn__same_shape(q, v))
         return vn__errp(VN_ERR_SHAPE, "causal_attention: q %s, k %s and v %s must have one shape "
                         "(B, H, T, Dh) (at least 2 dims: T, Dh)", vn__shape(q->ndim, q->shape),
                         vn__shape(k->ndim, k->shape), vn__shape(v->ndim, v->shape));
     int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1];
+    int64_t BH = 1; /* the leading dims are independent batches */
+    for (int i = 0; i < q->ndim - 2; i++) BH *= q->shape[i];
+    if (cuda) return attention_cuda(inputs, BH);
     if (T > INT_MAX || Dh > INT_MAX)
         return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
                         vn__shape(q->ndim, q->shape), INT_MAX);
-    int64_t BH = 1; /* the leading dims are independent batches */
-    for (int i = 0; i < q->ndim - 2; i++) BH *= q->shape[i];
     int64_t pshape[3] = {BH, T, T};
     if (vn__check_shape("causal_attention", 3, pshape)) return NULL;
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
@@ -349,9 +512,84 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
     vn_tensor_release(qc);
     vn_tensor_release(kc);
     vn_tensor_release(vc);
-    const vn_tensor *inputs[3] = {q, k, v};
     vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, inputs) : NULL;
     if (node) node->saved[0] = vn_tensor_retain(probs);
     vn_tensor_release(probs);
+    return out;
+}
+
+/* ---- bias + GELU ---------------------------------------------------------------- */
+
+/* u = x + bias:  dx = g ⊙ gelu'(u),  dbias = Σ_rows dx. */
+static vn_status bias_gelu_backward(vn_node *node, const vn_tensor *gout)
+{
+    const vn_tensor *xin = node->inputs[0];
+    int64_t D = xin->shape[xin->ndim - 1], n = vn_tensor_numel(xin), rows = n / D;
+    bool cuda = vn__is_cuda(xin);
+    vn_tensor *x = vn__plain_contiguous(xin), *b = x ? vn__plain_contiguous(node->inputs[1]) : NULL;
+    vn_tensor *g = b ? vn__plain_contiguous(gout) : NULL;
+    vn_tensor *dx = g ? vn__new_on(cuda, VN_F32, xin->ndim, xin->shape) : NULL;
+    if (dx && cuda) {
+        if (vnk_bias_gelu(vn__ptr(dx), vn__ptr(x), vn__ptr(b), vn__ptr(g), n, D)) {
+            vn_tensor_release(dx);
+            dx = vn__cuda_errp("bias_gelu backward");
+        }
+    } else if (dx) {
+        const float *px = vn_tensor_data(x), *pb = vn_tensor_data(b), *pg = vn_tensor_data(g);
+        float *pd = vn_tensor_data(dx);
+#pragma omp parallel for schedule(static) if (n > VN_OMP_MIN_WORK)
+        for (int64_t i = 0; i < n; i++) pd[i] = pg[i] * gelu_grad(px[i] + pb[i % D]);
+    }
+    vn_tensor *flat = dx && vn__input_needs_grad(node, 1) ? vn_reshape(dx, 2, (int64_t[]){rows, D})
+                                                          : NULL;
+    vn_tensor *db = flat ? vn_sum(flat, 0, false) : NULL;
+    vn_status s = dx ? VN_OK : vn_last_status();
+    if (dx && vn__input_needs_grad(node, 1) && !db) s = vn_last_status();
+    vn_tensor_release(x);
+    vn_tensor_release(b);
+    vn_tensor_release(g);
+    vn_tensor_release(flat);
+    if (s) {
+        vn_tensor_release(dx);
+        vn_tensor_release(db);
+        return s;
+    }
+    if (!vn__input_needs_grad(node, 0)) {
+        vn_tensor_release(dx);
+        dx = NULL;
+    }
+    return accum_all(node, (vn_tensor *[]){dx, db, NULL});
+}
+
+vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias)
+{
+    const vn_tensor *in[2] = {x, bias};
+    bool cuda;
+    if (vn__check_dtype_for(x, VN_F32, "bias_gelu: x", VN_ALLOW_CUDA) ||
+        vn__check_dtype_for(bias, VN_F32, "bias_gelu: bias", VN_ALLOW_CUDA) ||
+        vn__same_device_strict("bias_gelu", 2, in, (const char *[]){"x", "bias"}, &cuda))
+        return NULL;
+    if (x->ndim == 0 || bias->ndim != 1 || bias->shape[0] != x->shape[x->ndim - 1] ||
+        bias->shape[0] == 0)
+        return vn__errp(VN_ERR_SHAPE, "bias_gelu: expected x (..., D) and bias (D) with D > 0, "
+                        "found x %s and bias %s", vn__shape(x->ndim, x->shape),
+                        vn__shape(bias->ndim, bias->shape));
+    int64_t D = bias->shape[0], n = vn_tensor_numel(x);
+    vn_tensor *xc = vn__plain_contiguous(x), *bc = xc ? vn__plain_contiguous(bias) : NULL;
+    vn_tensor *out = bc ? vn__new_on(cuda, VN_F32, x->ndim, x->shape) : NULL;
+    if (out && cuda) {
+        if (vnk_bias_gelu(vn__ptr(out), vn__ptr(xc), vn__ptr(bc), NULL, n, D)) {
+            vn_tensor_release(out);
+            out = vn__cuda_errp("bias_gelu");
+        }
+    } else if (out) {
+        const float *px = vn_tensor_data(xc), *pb = vn_tensor_data(bc);
+        float *po = vn_tensor_data(out);
+#pragma omp parallel for schedule(static) if (n > VN_OMP_MIN_WORK)
+        for (int64_t i = 0; i < n; i++) po[i] = gelu_f(px[i] + pb[i % D]);
+    }
+    vn_tensor_release(xc);
+    vn_tensor_release(bc);
+    if (out) vn__record(out, "bias_gelu", bias_gelu_backward, 2, in);
     return out;
 }

@@ -180,6 +180,42 @@ int vnk_index_select(void *out, const void *in, vn_dtype dtype, const void *inde
 int vnk_index_add(float *gx, const float *g, const void *index, vn_dtype idtype, int64_t outer,
                   int64_t n_in, int64_t inner, int64_t n_idx);
 
+/* ---- transformer blocks (kernels/transformer.cu, kernels/attention.cu) --- */
+
+/* dw (V, D) = Σ over positions p with ids[p] == v of g[p, :] (ids i64,
+ * 0-based, checked by the caller; g (n, D)); written in full, summed in the
+ * order of p (the CPU's order: the same bits). */
+int vnk_embedding_backward(float *dw, const float *g, const int64_t *ids, int64_t n, int64_t V,
+                           int64_t D);
+/* Layer norm over rows of D (f32): y = (x − mean)·rstd·gamma + beta (gamma,
+ * beta (D) or NULL), stats (rows, 2) = (mean, rstd = 1/sqrt(var + eps)). */
+int vnk_layer_norm(float *y, float *stats, const float *x, const float *gamma, const float *beta,
+                   int64_t rows, int64_t D, float eps);
+/* The backward from the saved stats: dx (rows, D) when dx != NULL; the
+ * per-chunk column sums part_g[c, :] = Σ g ⊙ x̂, part_b[c, :] = Σ g over
+ * chunk c of vnk_layer_norm_chunks(rows) chunks (either may be NULL), for
+ * the caller to add in chunk order (vnk_reduce). */
+int vnk_layer_norm_backward(float *dx, float *part_g, float *part_b, const float *g,
+                            const float *x, const float *stats, const float *gamma, int64_t rows,
+                            int64_t D);
+int vnk_layer_norm_chunks(int64_t rows);
+/* y (n) = gelu(x + bias[i mod D]) (tanh form, kernels/scalar.h), or with
+ * g != NULL the backward y = g · gelu'(x + bias[i mod D]). f32. */
+int vnk_bias_gelu(float *y, const float *x, const float *bias, const float *g, int64_t n,
+                  int64_t D);
+
+/* Causal attention, FlashAttention-2 style on bf16 tensor cores (f32 in and
+ * out, inputs rounded to bf16, f32 accumulation), for BH independent
+ * (T, D) row-major slices, D = 32, 64 or 128, any T:
+ *   out = softmax(q·kᵀ·scale, causal) · v,  lse (BH, T) = log Σ exp(scores).
+ * The backward takes dout and the forward's out and lse and writes dq, dk,
+ * dv (same shape) and dvec (BH, T) = rowsum(dout ⊙ out), a scratch array. */
+int vnk_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          int64_t BH, int64_t T, int64_t D, float scale);
+int vnk_attention_backward(float *dq, float *dk, float *dv, float *dvec, const float *q,
+                           const float *k, const float *v, const float *out, const float *dout,
+                           const float *lse, int64_t BH, int64_t T, int64_t D, float scale);
+
 /* ---- random numbers (counter-based: element i depends only on key and i) - */
 
 /* out[i] uniform on [0, 1) (normal = false) or N(0, 1) (Box–Muller). */

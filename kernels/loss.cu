@@ -142,11 +142,23 @@ static __global__ void cross_entropy_rows(const float *x, const void *target, bo
 {
     for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
         const float *xr = x + n * C;
+        /* One pass over the row (online softmax, Milakov & Gimelshein 2018):
+         * each thread keeps its running max m and Σ exp(x − m), rescaling
+         * the sum when the max moves; the block then brings every thread's
+         * sum to the common max. */
         float m = -INFINITY, s = 0.0f;
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) m = fmaxf(m, xr[c]);
-        m = vnk__block_reduce(m, true);
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += expf(xr[c] - m);
-        s = vnk__block_reduce(s, false);
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            float v = xr[c];
+            if (v > m) { /* exp(v − v): 1, or NaN for v = inf as in the two-pass form */
+                s = s * expf(m - v) + expf(v - v);
+                m = v;
+            } else {
+                s += expf(v - m);
+            }
+        }
+        float mt = m;
+        m = vnk__block_reduce(mt, true);
+        s = vnk__block_reduce(s == 0.0f ? 0.0f : s * expf(mt - m), false);
         if (threadIdx.x == 0) {
             int64_t t = vnk__index_at(target, is64, n);
             lse[n] = m + logf(s);

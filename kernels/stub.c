@@ -114,6 +114,40 @@ int vnk_index_add(float *gx, const float *g, const void *index, vn_dtype idtype,
     NO_CUDA;
 }
 
+int vnk_embedding_backward(float *dw, const float *g, const int64_t *ids, int64_t n, int64_t V,
+                           int64_t D)
+{
+    NO_CUDA;
+}
+int vnk_layer_norm(float *y, float *stats, const float *x, const float *gamma, const float *beta,
+                   int64_t rows, int64_t D, float eps)
+{
+    NO_CUDA;
+}
+int vnk_layer_norm_backward(float *dx, float *part_g, float *part_b, const float *g,
+                            const float *x, const float *stats, const float *gamma, int64_t rows,
+                            int64_t D)
+{
+    NO_CUDA;
+}
+int vnk_layer_norm_chunks(int64_t rows) { return 0; }
+int vnk_bias_gelu(float *y, const float *x, const float *bias, const float *g, int64_t n,
+                  int64_t D)
+{
+    NO_CUDA;
+}
+int vnk_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          int64_t BH, int64_t T, int64_t D, float scale)
+{
+    NO_CUDA;
+}
+int vnk_attention_backward(float *dq, float *dk, float *dv, float *dvec, const float *q,
+                           const float *k, const float *v, const float *out, const float *dout,
+                           const float *lse, int64_t BH, int64_t T, int64_t D, float scale)
+{
+    NO_CUDA;
+}
+
 int vnk_random(float *out, int64_t n, uint64_t key, bool normal)
 {
     NO_CUDA;

@@ -7,6 +7,7 @@
  *       over the last dim of x; gamma/beta (D) or nil
  *   venom.causal_attention(q, k, v) → out          (B, H, T, Dh) each:
  *       softmax(q·kᵀ/√Dh with future positions masked)·v
+ *   venom.bias_gelu(x, bias) → gelu(x + bias)       x (..., D), bias (D)
  *
  * Ids are 1-based here, like every index on the Lua side, and converted to
  * 0-based before they reach the engine. */
@@ -38,7 +39,13 @@ static int l_causal_attention(lua_State *L)
     return lv_push(L, vn_causal_attention(q, k, v));
 }
 
+static int l_bias_gelu(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1), *bias = lv_check(L, 2);
+    return lv_push(L, vn_bias_gelu(x, bias));
+}
+
 const luaL_Reg lv_transformer_functions[] = {
-    LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention)
+    LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention) LV_REG(bias_gelu)
     {NULL, NULL},
 };

@@ -136,10 +136,18 @@ end
 -- Looks the layers up on every call: GMP may have replaced them. With
 -- relu/relu2 and dense projections, one activation-sparse op; with
 -- projections that are no longer plain nn.Linear, the same maths in steps.
+-- On the GPU a dense fc's bias add is fused into the GELU (venom.bias_gelu:
+-- one pass instead of two); the CPU keeps the unfused ops, whose numbers
+-- the tutorials' recorded runs were made with.
 function MLP:forward(x)
   local act = self.activation
-  if act == "gelu" then return self.drop(self.proj(self.gelu(self.fc(x)))) end
   local fc, proj = self.fc, self.proj
+  if act == "gelu" then
+    if fc.__name == "Linear" and fc.bias and x:device() == "cuda" then
+      return self.drop(proj(venom.bias_gelu(venom.linear(x, fc.weight), fc.bias)))
+    end
+    return self.drop(proj(self.gelu(fc(x))))
+  end
   if fc.__name == "Linear" and proj.__name == "Linear" then
     local y, st = venom.act_sparse_mlp(x, fc.weight, fc.bias, proj.weight, proj.bias, act)
     dynamic.add_stats(self._stats, st)
@@ -260,6 +268,11 @@ function GPT:__init(opts)
   self:add_module("ln_f", norm(cfg))
   -- Position ids 1..block_size, narrowed to the sequence length in forward.
   self.positions = venom.arange(1, cfg.block_size + 1, 1, "i64")
+end
+
+-- Module:to moves the parameters; the position ids follow them here.
+function GPT:_to_device(device)
+  self.positions = self.positions:to(device)
 end
 
 --- The dotted module paths of the MLP projections ("blocks.1.mlp.fc", ...;
@@ -435,9 +448,9 @@ function GPT:generate(prompt, n_tokens, opts)
       local first = math.max(1, #out - cfg.block_size + 1)
       local ctx = {}
       for i = first, #out do ctx[#ctx + 1] = out[i] end
-      local idx = venom.tensor({ ctx }, "i64")
+      local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
       local logits = self:forward(idx)
-      local last = logits:select(2, #ctx):reshape(-1)
+      local last = logits:select(2, #ctx):reshape(-1):cpu()
       local u = venom.rand(1)
       out[#out + 1] = sample(last:totable(), temperature, top_k, u:item())
       idx:free(); logits:free(); last:free(); u:free()

@@ -22,6 +22,8 @@
 --     venom tutorials/03-tiny-gpt.lua --save run.st       # later: --resume run.st
 --     venom tutorials/03-tiny-gpt.lua --log run.csv --plot run.png  # training curves
 --     mpirun -np 2 venom tutorials/03-tiny-gpt.lua --distributed  # 2 processes (section 6)
+--     venom tutorials/03-tiny-gpt.lua --device cuda --amp bf16   # on the GPU, bf16 matmuls
+--     venom tutorials/03-tiny-gpt.lua --device cuda --amp f16    # f16 with loss scaling
 --     venom tutorials/03-tiny-gpt.lua --help
 --
 -- With `--activation relu2` (or relu) the MLPs use squared ReLU (Primer,
@@ -29,6 +31,18 @@
 -- and the MLP skips them (venom.act_sparse_mlp, SparDA / PIT's sparse–dense
 -- transformation); each evaluation prints the measured activation density
 -- per block (model:activation_stats()).
+--
+-- With `--device cuda` every op of a step runs on the GPU: attention as
+-- FlashAttention-2 on bf16 tensor cores, the MLP's bias add fused into its
+-- GELU, and with --sparse the V:N:M layers on Sparse Tensor Cores. `--amp
+-- bf16` runs the forward under venom.autocast("bf16"): matmuls take bf16
+-- operands with f32 accumulation, while weights, activations, gradients
+-- and the optimizer stay f32 (no loss scaling is needed for bf16). `--amp
+-- f16` does the same in f16, whose narrow range lets small gradients
+-- underflow: the loss is scaled by venom.amp.GradScaler (steps with inf/NaN
+-- gradients are skipped and the scale halves; the scale is not part of a
+-- --save checkpoint and starts afresh on --resume). On the CPU matmuls stay
+-- f32 whatever --amp says.
 --
 -- The default corpus is the Debian package fortunes (apt-get install fortunes).
 local venom = require "venom"
@@ -81,6 +95,8 @@ local opts = util.parse_cli(arg, {
   log = "",
   plot = "",
   distributed = false,
+  device = "cpu",
+  amp = "",
 }, {
   steps = "optimizer steps",
   batch_size = "windows per step",
@@ -111,6 +127,8 @@ local opts = util.parse_cli(arg, {
   distributed = "data parallel over the processes mpirun starts; --batch-size stays the global "
     .. "batch (see section 6 of this file)",
   plot = "draw the training curves to FILE.png or FILE.svg after every evaluation (gnuplot)",
+  device = "cpu or cuda: where the model trains",
+  amp = "bf16 or f16: run the forward under venom.autocast (matmul operands in 16 bits; f16 with loss scaling)",
 }, function(o)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
                        "eval_every", "eval_batches" }) do
@@ -144,7 +162,19 @@ local opts = util.parse_cli(arg, {
   if o.activation ~= "gelu" and o.activation ~= "relu" and o.activation ~= "relu2" then
     util.fail("--activation must be gelu, relu or relu2, got " .. o.activation)
   end
+  util.check_arg_device(o, "device")
+  if o.amp ~= "" and o.amp ~= "bf16" and o.amp ~= "f16" then
+    util.fail("--amp must be bf16 or f16, got " .. o.amp)
+  end
+  if o.sparse ~= "" and o.device == "cuda" then
+    local V, M = o.sparse:match("^(%d+):2:(%d+)$")
+    local why = require("venom.sparse").cuda_layout_error(tonumber(V), tonumber(M))
+    if why then util.fail(("--sparse %s with --device cuda: %s, e.g. 64:2:8"):format(o.sparse, why)) end
+  end
   dist.check_arg(o)
+  if o.distributed and o.device == "cuda" then
+    util.fail("--distributed trains on the CPU (this build has no NCCL)")
+  end
   -- Only rank 0 writes files (and prints) in a distributed run.
   if dist.is_main() then
     log = util.check_outputs(o, { "step", "loss", "lr", "sparsity", "train_loss", "val_loss" })
@@ -175,6 +205,7 @@ local ok_model, model = pcall(GPT, {
   activation = opts.activation,
 })
 if not ok_model then die(model) end
+model:to(opts.device) -- with cuda: every parameter (and the position ids) on the GPU
 print(model)
 print(("%d parameters"):format(model:num_parameters()))
 
@@ -231,6 +262,20 @@ end
 
 -- 5. Evaluation ----------------------------------------------------------------------
 --
+-- A batch of windows drawn on the CPU (the RNG draws are the same on either
+-- device) and moved to --device; the loss under --amp's autocast.
+local function batch(tokens)
+  local x, y = data.random_windows(tokens, opts.batch_size, opts.block_size)
+  if opts.device == "cpu" then return x, y end
+  local xd, yd = x:to(opts.device), y:to(opts.device)
+  x:free(); y:free()
+  return xd, yd
+end
+local function batch_loss(m, x, y)
+  if opts.amp == "" then return m:loss(x, y) end
+  return venom.autocast(opts.amp, function() return m:loss(x, y) end)
+end
+--
 -- The mean loss over eval_batches random batches of a split, in eval mode
 -- (no dropout) and without recording a graph.
 local function estimate(tokens)
@@ -238,8 +283,8 @@ local function estimate(tokens)
   local sum = 0
   venom.no_grad(function()
     for _ = 1, opts.eval_batches do
-      local x, y = data.random_windows(tokens, opts.batch_size, opts.block_size)
-      local loss = model:loss(dist.share(x), dist.share(y))
+      local x, y = batch(tokens)
+      local loss = batch_loss(model, dist.share(x), dist.share(y))
       sum = sum + loss:item()
       x:free(); y:free(); loss:free()
     end
@@ -271,6 +316,8 @@ end
 -- 1-process run prints, up to float rounding; rank 0 alone prints and
 -- writes files.
 local dp = opts.distributed and dist.DataParallel(model) or model
+local scaler = opts.amp == "f16" and require("venom.amp").GradScaler() or nil
+local skipped = 0 -- f16 steps skipped for inf/NaN gradients
 local curves, records = opts.log ~= "" or opts.plot ~= "", log and log.records or {}
 local function record(r)
   if not dist.is_main() then return end
@@ -292,11 +339,17 @@ local last = opts.steps
 if opts.stop_after > 0 and opts.stop_after < last then last = opts.stop_after end
 for step = first_step, last do
   local start = venom.clock()
-  local x, y = data.random_windows(train, opts.batch_size, opts.block_size)
-  local loss = dp:loss(dist.share(x), dist.share(y))
+  local x, y = batch(train)
+  local loss = batch_loss(dp, dist.share(x), dist.share(y))
   opt:zero_grad()
-  loss:backward()
-  opt:step()
+  if scaler then
+    scaler:scale(loss):backward()
+    if not scaler:step(opt) then skipped = skipped + 1 end
+    scaler:update()
+  else
+    loss:backward()
+    opt:step()
+  end
   local lr = opt.lr -- the rate this step was trained with
   if sched then sched:step() end
   local ev = gmp and gmp:step()
@@ -365,6 +418,10 @@ local ran = last - first_step + 1
 if ran > 0 then
   print(("%d steps, %.1f s training, %.0f tokens/s"):format(ran, train_time,
     ran * tokens_per_step / train_time))
+end
+if scaler then
+  print(("f16 loss scale %g at the end, %d steps skipped for inf/NaN gradients")
+    :format(scaler:get_scale(), skipped))
 end
 if last < opts.steps then
   print(("stopped after step %d of %d%s"):format(last, opts.steps,

@@ -739,22 +739,22 @@ vn_tensor *vn_mse_loss(const vn_tensor *a, const vn_tensor *b, vn_reduction redu
 
 /* Token embedding lookup: out[..., :] = weight[ids[...], :].
  * weight (V, D) f32, ids (...) i32/i64 of 0-based rows (any shape, 0-d
- * included) → (..., D). Differentiable in weight: backward adds each row of
- * dL/dout into the row of weight it came from, so an id that occurs several
- * times accumulates all its gradients.
+ * included) → (..., D), CPU or CUDA (both on one device). Differentiable in
+ * weight: backward adds each row of dL/dout into the row of weight it came
+ * from, in position order on either device (deterministic, the same bits).
  * Errors: VN_ERR_SHAPE for a weight that is not 2-D or an ids tensor with
- * VN_MAX_DIMS dims (no room for D); VN_ERR_DTYPE; VN_ERR_ARG for an id
- * outside 0..V-1 (the message gives its flat position and value). */
+ * VN_MAX_DIMS dims (no room for D); VN_ERR_DTYPE; VN_ERR_DEVICE; VN_ERR_ARG
+ * for an id outside 0..V-1 (the message gives its flat position and value). */
 vn_tensor *vn_embedding(const vn_tensor *weight, const vn_tensor *ids);
 
 /* Layer normalization over the last dim (Ba, Kiros & Hinton 2016):
  *   y = (x − mean) / sqrt(var + eps) · gamma + beta,
  * with mean and the biased variance var taken over the last dim of x
- * (..., D) f32. gamma and beta are (D) f32, or NULL for 1 and 0.
- * Differentiable in x, gamma and beta (their gradients sum over the leading
- * dims). Errors: VN_ERR_SHAPE for a 0-d x, an empty last dim (D = 0) or a
- * gamma/beta that is not (D); VN_ERR_DTYPE; VN_ERR_ARG unless eps > 0 and
- * finite. */
+ * (..., D) f32. gamma and beta are (D) f32, or NULL for 1 and 0. CPU or
+ * CUDA (f32 statistics; all on one device). Differentiable in x, gamma and
+ * beta (their gradients sum over the leading dims). Errors: VN_ERR_SHAPE for
+ * a 0-d x, an empty last dim (D = 0) or a gamma/beta that is not (D);
+ * VN_ERR_DTYPE; VN_ERR_DEVICE; VN_ERR_ARG unless eps > 0 and finite. */
 vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_tensor *beta,
                          double eps);
 
@@ -765,10 +765,12 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
  * general (..., T, Dh) with ≥ 2 dims, the leading dims being independent
  * batches — → out of that shape. The softmax is fused with the mask (the
  * masked scores are never materialised) and taken of score − row max, so
- * it cannot overflow. The attention probabilities (..., T, T) are saved for
- * backward, which gives the gradients of q, k and v.
+ * it cannot overflow. On the CPU the probabilities (..., T, T) are saved for
+ * backward; on CUDA, FlashAttention-2 (Dao 2023) on bf16 tensor cores with
+ * f32 accumulation (inputs rounded to bf16), saving only the log-sum-exp
+ * per row, for Dh = 32, 64 or 128 (else VN_ERR_ARG). Gradients of q, k, v.
  * Errors: VN_ERR_SHAPE naming the shapes when they differ or have < 2 dims;
- * VN_ERR_DTYPE. */
+ * VN_ERR_DTYPE; VN_ERR_DEVICE (not all on one device). */
 vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v);
 
 /* ---- optimizer steps (in place on the parameter; not recorded) ---------- */
@@ -873,6 +875,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 
 /* Mixture-of-Experts dispatch: row scatter-add, routing. */
 #include "venom/moe.h"
+#include "venom/transformer.h" /* bias + GELU */
 #include "venom/dynamic.h" /* dynamic activation sparsity (SparDA / PIT) */
 #include "venom/quant.h" /* BitNet b1.58 ternary layers and packed kernels */
 /* Convolutions, pooling, batch normalisation, flatten. */

@@ -340,6 +340,51 @@ static void test_attention_errors(void **state)
     RELEASE(a, b, one, ai, e, r);
 }
 
+/* ---- bias_gelu ----------------------------------------------------------------- */
+
+static void test_bias_gelu(void **state)
+{
+    (void)state;
+    /* the same bits as the unfused gelu(x + bias) */
+    vn_tensor *x = trand(3, (int64_t[]){2, 3, 5}, -4, 4, 40), *b = trand(1, (int64_t[]){5}, -1, 1, 41);
+    vn_tensor *y = vn_bias_gelu(x, b), *u = vn_add(x, b), *want = vn_gelu(u);
+    CHECK_PTR(y);
+    CHECK_PTR(want);
+    assert_true(max_rel_diff(y, want) == 0);
+    RELEASE(x, b, y, u, want);
+}
+
+static vn_tensor *f_bias_gelu(vn_tensor **in, void *ctx)
+{
+    (void)ctx;
+    return vn_bias_gelu(in[0], in[1]);
+}
+
+static void test_bias_gelu_grad(void **state)
+{
+    (void)state;
+    vn_tensor *in[2] = {param(3, (int64_t[]){2, 3, 4}, -3, 3, 42), param(1, (int64_t[]){4}, -1, 1, 43)};
+    gradcheck(f_bias_gelu, in, 2, NULL, 1e-3, 1e-2);
+    CHECK_OK(vn_tensor_set_requires_grad(in[1], false)); /* x alone */
+    gradcheck(f_bias_gelu, in, 2, NULL, 1e-3, 1e-2);
+    CHECK_OK(vn_tensor_set_requires_grad(in[0], false)); /* bias alone */
+    CHECK_OK(vn_tensor_set_requires_grad(in[1], true));
+    gradcheck(f_bias_gelu, in, 2, NULL, 1e-3, 1e-2);
+    RELEASE(in[0], in[1]);
+}
+
+static void test_bias_gelu_errors(void **state)
+{
+    (void)state;
+    vn_tensor *x = trand(2, (int64_t[]){2, 4}, -1, 1, 44), *b3 = trand(1, (int64_t[]){3}, 0, 1, 45);
+    vn_tensor *bi = vn_zeros(VN_I32, 1, (int64_t[]){4}), *s = vn_zeros(VN_F32, 0, NULL);
+    EXPECT_ERROR(vn_bias_gelu(x, b3), VN_ERR_SHAPE, "bias_gelu", "(2, 4)", "(3,)");
+    EXPECT_ERROR(vn_bias_gelu(s, s), VN_ERR_SHAPE, "bias_gelu");
+    EXPECT_ERROR(vn_bias_gelu(x, bi), VN_ERR_DTYPE, "bias_gelu: bias");
+    EXPECT_ERROR(vn_bias_gelu(NULL, b3), VN_ERR_ARG, "NULL");
+    RELEASE(x, b3, bi, s);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -349,6 +394,8 @@ int main(void)
         cmocka_unit_test(test_layer_norm_grad),   cmocka_unit_test(test_layer_norm_errors),
         cmocka_unit_test(test_attention_values),  cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_grad),    cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_bias_gelu),         cmocka_unit_test(test_bias_gelu_grad),
+        cmocka_unit_test(test_bias_gelu_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,14 +4,25 @@
 # the "GPU (H200)" section of bench/RESULTS.md). Each part unpacks the Debian
 # dependencies from .deps/ into a prefix, configures and builds with CUDA (a
 # part 2 on a machine still warm from part 1 reuses its build: make finds
-# nothing to do), runs its steps and prints a short table last. Part 2 includes tutorial 8's
-# CNN on the GPU (conv, pooling and batch-norm kernels).
+# nothing to do), runs its steps and prints a short table last. Part 2 also
+# runs tutorial 8's CNN on the GPU (conv, pooling and batch-norm kernels).
 #
-#   sh tests/gpu/device-check.sh part1    # build, GPU tests, V:N:M kernel benchmark
-#   sh tests/gpu/device-check.sh part2    # epochs (GPU dense and 64:2:8, CPU), layer
-#                                          # benchmark, GEMM/bandwidth, PyTorch, C tests
+#   sh tests/gpu/device-check.sh          # from the repository root: both parts
 #   sh tests/gpu/device-check.sh build    # deps + configure + build only
-#   sh tests/gpu/device-check.sh          # both parts, one after the other
+#   sh tests/gpu/device-check.sh part1    # build, GPU tests, V:N:M kernels, epochs
+#   sh tests/gpu/device-check.sh part2    # build (kept from part1 on a warm machine), the
+#                                         # GPT runs, layer benchmark, CNN, GEMM and
+#                                         # bandwidth, CPU epoch, C tests, PyTorch
+#
+# Each part is meant for one device call (DC_BUDGET below marks the steps that
+# would start too late NOTIME; part 2's GPT steps come first, never yet timed
+# on a GPU). The GPT runs (part 2) are tutorial
+# 03 at 6 layers x 6 heads x 384 wide, block 256, batch 64, 200 steps on
+# tinyshakespeare, dense f32, dense --amp bf16 and --sparse 64:2:8 --amp
+# bf16 (2:8 from step 10), next to bench/torch_gpt.py (PyTorch eager with SDPA and
+# torch.compile), and the tutorial's default model for 200 steps on the CPU
+# and on the GPU at f32 (the final losses must agree within 1%). The text
+# travels as .deps/tinyshakespeare.txt (see tests/gpu/deps.txt).
 #
 # The machine needs CUDA (nvcc, cuBLAS), CMake >= 3.20, a C compiler, make
 # and Python; the Debian packages come as .deb files in .deps/ (the list is
@@ -311,6 +322,40 @@ step_cnn_gpu() {
     "$BUILD/venom" bench/cnn.lua --device cuda --steps 40 --root "$DATA"
     "$BUILD/venom" tutorials/08-cnn.lua --device cuda --epochs 1 --root "$DATA"
 }
+
+# Tutorial 03 at the issue's size; $1 = extra options. The tokens/s line is
+# the table's; --sample 0 and one evaluation keep the run to the training.
+GPT_TEXT=${GPT_TEXT:-$ROOT/.deps/tinyshakespeare.txt}
+gpt_run() {
+    test -f "$GPT_TEXT" || { echo "no $GPT_TEXT (see tests/gpu/deps.txt)"; exit 1; }
+    "$BUILD/venom" tutorials/03-tiny-gpt.lua --device cuda --text "$GPT_TEXT" --n-layer 6 \
+        --n-head 6 --n-embd 384 --block-size 256 --batch-size 64 --steps 200 --eval-every 200 \
+        --eval-batches 2 --sample 0 "$@"
+}
+step_gpt_f32() { gpt_run; }
+step_gpt_bf16() { gpt_run --amp bf16; }
+step_gpt_sparse() { gpt_run --amp bf16 --sparse 64:2:8 --prune-start 0 --prune-end 0.05; }
+step_torch_gpt() {
+    export LD_LIBRARY_PATH="$DC_ORIG_LD"
+    if ! python3 -c 'import torch' 2>/dev/null; then echo "no PyTorch: skipped"; exit 0; fi
+    python3 bench/torch_gpt.py --text "$GPT_TEXT" --steps 150 --warmup 20 --compile
+}
+# The tutorial's default model, 200 steps, on the CPU and the GPU at f32:
+# the same batches (the RNG draws on the CPU), so the losses differ by
+# rounding and bf16 attention only; the final train and val losses within 1%.
+step_gpt_loss_match() {
+    test -f "$GPT_TEXT" || { echo "no $GPT_TEXT (see tests/gpu/deps.txt)"; exit 1; }
+    for d in cpu cuda; do
+        "$BUILD/venom" tutorials/03-tiny-gpt.lua --device $d --text "$GPT_TEXT" --steps 200 \
+            --eval-every 100 --sample 0 > "$LOG/gpt_loss_$d.out" 2>&1 || { cat "$LOG/gpt_loss_$d.out"; exit 1; }
+        grep -E "^step|tokens/s|final" "$LOG/gpt_loss_$d.out" | sed "s/^/$d: /"
+    done
+    for d in cpu cuda; do sed -n 's/^step *200  train loss \([0-9.]*\)  val loss \([0-9.]*\)$/\1 \2/p' "$LOG/gpt_loss_$d.out"; done |
+        awk 'NR == 1 { t = $1; v = $2 } NR == 2 { dt = ($1 - t) / t; dv = ($2 - v) / v
+             printf "relative difference GPU - CPU: train %.4f, val %.4f\n", dt, dv
+             ok = dt < 0.01 && dt > -0.01 && dv < 0.01 && dv > -0.01 }
+             END { if (NR != 2 || !ok) { print "FAIL: not within 1%"; exit 1 } print "ok: within 1%" }'
+}
 step_epoch_cpu() {
     "$BUILD/venom" tutorials/01-fashion-mnist.lua --device cpu --epochs 1 --limit "$CPU_LIMIT" --root "$DATA"
 }
@@ -380,11 +425,16 @@ run build 240
 if [ "$PART" = part1 ] || [ "$PART" = all ]; then
     run gpu-tests 180
     run vnm_gpu 120
+    run epoch_gpu 90
+    run epoch_gpu_sparse 90
 fi
 if [ "$PART" = all ]; then T0=$(date +%s); fi # part 2 gets its own budget
 if [ "$PART" = part2 ] || [ "$PART" = all ]; then
-    run epoch_gpu 90
-    run epoch_gpu_sparse 90
+    run gpt_f32 90
+    run gpt_bf16 90
+    run gpt_sparse 90
+    run torch_gpt 120
+    run gpt_loss_match 120
     run sparse_layer 60
     run cnn_gpu 60
     run cuda_ops 90
@@ -401,6 +451,8 @@ epoch() { # seconds and images/s from the tutorial's "epoch 1/1 ..." line
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)
 eg=$(epoch epoch_gpu)
 es=$(epoch epoch_gpu_sparse)
+toks() { sed -n 's/.* \([0-9]*\) tokens\/s$/\1/p' "$LOG/$1.log" 2>/dev/null | tail -1; }
+torch_toks() { sed -n "s/^$1 *\([0-9]*\) .*/\1/p" "$LOG/torch_gpt.log" 2>/dev/null | head -1; }
 ec=$(epoch epoch_cpu)
 speedup=$(echo "$eg $ec" | awk 'NF == 4 && $4 > 0 { printf "%.1fx (images/s)", $2 / $4 }')
 failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt")
@@ -425,6 +477,10 @@ failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt
     printf '| %-40s | %s\n' "GPU speedup" "${speedup:-n/a}"
     printf '| %-40s | %s\n' "CNN (tutorial 8) step GPU" "$(sed -n 's/^venom width .* on cuda: \([0-9.]*\) s\/step.*/\1 s\/step/p' "$LOG/cnn_gpu.log" 2>/dev/null | head -1)"
     printf '| %-40s | %s\n' "CNN (tutorial 8) 1 epoch GPU" "$(sed -n 's/^final test accuracy \(.*\)/\1/p' "$LOG/cnn_gpu.log" 2>/dev/null | head -1)"
+    printf '| %-40s | %s\n' "GPT 6x6x384 tokens/s: f32, bf16, 2:8 bf16" "$(toks gpt_f32) / $(toks gpt_bf16) / $(toks gpt_sparse)"
+    printf '| %-40s | %s\n' "torch GPT eager f32, bf16 (SDPA)" "$(torch_toks 'eager f32') / $(torch_toks 'eager bf16')"
+    printf '| %-40s | %s\n' "torch GPT compile f32, bf16" "$(torch_toks 'compile f32') / $(torch_toks 'compile bf16')"
+    printf '| %-40s | %s\n' "GPT losses GPU vs CPU (200 steps, f32)" "$(grep -h 'relative difference' "$LOG/gpt_loss_match.log" 2>/dev/null || echo 'not run')"
     printf '| %-40s | %s\n' "steps (status, seconds)" "$(awk '{ printf "%s%s %s %ss", sep, $1, $2, $4; sep = ", " }' "$LOG/steps.txt")"
     printf '| %-40s | %s\n' "steps failed" "${failed:-none}"
     echo "logs: $LOG"

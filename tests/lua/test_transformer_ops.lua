@@ -1,4 +1,5 @@
--- venom.embedding, venom.layer_norm and venom.causal_attention from Lua:
+-- venom.embedding, venom.layer_norm, venom.causal_attention and
+-- venom.bias_gelu from Lua:
 -- 1-based ids, optional affine parameters, gradients reaching every input,
 -- and bad arguments raising Lua errors (never crashing).
 package.path = "tests/lua/?.lua;" .. package.path
@@ -47,5 +48,15 @@ tap.error_like(function() venom.causal_attention(q, k, venom.randn(1, 2, 4, 4)) 
   "causal_attention: shapes differ")
 tap.error_like(function() venom.causal_attention(q, k) end, "#3.*expected a tensor",
   "causal_attention: missing v")
+
+local xb, bb = venom.randn(3, 5), venom.randn(5)
+bb:requires_grad_(true)
+local fused, plain = venom.bias_gelu(xb, bb), (xb + bb):gelu()
+tap.is((fused - plain):abs():max():item(), 0, "bias_gelu: gelu(x + bias) exactly")
+fused:sum():backward()
+tap.ok(bb.grad ~= nil, "bias_gelu: the gradient reaches the bias")
+tap.error_like(function() venom.bias_gelu(xb, venom.randn(4)) end, "bias_gelu.*%(3, 5%)",
+  "bias_gelu: a bias of the wrong width")
+tap.error_like(function() venom.bias_gelu(xb) end, "#2.*expected a tensor", "bias_gelu: missing bias")
 
 tap.done()

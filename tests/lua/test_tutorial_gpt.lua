@@ -2,7 +2,8 @@
 -- --sparse run succeed, report the losses, prune every MLP projection to
 -- the pattern and print a sample; a bad option exits with status 2 and a
 -- missing text file with status 1 and its name; a --sparse run stopped
--- and resumed matches the uninterrupted one.
+-- and resumed matches the uninterrupted one; --amp f16 on the CPU (matmuls
+-- stay f32, the loss scaled by powers of two) prints the dense run's losses.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local testutil = require "testutil"
@@ -63,6 +64,17 @@ out, rc = tutorial(sp .. " --steps 13 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("a run of 12 steps, not %-%-steps 13") ~= nil,
   "resuming with other --steps is refused")
 os.remove(full); os.remove(stopped); os.remove(resumed)
+
+-- The loss scaler's wiring: scaling by 2^16 and unscaling is exact, so the
+-- f16 run on the CPU must print the plain run's losses, digit for digit.
+local plain = tutorial("--text " .. tmp)
+out, rc = tutorial("--text " .. tmp .. " --amp f16")
+tap.ok(rc == 0 and out:find("f16 loss scale 65536 at the end, 0 steps skipped") ~= nil,
+  "--amp f16 runs and reports its loss scale" .. (rc ~= 0 and ": " .. out or ""))
+tap.ok(losses(plain):find("final val loss %d") ~= nil and losses(out) == losses(plain),
+  "--amp f16 on the CPU prints the same losses as the plain run")
+out, rc = tutorial("--text " .. tmp .. " --amp f8")
+tap.is(rc, 2, "--amp f8 exits with status 2")
 
 os.remove(tmp)
 tap.done()

@@ -1,0 +1,438 @@
+/* A host emulator of the CUDA causal attention (kernels/attention.cu): it
+ * replays the kernels' tile schedule and fragment bookkeeping — the same
+ * functions of kernels/attention_tile.h — warp by warp and lane by lane,
+ * with a software mma.m16n8k16 built from the PTX ISA's fragment layouts
+ * and bf16 rounding wherever the kernel rounds, and compares the forward
+ * output and the three gradients with the CPU's vn_causal_attention for
+ * head dims 32, 64 and 128 and odd T (one tile, a ragged last tile,
+ * several tiles). Also: the header's fragment maps are the PTX ISA's and
+ * cover each matrix element once; the causal schedule visits every tile
+ * holding a visible (query, key) pair. */
+#include "gradcheck.h"
+#include "attention_tile.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BR VNK_ATT_BR
+#define BC VNK_ATT_BC
+
+/* Per lane: an A fragment holds 8 elements, B 4, C 4 (as floats; A and B
+ * hold bf16 values). */
+typedef struct { float v[32][8]; } frag_a;
+typedef struct { float v[32][4]; } frag_b;
+typedef struct { float v[32][4]; } frag_c;
+
+/* f32 → bf16 → f32, round to nearest even (as __float2bfloat16_rn; the
+ * inputs here are finite). */
+static float bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The fragment layouts of mma.m16n8k16 with .bf16 inputs as the PTX ISA
+ * states them (9.7.14.5.8), transcribed here apart from attention_tile.h so
+ * that a slip in the header's arithmetic shows: g = groupID = lane >> 2,
+ * t = threadID_in_group = lane % 4. */
+static int ptx_a_row(int lane, int i) { return (i < 2 || (i >= 4 && i < 6)) ? lane >> 2 : (lane >> 2) + 8; }
+static int ptx_a_col(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 4 ? 8 : 0); }
+static int ptx_b_row(int lane, int i) { return (lane % 4) * 2 + (i & 1) + (i >= 2 ? 8 : 0); }
+static int ptx_b_col(int lane) { return lane >> 2; }
+static int ptx_c_row(int lane, int i) { return i < 2 ? lane >> 2 : (lane >> 2) + 8; }
+static int ptx_c_col(int lane, int i) { return (lane % 4) * 2 + (i & 1); }
+
+/* d += a·b, the software mma: the matrices rebuilt from the lanes'
+ * fragments by the PTX layouts, multiplied, scattered back to C. */
+static void mma(frag_c *d, const frag_a *a, const frag_b *b)
+{
+    float A[16][16], B[16][8];
+    for (int lane = 0; lane < 32; lane++) {
+        for (int i = 0; i < 8; i++) A[ptx_a_row(lane, i)][ptx_a_col(lane, i)] = a->v[lane][i];
+        for (int i = 0; i < 4; i++) B[ptx_b_row(lane, i)][ptx_b_col(lane)] = b->v[lane][i];
+    }
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            int r = ptx_c_row(lane, i), c = ptx_c_col(lane, i);
+            float s = d->v[lane][i];
+            for (int k = 0; k < 16; k++) s += A[r][k] * B[k][c];
+            d->v[lane][i] = s;
+        }
+}
+
+/* The kernel's load_a: rows r0.. of X (T × D), bf16, 0 past T. */
+static void load_a(frag_a *f, const float *X, int r0, int T, int D)
+{
+    for (int ks = 0; ks < D / 16; ks++)
+        for (int lane = 0; lane < 32; lane++)
+            for (int i = 0; i < 8; i++) {
+                int row = r0 + att_a_row(lane, i), col = ks * 16 + att_a_col(lane, i);
+                f[ks].v[lane][i] = row < T ? bf16(X[(int64_t)row * D + col]) : 0.0f;
+            }
+}
+
+/* The kernel's load_tile: rows c0..c0+63 of X into s (64 × D), bf16. */
+static void load_tile(float *s, const float *X, int c0, int T, int D)
+{
+    for (int r = 0; r < BC; r++)
+        for (int c = 0; c < D; c++) s[r * D + c] = c0 + r < T ? bf16(X[(int64_t)(c0 + r) * D + c]) : 0;
+}
+
+/* frag_bt (element (k, n) at s[n][k]) and frag_b (at s[k][n]). */
+static void frag_bt(frag_b *b, const float *s, int D, int ks, int nb)
+{
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++)
+            b->v[lane][i] = s[(nb * 8 + att_b_col(lane)) * D + ks * 16 + att_b_row(lane, i)];
+}
+
+static void frag_bn(frag_b *b, const float *s, int D, int ks, int nb)
+{
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++)
+            b->v[lane][i] = s[(ks * 16 + att_b_row(lane, i)) * D + nb * 8 + att_b_col(lane)];
+}
+
+/* c (16 × 64) = a · sᵀ (mma_qkt) and acc (16 × D) += c · s (mma_pv, c
+ * rounded to bf16 on the way, through the C → A correspondence). */
+static void mma_qkt(frag_c c[BC / 8], const frag_a *a, const float *s, int D)
+{
+    for (int nb = 0; nb < BC / 8; nb++) {
+        memset(&c[nb], 0, sizeof c[nb]);
+        for (int ks = 0; ks < D / 16; ks++) {
+            frag_b b;
+            frag_bt(&b, s, D, ks, nb);
+            mma(&c[nb], &a[ks], &b);
+        }
+    }
+}
+
+static void mma_pv(frag_c *acc, const frag_c c[BC / 8], const float *s, int D)
+{
+    for (int j = 0; j < BC / 16; j++) {
+        frag_a a;
+        for (int lane = 0; lane < 32; lane++)
+            for (int r = 0; r < 4; r++) {
+                const frag_c *t = &c[2 * j + att_c_to_a_tile(r)];
+                a.v[lane][2 * r] = bf16(t->v[lane][att_c_to_a_elem(r)]);
+                a.v[lane][2 * r + 1] = bf16(t->v[lane][att_c_to_a_elem(r) + 1]);
+            }
+        for (int nd = 0; nd < D / 8; nd++) {
+            frag_b b;
+            frag_bn(&b, s, D, j, nd);
+            mma(&acc[nd], &a, &b);
+        }
+    }
+}
+
+/* The xor-shuffle reductions over the 4 lanes of a quad, for every lane. */
+static void quad(float v[32], bool max)
+{
+    float w[32];
+    for (int l = 0; l < 32; l++) w[l] = max ? fmaxf(v[l], v[l ^ 1]) : v[l] + v[l ^ 1];
+    for (int l = 0; l < 32; l++) v[l] = max ? fmaxf(w[l], w[l ^ 2]) : w[l] + w[l ^ 2];
+}
+
+/* ---- the three kernels, one warp at a time ----------------------------------- */
+
+static void emu_forward(float *O, float *lse, const float *Q, const float *K, const float *V,
+                        int T, int D, float scale, float *sK, float *sV)
+{
+    for (int cta = 0; cta < att_tiles(T); cta++)
+        for (int w = 0; w < VNK_ATT_WARPS; w++) {
+            int q0 = cta * BR, qw = q0 + w * VNK_ATT_ROWS;
+            frag_a qf[8];
+            frag_c o[16], s[BC / 8];
+            float m[2][32], l[2][32];
+            load_a(qf, Q, qw, T, D);
+            memset(o, 0, sizeof o);
+            for (int lane = 0; lane < 32; lane++)
+                m[0][lane] = m[1][lane] = -INFINITY, l[0][lane] = l[1][lane] = 0;
+            for (int kt = 0; kt < att_key_tiles(q0, T); kt++) {
+                int k0 = kt * BC;
+                load_tile(sK, K, k0, T, D);
+                load_tile(sV, V, k0, T, D);
+                mma_qkt(s, qf, sK, D);
+                float mx[2][32], alpha[2][32];
+                for (int lane = 0; lane < 32; lane++) {
+                    mx[0][lane] = mx[1][lane] = -INFINITY;
+                    for (int nb = 0; nb < BC / 8; nb++)
+                        for (int i = 0; i < 4; i++) {
+                            int q = qw + att_c_row(lane, i), k = k0 + nb * 8 + att_c_col(lane, i);
+                            float *e = &s[nb].v[lane][i];
+                            *e = att_visible(q, k, T) ? *e * scale : -INFINITY;
+                            mx[i >> 1][lane] = fmaxf(mx[i >> 1][lane], *e);
+                        }
+                }
+                for (int h = 0; h < 2; h++) {
+                    quad(mx[h], true);
+                    for (int lane = 0; lane < 32; lane++) {
+                        float mn = fmaxf(m[h][lane], mx[h][lane]);
+                        alpha[h][lane] = att_rescale(m[h][lane], mn);
+                        m[h][lane] = mn;
+                        l[h][lane] *= alpha[h][lane];
+                    }
+                }
+                for (int lane = 0; lane < 32; lane++) {
+                    for (int nb = 0; nb < BC / 8; nb++)
+                        for (int i = 0; i < 4; i++) {
+                            float *e = &s[nb].v[lane][i];
+                            *e = att_prob(*e, m[i >> 1][lane]);
+                            l[i >> 1][lane] += *e;
+                        }
+                    for (int nd = 0; nd < D / 8; nd++)
+                        for (int i = 0; i < 4; i++) o[nd].v[lane][i] *= alpha[i >> 1][lane];
+                }
+                mma_pv(o, s, sV, D);
+            }
+            quad(l[0], false);
+            quad(l[1], false);
+            for (int lane = 0; lane < 32; lane++) {
+                for (int nd = 0; nd < D / 8; nd++)
+                    for (int i = 0; i < 4; i++) {
+                        int q = qw + att_c_row(lane, i);
+                        if (q < T)
+                            O[(int64_t)q * D + nd * 8 + att_c_col(lane, i)] =
+                                o[nd].v[lane][i] / l[i >> 1][lane];
+                    }
+                for (int h = 0; h < 2; h++) {
+                    int q = qw + att_c_row(lane, 2 * h);
+                    if ((lane & 3) == 0 && q < T) lse[q] = m[h][lane] + logf(l[h][lane]);
+                }
+            }
+        }
+}
+
+static void emu_dkdv(float *dK, float *dV, const float *Q, const float *K, const float *V,
+                     const float *dO, const float *lse, const float *dvec, int T, int D,
+                     float scale, float *sQ, float *sdO)
+{
+    for (int cta = 0; cta < att_tiles(T); cta++)
+        for (int w = 0; w < VNK_ATT_WARPS; w++) {
+            int k0 = cta * BR, kw = k0 + w * VNK_ATT_ROWS;
+            frag_a kf[8], vf[8];
+            frag_c dk[16], dv[16], p[BC / 8], dp[BC / 8];
+            load_a(kf, K, kw, T, D);
+            load_a(vf, V, kw, T, D);
+            memset(dk, 0, sizeof dk);
+            memset(dv, 0, sizeof dv);
+            for (int qt = att_first_query_tile(k0); qt < att_tiles(T); qt++) {
+                int q0 = qt * BC;
+                load_tile(sQ, Q, q0, T, D);
+                load_tile(sdO, dO, q0, T, D);
+                mma_qkt(p, kf, sQ, D);
+                mma_qkt(dp, vf, sdO, D);
+                for (int lane = 0; lane < 32; lane++)
+                    for (int nb = 0; nb < BC / 8; nb++)
+                        for (int i = 0; i < 4; i++) {
+                            int k = kw + att_c_row(lane, i), q = q0 + nb * 8 + att_c_col(lane, i);
+                            float pr = att_visible(q, k, T) ? expf(p[nb].v[lane][i] * scale - lse[q])
+                                                            : 0.0f;
+                            p[nb].v[lane][i] = pr;
+                            dp[nb].v[lane][i] = pr * (dp[nb].v[lane][i] - (q < T ? dvec[q] : 0));
+                        }
+                mma_pv(dv, p, sdO, D);
+                mma_pv(dk, dp, sQ, D);
+            }
+            for (int lane = 0; lane < 32; lane++)
+                for (int nd = 0; nd < D / 8; nd++)
+                    for (int i = 0; i < 4; i++) {
+                        int k = kw + att_c_row(lane, i);
+                        int64_t at = (int64_t)k * D + nd * 8 + att_c_col(lane, i);
+                        if (k < T) dK[at] = dk[nd].v[lane][i] * scale, dV[at] = dv[nd].v[lane][i];
+                    }
+        }
+}
+
+static void emu_dq(float *dQ, const float *Q, const float *K, const float *V, const float *dO,
+                   const float *lse, const float *dvec, int T, int D, float scale, float *sK,
+                   float *sV)
+{
+    for (int cta = 0; cta < att_tiles(T); cta++)
+        for (int w = 0; w < VNK_ATT_WARPS; w++) {
+            int q0 = cta * BR, qw = q0 + w * VNK_ATT_ROWS;
+            frag_a qf[8], of[8];
+            frag_c dq[16], p[BC / 8], dp[BC / 8];
+            load_a(qf, Q, qw, T, D);
+            load_a(of, dO, qw, T, D);
+            memset(dq, 0, sizeof dq);
+            for (int kt = 0; kt < att_key_tiles(q0, T); kt++) {
+                int k0 = kt * BC;
+                load_tile(sK, K, k0, T, D);
+                load_tile(sV, V, k0, T, D);
+                mma_qkt(p, qf, sK, D);
+                mma_qkt(dp, of, sV, D);
+                for (int lane = 0; lane < 32; lane++)
+                    for (int nb = 0; nb < BC / 8; nb++)
+                        for (int i = 0; i < 4; i++) {
+                            int q = qw + att_c_row(lane, i), k = k0 + nb * 8 + att_c_col(lane, i);
+                            float pr = att_visible(q, k, T) ? expf(p[nb].v[lane][i] * scale - lse[q])
+                                                            : 0.0f;
+                            dp[nb].v[lane][i] = pr * (dp[nb].v[lane][i] - (q < T ? dvec[q] : 0));
+                        }
+                mma_pv(dq, dp, sK, D);
+            }
+            for (int lane = 0; lane < 32; lane++)
+                for (int nd = 0; nd < D / 8; nd++)
+                    for (int i = 0; i < 4; i++) {
+                        int q = qw + att_c_row(lane, i);
+                        if (q < T) dQ[(int64_t)q * D + nd * 8 + att_c_col(lane, i)] = dq[nd].v[lane][i] * scale;
+                    }
+        }
+}
+
+/* ---- the checks --------------------------------------------------------------------- */
+
+/* max|got − want| / max|want| over n elements, the denominator at least
+ * 0.1: at T = 1 dq and dk are exactly 0, where the kernel leaves what bf16
+ * rounding of dO in dO·Vᵀ against the f32 rowsum(dO ⊙ O) gives (~1e-3). */
+static double rel_err(const float *got, const float *want, int64_t n)
+{
+    double d = 0, m = 0.1;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        d = e > d || e != e ? e : d;
+        m = fabs(want[i]) > m ? fabs(want[i]) : m;
+    }
+    return d / m;
+}
+
+/* bf16-rounded random values: the CPU reference gets the inputs the kernel sees. */
+static vn_tensor *rounded(const int64_t *shape, double lo, double hi, unsigned seed)
+{
+    vn_tensor *t = trand(4, shape, lo, hi, seed);
+    float *p = vn_tensor_data(t);
+    for (int64_t i = 0; i < vn_tensor_numel(t); i++) p[i] = bf16(p[i]);
+    return t;
+}
+
+static void check_case(int64_t B, int64_t H, int T, int D, unsigned seed)
+{
+    int64_t shape[4] = {B, H, T, D}, BH = B * H, n = BH * T * D;
+    vn_tensor *q = rounded(shape, -2, 2, seed), *k = rounded(shape, -2, 2, seed + 1),
+              *v = rounded(shape, -1, 1, seed + 2), *g = trand(4, shape, -1, 1, seed + 3);
+    CHECK_OK(vn_tensor_set_requires_grad(q, true));
+    CHECK_OK(vn_tensor_set_requires_grad(k, true));
+    CHECK_OK(vn_tensor_set_requires_grad(v, true));
+    vn_tensor *out = vn_causal_attention(q, k, v);
+    CHECK_PTR(out);
+    CHECK_OK(vn_backward(out, g));
+    const float *Q = vn_tensor_data(q), *K = vn_tensor_data(k), *V = vn_tensor_data(v),
+                *G = vn_tensor_data(g);
+    float *O = malloc(sizeof(float) * (size_t)n), *dQ = malloc(sizeof(float) * (size_t)n),
+          *dK = malloc(sizeof(float) * (size_t)n), *dV = malloc(sizeof(float) * (size_t)n),
+          *lse = malloc(sizeof(float) * (size_t)(BH * T)), *dvec = malloc(sizeof(float) * (size_t)(BH * T)),
+          *s1 = malloc(sizeof(float) * BC * (size_t)D), *s2 = malloc(sizeof(float) * BC * (size_t)D);
+    /* poison: every element must be written */
+    for (int64_t i = 0; i < n; i++) O[i] = dQ[i] = dK[i] = dV[i] = NAN;
+    float scale = (float)(1.0 / sqrt((double)D));
+    for (int64_t b = 0; b < BH; b++) {
+        int64_t o = b * T * D;
+        emu_forward(O + o, lse + b * T, Q + o, K + o, V + o, T, D, scale, s1, s2);
+        for (int t = 0; t < T; t++) { /* attention_bwd_dot */
+            float s = 0;
+            for (int d = 0; d < D; d++) s += G[o + (int64_t)t * D + d] * O[o + (int64_t)t * D + d];
+            dvec[b * T + t] = s;
+        }
+        emu_dkdv(dK + o, dV + o, Q + o, K + o, V + o, G + o, lse + b * T, dvec + b * T, T, D,
+                 scale, s1, s2);
+        emu_dq(dQ + o, Q + o, K + o, V + o, G + o, lse + b * T, dvec + b * T, T, D, scale, s1, s2);
+    }
+    const float *want[4] = {vn_tensor_data(out), vn_tensor_data(vn_tensor_grad(q)),
+                            vn_tensor_data(vn_tensor_grad(k)), vn_tensor_data(vn_tensor_grad(v))};
+    const float *got[4] = {O, dQ, dK, dV};
+    const char *name[4] = {"out", "dq", "dk", "dv"};
+    /* bf16 probabilities and dS in the second products: about 2^-8 relative */
+    for (int i = 0; i < 4; i++) {
+        double e = rel_err(got[i], want[i], n);
+        if (!(e < 1e-2))
+            fail_msg("T %d, D %d: %s relative error %g", T, D, name[i], e);
+    }
+    free(O), free(dQ), free(dK), free(dV), free(lse), free(dvec), free(s1), free(s2);
+    GC_RELEASE(q, k, v, g, out);
+}
+
+static void test_fragment_maps(void **state)
+{
+    (void)state;
+    int a[16][16] = {{0}}, b[16][8] = {{0}}, c[16][8] = {{0}};
+    for (int lane = 0; lane < 32; lane++) {
+        /* the header's arithmetic is the PTX ISA's layout */
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(att_a_row(lane, i), ptx_a_row(lane, i));
+            assert_int_equal(att_a_col(lane, i), ptx_a_col(lane, i));
+        }
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(att_b_row(lane, i), ptx_b_row(lane, i));
+            assert_int_equal(att_b_col(lane), ptx_b_col(lane));
+            assert_int_equal(att_c_row(lane, i), ptx_c_row(lane, i));
+            assert_int_equal(att_c_col(lane, i), ptx_c_col(lane, i));
+        }
+        for (int i = 0; i < 8; i++) a[att_a_row(lane, i)][att_a_col(lane, i)]++;
+        for (int i = 0; i < 4; i++) b[att_b_row(lane, i)][att_b_col(lane)]++;
+        for (int i = 0; i < 4; i++) c[att_c_row(lane, i)][att_c_col(lane, i)]++;
+        /* C of two 16 × 8 tiles read as A: the same (row, col) */
+        for (int r = 0; r < 4; r++) {
+            int e = att_c_to_a_elem(r), tile = att_c_to_a_tile(r);
+            assert_int_equal(att_a_row(lane, 2 * r), att_c_row(lane, e));
+            assert_int_equal(att_a_col(lane, 2 * r), 8 * tile + att_c_col(lane, e));
+            assert_int_equal(att_a_col(lane, 2 * r + 1), 8 * tile + att_c_col(lane, e + 1));
+        }
+    }
+    for (int r = 0; r < 16; r++)
+        for (int j = 0; j < 16; j++) {
+            assert_int_equal(a[r][j], 1);
+            if (j < 8) assert_int_equal(b[r][j], 1), assert_int_equal(c[r][j], 1);
+        }
+}
+
+static void test_schedule(void **state)
+{
+    (void)state;
+    /* every visible (q, k) pair is in a visited tile, for ragged T */
+    for (int T = 1; T <= 200; T += 7)
+        for (int q = 0; q < T; q++) {
+            int q0 = q / BR * BR;
+            assert_true((q / BC) < att_key_tiles(q0, T));          /* forward and dQ */
+            assert_true(att_first_query_tile(q / BR * BR) <= q / BC); /* dK/dV, key q */
+        }
+}
+
+static void test_emulator_d32(void **state)
+{
+    (void)state;
+    check_case(1, 2, 1, 32, 11);
+    check_case(2, 1, 37, 32, 12);
+    check_case(1, 1, 131, 32, 13);
+}
+
+static void test_emulator_d64(void **state)
+{
+    (void)state;
+    check_case(1, 1, 63, 64, 21);
+    check_case(1, 2, 129, 64, 22);
+}
+
+static void test_emulator_d128(void **state)
+{
+    (void)state;
+    check_case(1, 1, 17, 128, 31);
+    check_case(1, 1, 101, 128, 32);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fragment_maps), cmocka_unit_test(test_schedule),
+        cmocka_unit_test(test_emulator_d32), cmocka_unit_test(test_emulator_d64),
+        cmocka_unit_test(test_emulator_d128),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
