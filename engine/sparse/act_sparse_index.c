@@ -128,29 +128,8 @@ const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, co
         for (int64_t l = 0; l < k; l++) hc[r * k + l] = act__f(ix->act, row[cols[l]]);
     }
     if (k == in) return wt;
-    act__gather_rows(ix, t, wt, ix->out, wc);
+    vn__gather_rows_f32(wc, wt, cols, NULL, k, ix->out);
     return wc;
-}
-
-void act__gather_rows(const act_index *ix, int64_t t, const float *src, int64_t width, float *dst)
-{
-    int64_t k = ix->count[t];
-    const int64_t *cols = ix->cols + t * ix->in;
-#pragma omp parallel for schedule(static) if (width * k > VN_OMP_MIN_WORK)
-    for (int64_t l = 0; l < k; l++)
-        memcpy(dst + l * width, src + cols[l] * width, sizeof(float) * (size_t)width);
-}
-
-void act__scatter_add_rows(const act_index *ix, int64_t t, const float *g, int64_t width, float *dst)
-{
-    int64_t k = ix->count[t];
-    const int64_t *cols = ix->cols + t * ix->in;
-#pragma omp parallel for schedule(static) if (width * k > VN_OMP_MIN_WORK)
-    for (int64_t l = 0; l < k; l++) {
-        float *row = dst + cols[l] * width;
-        const float *gl = g + l * width;
-        for (int64_t j = 0; j < width; j++) row[j] += gl[j];
-    }
 }
 
 void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,

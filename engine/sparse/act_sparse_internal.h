@@ -65,10 +65,13 @@ vn_tensor *act__weight(const act_index *ix, const vn_tensor *w);
  * Wc. */
 const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
                               float *hc, float *wc);
-/* dst (k × width) = src[kept cols of tile t, :], src (in × width). */
-void act__gather_rows(const act_index *ix, int64_t t, const float *src, int64_t width, float *dst);
-/* dst[kept cols of tile t, :] += G (k × width), dst (in × width). */
-void act__scatter_add_rows(const act_index *ix, int64_t t, const float *g, int64_t width, float *dst);
+/* The kept columns of tile t are rows of Wt, W1 and the weight gradients:
+ * they are gathered and scatter-added by engine/rows.c's row loops with
+ * act__cols(ix, t) as the index and ix->count[t] rows. */
+static inline const int64_t *act__cols(const act_index *ix, int64_t t)
+{
+    return ix->cols + t * ix->in;
+}
 /* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product. */
 void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,
                         float *hc, float *wc, float *y);

@@ -88,7 +88,8 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)ix.out, (int)m, 1.0f,
                             hc, (int)k, dyt, (int)ix.out, dense ? 1.0f : 0.0f,
                             dense ? VN_F32_PTR(dwt) : g, (int)ix.out);
-                if (!dense) act__scatter_add_rows(&ix, t, g, ix.out, VN_F32_PTR(dwt));
+                if (!dense)
+                    vn__scatter_add_rows_f32(VN_F32_PTR(dwt), g, act__cols(&ix, t), NULL, k, ix.out);
             }
             if (dx) { /* dHc = dY_t·Wcᵀ (or dY_t·W), in hc's space (Hc is no longer needed) */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, ix.plain_w ? CblasNoTrans : CblasTrans, (int)m,

@@ -47,7 +47,7 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
     else if (dw2t) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
                     (int)k, dyt, (int)out, dense ? 1.0f : 0.0f, dense ? dw2t : b->g2, (int)out);
-        if (!dense) act__scatter_add_rows(ix, t, b->g2, out, dw2t);
+        if (!dense) vn__scatter_add_rows_f32(dw2t, b->g2, cols, NULL, k, out);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
                 1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
@@ -71,14 +71,14 @@ static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const flo
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile;
     bool dense = k == ix->in;
     if (dx) {
-        if (!dense) act__gather_rows(ix, t, w1, d, b->w1c);
+        if (!dense) vn__gather_rows_f32(b->w1c, w1, act__cols(ix, t), NULL, k, d);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
                     (int)k, dense ? w1 : b->w1c, (int)d, 0.0f, dx + r0 * d, (int)d);
     }
     if (dw1) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
                     x + r0 * d, (int)d, dense ? 1.0f : 0.0f, dense ? dw1 : b->g1, (int)d);
-        if (!dense) act__scatter_add_rows(ix, t, b->g1, d, dw1);
+        if (!dense) vn__scatter_add_rows_f32(dw1, b->g1, act__cols(ix, t), NULL, k, d);
     }
 }
 
