@@ -44,8 +44,12 @@ static void write_dx_tile(const act_index *ix, int64_t t, const float *dhc, cons
     for (int64_t r = 0; r < m; r++) {
         float *d = dx + (r0 + r) * in;
         const float *row = x + (r0 + r) * in;
-        for (int64_t j = 0; j < in; j++) d[j] = 0;
-        for (int64_t l = 0; l < k; l++) d[cols[l]] = dhc[r * k + l] * act__df(ix->act, row[cols[l]]);
+        if (k == in) /* a dense tile: the same without the index, vectorized */
+            for (int64_t j = 0; j < in; j++) d[j] = dhc[r * in + j] * act__df(ix->act, row[j]);
+        else {
+            for (int64_t j = 0; j < in; j++) d[j] = 0;
+            for (int64_t l = 0; l < k; l++) d[cols[l]] = dhc[r * k + l] * act__df(ix->act, row[cols[l]]);
+        }
     }
 }
 
@@ -79,7 +83,7 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
                 if (dx) write_dx_tile(&ix, t, NULL, X, VN_F32_PTR(dx));
                 continue;
             }
-            const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc);
+            const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc, NULL);
             if (dwt && ix.plain_w) /* dW += dY_tᵀ·H_t */
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ix.out, (int)k, (int)m, 1.0f,
                             dyt, (int)ix.out, hc, (int)k, 1.0f, VN_F32_PTR(dwt), (int)k);
@@ -184,7 +188,7 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
     if (s) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
         act__forward_tiles(&ix, vn_tensor_data(xc), vn_tensor_data(wt), bc ? vn_tensor_data(bc) : NULL,
-                           s, wbuf, vn_tensor_data(y));
+                           s, wbuf, vn_tensor_data(y), stats);
     const vn_tensor *ins[3] = {x, w, bias};
     vn_node *node = y ? vn__record(y, op, act_sparse_backward, bias ? 3 : 2, ins) : NULL;
     if (node) {

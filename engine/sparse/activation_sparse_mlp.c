@@ -39,7 +39,7 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
 {
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile, out = ix->out;
     const int64_t *cols = ix->cols + t * ix->in;
-    const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2);
+    const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2, NULL);
     bool dense = k == ix->in, plain = ix->plain_w;
     if (dw2t && plain) /* dW2 (out × hidden) += dY_tᵀ·H_t */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
@@ -53,7 +53,10 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
                 1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
     for (int64_t r = 0; r < m; r++) {
         const float *zr = z + (r0 + r) * ix->in;
-        for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
+        if (dense) /* the same without the index, vectorized */
+            for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[l]);
+        else
+            for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
     }
     if (db1 && dense) /* the same sums without the index: vectorized */
         for (int64_t r = 0; r < m; r++)
@@ -164,7 +167,7 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
     if (w2t && mlp_scratch(&ix, 0, &buf, &b)) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
         act__forward_tiles(&ix, vn_tensor_data(z), vn_tensor_data(w2t), b2c ? vn_tensor_data(b2c) : NULL,
-                           b.hc, b.wc2, vn_tensor_data(y));
+                           b.hc, b.wc2, vn_tensor_data(y), stats);
     const vn_tensor *ins[5] = {x, w1, w2, b1, b2};
     vn_node *node = y ? vn__record(y, op, act_mlp_backward, b2 ? 5 : b1 ? 4 : 3, ins) : NULL;
     if (node) {

@@ -135,33 +135,54 @@ static void test_against_loops(void **state)
     check_against_loops(130, 64, 33, 0, CLUSTERED, VN_ACT_RELU2, -1); /* the default tile */
 }
 
+/* The kept share of (tile, column) pairs of x over the tiles t with
+ * (t % 8 == 0) == sample, or over all tiles (all). */
+static double kept_share(const float *X, int64_t rows, int64_t in, int64_t tile, bool all, bool sample)
+{
+    int64_t kept = 0, pairs = 0;
+    for (int64_t t = 0; t * tile < rows; t++) {
+        if (!all && (t % 8 == 0) != sample) continue;
+        for (int64_t j = 0; j < in; j++) {
+            bool any = false;
+            for (int64_t i = t * tile; i < (t + 1) * tile && i < rows; i++) any |= X[i * in + j] > 0;
+            kept += any;
+        }
+        pairs += in;
+    }
+    return (double)kept / (double)pairs;
+}
+
 /* The stats and paths: the kept share of (tile, column) pairs against a
- * count, and the dense path taken exactly when that share is above the
- * threshold. */
+ * count, and the dense path taken exactly when the sample's share (tiles
+ * 0 and 8 of 10) or else the share of all tiles is above the threshold;
+ * the density exact either way. */
 static void test_stats(void **state)
 {
     (void)state;
-    int64_t rows = 40, in = 32, tile = 8;
+    int64_t rows = 76, in = 32, tile = 8, nz = 0;
     vn_tensor *x = make_x(rows, in, tile, CLUSTERED, 9), *w = trand(2, (int64_t[]){5, in}, -1, 1, 1);
     const float *X = F(x);
-    int64_t kept = 0;
-    for (int64_t t = 0; t < rows / tile; t++)
-        for (int64_t j = 0; j < in; j++) {
-            bool any = false;
-            for (int64_t i = t * tile; i < (t + 1) * tile; i++) any |= X[i * in + j] > 0;
-            kept += any;
-        }
-    double share = (double)kept / (double)(rows / tile * in);
-    vn_act_sparse_stats st;
-    vn_tensor *y = vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, tile, share + 0.01, &st);
-    CHECK_PTR(y);
-    if (fabs(st.tile_density - share) > 1e-12) fail_msg("tile_density %g, counted %g", st.tile_density, share);
-    assert_false(st.dense);
-    vn_tensor_release(y);
-    y = vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, tile, share - 0.01, &st);
-    CHECK_PTR(y);
-    assert_true(st.dense);
-    vn_tensor_release(y);
+    for (int64_t k = 0; k < rows * in; k++) nz += X[k] > 0;
+    double density = (double)nz / (double)(rows * in);
+    double full = kept_share(X, rows, in, tile, true, false);
+    double sample = kept_share(X, rows, in, tile, false, true);
+    if (fabs(full - sample) < 0.02) fail_msg("the test's x should tell the sample from the whole: %g, %g",
+                                             sample, full);
+    struct { double dense_above, tile_density; bool dense; } cases[] = {
+        {fmax(full, sample) + 0.01, full, false},             /* condensed: every tile read */
+        {fmin(full, sample) - 0.01, sample, true},             /* the sample alone decides */
+        {0.5 * (full + sample), full > sample ? full : sample, true}, /* one of the two is above */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        vn_act_sparse_stats st;
+        vn_tensor *y = vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, tile, cases[c].dense_above, &st);
+        CHECK_PTR(y);
+        if (fabs(st.tile_density - cases[c].tile_density) > 1e-12 || st.dense != cases[c].dense ||
+            fabs(st.density - density) > 1e-12)
+            fail_msg("case %zu: tile_density %g dense %d density %g, expected %g %d %g", c, st.tile_density,
+                     st.dense, st.density, cases[c].tile_density, cases[c].dense, density);
+        vn_tensor_release(y);
+    }
     vn_tensor_release(x);
     vn_tensor_release(w);
 }
