@@ -3,7 +3,8 @@
  * all-zero and all-positive tiles, row counts that are not a multiple of
  * the tile, both activations, the condensed, mixed and dense paths; the
  * backward (dX, dW, db) against the loop too, and by finite differences
- * through the ReLU; the stats; bad input. */
+ * through the ReLU; the stats; the fused MLP, also on a variable-length
+ * batch (a mask of padding rows); bad input. */
 #include "gradcheck.h"
 
 #include <math.h>
@@ -329,6 +330,93 @@ static void test_mlp_gradcheck(void **state)
     for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
 }
 
+/* A variable-length batch: x (5, 9, MD) with a mask of real rows (per
+ * sequence a length, 0 to 9, padding after; the padding rows of x hold
+ * large positive values, which would widen every tile were they counted).
+ * The masked op against the plain MLP on the real rows alone, scattered
+ * back (index_select, then scatter_add_rows): y, all five gradients, zero
+ * y and dX rows at the padding, stats over the real rows. */
+static void test_mlp_masked(void **state)
+{
+    (void)state;
+    vn_tensor *in[5];
+    make_mlp(in);
+    const int B = 5, T = 9, len[5] = {9, 0, 4, 7, 1};
+    uint8_t m[45];
+    int64_t idx[45], n = 0;
+    float *X = vn_tensor_data(in[0]);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            m[b * T + t] = t < len[b];
+            if (t < len[b]) idx[n++] = b * T + t;
+            else for (int j = 0; j < MD; j++) X[(b * T + t) * MD + j] = 50.0f; /* padding: garbage */
+        }
+    vn_tensor *mask = vn_from_data(VN_U8, 2, (int64_t[]){B, T}, m), *keep = vn_from_data(VN_I64, 1, &n, idx);
+    vn_tensor *x3 = vn_reshape(in[0], 3, (int64_t[]){B, T, MD});
+    vn_tensor *r = trand(3, (int64_t[]){B, T, MO}, -1, 1, 11);
+    vn_tensor *r2 = vn_reshape(r, 2, (int64_t[]){MROWS, MO});
+    CHECK_PTR(mask);
+    CHECK_PTR(keep);
+    for (int a = VN_ACT_RELU; a <= VN_ACT_RELU2; a++)
+        for (int dense = 0; dense < 2; dense++) {
+            vn_tensor *grads[2][5], *ys[2];
+            vn_act_sparse_stats st;
+            double density = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                vn_tensor *y;
+                if (pass == 0) {
+                    vn_tensor *xv = vn_reshape(in[0], 3, (int64_t[]){B, T, MD}); /* a fresh graph each time */
+                    y = vn_act_sparse_mlp_masked(xv, in[1], in[3], in[2], in[4], mask, (vn_sparse_act)a, MTILE,
+                                                 dense ? 0.0 : 1.0, &st);
+                    CHECK_PTR(y);
+                    CHECK_OK(vn_backward(y, r));
+                    vn_tensor_release(xv);
+                } else { /* the real rows alone through the plain ops */
+                    vn_tensor *xr = vn_index_select(in[0], 0, keep), *sub[5] = {xr, in[1], in[2], in[3], in[4]};
+                    vn_tensor *yr = plain_mlp(sub, (vn_sparse_act)a), *z = vn_linear(xr, in[1], in[3]);
+                    int64_t pos = 0;
+                    for (int64_t k = 0; k < n * MH; k++) pos += ((const float *)vn_tensor_data(z))[k] > 0;
+                    density = (double)pos / (double)(n * MH);
+                    vn_tensor_release(z);
+                    y = vn_scatter_add_rows(yr, keep, NULL, MROWS);
+                    CHECK_PTR(y);
+                    CHECK_OK(vn_backward(y, r2));
+                    vn_tensor_release(xr);
+                    vn_tensor_release(yr);
+                }
+                ys[pass] = vn_reshape(y, 2, (int64_t[]){MROWS, MO});
+                vn_tensor_release(y);
+                for (int k = 0; k < 5; k++) {
+                    grads[pass][k] = vn_clone(vn_tensor_grad(in[k]));
+                    CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+                }
+            }
+            if (max_rel_diff(ys[0], ys[1]) > 1e-5) fail_msg("masked y act %d dense %d", a, dense);
+            for (int k = 0; k < 5; k++) {
+                double e = max_rel_diff(grads[0][k], grads[1][k]);
+                if (e > 1e-5) fail_msg("masked act %d dense %d: input %d's gradient differs by %g", a, dense, k, e);
+                vn_tensor_release(grads[0][k]);
+                vn_tensor_release(grads[1][k]);
+            }
+            const float *Y = vn_tensor_data(ys[0]);
+            for (int64_t i = 0; i < MROWS; i++) /* exact zeros, not merely close to the reference */
+                for (int o = 0; o < MO; o++) if (!m[i]) assert_true(Y[i * MO + o] == 0.0f);
+            assert_int_equal(st.dense, dense);
+            if (fabs(st.density - density) > 1e-12) /* over the real rows: padding Z is all positive */
+                fail_msg("masked density %g, expected %g", st.density, density);
+            vn_tensor_release(ys[0]);
+            vn_tensor_release(ys[1]);
+        }
+    vn_tensor *bad = vn_zeros(VN_F32, 2, (int64_t[]){B, T}), *bad2 = vn_zeros(VN_U8, 1, (int64_t[]){MROWS});
+    expect_null_error(vn_act_sparse_mlp_masked(x3, in[1], in[3], in[2], in[4], bad, VN_ACT_RELU, 0, -1, NULL),
+                      VN_ERR_DTYPE, "mask must be u8");
+    expect_null_error(vn_act_sparse_mlp_masked(x3, in[1], in[3], in[2], in[4], bad2, VN_ACT_RELU, 0, -1, NULL),
+                      VN_ERR_SHAPE, "mask (45,) must have the input's leading dims");
+    vn_tensor *all[7] = {mask, keep, x3, r, r2, bad, bad2};
+    for (int k = 0; k < 7; k++) vn_tensor_release(all[k]);
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -361,7 +449,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_loops), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_mlp_against_plain),
-        cmocka_unit_test(test_mlp_gradcheck), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_mlp_gradcheck), cmocka_unit_test(test_mlp_masked),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
