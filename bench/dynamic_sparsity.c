@@ -16,6 +16,9 @@
  *   clustered  the tokens come in segments of 128 (a document, a topic):
  *              X = u_segment + 0.3·noise, so a segment's tokens share most
  *              of their active hidden units;
+ *   aligned    the same with 0.05·noise: the zeros nearly aligned to the
+ *              segments, so the kept share approaches the density (the
+ *              best case of the tile index; what the design can reach);
  *   gpt        (--real FILE) the zeros of a trained ReLU² GPT: FILE holds
  *              each block's MLP input and fc layer on a validation batch
  *              (bench/gpt_activations.lua writes it); its hidden units
@@ -29,7 +32,7 @@
  * part of auto's time).
  *
  *   OMP_WAIT_POLICY=passive build/bench/dynamic_sparsity [--reps 3]
- *       [--sparsity 0,50,70,80,90,95,99] [--patterns random,clustered]
+ *       [--sparsity 0,50,70,80,90,95,99] [--patterns random,clustered[,aligned]]
  *       [--tile 64] [--tokens 2048] [--real relu2-mlp.st]
  *
  * --patterns "" with --real runs the gpt rows alone.
@@ -92,10 +95,11 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* X (tokens × D) for a pattern; N(0, 1) noise, plus a per-segment vector
- * for "clustered". */
-static vn_tensor *make_x(int64_t tokens, bool clustered)
+/* X (tokens × D) for a pattern: N(0, 1) noise, or, with a noise factor
+ * (clustered 0.3, aligned 0.05), a per-segment vector plus noise·N(0, 1). */
+static vn_tensor *make_x(int64_t tokens, float noise)
 {
+    bool clustered = noise > 0;
     int64_t xs[2] = {tokens, D}, us[2] = {(tokens + 127) / 128, D};
     vn_tensor *x = vn_randn(2, xs), *u = clustered ? vn_randn(2, us) : NULL;
     if (!x || (clustered && !u)) die("make_x");
@@ -103,7 +107,7 @@ static vn_tensor *make_x(int64_t tokens, bool clustered)
         float *px = vn_tensor_data(x);
         const float *pu = vn_tensor_data(u);
         for (int64_t i = 0; i < tokens; i++)
-            for (int64_t j = 0; j < D; j++) px[i * D + j] = pu[(i / 128) * D + j] + 0.3f * px[i * D + j];
+            for (int64_t j = 0; j < D; j++) px[i * D + j] = pu[(i / 128) * D + j] + noise * px[i * D + j];
     }
     vn_tensor_release(u);
     return x;
@@ -283,12 +287,12 @@ int main(int argc, char **argv)
     char pats[256], *psave = NULL, *ssave = NULL;
     snprintf(pats, sizeof pats, "%s", o.patterns);
     for (char *pat = strtok_r(pats, ",", &psave); pat; pat = strtok_r(NULL, ",", &psave)) {
-        bool clustered = !strcmp(pat, "clustered");
-        if (!clustered && strcmp(pat, "random")) {
-            fprintf(stderr, "%s: unknown pattern %s\n", BENCH_NAME, pat);
+        float noise = !strcmp(pat, "clustered") ? 0.3f : !strcmp(pat, "aligned") ? 0.05f : 0;
+        if (!noise && strcmp(pat, "random")) {
+            fprintf(stderr, "%s: unknown pattern %s (random, clustered, aligned)\n", BENCH_NAME, pat);
             return 2;
         }
-        m.x = param(make_x(o.tokens, clustered));
+        m.x = param(make_x(o.tokens, noise));
         bool was = vn_set_grad_enabled(false);
         vn_tensor *z0 = vn_linear(m.x, m.w1, NULL);
         vn_set_grad_enabled(was);

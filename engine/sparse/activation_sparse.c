@@ -23,7 +23,8 @@ struct act_sparse_saved { int64_t rows, in, out, tile, ntiles; vn_sparse_act act
 static float *scratch(const act_index *ix, bool with_g, vn_tensor **hold, float **wc, float **g)
 {
     int64_t kmax = act__max_condensed(ix);
-    int64_t n = ix->tile * ix->in + (with_g ? 2 : 1) * ix->out * kmax + 1;
+    int64_t n = ix->tile * ix->in + (with_g ? 2 : 1) * ix->out * kmax; /* as mlp_scratch's */
+    if (n == 0) n = 1;
     *hold = vn__new(VN_F32, 1, &n);
     float *s = *hold ? vn_tensor_data(*hold) : NULL;
     if (s) {

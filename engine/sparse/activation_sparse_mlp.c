@@ -22,7 +22,10 @@ typedef struct { float *hc, *wc2, *g2, *w1c, *g1; } mlp_bufs;
 static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bufs *b)
 {
     int64_t kmax = act__max_condensed(ix);
-    int64_t n = ix->tile * ix->in + 2 * ix->out * kmax + 2 * kmax * d + 1;
+    /* at least one element; no more, so that the dense path's buffer (one
+     * tile of all rows) takes the allocator's bin of its exact size */
+    int64_t n = ix->tile * ix->in + 2 * ix->out * kmax + 2 * kmax * d;
+    if (n == 0) n = 1;
     if (!(*hold = vn__new(VN_F32, 1, &n))) return false;
     b->hc = vn_tensor_data(*hold);
     b->wc2 = b->hc + ix->tile * ix->in;
@@ -148,9 +151,9 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
         }
         if (dw2t && ix.plain_w) g[IN_W2] = dw2t, dw2t = NULL;
         else if (dw2t && !(g[IN_W2] = act__transposed(dw2t))) ok = false;
-        if (g[IN_B2])
-            for (int64_t i = 0; i < ix.rows; i++)
-                for (int64_t o = 0; o < ix.out; o++) GP(IN_B2)[o] += DY[i * ix.out + o];
+        float *db2 = GP(IN_B2);
+        for (int64_t i = 0; db2 && i < ix.rows; i++)
+            for (int64_t o = 0; o < ix.out; o++) db2[o] += DY[i * ix.out + o];
     }
 #undef GP
     if (ok && g[IN_X]) ok = (g[IN_X] = spread_rows(g[IN_X], keep, x->ndim, x->shape)) != NULL;
