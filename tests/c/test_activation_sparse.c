@@ -394,7 +394,8 @@ static void test_mlp_masked(void **state)
             if (max_rel_diff(ys[0], ys[1]) > 1e-5) fail_msg("masked y act %d dense %d", a, dense);
             for (int k = 0; k < 5; k++) {
                 double e = max_rel_diff(grads[0][k], grads[1][k]);
-                if (e > 1e-5) fail_msg("masked act %d dense %d: input %d's gradient differs by %g", a, dense, k, e);
+                if (e > 1e-5)
+                    fail_msg("masked act %d dense %d: input %d's gradient differs by %g", a, dense, k, e);
                 vn_tensor_release(grads[0][k]);
                 vn_tensor_release(grads[1][k]);
             }
