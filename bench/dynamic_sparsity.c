@@ -28,8 +28,10 @@
  * median wall-clock ms of each variant (min–max spread) and the speedups
  * over dense, then the same in CPU time of the process (all threads: on a
  * shared, oversubscribed machine the wall clock measures the scheduler as
- * much as the code), and "index ms", the one pass that builds the index (a
- * part of auto's time).
+ * much as the code), and "index ms", the pass that builds the index (a
+ * part of auto's time; a sample of the tiles first, so on a row that runs
+ * dense only the sample is read). On a row that ran dense, "kept" is the
+ * sample's share (see vn_act_sparse_stats).
  *
  *   OMP_WAIT_POLICY=passive build/bench/dynamic_sparsity [--reps 3]
  *       [--sparsity 0,50,70,80,90,95,99] [--patterns random,clustered[,aligned]]
