@@ -266,11 +266,21 @@ float vn__f16_to_f32(uint16_t h);
 
 #define VN_F32_PTR(t) ((float *)vn_tensor_data(t))
 
-/* out (outer, size, inner) += the rows of y (outer, m, inner) at the 1-d
- * i32/i64 indices idx (m, entries in [0, size)), each times w[k] (w NULL: 1),
- * in the order of k (engine/ops_moe.c; the scatter of vn_scatter_add_rows and
- * of index_select's gradient). */
-void vn__scatter_add_rows_f32(float *out, const float *y, const vn_tensor *idx, const float *w,
-                              int64_t outer, int64_t size, int64_t m, int64_t inner);
+/* The row side of the sparse–dense transformation (engine/rows.c), shared
+ * by the MoE dispatch, index_select's gradient and the activation-sparse
+ * ops. Rows of `width` floats, row k of the dense block ↔ row idx[k] of
+ * the full matrix (idx entries in range: the caller checked them), each
+ * times w[k] (w NULL: 1).
+ * gather: dst[k, :] = w[k] · src[idx[k], :], k in [0, m).
+ * scatter-add: dst[idx[k], :] += w[k] · src[k, :], in the order of k, so
+ * repeated indices add up the same way on every run and thread count. */
+void vn__gather_rows_f32(float *dst, const float *src, const int64_t *idx, const float *w, int64_t m,
+                         int64_t width);
+void vn__scatter_add_rows_f32(float *dst, const float *src, const int64_t *idx, const float *w, int64_t m,
+                              int64_t width);
+/* The m entries of a 1-d i32/i64 index tensor (any layout) as a malloc'd
+ * array for the row loops (free() it); NULL and the error set when out of
+ * memory. */
+int64_t *vn__index_list(const vn_tensor *idx);
 
 #endif

@@ -1,8 +1,9 @@
 /* ops_moe.c — Mixture-of-Experts dispatch as a sparse–dense transformation:
  * the weighted row scatter-add (the way back from an expert's dense block;
- * the way in is vn_index_select along dim 0) and the router that decides
- * which rows go to which expert (top-k, the DTS-Gate threshold, capacity).
- * The expert GEMMs themselves are plain vn_matmul / V:N:M layers. */
+ * the way in is vn_index_select along dim 0; the scatter-add and its
+ * gradient's gather are engine/rows.c's row loops) and the router that decides which rows go to which expert
+ * (top-k, the DTS-Gate threshold, capacity). The expert GEMMs themselves
+ * are plain vn_matmul / V:N:M layers. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -11,21 +12,6 @@
 static int64_t index_at(const vn_tensor *idx, int64_t k)
 {
     return (int64_t)vn__load(idx, vn__offset_of(idx, k));
-}
-
-/* out viewed as (outer, size, inner), y as (outer, m, inner):
- * out[o, idx[k], :] += w[k] · y[o, k, :] (w NULL: 1), k in order, so repeated
- * indices add up the same way every run. Shared with index_select's backward. */
-void vn__scatter_add_rows_f32(float *out, const float *y, const vn_tensor *idx, const float *w,
-                              int64_t outer, int64_t size, int64_t m, int64_t inner)
-{
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t k = 0; k < m; k++) {
-            float wk = w ? w[k] : 1.0f;
-            float *dst = out + (o * size + index_at(idx, k)) * inner;
-            const float *src = y + (o * m + k) * inner;
-            for (int64_t f = 0; f < inner; f++) dst[f] += wk * src[f];
-        }
 }
 
 /* ---- scatter_add_rows ------------------------------------------------------------------ */
@@ -42,23 +28,20 @@ static vn_status scatter_add_rows_backward(vn_node *n, const vn_tensor *g)
     vn_tensor *wc = gc && w && want_y ? vn__plain_contiguous(w) : NULL;
     vn_tensor *dy = gc && want_y && (!w || wc) ? vn__new(VN_F32, y->ndim, y->shape) : NULL;
     vn_tensor *dw = gc && want_w && yc ? vn__new(VN_F32, 1, &m) : NULL;
-    vn_status s = gc && (!want_y || dy) && (!want_w || dw) ? VN_OK : VN_ERR_MEMORY;
-    if (!s) {
+    int64_t *rows = gc && (dy || dw) ? vn__index_list(idx) : NULL;
+    vn_status s = gc && (!want_y || dy) && (!want_w || dw) && (rows || !(dy || dw)) ? VN_OK : VN_ERR_MEMORY;
+    if (!s && dy) /* dy[k] = w[k] · g[idx[k]] */
+        vn__gather_rows_f32(vn_tensor_data(dy), vn_tensor_data(gc), rows, wc ? vn_tensor_data(wc) : NULL, m, F);
+    if (!s && dw) { /* dw[k] = ⟨g[idx[k]], y[k]⟩ */
         const float *gp = vn_tensor_data(gc);
         for (int64_t k = 0; k < m; k++) {
-            const float *row = gp + index_at(idx, k) * F;
-            if (dy) { /* dy[k] = w[k] · g[idx[k]] */
-                float wk = wc ? VN_F32_PTR(wc)[k] : 1.0f, *d = VN_F32_PTR(dy) + k * F;
-                for (int64_t f = 0; f < F; f++) d[f] = wk * row[f];
-            }
-            if (dw) { /* dw[k] = ⟨g[idx[k]], y[k]⟩ */
-                const float *yk = VN_F32_PTR(yc) + k * F;
-                double acc = 0;
-                for (int64_t f = 0; f < F; f++) acc += (double)row[f] * yk[f];
-                VN_F32_PTR(dw)[k] = (float)acc;
-            }
+            const float *row = gp + rows[k] * F, *yk = VN_F32_PTR(yc) + k * F;
+            double acc = 0;
+            for (int64_t f = 0; f < F; f++) acc += (double)row[f] * yk[f];
+            VN_F32_PTR(dw)[k] = (float)acc;
         }
     }
+    free(rows);
     if (!s && dy) s = vn__accum(n, 0, dy);
     else vn_tensor_release(dy);
     if (!s && dw) s = vn__accum(n, 2, dw);
@@ -108,10 +91,12 @@ vn_tensor *vn_scatter_add_rows(const vn_tensor *y, const vn_tensor *idx, const v
     shape[0] = n_rows;
     vn_tensor *yc = vn__plain_contiguous(y), *wc = yc && weights ? vn__plain_contiguous(weights) : NULL;
     vn_tensor *out = yc && (!weights || wc) ? vn_zeros(VN_F32, y->ndim, shape) : NULL;
-    if (out)
-        vn__scatter_add_rows_f32(vn_tensor_data(out), vn_tensor_data(yc), idx,
-                                 wc ? vn_tensor_data(wc) : NULL, 1, n_rows, m,
-                                 vn__numel(y->ndim - 1, y->shape + 1));
+    int64_t *rows = out ? vn__index_list(idx) : NULL;
+    if (rows)
+        vn__scatter_add_rows_f32(vn_tensor_data(out), vn_tensor_data(yc), rows, wc ? vn_tensor_data(wc) : NULL,
+                                 m, vn__numel(y->ndim - 1, y->shape + 1));
+    else vn_tensor_release(out), out = NULL;
+    free(rows);
     vn_tensor_release(yc);
     vn_tensor_release(wc);
     const vn_tensor *in[3] = {y, idx, weights};

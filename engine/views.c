@@ -585,9 +585,12 @@ static vn_status index_select_backward(vn_node *n, const vn_tensor *g)
     around(x, dim, &outer, &inner);
     vn_tensor *gc = vn__plain_contiguous(g);
     vn_tensor *full = gc ? vn_zeros(VN_F32, x->ndim, x->shape) : NULL;
-    if (full) /* scatter-add: repeats accumulate */
-        vn__scatter_add_rows_f32(vn_tensor_data(full), vn_tensor_data(gc), idx, NULL, outer,
-                                 x->shape[dim], idx->shape[0], inner);
+    int64_t *rows = full ? vn__index_list(idx) : NULL, m = idx->shape[0], size = x->shape[dim];
+    for (int64_t o = 0; rows && o < outer; o++) /* scatter-add: repeats accumulate */
+        vn__scatter_add_rows_f32(VN_F32_PTR(full) + o * size * inner, VN_F32_PTR(gc) + o * m * inner, rows,
+                                 NULL, m, inner);
+    if (!rows) vn_tensor_release(full), full = NULL;
+    free(rows);
     vn_tensor_release(gc);
     return full ? vn__accum(n, 0, full) : VN_ERR_MEMORY;
 }

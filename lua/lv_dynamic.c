@@ -1,8 +1,10 @@
 /* lv_dynamic.c — dynamic activation sparsity in the venom.core Lua module.
  *
  *   core.act_sparse_linear(x, w, bias|nil, act [, tile_rows [, dense_above]])
- *   core.act_sparse_mlp(x, w1, b1|nil, w2, b2|nil, act [, tile_rows [, dense_above]])
+ *   core.act_sparse_mlp(x, w1, b1|nil, w2, b2|nil, act [, tile_rows [, dense_above [, mask]]])
  *       → y, {density =, tile_density =, dense =}
+ *   mask (u8, x's leading dims; 1 a real row, 0 padding): only the real
+ *   rows are computed, y's padding rows are 0 (vn_act_sparse_mlp_masked).
  *   act: "relu" or "relu2"; tile_rows a whole number ≥ 1 (nil: the
  *   default), dense_above a share in [0, 1] (nil: the default). The
  *   pure-Lua layers are in lua/venom/nn_dynamic.lua. */
@@ -61,8 +63,10 @@ static int l_act_sparse_mlp(lua_State *L)
     int64_t tile;
     double dense_above;
     check_act_opts(L, 6, "act_sparse_mlp", &act, &tile, &dense_above);
+    vn_tensor *mask = lv_optcheck(L, 9);
     vn_act_sparse_stats st;
-    return push_with_stats(L, vn_act_sparse_mlp(x, w1, b1, w2, b2, act, tile, dense_above, &st), &st);
+    return push_with_stats(L, vn_act_sparse_mlp_masked(x, w1, b1, w2, b2, mask, act, tile, dense_above, &st),
+                           &st);
 }
 
 const luaL_Reg lv_dynamic_functions[] = {

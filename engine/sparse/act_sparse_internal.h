@@ -37,11 +37,14 @@ static inline int64_t act__tile_rows(const act_index *ix, int64_t t)
 }
 
 /* Builds the index of x (ix->rows × ix->in, contiguous; rows, in, out, act
- * set in *ix, tile the wanted height, dense_above in [0, 1]) with one pass
- * over x, and fills the rest of *ix. When the kept share of (tile, column)
- * pairs is above dense_above the index is the dense path: one tile of all
- * rows, all columns. stats (may be NULL) gets the shares. NULL and the
- * error set when out of memory. */
+ * set in *ix, tile the wanted height, dense_above in [0, 1]) and fills the
+ * rest of *ix. A sample of the tiles (every 8th, tile 0 first) is read
+ * first; when its kept share of (tile, column) pairs is above dense_above,
+ * or else the share over all tiles is, the index is the dense path: one
+ * tile of all rows, all columns (the fallback then reads 1/8 of x here).
+ * stats (may be NULL) gets the shares over the tiles read (the sample, or
+ * all); act__forward_tiles makes the dense path's density exact. NULL and
+ * the error set when out of memory. */
 vn_tensor *act__index(act_index *ix, const float *x, int64_t tile, double dense_above,
                       vn_act_sparse_stats *stats);
 /* ix's count and cols pointed into the index tensor t, and plain_w set. */
@@ -62,16 +65,21 @@ vn_tensor *act__weight(const act_index *ix, const vn_tensor *w);
 /* Hc (m × k) = act(X[tile rows, kept cols]) and, unless the tile is dense,
  * Wc (k × out) = Wt[kept cols, :]. Returns the W operand to use: the
  * weight operand itself for a dense tile (Wt, or W when ix->plain_w), else
- * Wc. */
+ * Wc. A dense tile adds its positive elements to *nz (nz may be NULL). */
 const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
-                              float *hc, float *wc);
-/* dst (k × width) = src[kept cols of tile t, :], src (in × width). */
-void act__gather_rows(const act_index *ix, int64_t t, const float *src, int64_t width, float *dst);
-/* dst[kept cols of tile t, :] += G (k × width), dst (in × width). */
-void act__scatter_add_rows(const act_index *ix, int64_t t, const float *g, int64_t width, float *dst);
-/* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product. */
+                              float *hc, float *wc, int64_t *nz);
+/* The kept columns of tile t are rows of Wt, W1 and the weight gradients:
+ * they are gathered and scatter-added by engine/rows.c's row loops with
+ * act__cols(ix, t) as the index and ix->count[t] rows. */
+static inline const int64_t *act__cols(const act_index *ix, int64_t t)
+{
+    return ix->cols + t * ix->in;
+}
+/* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product.
+ * On the dense path (stats->dense) stats->density becomes the exact share
+ * of positive elements of x (stats may be NULL). */
 void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,
-                        float *hc, float *wc, float *y);
+                        float *hc, float *wc, float *y, vn_act_sparse_stats *stats);
 
 /* Argument checks shared by the ops (activation_sparse.c): x f32 on the
  * CPU, act and dense_above valid; a weight w (out, in) f32 with its bias b

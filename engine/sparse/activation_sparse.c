@@ -23,7 +23,8 @@ struct act_sparse_saved { int64_t rows, in, out, tile, ntiles; vn_sparse_act act
 static float *scratch(const act_index *ix, bool with_g, vn_tensor **hold, float **wc, float **g)
 {
     int64_t kmax = act__max_condensed(ix);
-    int64_t n = ix->tile * ix->in + (with_g ? 2 : 1) * ix->out * kmax + 1;
+    int64_t n = ix->tile * ix->in + (with_g ? 2 : 1) * ix->out * kmax; /* as mlp_scratch's */
+    if (n == 0) n = 1;
     *hold = vn__new(VN_F32, 1, &n);
     float *s = *hold ? vn_tensor_data(*hold) : NULL;
     if (s) {
@@ -44,8 +45,12 @@ static void write_dx_tile(const act_index *ix, int64_t t, const float *dhc, cons
     for (int64_t r = 0; r < m; r++) {
         float *d = dx + (r0 + r) * in;
         const float *row = x + (r0 + r) * in;
-        for (int64_t j = 0; j < in; j++) d[j] = 0;
-        for (int64_t l = 0; l < k; l++) d[cols[l]] = dhc[r * k + l] * act__df(ix->act, row[cols[l]]);
+        if (k == in) /* a dense tile: the same without the index, vectorized */
+            for (int64_t j = 0; j < in; j++) d[j] = dhc[r * in + j] * act__df(ix->act, row[j]);
+        else {
+            for (int64_t j = 0; j < in; j++) d[j] = 0;
+            for (int64_t l = 0; l < k; l++) d[cols[l]] = dhc[r * k + l] * act__df(ix->act, row[cols[l]]);
+        }
     }
 }
 
@@ -79,7 +84,7 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
                 if (dx) write_dx_tile(&ix, t, NULL, X, VN_F32_PTR(dx));
                 continue;
             }
-            const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc);
+            const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc, NULL);
             if (dwt && ix.plain_w) /* dW += dY_tᵀ·H_t */
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ix.out, (int)k, (int)m, 1.0f,
                             dyt, (int)ix.out, hc, (int)k, 1.0f, VN_F32_PTR(dwt), (int)k);
@@ -88,7 +93,8 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)ix.out, (int)m, 1.0f,
                             hc, (int)k, dyt, (int)ix.out, dense ? 1.0f : 0.0f,
                             dense ? VN_F32_PTR(dwt) : g, (int)ix.out);
-                if (!dense) act__scatter_add_rows(&ix, t, g, ix.out, VN_F32_PTR(dwt));
+                if (!dense)
+                    vn__scatter_add_rows_f32(VN_F32_PTR(dwt), g, act__cols(&ix, t), NULL, k, ix.out);
             }
             if (dx) { /* dHc = dY_t·Wcᵀ (or dY_t·W), in hc's space (Hc is no longer needed) */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, ix.plain_w ? CblasNoTrans : CblasTrans, (int)m,
@@ -183,7 +189,7 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
     if (s) y = vn__new(VN_F32, x->ndim, ysh);
     if (y)
         act__forward_tiles(&ix, vn_tensor_data(xc), vn_tensor_data(wt), bc ? vn_tensor_data(bc) : NULL,
-                           s, wbuf, vn_tensor_data(y));
+                           s, wbuf, vn_tensor_data(y), stats);
     const vn_tensor *ins[3] = {x, w, bias};
     vn_node *node = y ? vn__record(y, op, act_sparse_backward, bias ? 3 : 2, ins) : NULL;
     if (node) {

@@ -9,7 +9,9 @@
 
 #include <cblas.h>
 
-enum { SAVED_INDEX, SAVED_Z, SAVED_W2T }; /* SAVED_W2T: W2's operand, W2t or W2 (act__weight) */
+/* SAVED_W2T: W2's operand, W2t or W2 (act__weight); SAVED_ROWS: with a
+ * mask, the real rows (i64), else NULL. */
+enum { SAVED_INDEX, SAVED_Z, SAVED_W2T, SAVED_ROWS };
 struct act_mlp_saved { int64_t rows, d, hidden, out, tile, ntiles; vn_sparse_act act; };
 enum { IN_X, IN_W1, IN_W2, IN_B1, IN_B2 };
 
@@ -20,7 +22,10 @@ typedef struct { float *hc, *wc2, *g2, *w1c, *g1; } mlp_bufs;
 static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bufs *b)
 {
     int64_t kmax = act__max_condensed(ix);
-    int64_t n = ix->tile * ix->in + 2 * ix->out * kmax + 2 * kmax * d + 1;
+    /* at least one element; no more, so that the dense path's buffer (one
+     * tile of all rows) takes the allocator's bin of its exact size */
+    int64_t n = ix->tile * ix->in + 2 * ix->out * kmax + 2 * kmax * d;
+    if (n == 0) n = 1;
     if (!(*hold = vn__new(VN_F32, 1, &n))) return false;
     b->hc = vn_tensor_data(*hold);
     b->wc2 = b->hc + ix->tile * ix->in;
@@ -39,7 +44,7 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
 {
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile, out = ix->out;
     const int64_t *cols = ix->cols + t * ix->in;
-    const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2);
+    const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2, NULL);
     bool dense = k == ix->in, plain = ix->plain_w;
     if (dw2t && plain) /* dW2 (out × hidden) += dY_tᵀ·H_t */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
@@ -47,13 +52,16 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
     else if (dw2t) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
                     (int)k, dyt, (int)out, dense ? 1.0f : 0.0f, dense ? dw2t : b->g2, (int)out);
-        if (!dense) act__scatter_add_rows(ix, t, b->g2, out, dw2t);
+        if (!dense) vn__scatter_add_rows_f32(dw2t, b->g2, cols, NULL, k, out);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
                 1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
     for (int64_t r = 0; r < m; r++) {
         const float *zr = z + (r0 + r) * ix->in;
-        for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
+        if (dense) /* the same without the index, vectorized */
+            for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[l]);
+        else
+            for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zr[cols[l]]);
     }
     if (db1 && dense) /* the same sums without the index: vectorized */
         for (int64_t r = 0; r < m; r++)
@@ -71,15 +79,42 @@ static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const flo
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile;
     bool dense = k == ix->in;
     if (dx) {
-        if (!dense) act__gather_rows(ix, t, w1, d, b->w1c);
+        if (!dense) vn__gather_rows_f32(b->w1c, w1, act__cols(ix, t), NULL, k, d);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
                     (int)k, dense ? w1 : b->w1c, (int)d, 0.0f, dx + r0 * d, (int)d);
     }
     if (dw1) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
                     x + r0 * d, (int)d, dense ? 1.0f : 0.0f, dense ? dw1 : b->g1, (int)d);
-        if (!dense) act__scatter_add_rows(ix, t, b->g1, d, dw1);
+        if (!dense) vn__scatter_add_rows_f32(dw1, b->g1, act__cols(ix, t), NULL, k, d);
     }
+}
+
+/* t (..., width) as a contiguous matrix of the rows listed in keep (i64),
+ * or of all its rows when keep is NULL (t itself when contiguous). */
+static vn_tensor *kept_rows(const vn_tensor *t, const vn_tensor *keep, int64_t width)
+{
+    vn_tensor *c = vn__plain_contiguous(t);
+    if (!c || !keep) return c;
+    int64_t shape[2] = {keep->shape[0], width};
+    vn_tensor *r = vn__new(VN_F32, 2, shape);
+    if (r) vn__gather_rows_f32(vn_tensor_data(r), vn_tensor_data(c), vn_tensor_data(keep), NULL, shape[0], width);
+    vn_tensor_release(c);
+    return r;
+}
+
+/* The full tensor (shape, ndim) with the rows of part (keep's count ×
+ * width) at the rows keep lists and zeros elsewhere; part itself when keep
+ * is NULL. Takes part's reference. */
+static vn_tensor *spread_rows(vn_tensor *part, const vn_tensor *keep, int ndim, const int64_t *shape)
+{
+    if (!part || !keep) return part;
+    vn_tensor *full = vn_zeros(VN_F32, ndim, shape);
+    if (full)
+        vn__scatter_add_rows_f32(vn_tensor_data(full), vn_tensor_data(part), vn_tensor_data(keep), NULL,
+                                 keep->shape[0], shape[ndim - 1]);
+    vn_tensor_release(part);
+    return full;
 }
 
 static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
@@ -91,12 +126,15 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
     for (int i = 0; i < 5; i++) want[i] = i < node->ninputs && node->inputs[i] && vn__input_needs_grad(node, i);
     const vn_tensor *x = node->inputs[IN_X];
     int64_t d = sv->d, w1s[2] = {sv->hidden, d}, w2ts[2] = {sv->hidden, sv->out};
-    vn_tensor *dy = vn__plain_contiguous(gout), *xc = dy ? vn__plain_contiguous(x) : NULL;
+    const vn_tensor *keep = node->saved[SAVED_ROWS]; /* only these rows were computed */
+    int64_t xv[2] = {sv->rows, d};
+    vn_tensor *dy = kept_rows(gout, keep, sv->out), *xc = dy ? kept_rows(x, keep, d) : NULL;
     vn_tensor *w1 = xc ? vn__plain_contiguous(node->inputs[IN_W1]) : NULL, *buf = NULL, *dw2t = NULL;
     vn_tensor *g[5] = {NULL, NULL, NULL, NULL, NULL};
     mlp_bufs b;
     bool ok = w1 && mlp_scratch(&ix, d, &buf, &b);
-    if (ok && want[IN_X]) ok = (g[IN_X] = vn_zeros(VN_F32, x->ndim, x->shape)) != NULL;
+    if (ok && want[IN_X])
+        ok = (g[IN_X] = keep ? vn_zeros(VN_F32, 2, xv) : vn_zeros(VN_F32, x->ndim, x->shape)) != NULL;
     if (ok && want[IN_W1]) ok = (g[IN_W1] = vn_zeros(VN_F32, 2, w1s)) != NULL;
     int64_t w2s[2] = {sv->out, sv->hidden}; /* dW2 straight, when W2 was used as it is */
     if (ok && want[IN_W2]) ok = (dw2t = vn_zeros(VN_F32, 2, ix.plain_w ? w2s : w2ts)) != NULL;
@@ -113,11 +151,12 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
         }
         if (dw2t && ix.plain_w) g[IN_W2] = dw2t, dw2t = NULL;
         else if (dw2t && !(g[IN_W2] = act__transposed(dw2t))) ok = false;
-        if (g[IN_B2])
-            for (int64_t i = 0; i < ix.rows; i++)
-                for (int64_t o = 0; o < ix.out; o++) GP(IN_B2)[o] += DY[i * ix.out + o];
+        float *db2 = GP(IN_B2);
+        for (int64_t i = 0; db2 && i < ix.rows; i++)
+            for (int64_t o = 0; o < ix.out; o++) db2[o] += DY[i * ix.out + o];
     }
 #undef GP
+    if (ok && g[IN_X]) ok = (g[IN_X] = spread_rows(g[IN_X], keep, x->ndim, x->shape)) != NULL;
     vn_status st = ok ? VN_OK : VN_ERR_MEMORY;
     for (int i = 0; i < 5; i++) {
         if (!st && g[i]) st = vn__accum(node, i, g[i]);
@@ -128,11 +167,37 @@ static vn_status act_mlp_backward(vn_node *node, const vn_tensor *gout)
     return st;
 }
 
-vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
-                             const vn_tensor *w2, const vn_tensor *b2, vn_sparse_act act,
-                             int64_t tile_rows, double dense_above, vn_act_sparse_stats *stats)
+/* The real rows of a masked call: mask (x's leading dims) u8, nonzero a
+ * real row and 0 padding, into an i64 tensor of their numbers (*keep), or
+ * *keep NULL without a mask. */
+static vn_status mask_rows(const char *op, const vn_tensor *x, const vn_tensor *mask, vn_tensor **keep)
 {
-    const char *op = "act_sparse_mlp";
+    *keep = NULL;
+    if (!mask) return VN_OK;
+    if (vn__check_arg(mask, op, "mask", 0)) return vn_last_status();
+    if (mask->dtype != VN_U8)
+        return vn__err(VN_ERR_DTYPE, "%s: mask must be u8 (1 = a real row, 0 = padding), found %s", op,
+                       vn_dtype_name(mask->dtype));
+    bool same = mask->ndim == x->ndim - 1;
+    for (int k = 0; same && k < mask->ndim; k++) same = mask->shape[k] == x->shape[k];
+    if (!same)
+        return vn__err(VN_ERR_SHAPE, "%s: mask %s must have the input's leading dims (input %s)", op,
+                       vn__shape(mask->ndim, mask->shape), vn__shape(x->ndim, x->shape));
+    int64_t rows = vn__numel(mask->ndim, mask->shape), n = 0;
+    for (int64_t i = 0; i < rows; i++) n += vn__load(mask, vn__offset_of(mask, i)) != 0;
+    if (!(*keep = vn__new(VN_I64, 1, &n))) return vn_last_status();
+    int64_t *p = vn_tensor_data(*keep);
+    for (int64_t i = 0, k = 0; i < rows; i++)
+        if (vn__load(mask, vn__offset_of(mask, i)) != 0) p[k++] = i;
+    return VN_OK;
+}
+
+vn_tensor *vn_act_sparse_mlp_masked(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
+                                    const vn_tensor *w2, const vn_tensor *b2, const vn_tensor *mask,
+                                    vn_sparse_act act, int64_t tile_rows, double dense_above,
+                                    vn_act_sparse_stats *stats)
+{
+    const char *op = mask ? "act_sparse_mlp (masked)" : "act_sparse_mlp";
     if (act__check_common(op, x, act, dense_above)) return NULL;
     if (x->ndim == 0) return vn__errp(VN_ERR_SHAPE, "%s: input is 0-d, expected (..., d)", op);
     if (act__check_weight(op, "w1", w1, x->shape[x->ndim - 1], "d, the input's last dim", "b1", b1) ||
@@ -141,9 +206,11 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
     if (dense_above < 0) dense_above = VN_ACT_SPARSE_DENSE_ABOVE;
     int64_t d = w1->shape[1], hidden = w1->shape[0], out = w2->shape[0], ysh[VN_MAX_DIMS];
     act_index ix;
-    if (act__prepare(op, x, hidden, out, act, &ix, ysh)) return NULL;
-    int64_t zs[2] = {ix.rows, hidden};
-    vn_tensor *xc = vn__plain_contiguous(x), *w1c = xc ? vn__plain_contiguous(w1) : NULL;
+    vn_tensor *keep;
+    if (act__prepare(op, x, hidden, out, act, &ix, ysh) || mask_rows(op, x, mask, &keep)) return NULL;
+    if (keep) ix.rows = keep->shape[0]; /* padding rows are never multiplied */
+    int64_t zs[2] = {ix.rows, hidden}, yvs[2] = {ix.rows, out};
+    vn_tensor *xc = kept_rows(x, keep, d), *w1c = xc ? vn__plain_contiguous(w1) : NULL;
     vn_tensor *b1c = w1c && b1 ? vn__plain_contiguous(b1) : NULL;
     vn_tensor *b2c = w1c && (b1c || !b1) && b2 ? vn__plain_contiguous(b2) : NULL;
     vn_tensor *z = w1c && (b1c || !b1) && (b2c || !b2) ? vn__new(VN_F32, 2, zs) : NULL;
@@ -161,21 +228,30 @@ vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_t
     }
     mlp_bufs b;
     if (index) w2t = act__weight(&ix, w2); /* W2 transposed, or W2 itself on the dense path */
-    if (w2t && mlp_scratch(&ix, 0, &buf, &b)) y = vn__new(VN_F32, x->ndim, ysh);
+    if (w2t && mlp_scratch(&ix, 0, &buf, &b)) y = keep ? vn__new(VN_F32, 2, yvs) : vn__new(VN_F32, x->ndim, ysh);
     if (y)
         act__forward_tiles(&ix, vn_tensor_data(z), vn_tensor_data(w2t), b2c ? vn_tensor_data(b2c) : NULL,
-                           b.hc, b.wc2, vn_tensor_data(y));
+                           b.hc, b.wc2, vn_tensor_data(y), stats);
+    y = spread_rows(y, keep, x->ndim, ysh); /* padding rows: 0 */
     const vn_tensor *ins[5] = {x, w1, w2, b1, b2};
     vn_node *node = y ? vn__record(y, op, act_mlp_backward, b2 ? 5 : b1 ? 4 : 3, ins) : NULL;
     if (node) {
         node->saved[SAVED_INDEX] = index;
         node->saved[SAVED_Z] = z;
         node->saved[SAVED_W2T] = w2t;
-        index = z = w2t = NULL;
+        node->saved[SAVED_ROWS] = keep;
+        index = z = w2t = keep = NULL;
         *VN_SAVED_STATE(node, struct act_mlp_saved) =
             (struct act_mlp_saved){ix.rows, d, hidden, out, ix.tile, ix.ntiles, act};
     }
-    vn_tensor *all[8] = {index, z, buf, xc, w1c, w2t, b1c, b2c};
-    for (int k = 0; k < 8; k++) vn_tensor_release(all[k]);
+    vn_tensor *all[9] = {index, z, buf, xc, w1c, w2t, b1c, b2c, keep};
+    for (int k = 0; k < 9; k++) vn_tensor_release(all[k]);
     return y;
+}
+
+vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
+                             const vn_tensor *w2, const vn_tensor *b2, vn_sparse_act act,
+                             int64_t tile_rows, double dense_above, vn_act_sparse_stats *stats)
+{
+    return vn_act_sparse_mlp_masked(x, w1, b1, w2, b2, NULL, act, tile_rows, dense_above, stats);
 }

@@ -23,7 +23,9 @@ local fail = util.fail
 -- (the micro-tile height, default 128), dense_above (the kept share above
 -- which the call runs the dense product, default 0.65). W and b are drawn as
 -- nn.Linear draws them. The layer keeps what it saw: self.last_stats
--- ({density, tile_density, dense} of the last call) and, while
+-- ({density, tile_density, dense} of the last call; a call that ran dense
+-- has the tile_density of the sample of tiles that chose it, see
+-- venom/dynamic.h) and, while
 -- self.track_stats is true (the default), running sums read by
 -- layer:activation_stats() and reset by layer:reset_stats().
 local SparseInputLinear = nn.Module:extend("SparseInputLinear")

@@ -3,7 +3,8 @@
  * all-zero and all-positive tiles, row counts that are not a multiple of
  * the tile, both activations, the condensed, mixed and dense paths; the
  * backward (dX, dW, db) against the loop too, and by finite differences
- * through the ReLU; the stats; bad input. */
+ * through the ReLU; the stats; the fused MLP, also on a variable-length
+ * batch (a mask of padding rows); bad input. */
 #include "gradcheck.h"
 
 #include <math.h>
@@ -135,33 +136,54 @@ static void test_against_loops(void **state)
     check_against_loops(130, 64, 33, 0, CLUSTERED, VN_ACT_RELU2, -1); /* the default tile */
 }
 
+/* The kept share of (tile, column) pairs of x over the tiles t with
+ * (t % 8 == 0) == sample, or over all tiles (all). */
+static double kept_share(const float *X, int64_t rows, int64_t in, int64_t tile, bool all, bool sample)
+{
+    int64_t kept = 0, pairs = 0;
+    for (int64_t t = 0; t * tile < rows; t++) {
+        if (!all && (t % 8 == 0) != sample) continue;
+        for (int64_t j = 0; j < in; j++) {
+            bool any = false;
+            for (int64_t i = t * tile; i < (t + 1) * tile && i < rows; i++) any |= X[i * in + j] > 0;
+            kept += any;
+        }
+        pairs += in;
+    }
+    return (double)kept / (double)pairs;
+}
+
 /* The stats and paths: the kept share of (tile, column) pairs against a
- * count, and the dense path taken exactly when that share is above the
- * threshold. */
+ * count, and the dense path taken exactly when the sample's share (tiles
+ * 0 and 8 of 10) or else the share of all tiles is above the threshold;
+ * the density exact either way. */
 static void test_stats(void **state)
 {
     (void)state;
-    int64_t rows = 40, in = 32, tile = 8;
+    int64_t rows = 76, in = 32, tile = 8, nz = 0;
     vn_tensor *x = make_x(rows, in, tile, CLUSTERED, 9), *w = trand(2, (int64_t[]){5, in}, -1, 1, 1);
     const float *X = F(x);
-    int64_t kept = 0;
-    for (int64_t t = 0; t < rows / tile; t++)
-        for (int64_t j = 0; j < in; j++) {
-            bool any = false;
-            for (int64_t i = t * tile; i < (t + 1) * tile; i++) any |= X[i * in + j] > 0;
-            kept += any;
-        }
-    double share = (double)kept / (double)(rows / tile * in);
-    vn_act_sparse_stats st;
-    vn_tensor *y = vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, tile, share + 0.01, &st);
-    CHECK_PTR(y);
-    if (fabs(st.tile_density - share) > 1e-12) fail_msg("tile_density %g, counted %g", st.tile_density, share);
-    assert_false(st.dense);
-    vn_tensor_release(y);
-    y = vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, tile, share - 0.01, &st);
-    CHECK_PTR(y);
-    assert_true(st.dense);
-    vn_tensor_release(y);
+    for (int64_t k = 0; k < rows * in; k++) nz += X[k] > 0;
+    double density = (double)nz / (double)(rows * in);
+    double full = kept_share(X, rows, in, tile, true, false);
+    double sample = kept_share(X, rows, in, tile, false, true);
+    if (fabs(full - sample) < 0.02) fail_msg("the test's x should tell the sample from the whole: %g, %g",
+                                             sample, full);
+    struct { double dense_above, tile_density; bool dense; } cases[] = {
+        {fmax(full, sample) + 0.01, full, false},             /* condensed: every tile read */
+        {fmin(full, sample) - 0.01, sample, true},             /* the sample alone decides */
+        {0.5 * (full + sample), full > sample ? full : sample, true}, /* one of the two is above */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        vn_act_sparse_stats st;
+        vn_tensor *y = vn_act_sparse_linear(x, w, NULL, VN_ACT_RELU, tile, cases[c].dense_above, &st);
+        CHECK_PTR(y);
+        if (fabs(st.tile_density - cases[c].tile_density) > 1e-12 || st.dense != cases[c].dense ||
+            fabs(st.density - density) > 1e-12)
+            fail_msg("case %zu: tile_density %g dense %d density %g, expected %g %d %g", c, st.tile_density,
+                     st.dense, st.density, cases[c].tile_density, cases[c].dense, density);
+        vn_tensor_release(y);
+    }
     vn_tensor_release(x);
     vn_tensor_release(w);
 }
@@ -308,6 +330,94 @@ static void test_mlp_gradcheck(void **state)
     for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
 }
 
+/* A variable-length batch: x (5, 9, MD) with a mask of real rows (per
+ * sequence a length, 0 to 9, padding after; the padding rows of x hold
+ * large positive values, which would widen every tile were they counted).
+ * The masked op against the plain MLP on the real rows alone, scattered
+ * back (index_select, then scatter_add_rows): y, all five gradients, zero
+ * y and dX rows at the padding, stats over the real rows. */
+static void test_mlp_masked(void **state)
+{
+    (void)state;
+    vn_tensor *in[5];
+    make_mlp(in);
+    const int B = 5, T = 9, len[5] = {9, 0, 4, 7, 1};
+    uint8_t m[45];
+    int64_t idx[45], n = 0;
+    float *X = vn_tensor_data(in[0]);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            m[b * T + t] = t < len[b];
+            if (t < len[b]) idx[n++] = b * T + t;
+            else for (int j = 0; j < MD; j++) X[(b * T + t) * MD + j] = 50.0f; /* padding: garbage */
+        }
+    vn_tensor *mask = vn_from_data(VN_U8, 2, (int64_t[]){B, T}, m), *keep = vn_from_data(VN_I64, 1, &n, idx);
+    vn_tensor *x3 = vn_reshape(in[0], 3, (int64_t[]){B, T, MD});
+    vn_tensor *r = trand(3, (int64_t[]){B, T, MO}, -1, 1, 11);
+    vn_tensor *r2 = vn_reshape(r, 2, (int64_t[]){MROWS, MO});
+    CHECK_PTR(mask);
+    CHECK_PTR(keep);
+    for (int a = VN_ACT_RELU; a <= VN_ACT_RELU2; a++)
+        for (int dense = 0; dense < 2; dense++) {
+            vn_tensor *grads[2][5], *ys[2];
+            vn_act_sparse_stats st;
+            double density = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                vn_tensor *y;
+                if (pass == 0) {
+                    vn_tensor *xv = vn_reshape(in[0], 3, (int64_t[]){B, T, MD}); /* a fresh graph each time */
+                    y = vn_act_sparse_mlp_masked(xv, in[1], in[3], in[2], in[4], mask, (vn_sparse_act)a, MTILE,
+                                                 dense ? 0.0 : 1.0, &st);
+                    CHECK_PTR(y);
+                    CHECK_OK(vn_backward(y, r));
+                    vn_tensor_release(xv);
+                } else { /* the real rows alone through the plain ops */
+                    vn_tensor *xr = vn_index_select(in[0], 0, keep), *sub[5] = {xr, in[1], in[2], in[3], in[4]};
+                    vn_tensor *yr = plain_mlp(sub, (vn_sparse_act)a), *z = vn_linear(xr, in[1], in[3]);
+                    int64_t pos = 0;
+                    for (int64_t k = 0; k < n * MH; k++) pos += ((const float *)vn_tensor_data(z))[k] > 0;
+                    density = (double)pos / (double)(n * MH);
+                    vn_tensor_release(z);
+                    y = vn_scatter_add_rows(yr, keep, NULL, MROWS);
+                    CHECK_PTR(y);
+                    CHECK_OK(vn_backward(y, r2));
+                    vn_tensor_release(xr);
+                    vn_tensor_release(yr);
+                }
+                ys[pass] = vn_reshape(y, 2, (int64_t[]){MROWS, MO});
+                vn_tensor_release(y);
+                for (int k = 0; k < 5; k++) {
+                    grads[pass][k] = vn_clone(vn_tensor_grad(in[k]));
+                    CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+                }
+            }
+            if (max_rel_diff(ys[0], ys[1]) > 1e-5) fail_msg("masked y act %d dense %d", a, dense);
+            for (int k = 0; k < 5; k++) {
+                double e = max_rel_diff(grads[0][k], grads[1][k]);
+                if (e > 1e-5)
+                    fail_msg("masked act %d dense %d: input %d's gradient differs by %g", a, dense, k, e);
+                vn_tensor_release(grads[0][k]);
+                vn_tensor_release(grads[1][k]);
+            }
+            const float *Y = vn_tensor_data(ys[0]);
+            for (int64_t i = 0; i < MROWS; i++) /* exact zeros, not merely close to the reference */
+                for (int o = 0; o < MO; o++) if (!m[i]) assert_true(Y[i * MO + o] == 0.0f);
+            assert_int_equal(st.dense, dense);
+            if (fabs(st.density - density) > 1e-12) /* over the real rows: padding Z is all positive */
+                fail_msg("masked density %g, expected %g", st.density, density);
+            vn_tensor_release(ys[0]);
+            vn_tensor_release(ys[1]);
+        }
+    vn_tensor *bad = vn_zeros(VN_F32, 2, (int64_t[]){B, T}), *bad2 = vn_zeros(VN_U8, 1, (int64_t[]){MROWS});
+    expect_null_error(vn_act_sparse_mlp_masked(x3, in[1], in[3], in[2], in[4], bad, VN_ACT_RELU, 0, -1, NULL),
+                      VN_ERR_DTYPE, "mask must be u8");
+    expect_null_error(vn_act_sparse_mlp_masked(x3, in[1], in[3], in[2], in[4], bad2, VN_ACT_RELU, 0, -1, NULL),
+                      VN_ERR_SHAPE, "mask (45,) must have the input's leading dims");
+    vn_tensor *all[7] = {mask, keep, x3, r, r2, bad, bad2};
+    for (int k = 0; k < 7; k++) vn_tensor_release(all[k]);
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -340,7 +450,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_loops), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_mlp_against_plain),
-        cmocka_unit_test(test_mlp_gradcheck), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_mlp_gradcheck), cmocka_unit_test(test_mlp_masked),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

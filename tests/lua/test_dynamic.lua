@@ -9,7 +9,7 @@ local venom = require "venom"
 local nn = require "venom.nn"
 
 venom.manual_seed(3)
-T.plan(24)
+T.plan(26)
 
 -- x (70, 48): rows 1-32 only use columns 1-8, rows 33-70 random signs.
 local function make_x()
@@ -94,3 +94,19 @@ T.ok(st[2].calls == 1 and st[2].density > 0 and st[2].density <= st[2].tile_dens
 T.is(gpt:activation_stats()[1].calls, 0, "activation_stats: reset")
 T.error_like(function() GPT({ activation = "tanh" }) end, 'activation tanh, expected "gelu", "relu" or "relu2"',
   "GPT: activation checked")
+
+-- A variable-length batch: the mask's real rows equal the unmasked op's,
+-- the padding rows are exactly 0, and no gradient comes from them.
+local vx = venom.randn(3, 5, 8)
+local vw1, vb1, vw2, vb2 = venom.randn(24, 8), venom.randn(24), venom.randn(6, 24), venom.randn(6)
+local vmask = venom.tensor({ { 1, 1, 1, 0, 0 }, { 1, 1, 1, 1, 1 }, { 1, 0, 0, 0, 0 } }, "u8")
+local vin = vx:clone():requires_grad_(true)
+local ym = venom.act_sparse_mlp(vin, vw1, vb1, vw2, vb2, "relu2", 2, nil, vmask)
+local yall = venom.act_sparse_mlp(vx, vw1, vb1, vw2, vb2, "relu2", 2)
+local m3 = vmask:float():reshape(3, 5, 1)
+ym:backward(venom.ones(3, 5, 6))
+T.ok(U.max_diff(ym, yall * m3) < 1e-5 and U.max_diff(ym * (1 - m3), venom.zeros(3, 5, 6)) == 0
+     and U.max_diff(vin.grad * (1 - m3), venom.zeros(3, 5, 8)) == 0,
+  "act_sparse_mlp mask: real rows as unmasked, padding rows (y and dx) exactly 0")
+T.error_like(function() venom.act_sparse_mlp(vx, vw1, vb1, vw2, vb2, "relu", nil, nil, venom.zeros({ 3, 4 }, "u8")) end,
+  "mask %(3, 4%) must have the input's leading dims %(input %(3, 5, 8%)%)", "act_sparse_mlp: mask shape checked")

@@ -25,9 +25,13 @@ typedef enum { VN_ACT_RELU = 1, VN_ACT_RELU2 = 2 } vn_sparse_act;
 #define VN_ACT_SPARSE_DENSE_ABOVE 0.65
 
 /* What one call of vn_act_sparse_linear saw: the share of H = act(x)'s
- * elements that are nonzero; the share of (row tile, column) pairs that
- * are kept, i.e. the share of the dense product's work done; whether the
- * call ran the plain dense path (kept share above dense_above). */
+ * elements that are nonzero (exact); the share of (row tile, column) pairs
+ * that are kept, i.e. the share of the dense product's work done; whether
+ * the call ran the plain dense path. The index reads a sample of the tiles
+ * first (tiles 0, 8, 16, ...): when the sample's kept share is above
+ * dense_above the call runs dense without reading the other tiles, and
+ * tile_density is the sample's; otherwise it is over all tiles, and the
+ * call runs dense when that share is above dense_above. */
 typedef struct vn_act_sparse_stats {
     double density;
     double tile_density;
@@ -48,7 +52,8 @@ typedef struct vn_act_sparse_stats {
  * dX = (dY·W) ⊙ act'(X) is zero wherever H is, so dY·W is computed on the
  * kept columns only, reusing the forward's index.
  * tile_rows ≤ 0 picks VN_ACT_SPARSE_TILE_ROWS; dense_above < 0 picks
- * VN_ACT_SPARSE_DENSE_ABOVE (0 always runs dense, 1 never). stats may be
+ * VN_ACT_SPARSE_DENSE_ABOVE (0 always runs dense, 1 never; the choice as
+ * vn_act_sparse_stats says). stats may be
  * NULL. Errors: VN_ERR_ARG (NULL or freed tensor, an unknown act,
  * dense_above > 1), VN_ERR_SHAPE (w not 2-d, x's last dim not in, bias not
  * (out)), VN_ERR_DTYPE (not f32), VN_ERR_DEVICE (a CUDA tensor),
@@ -72,3 +77,19 @@ vn_tensor *vn_act_sparse_linear(const vn_tensor *x, const vn_tensor *w, const vn
 vn_tensor *vn_act_sparse_mlp(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
                              const vn_tensor *w2, const vn_tensor *b2, vn_sparse_act act,
                              int64_t tile_rows, double dense_above, vn_act_sparse_stats *stats);
+
+/* vn_act_sparse_mlp on a variable-length batch: only the rows whose mask
+ * entry is nonzero are computed. mask u8 (CPU) has x's leading dims (e.g.
+ * (batch, time) for x (batch, time, d)): nonzero a real token, 0 padding.
+ * The real rows are gathered into a dense block (engine/rows.c), the MLP
+ * runs on it (its tiles are tiles of real rows: padding never widens a
+ * tile's kept columns, nor costs a product) and the result is scattered
+ * back: y's padding rows are 0 (not b2), and so are dX's; padding rows add
+ * nothing to any weight or bias gradient. stats are over the real rows.
+ * mask NULL is vn_act_sparse_mlp. Errors: as vn_act_sparse_mlp, and
+ * VN_ERR_DTYPE (mask not u8), VN_ERR_SHAPE (mask's shape not x's leading
+ * dims). */
+vn_tensor *vn_act_sparse_mlp_masked(const vn_tensor *x, const vn_tensor *w1, const vn_tensor *b1,
+                                    const vn_tensor *w2, const vn_tensor *b2, const vn_tensor *mask,
+                                    vn_sparse_act act, int64_t tile_rows, double dense_above,
+                                    vn_act_sparse_stats *stats);
