@@ -5,8 +5,7 @@
  * op works on row-major copies of its inputs and has its own backward. */
 #include "internal.h"
 
-#include <cblas.h>
-#include <limits.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* ---- embedding ----------------------------------------------------------- */
@@ -217,43 +216,44 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
 
 /* ---- causal attention --------------------------------------------------------- */
 
-/* C (m × n, row-major, ldc = n) = alpha · op(A) · op(B) with op(A) m × k and
- * op(B) k × n. Empty products are handled here: BLAS rejects a leading
- * dimension of 0. */
-static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
-                 const float *B, float *C)
+/* Fused and row by row, in the manner of FlashAttention (Dao et al. 2022):
+ * each (batch, head) is one task of a parallel loop, and within it each
+ * query row t computes its scores against keys 0..t into a row buffer, its
+ * softmax, and its output, so no T × T matrix is ever stored. The forward
+ * saves each row's max and 1/sum; the backward recomputes the row's
+ * probabilities from them (the same bits as the forward) instead of keeping
+ * (B, H, T, T) probabilities alive between the passes.
+ *
+ * The keys (and values, in backward) of the current (batch, head) are first
+ * transposed to Dh × T, so that a row of scores is a sum of Dh axpys over
+ * contiguous memory, which vectorizes, rather than T dot products. */
+
+/* Per thread scratch: two rows of T (scores, their gradient), Kᵀ and Vᵀ of
+ * one (batch, head). */
+static size_t attn_scratch_floats(int64_t T, int64_t Dh) { return (size_t)(2 * T + 2 * Dh * T); }
+
+static void transpose_to(float *dst, const float *src, int64_t T, int64_t Dh)
 {
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        memset(C, 0, sizeof(float) * (size_t)(m * n));
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, alpha, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n,
-                0.0f, C, (int)n);
+    for (int64_t j = 0; j < T; j++)
+        for (int64_t d = 0; d < Dh; d++) dst[d * T + j] = src[j * Dh + d];
 }
 
-/* Row t of S (T × T) becomes softmax over its entries 0..t; entries above
- * the diagonal become 0, as exp(−inf) would. */
-static void causal_softmax(float *S, int64_t T)
+/* s[j] = scale · q·k_j for j = 0..t, with Kt = Kᵀ (Dh × T). */
+static void attn_scores(float *restrict s, const float *restrict q, const float *restrict Kt,
+                        int64_t T, int64_t Dh, int64_t t, float scale)
 {
-    for (int64_t t = 0; t < T; t++) {
-        float *row = S + t * T, m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
-        for (int64_t j = 0; j <= t; j++) {
-            row[j] = expf(row[j] - m);
-            sum += row[j];
-        }
-        float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= t; j++) row[j] *= inv;
-        for (int64_t j = t + 1; j < T; j++) row[j] = 0;
+    for (int64_t j = 0; j <= t; j++) s[j] = 0;
+    for (int64_t d = 0; d < Dh; d++) {
+        const float qd = q[d], *restrict kd = Kt + d * T;
+        for (int64_t j = 0; j <= t; j++) s[j] += qd * kd[j];
     }
+    for (int64_t j = 0; j <= t; j++) s[j] *= scale;
 }
 
-/* Per batch, with P the saved probabilities and G = dL/dout:
- *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
- *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
- * Masked entries have P = 0, so they get dS = 0 with no extra test. */
+/* Per (batch, head), with p_t the probabilities of row t and g_t = dL/dout_t:
+ *   dv_j += p_tj · g_t,  dp_tj = g_t·v_j,  ds_tj = p_tj · (dp_tj − Σ_i p_ti dp_ti),
+ *   dq_t = Σ_j ds_tj · k_j / √Dh,  dk_j += ds_tj · q_t / √Dh.
+ * One thread owns a (batch, head), so its dK and dV rows need no locks. */
 static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
 {
     const vn_tensor *qi = node->inputs[0];
@@ -268,47 +268,68 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
     bool ok = g != NULL;
     for (int i = 0; i < 3 && ok; i++) {
         ok = (in[i] = vn__plain_contiguous(node->inputs[i])) != NULL;
-        if (ok && want[i]) ok = (d[i] = vn__new(VN_F32, nd_, qi->shape)) != NULL;
+        if (ok && want[i]) ok = (d[i] = vn_zeros(VN_F32, nd_, qi->shape)) != NULL;
     }
-    float *dP = ok ? malloc(sizeof(float) * (size_t)(T > 0 ? T * T : 1)) : NULL;
-    if (ok && !dP) vn__err(VN_ERR_MEMORY, "out of memory for %lld × %lld scores", (long long)T,
-                           (long long)T);
-    if (dP) {
-        const float *P = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
+    int nt = omp_get_max_threads();
+    size_t per = attn_scratch_floats(T, Dh);
+    float *scratch = ok ? malloc(sizeof(float) * per * (size_t)nt) : NULL;
+    if (ok && !scratch) vn__err(VN_ERR_MEMORY, "out of memory for attention's row buffers");
+    if (scratch) {
+        const float *stats = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
                     *Q = vn_tensor_data(in[0]), *K = vn_tensor_data(in[1]),
                     *Vv = vn_tensor_data(in[2]);
         float *dQ = d[0] ? vn_tensor_data(d[0]) : NULL, *dK = d[1] ? vn_tensor_data(d[1]) : NULL,
               *dV = d[2] ? vn_tensor_data(d[2]) : NULL;
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if ((double)BH * T * T * Dh > VN_OMP_MIN_WORK)
         for (int64_t b = 0; b < BH; b++) {
+            float *s = scratch + per * (size_t)omp_get_thread_num(), *dp = s + T, *Kt = dp + T,
+                  *Vt = Kt + Dh * T;
             int64_t o = b * T * Dh;
-            const float *Pb = P + b * T * T;
-            if (dV) gemm(true, false, T, Dh, T, 1.0f, Pb, G + o, dV + o);
-            if (!dQ && !dK) continue;
-            gemm(false, true, T, T, Dh, 1.0f, G + o, Vv + o, dP);
+            transpose_to(Kt, K + o, T, Dh);
+            transpose_to(Vt, Vv + o, T, Dh);
             for (int64_t t = 0; t < T; t++) {
-                const float *pr = Pb + t * T;
-                float *dr = dP + t * T, s = 0;
-                for (int64_t j = 0; j <= t; j++) s += dr[j] * pr[j];
-                for (int64_t j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s);
+                const float *q = Q + o + t * Dh, *gt = G + o + t * Dh;
+                float m = stats[2 * (b * T + t)], inv = stats[2 * (b * T + t) + 1];
+                attn_scores(s, q, Kt, T, Dh, t, scale);
+                for (int64_t j = 0; j <= t; j++) s[j] = expf(s[j] - m) * inv; /* p_tj */
+                if (dV)
+                    for (int64_t j = 0; j <= t; j++) {
+                        float *restrict dv = dV + o + j * Dh;
+                        for (int64_t e = 0; e < Dh; e++) dv[e] += s[j] * gt[e];
+                    }
+                if (!dQ && !dK) continue;
+                attn_scores(dp, gt, Vt, T, Dh, t, 1.0f); /* dp_tj = g_t·v_j */
+                float sum = 0;
+                for (int64_t j = 0; j <= t; j++) sum += s[j] * dp[j];
+                for (int64_t j = 0; j <= t; j++) dp[j] = scale * s[j] * (dp[j] - sum);
+                for (int64_t j = 0; j <= t; j++) {
+                    const float dsj = dp[j], *restrict kj = K + o + j * Dh;
+                    if (dQ) {
+                        float *restrict dq = dQ + o + t * Dh;
+                        for (int64_t e = 0; e < Dh; e++) dq[e] += dsj * kj[e];
+                    }
+                    if (dK) {
+                        float *restrict dk = dK + o + j * Dh;
+                        for (int64_t e = 0; e < Dh; e++) dk[e] += dsj * q[e];
+                    }
+                }
             }
-            if (dQ) gemm(false, false, T, Dh, T, scale, dP, K + o, dQ + o);
-            if (dK) gemm(true, false, T, Dh, T, scale, dP, Q + o, dK + o);
         }
     }
-    free(dP);
+    free(scratch);
     vn_tensor_release(g);
     for (int i = 0; i < 3; i++) vn_tensor_release(in[i]);
-    if (!dP) {
+    if (!scratch) {
         for (int i = 0; i < 3; i++) vn_tensor_release(d[i]);
         return vn__err(VN_ERR_MEMORY, "causal_attention backward: %s", vn_last_error());
     }
-    vn_status s = VN_OK;
+    vn_status st = VN_OK;
     for (int i = 0; i < 3; i++) {
         if (!want[i]) continue;
-        if (s) vn_tensor_release(d[i]);
-        else s = vn__accum(node, i, d[i]);
+        if (st) vn_tensor_release(d[i]);
+        else st = vn__accum(node, i, d[i]);
     }
-    return s;
+    return st;
 }
 
 vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v)
@@ -322,36 +343,57 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
                         "(B, H, T, Dh) (at least 2 dims: T, Dh)", vn__shape(q->ndim, q->shape),
                         vn__shape(k->ndim, k->shape), vn__shape(v->ndim, v->shape));
     int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1];
-    if (T > INT_MAX || Dh > INT_MAX)
-        return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
-                        vn__shape(q->ndim, q->shape), INT_MAX);
     int64_t BH = 1; /* the leading dims are independent batches */
     for (int i = 0; i < q->ndim - 2; i++) BH *= q->shape[i];
-    int64_t pshape[3] = {BH, T, T};
-    if (vn__check_shape("causal_attention", 3, pshape)) return NULL;
+    int64_t sshape[3] = {BH, T, 2}; /* per query row: the max score and 1/Σ exp */
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
 
     vn_tensor *qc = vn__plain_contiguous(q), *kc = qc ? vn__plain_contiguous(k) : NULL;
     vn_tensor *vc = kc ? vn__plain_contiguous(v) : NULL;
-    vn_tensor *probs = vc ? vn__new(VN_F32, 3, pshape) : NULL;
-    vn_tensor *out = probs ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
+    vn_tensor *stats = vc ? vn__new(VN_F32, 3, sshape) : NULL;
+    vn_tensor *out = stats ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
+    int nt = omp_get_max_threads();
+    size_t per = attn_scratch_floats(T, Dh);
+    float *scratch = out ? malloc(sizeof(float) * per * (size_t)nt) : NULL;
+    if (out && !scratch) {
+        vn__err(VN_ERR_MEMORY, "causal_attention: out of memory for its row buffers");
+        vn_tensor_release(out);
+        out = NULL;
+    }
     if (out) {
         const float *Q = vn_tensor_data(qc), *K = vn_tensor_data(kc), *Vv = vn_tensor_data(vc);
-        float *P = vn_tensor_data(probs), *O = vn_tensor_data(out);
+        float *S = vn_tensor_data(stats), *O = vn_tensor_data(out);
+#pragma omp parallel for schedule(dynamic) num_threads(nt) if ((double)BH * T * T * Dh > VN_OMP_MIN_WORK)
         for (int64_t b = 0; b < BH; b++) {
+            float *s = scratch + per * (size_t)omp_get_thread_num(), *Kt = s + 2 * T;
             int64_t o = b * T * Dh;
-            float *Pb = P + b * T * T;
-            gemm(false, true, T, T, Dh, scale, Q + o, K + o, Pb);
-            causal_softmax(Pb, T);
-            gemm(false, false, T, Dh, T, 1.0f, Pb, Vv + o, O + o);
+            transpose_to(Kt, K + o, T, Dh);
+            for (int64_t t = 0; t < T; t++) {
+                attn_scores(s, Q + o + t * Dh, Kt, T, Dh, t, scale);
+                float m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j <= t; j++) m = s[j] > m ? s[j] : m;
+                for (int64_t j = 0; j <= t; j++) {
+                    s[j] = expf(s[j] - m);
+                    sum += s[j];
+                }
+                float inv = 1.0f / sum, *restrict ot = O + o + t * Dh;
+                S[2 * (b * T + t)] = m;
+                S[2 * (b * T + t) + 1] = inv;
+                for (int64_t e = 0; e < Dh; e++) ot[e] = 0;
+                for (int64_t j = 0; j <= t; j++) {
+                    const float p = s[j] * inv, *restrict vj = Vv + o + j * Dh;
+                    for (int64_t e = 0; e < Dh; e++) ot[e] += p * vj[e];
+                }
+            }
         }
     }
+    free(scratch);
     vn_tensor_release(qc);
     vn_tensor_release(kc);
     vn_tensor_release(vc);
     const vn_tensor *inputs[3] = {q, k, v};
     vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, inputs) : NULL;
-    if (node) node->saved[0] = vn_tensor_retain(probs);
-    vn_tensor_release(probs);
+    if (node) node->saved[0] = vn_tensor_retain(stats);
+    vn_tensor_release(stats);
     return out;
 }

@@ -765,8 +765,11 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
  * general (..., T, Dh) with ≥ 2 dims, the leading dims being independent
  * batches — → out of that shape. The softmax is fused with the mask (the
  * masked scores are never materialised) and taken of score − row max, so
- * it cannot overflow. The attention probabilities (..., T, T) are saved for
- * backward, which gives the gradients of q, k and v.
+ * it cannot overflow. CPU: fused row by row in the manner of FlashAttention
+ * (Dao et al. 2022), parallel over the leading dims; no T × T matrix is
+ * stored: the forward saves each row's max and 1/Σ exp, (..., T, 2), and
+ * the backward recomputes the probabilities from them to give the
+ * gradients of q, k and v.
  * Errors: VN_ERR_SHAPE naming the shapes when they differ or have < 2 dims;
  * VN_ERR_DTYPE. */
 vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v);
@@ -878,6 +881,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 /* Convolutions, pooling, batch normalisation, flatten. */
 #include "venom/conv.h"
 #include "venom/dist.h" /* collectives over MPI, data parallelism */
+#include "venom/profile.h" /* per-op forward/backward timers */
 
 #ifdef __cplusplus
 }
