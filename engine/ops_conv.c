@@ -4,7 +4,7 @@
  * ops share. CPU only. See venom/conv.h for the formulas. */
 #include "conv_internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 #include <limits.h>
 
 /* ---- geometry ------------------------------------------------------------------- */
@@ -216,7 +216,7 @@ typedef struct { int64_t nL, Kg, Cog; } conv_dims;
 static void gemm_forward(const conv_dims *d, int64_t k, const float *w, const float *cols,
                          float *y)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)d->Cog, (int)d->nL, (int)d->Kg,
+    vn__sgemm(CblasNoTrans, CblasNoTrans, (int)d->Cog, (int)d->nL, (int)d->Kg,
                 1.0f, w + k * d->Cog * d->Kg, (int)d->Kg, cols + k * d->Kg * d->nL, (int)d->nL,
                 0.0f, y + k * d->Cog * d->nL, (int)d->nL);
 }
@@ -224,7 +224,7 @@ static void gemm_forward(const conv_dims *d, int64_t k, const float *w, const fl
 static void gemm_weight_grad(const conv_dims *d, int64_t k, const float *dy, const float *cols,
                              float *dw)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)d->Cog, (int)d->Kg, (int)d->nL, 1.0f,
+    vn__sgemm(CblasNoTrans, CblasTrans, (int)d->Cog, (int)d->Kg, (int)d->nL, 1.0f,
                 dy + k * d->Cog * d->nL, (int)d->nL, cols + k * d->Kg * d->nL, (int)d->nL, 1.0f,
                 dw + k * d->Cog * d->Kg, (int)d->Kg);
 }
@@ -232,7 +232,7 @@ static void gemm_weight_grad(const conv_dims *d, int64_t k, const float *dy, con
 static void gemm_input_grad(const conv_dims *d, int64_t k, const float *w, const float *dy,
                             float *dcols)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d->Kg, (int)d->nL, (int)d->Cog, 1.0f,
+    vn__sgemm(CblasTrans, CblasNoTrans, (int)d->Kg, (int)d->nL, (int)d->Cog, 1.0f,
                 w + k * d->Cog * d->Kg, (int)d->Kg, dy + k * d->Cog * d->nL, (int)d->nL, 0.0f,
                 dcols + k * d->Kg * d->nL, (int)d->nL);
 }
