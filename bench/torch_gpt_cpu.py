@@ -94,10 +94,12 @@ def main():
     for _ in range(a.warmup):
         step()
     ms = []
+    cpu0 = time.process_time()
     for _ in range(a.steps):
         t0 = time.perf_counter()
         step()
         ms.append(1e3 * (time.perf_counter() - t0))
+    cpu_ms = 1e3 * (time.process_time() - cpu0) / a.steps
     ms.sort()
     med = ms[(len(ms) - 1) // 2]
     print(f"{'model':<24} torch {torch.__version__} GPT {a.n_layer} layers, {a.n_head} heads, "
@@ -105,6 +107,7 @@ def main():
     print(f"{'batch size':<24} {B}")
     print(f"{'tokens/s':<24} {B * T / med * 1e3:.0f} (median of {a.steps} steps)")
     print(f"{'ms/step':<24} {med:.1f} median, {ms[0]:.1f}–{ms[-1]:.1f} range")
+    print(f"{'CPU ms/step':<24} {cpu_ms:.1f} (user + system, all threads)")
     print(f"{'peak RSS':<24} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} kB")
     print(f"{'load average':<24} {' '.join(open('/proc/loadavg').read().split()[:3])}")
 

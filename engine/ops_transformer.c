@@ -5,6 +5,9 @@
  * op works on row-major copies of its inputs and has its own backward. */
 #include "internal.h"
 
+#include "blas.h" /* vn__sgemm */
+
+#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
 
@@ -216,44 +219,65 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
 
 /* ---- causal attention --------------------------------------------------------- */
 
-/* Fused and row by row, in the manner of FlashAttention (Dao et al. 2022):
- * each (batch, head) is one task of a parallel loop, and within it each
- * query row t computes its scores against keys 0..t into a row buffer, its
- * softmax, and its output, so no T × T matrix is ever stored. The forward
- * saves each row's max and 1/sum; the backward recomputes the row's
- * probabilities from them (the same bits as the forward) instead of keeping
- * (B, H, T, T) probabilities alive between the passes.
- *
- * The keys (and values, in backward) of the current (batch, head) are first
- * transposed to Dh × T, so that a row of scores is a sum of Dh axpys over
- * contiguous memory, which vectorizes, rather than T dot products. */
+/* Each (batch, head) is one task of a parallel loop over the leading dims,
+ * computed with single-threaded GEMMs on a T × T score matrix private to
+ * the thread (no (B, H, T, T) tensor is kept between forward and
+ * backward). The forward saves each query row's max score and 1/Σ exp; the
+ * backward recomputes the scores with the same GEMM and turns them into the
+ * same probabilities, bit for bit, from those two numbers. */
 
-/* Per thread scratch: two rows of T (scores, their gradient), Kᵀ and Vᵀ of
- * one (batch, head). */
-static size_t attn_scratch_floats(int64_t T, int64_t Dh) { return (size_t)(2 * T + 2 * Dh * T); }
-
-static void transpose_to(float *dst, const float *src, int64_t T, int64_t Dh)
+static void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+               const float *B, float *C)
 {
-    for (int64_t j = 0; j < T; j++)
-        for (int64_t d = 0; d < Dh; d++) dst[d * T + j] = src[j * Dh + d];
-}
-
-/* s[j] = scale · q·k_j for j = 0..t, with Kt = Kᵀ (Dh × T). */
-static void attn_scores(float *restrict s, const float *restrict q, const float *restrict Kt,
-                        int64_t T, int64_t Dh, int64_t t, float scale)
-{
-    for (int64_t j = 0; j <= t; j++) s[j] = 0;
-    for (int64_t d = 0; d < Dh; d++) {
-        const float qd = q[d], *restrict kd = Kt + d * T;
-        for (int64_t j = 0; j <= t; j++) s[j] += qd * kd[j];
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        memset(C, 0, sizeof(float) * (size_t)(m * n));
+        return;
     }
-    for (int64_t j = 0; j <= t; j++) s[j] *= scale;
+    vn__sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+              (int)k, alpha, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n, 0.0f, C, (int)n);
 }
 
-/* Per (batch, head), with p_t the probabilities of row t and g_t = dL/dout_t:
- *   dv_j += p_tj · g_t,  dp_tj = g_t·v_j,  ds_tj = p_tj · (dp_tj − Σ_i p_ti dp_ti),
- *   dq_t = Σ_j ds_tj · k_j / √Dh,  dk_j += ds_tj · q_t / √Dh.
- * One thread owns a (batch, head), so its dK and dV rows need no locks. */
+/* Row t of S (T × T) becomes softmax over its entries 0..t, the entries
+ * above the diagonal 0, as exp(−inf) would be. stats[2t], stats[2t + 1]:
+ * the row's max and 1/Σ exp. With stats given as input (recompute), the
+ * same probabilities from the saved numbers. */
+static void causal_softmax(float *S, int64_t T, float *stats)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *row = S + t * T, m = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
+        for (int64_t j = 0; j <= t; j++) {
+            row[j] = expf(row[j] - m);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t j = 0; j <= t; j++) row[j] *= inv;
+        for (int64_t j = t + 1; j < T; j++) row[j] = 0;
+        stats[2 * t] = m;
+        stats[2 * t + 1] = inv;
+    }
+}
+
+static void causal_probs(float *S, int64_t T, const float *stats)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *row = S + t * T, m = stats[2 * t], inv = stats[2 * t + 1];
+        for (int64_t j = 0; j <= t; j++) row[j] = expf(row[j] - m) * inv;
+        for (int64_t j = t + 1; j < T; j++) row[j] = 0;
+    }
+}
+
+/* The parallel loop's condition: enough work to wake the threads. */
+static bool attn_parallel(int64_t BH, int64_t T, int64_t Dh)
+{
+    return (double)BH * T * T * Dh > VN_OMP_MIN_WORK;
+}
+
+/* Per (batch, head), with P the recomputed probabilities and G = dL/dout:
+ *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
+ *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
+ * Masked entries have P = 0, so they get dS = 0 with no extra test. */
 static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
 {
     const vn_tensor *qi = node->inputs[0];
@@ -268,52 +292,36 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
     bool ok = g != NULL;
     for (int i = 0; i < 3 && ok; i++) {
         ok = (in[i] = vn__plain_contiguous(node->inputs[i])) != NULL;
-        if (ok && want[i]) ok = (d[i] = vn_zeros(VN_F32, nd_, qi->shape)) != NULL;
+        if (ok && want[i]) ok = (d[i] = vn__new(VN_F32, nd_, qi->shape)) != NULL;
     }
-    int nt = omp_get_max_threads();
-    size_t per = attn_scratch_floats(T, Dh);
-    float *scratch = ok ? malloc(sizeof(float) * per * (size_t)nt) : NULL;
-    if (ok && !scratch) vn__err(VN_ERR_MEMORY, "out of memory for attention's row buffers");
+    int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
+    size_t per = (size_t)(2 * T * T); /* P and dP of one (batch, head) */
+    float *scratch = ok ? malloc(sizeof(float) * (per ? per : 1) * (size_t)nt) : NULL;
+    if (ok && !scratch) vn__err(VN_ERR_MEMORY, "out of memory for %d × 2 × %lld × %lld scores", nt,
+                                (long long)T, (long long)T);
     if (scratch) {
         const float *stats = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
                     *Q = vn_tensor_data(in[0]), *K = vn_tensor_data(in[1]),
                     *Vv = vn_tensor_data(in[2]);
         float *dQ = d[0] ? vn_tensor_data(d[0]) : NULL, *dK = d[1] ? vn_tensor_data(d[1]) : NULL,
               *dV = d[2] ? vn_tensor_data(d[2]) : NULL;
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if ((double)BH * T * T * Dh > VN_OMP_MIN_WORK)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (int64_t b = 0; b < BH; b++) {
-            float *s = scratch + per * (size_t)omp_get_thread_num(), *dp = s + T, *Kt = dp + T,
-                  *Vt = Kt + Dh * T;
             int64_t o = b * T * Dh;
-            transpose_to(Kt, K + o, T, Dh);
-            transpose_to(Vt, Vv + o, T, Dh);
+            float *P = scratch + per * (size_t)omp_get_thread_num(), *dP = P + T * T;
+            mm(false, true, T, T, Dh, scale, Q + o, K + o, P);
+            causal_probs(P, T, stats + 2 * b * T);
+            if (dV) mm(true, false, T, Dh, T, 1.0f, P, G + o, dV + o);
+            if (!dQ && !dK) continue;
+            mm(false, true, T, T, Dh, 1.0f, G + o, Vv + o, dP);
             for (int64_t t = 0; t < T; t++) {
-                const float *q = Q + o + t * Dh, *gt = G + o + t * Dh;
-                float m = stats[2 * (b * T + t)], inv = stats[2 * (b * T + t) + 1];
-                attn_scores(s, q, Kt, T, Dh, t, scale);
-                for (int64_t j = 0; j <= t; j++) s[j] = expf(s[j] - m) * inv; /* p_tj */
-                if (dV)
-                    for (int64_t j = 0; j <= t; j++) {
-                        float *restrict dv = dV + o + j * Dh;
-                        for (int64_t e = 0; e < Dh; e++) dv[e] += s[j] * gt[e];
-                    }
-                if (!dQ && !dK) continue;
-                attn_scores(dp, gt, Vt, T, Dh, t, 1.0f); /* dp_tj = g_t·v_j */
-                float sum = 0;
-                for (int64_t j = 0; j <= t; j++) sum += s[j] * dp[j];
-                for (int64_t j = 0; j <= t; j++) dp[j] = scale * s[j] * (dp[j] - sum);
-                for (int64_t j = 0; j <= t; j++) {
-                    const float dsj = dp[j], *restrict kj = K + o + j * Dh;
-                    if (dQ) {
-                        float *restrict dq = dQ + o + t * Dh;
-                        for (int64_t e = 0; e < Dh; e++) dq[e] += dsj * kj[e];
-                    }
-                    if (dK) {
-                        float *restrict dk = dK + o + j * Dh;
-                        for (int64_t e = 0; e < Dh; e++) dk[e] += dsj * q[e];
-                    }
-                }
+                const float *pr = P + t * T;
+                float *dr = dP + t * T, s = 0;
+                for (int64_t j = 0; j <= t; j++) s += dr[j] * pr[j];
+                for (int64_t j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s);
             }
+            if (dQ) mm(false, false, T, Dh, T, scale, dP, K + o, dQ + o);
+            if (dK) mm(true, false, T, Dh, T, scale, dP, Q + o, dK + o);
         }
     }
     free(scratch);
@@ -343,48 +351,38 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
                         "(B, H, T, Dh) (at least 2 dims: T, Dh)", vn__shape(q->ndim, q->shape),
                         vn__shape(k->ndim, k->shape), vn__shape(v->ndim, v->shape));
     int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1];
+    if (T > INT_MAX || Dh > INT_MAX)
+        return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
+                        vn__shape(q->ndim, q->shape), INT_MAX);
     int64_t BH = 1; /* the leading dims are independent batches */
     for (int i = 0; i < q->ndim - 2; i++) BH *= q->shape[i];
-    int64_t sshape[3] = {BH, T, 2}; /* per query row: the max score and 1/Σ exp */
+    int64_t sshape[3] = {BH, T, 2}, tt[3] = {2, T, T}; /* per query row: max score, 1/Σ exp */
+    if (vn__check_shape("causal_attention", 3, tt)) return NULL; /* the scratch's size */
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
 
     vn_tensor *qc = vn__plain_contiguous(q), *kc = qc ? vn__plain_contiguous(k) : NULL;
     vn_tensor *vc = kc ? vn__plain_contiguous(v) : NULL;
     vn_tensor *stats = vc ? vn__new(VN_F32, 3, sshape) : NULL;
     vn_tensor *out = stats ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
-    int nt = omp_get_max_threads();
-    size_t per = attn_scratch_floats(T, Dh);
-    float *scratch = out ? malloc(sizeof(float) * per * (size_t)nt) : NULL;
+    int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
+    size_t per = (size_t)(T * T);
+    float *scratch = out ? malloc(sizeof(float) * (per ? per : 1) * (size_t)nt) : NULL;
     if (out && !scratch) {
-        vn__err(VN_ERR_MEMORY, "causal_attention: out of memory for its row buffers");
+        vn__err(VN_ERR_MEMORY, "causal_attention: out of memory for %d × %lld × %lld scores", nt,
+                (long long)T, (long long)T);
         vn_tensor_release(out);
         out = NULL;
     }
     if (out) {
         const float *Q = vn_tensor_data(qc), *K = vn_tensor_data(kc), *Vv = vn_tensor_data(vc);
         float *S = vn_tensor_data(stats), *O = vn_tensor_data(out);
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if ((double)BH * T * T * Dh > VN_OMP_MIN_WORK)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (int64_t b = 0; b < BH; b++) {
-            float *s = scratch + per * (size_t)omp_get_thread_num(), *Kt = s + 2 * T;
             int64_t o = b * T * Dh;
-            transpose_to(Kt, K + o, T, Dh);
-            for (int64_t t = 0; t < T; t++) {
-                attn_scores(s, Q + o + t * Dh, Kt, T, Dh, t, scale);
-                float m = -INFINITY, sum = 0;
-                for (int64_t j = 0; j <= t; j++) m = s[j] > m ? s[j] : m;
-                for (int64_t j = 0; j <= t; j++) {
-                    s[j] = expf(s[j] - m);
-                    sum += s[j];
-                }
-                float inv = 1.0f / sum, *restrict ot = O + o + t * Dh;
-                S[2 * (b * T + t)] = m;
-                S[2 * (b * T + t) + 1] = inv;
-                for (int64_t e = 0; e < Dh; e++) ot[e] = 0;
-                for (int64_t j = 0; j <= t; j++) {
-                    const float p = s[j] * inv, *restrict vj = Vv + o + j * Dh;
-                    for (int64_t e = 0; e < Dh; e++) ot[e] += p * vj[e];
-                }
-            }
+            float *P = scratch + per * (size_t)omp_get_thread_num();
+            mm(false, true, T, T, Dh, scale, Q + o, K + o, P);
+            causal_softmax(P, T, S + 2 * b * T);
+            mm(false, false, T, Dh, T, 1.0f, P, Vv + o, O + o);
         }
     }
     free(scratch);

@@ -765,13 +765,14 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
  * general (..., T, Dh) with ≥ 2 dims, the leading dims being independent
  * batches — → out of that shape. The softmax is fused with the mask (the
  * masked scores are never materialised) and taken of score − row max, so
- * it cannot overflow. CPU: fused row by row in the manner of FlashAttention
- * (Dao et al. 2022), parallel over the leading dims; no T × T matrix is
- * stored: the forward saves each row's max and 1/Σ exp, (..., T, 2), and
- * the backward recomputes the probabilities from them to give the
- * gradients of q, k and v.
+ * it cannot overflow. CPU: parallel over the leading dims, each (batch,
+ * head) with single-threaded GEMMs on a T × T score matrix of its thread;
+ * only each row's max and 1/Σ exp, (..., T, 2), are kept for backward,
+ * which recomputes the probabilities from them (as FlashAttention, Dao et
+ * al. 2022, does) to give the gradients of q, k and v.
  * Errors: VN_ERR_SHAPE naming the shapes when they differ or have < 2 dims;
- * VN_ERR_DTYPE. */
+ * VN_ERR_DTYPE; VN_ERR_ARG when T or Dh exceeds BLAS's INT_MAX;
+ * VN_ERR_MEMORY for the per-thread T × T scratch. */
 vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v);
 
 /* ---- optimizer steps (in place on the parameter; not recorded) ---------- */

@@ -50,16 +50,16 @@ end
 function Report:format(n)
   local lines = { ("%-24s %8s %10s %8s %10s %10s %6s"):format("op", "fwd n", "fwd ms",
     "bwd n", "bwd ms", "total ms", "%") }
-  local function line(name, fc, fs, bc, bs, ts)
-    lines[#lines + 1] = ("%-24s %8s %10.1f %8s %10.1f %10.1f %6.1f"):format(name, fc, fs * 1e3,
-      bc, bs * 1e3, ts * 1e3, 100 * ts / math.max(self.wall_s, 1e-12))
-  end
+  local function pct(s) return 100 * s / math.max(self.wall_s, 1e-12) end
   for i, r in ipairs(self.rows) do
     if n and i > n then break end
-    line(r.op, r.forward_calls, r.forward_s, r.backward_calls, r.backward_s, r.total_s)
+    lines[#lines + 1] = ("%-24s %8d %10.1f %8d %10.1f %10.1f %6.1f"):format(r.op,
+      r.forward_calls, r.forward_s * 1e3, r.backward_calls, r.backward_s * 1e3, r.total_s * 1e3,
+      pct(r.total_s))
   end
-  line("(outside ops)", "", self.other_s, "", 0, self.other_s)
-  line("wall", "", self.wall_s, "", 0, self.wall_s)
+  for _, r in ipairs({ { "(outside ops)", self.other_s }, { "wall", self.wall_s } }) do
+    lines[#lines + 1] = ("%-24s %50.1f %6.1f"):format(r[1], r[2] * 1e3, pct(r[2]))
+  end
   return table.concat(lines, "\n")
 end
 
