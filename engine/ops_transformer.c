@@ -268,6 +268,15 @@ static void causal_probs(float *S, int64_t T, const float *stats)
     }
 }
 
+/* nt per-thread blocks of `per` floats, from the caching allocator (so a
+ * training step makes no malloc once the first has run); NULL with the
+ * error set. */
+static vn_tensor *scores_scratch(int nt, size_t per)
+{
+    int64_t n = (int64_t)(per ? per : 1) * nt;
+    return vn__new(VN_F32, 1, &n);
+}
+
 /* The parallel loop's condition: enough work to wake the threads. */
 static bool attn_parallel(int64_t BH, int64_t T, int64_t Dh)
 {
@@ -296,9 +305,8 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
     }
     int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
     size_t per = (size_t)(2 * T * T); /* P and dP of one (batch, head) */
-    float *scratch = ok ? malloc(sizeof(float) * (per ? per : 1) * (size_t)nt) : NULL;
-    if (ok && !scratch) vn__err(VN_ERR_MEMORY, "out of memory for %d × 2 × %lld × %lld scores", nt,
-                                (long long)T, (long long)T);
+    vn_tensor *scr = ok ? scores_scratch(nt, per) : NULL;
+    float *scratch = scr ? vn_tensor_data(scr) : NULL;
     if (scratch) {
         const float *stats = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
                     *Q = vn_tensor_data(in[0]), *K = vn_tensor_data(in[1]),
@@ -324,7 +332,7 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
             if (dK) mm(true, false, T, Dh, T, scale, dP, Q + o, dK + o);
         }
     }
-    free(scratch);
+    vn_tensor_release(scr);
     vn_tensor_release(g);
     for (int i = 0; i < 3; i++) vn_tensor_release(in[i]);
     if (!scratch) {
@@ -366,14 +374,13 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
     vn_tensor *out = stats ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
     int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
     size_t per = (size_t)(T * T);
-    float *scratch = out ? malloc(sizeof(float) * (per ? per : 1) * (size_t)nt) : NULL;
-    if (out && !scratch) {
-        vn__err(VN_ERR_MEMORY, "causal_attention: out of memory for %d × %lld × %lld scores", nt,
-                (long long)T, (long long)T);
+    vn_tensor *scr = out ? scores_scratch(nt, per) : NULL;
+    if (out && !scr) {
         vn_tensor_release(out);
         out = NULL;
     }
     if (out) {
+        float *scratch = vn_tensor_data(scr);
         const float *Q = vn_tensor_data(qc), *K = vn_tensor_data(kc), *Vv = vn_tensor_data(vc);
         float *S = vn_tensor_data(stats), *O = vn_tensor_data(out);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
@@ -385,7 +392,7 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
             mm(false, false, T, Dh, T, 1.0f, P, Vv + o, O + o);
         }
     }
-    free(scratch);
+    vn_tensor_release(scr);
     vn_tensor_release(qc);
     vn_tensor_release(kc);
     vn_tensor_release(vc);
