@@ -24,8 +24,9 @@ void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, floa
 {
     pthread_once(&blas_once, blas_single_threaded);
     /* split the longer side of C; each block is the same product on a
-     * slice of op(A)'s rows or op(B)'s columns, so the sums (over k) are
-     * done in the same order as unsplit */
+     * slice of op(A)'s rows or op(B)'s columns. Not bit for bit the
+     * unsplit product (OpenBLAS picks its kernels by block shape), but
+     * deterministic for a given thread count. */
     int by_rows = m >= n, len = by_rows ? m : n;
     int parts = omp_in_parallel() || (double)m * n * k < SPLIT_WORK ? 1 : omp_get_max_threads();
     if (parts > len / MIN_BLOCK) parts = len / MIN_BLOCK;
