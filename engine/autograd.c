@@ -66,6 +66,7 @@ void vn__node_release(vn_node *n)
 vn_node *vn__record(vn_tensor *out, const char *name, vn_backward_fn backward, int ninputs,
                     const vn_tensor *const *inputs)
 {
+    if (vn__profiling) vn__profile_forward(name);
     bool any = false;
     for (int i = 0; i < ninputs; i++) any |= vn__needs_grad(inputs[i]);
     if (!any || !out) return NULL;
@@ -329,7 +330,13 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
         vn_tensor *g = n->gacc;
         n->gacc = NULL;
         if (g && !s) {
+            /* the ops a rule calls are its backward time, not forward ops */
+            bool prof = vn__profiling;
+            double start = prof ? vn__profile_now() : 0;
+            vn__profiling = false;
             s = n->backward(n, g);
+            vn__profiling = prof;
+            if (prof) vn__profile_backward(n->name, start);
             if (s) s = vn__err(s, "%s", vn_last_error());
         }
         for (int i = 0; i < n->ninputs; i++) {
@@ -344,6 +351,7 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
     vn_set_grad_enabled(was);
     for (size_t k = 0; k < count; k++) vn__node_release(order[k]);
     free(order);
+    if (vn__profiling) vn__profile_mark(); /* the walk's own cost is no forward op's */
     return s;
 }
 

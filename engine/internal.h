@@ -226,6 +226,17 @@ void vn__written(vn_tensor *t);
 /* True when grad mode is on and t needs a gradient (a leaf with
  * requires_grad, or the output of a recorded op). */
 bool vn__needs_grad(const vn_tensor *t);
+/* The per-op profiler (profile.c, venom/profile.h): when vn__profiling is
+ * set on this thread, vn__record calls vn__profile_forward(name) (the time
+ * since the last op ends here) and vn_backward wraps each rule in
+ * vn__profile_now() / vn__profile_backward(name, start). Work that records
+ * no node but should not be charged to the next op (the optimizer steps)
+ * calls vn__profile_forward with a name of its own. */
+extern _Thread_local bool vn__profiling;
+double vn__profile_now(void);
+void vn__profile_forward(const char *op);
+void vn__profile_backward(const char *op, double start);
+void vn__profile_mark(void);
 /* If any of the inputs needs a gradient, create a node for `out`, retain the
  * inputs in it and return it (for the caller to fill saved and saved_state);
  * otherwise return NULL and record nothing. Out of memory, it returns NULL

@@ -6,7 +6,7 @@
  * and cuBLAS GEMMs (vnk_gemm), chunk for chunk. */
 #include "conv_internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 #include <limits.h>
 
 /* ---- geometry ------------------------------------------------------------------- */
@@ -219,8 +219,8 @@ static bool sgemm(bool cuda, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     if (cuda)
         return cuda_ok(vnk_gemm(C, ldc, 0, A, lda, 0, B, ldb, 0, VN_F32, ta, tb, m, n, k, 1, 1.0f,
                                 beta, vn__allow_tf32()), "conv2d");
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    vn__sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+              (int)k, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     return true;
 }
 

@@ -5,7 +5,7 @@
  * copied first. */
 #include "internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 #include <limits.h>
 
 /* How BLAS reads one rows × cols matrix: whether it is stored column-major
@@ -127,7 +127,7 @@ static bool gemm(const gemm_ctx *g, const blas_mat *A, const float *a, const bla
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = 0;
         return true;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+    vn__sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)m, (int)n, (int)k, 1.0f, a, (int)A->ld, b, (int)B->ld, beta, c, (int)ldc);
     return true;
 }

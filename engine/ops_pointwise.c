@@ -16,6 +16,7 @@
  * kernels must compute alike, live in kernels/scalar.h. */
 #include "internal.h"
 #include "scalar.h" /* the formulas shared with the CUDA kernels */
+#include "vec_math.h" /* gelu over contiguous arrays, vectorized */
 
 #include <omp.h>
 #include <stdio.h>
@@ -539,8 +540,18 @@ static const pw_op OP_RELU = {.name = "relu", .cpu = k_relu, .cuda = VNK_RELU, .
 vn_tensor *vn_relu(const vn_tensor *t) { return unary(&OP_RELU, t, 0, 0); }
 
 /* gelu (tanh form, gelu_f and gelu_grad in kernels/scalar.h) */
-static void k_gelu(KARGS) { RUN1(float, float, gelu_f(a)); }
-static void k_gelu_b(KARGS) { RUN2(float, float, float, a * gelu_grad(b)); }
+/* contiguous: vec_math.c's vectorized loops; strided: the scalar formula */
+static void k_gelu(KARGS)
+{
+    if (st[0] == 1) vn__gelu_f32((float *)out, (const float *)in[0], n);
+    else RUN1(float, float, gelu_f(a));
+}
+static void k_gelu_b(KARGS)
+{
+    if (st[0] == 1 && st[1] == 1)
+        vn__gelu_backward_f32((float *)out, (const float *)in[0], (const float *)in[1], n);
+    else RUN2(float, float, float, a * gelu_grad(b));
+}
 static const pw_op OP_GELU_B = {.name = "gelu_b", .cpu = k_gelu_b, .cuda = VNK_GELU_B, .cost = 25};
 UNARY_BACKWARD(gelu, OP_GELU_B)
 static const pw_op OP_GELU = {.name = "gelu", .cpu = k_gelu, .cuda = VNK_GELU, .cost = 20,

@@ -6,8 +6,10 @@
 #include "internal.h"
 #include "scalar.h" /* gelu_f, gelu_grad: the formulas the CUDA kernels use */
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm */
+
 #include <limits.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* Accumulates the gradients d[0..2] (NULL: not wanted) into the node's
@@ -314,25 +316,30 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
 
 /* ---- causal attention --------------------------------------------------------- */
 
-/* C (m × n, row-major, ldc = n) = alpha · op(A) · op(B) with op(A) m × k and
- * op(B) k × n. Empty products are handled here: BLAS rejects a leading
- * dimension of 0. */
-static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
-                 const float *B, float *C)
+/* Each (batch, head) is one task of a parallel loop over the leading dims,
+ * computed with single-threaded GEMMs on a T × T score matrix private to
+ * the thread (no (B, H, T, T) tensor is kept between forward and
+ * backward). The forward saves each query row's max score and 1/Σ exp; the
+ * backward recomputes the scores with the same GEMM and turns them into the
+ * same probabilities, bit for bit, from those two numbers. */
+
+static void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+               const float *B, float *C)
 {
     if (m == 0 || n == 0) return;
     if (k == 0) {
         memset(C, 0, sizeof(float) * (size_t)(m * n));
         return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (int)m, (int)n, (int)k, alpha, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n,
-                0.0f, C, (int)n);
+    vn__sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+              (int)k, alpha, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n, 0.0f, C, (int)n);
 }
 
-/* Row t of S (T × T) becomes softmax over its entries 0..t; entries above
- * the diagonal become 0, as exp(−inf) would. */
-static void causal_softmax(float *S, int64_t T)
+/* Row t of S (T × T) becomes softmax over its entries 0..t, the entries
+ * above the diagonal 0, as exp(−inf) would be. stats[2t], stats[2t + 1]:
+ * the row's max and 1/Σ exp. With stats given as input (recompute), the
+ * same probabilities from the saved numbers. */
+static void causal_softmax(float *S, int64_t T, float *stats)
 {
     for (int64_t t = 0; t < T; t++) {
         float *row = S + t * T, m = -INFINITY, sum = 0;
@@ -344,10 +351,36 @@ static void causal_softmax(float *S, int64_t T)
         float inv = 1.0f / sum;
         for (int64_t j = 0; j <= t; j++) row[j] *= inv;
         for (int64_t j = t + 1; j < T; j++) row[j] = 0;
+        stats[2 * t] = m;
+        stats[2 * t + 1] = inv;
     }
 }
 
-/* Per batch, with P the saved probabilities and G = dL/dout:
+static void causal_probs(float *S, int64_t T, const float *stats)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *row = S + t * T, m = stats[2 * t], inv = stats[2 * t + 1];
+        for (int64_t j = 0; j <= t; j++) row[j] = expf(row[j] - m) * inv;
+        for (int64_t j = t + 1; j < T; j++) row[j] = 0;
+    }
+}
+
+/* nt per-thread blocks of `per` floats, from the caching allocator (so a
+ * training step makes no malloc once the first has run); NULL with the
+ * error set. */
+static vn_tensor *scores_scratch(int nt, size_t per)
+{
+    int64_t n = (int64_t)(per ? per : 1) * nt;
+    return vn__new(VN_F32, 1, &n);
+}
+
+/* The parallel loop's condition: enough work to wake the threads. */
+static bool attn_parallel(int64_t BH, int64_t T, int64_t Dh)
+{
+    return (double)BH * T * T * Dh > VN_OMP_MIN_WORK;
+}
+
+/* Per (batch, head), with P the recomputed probabilities and G = dL/dout:
  *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
  *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
  * Masked entries have P = 0, so they get dS = 0 with no extra test. */
@@ -370,35 +403,39 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
         ok = (in[i] = vn__plain_contiguous(node->inputs[i])) != NULL;
         if (ok && want[i]) ok = (d[i] = vn__new(VN_F32, nd_, qi->shape)) != NULL;
     }
-    float *dP = ok ? malloc(sizeof(float) * (size_t)(T > 0 ? T * T : 1)) : NULL;
-    if (ok && !dP) vn__err(VN_ERR_MEMORY, "out of memory for %lld × %lld scores", (long long)T,
-                           (long long)T);
-    if (dP) {
-        const float *P = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
+    int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
+    size_t per = (size_t)(2 * T * T); /* P and dP of one (batch, head) */
+    vn_tensor *scr = ok ? scores_scratch(nt, per) : NULL;
+    float *scratch = scr ? vn_tensor_data(scr) : NULL;
+    if (scratch) {
+        const float *stats = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
                     *Q = vn_tensor_data(in[0]), *K = vn_tensor_data(in[1]),
                     *Vv = vn_tensor_data(in[2]);
         float *dQ = d[0] ? vn_tensor_data(d[0]) : NULL, *dK = d[1] ? vn_tensor_data(d[1]) : NULL,
               *dV = d[2] ? vn_tensor_data(d[2]) : NULL;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (int64_t b = 0; b < BH; b++) {
             int64_t o = b * T * Dh;
-            const float *Pb = P + b * T * T;
-            if (dV) gemm(true, false, T, Dh, T, 1.0f, Pb, G + o, dV + o);
+            float *P = scratch + per * (size_t)omp_get_thread_num(), *dP = P + T * T;
+            mm(false, true, T, T, Dh, scale, Q + o, K + o, P);
+            causal_probs(P, T, stats + 2 * b * T);
+            if (dV) mm(true, false, T, Dh, T, 1.0f, P, G + o, dV + o);
             if (!dQ && !dK) continue;
-            gemm(false, true, T, T, Dh, 1.0f, G + o, Vv + o, dP);
+            mm(false, true, T, T, Dh, 1.0f, G + o, Vv + o, dP);
             for (int64_t t = 0; t < T; t++) {
-                const float *pr = Pb + t * T;
+                const float *pr = P + t * T;
                 float *dr = dP + t * T, s = 0;
                 for (int64_t j = 0; j <= t; j++) s += dr[j] * pr[j];
                 for (int64_t j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s);
             }
-            if (dQ) gemm(false, false, T, Dh, T, scale, dP, K + o, dQ + o);
-            if (dK) gemm(true, false, T, Dh, T, scale, dP, Q + o, dK + o);
+            if (dQ) mm(false, false, T, Dh, T, scale, dP, K + o, dQ + o);
+            if (dK) mm(true, false, T, Dh, T, scale, dP, Q + o, dK + o);
         }
     }
-    free(dP);
+    vn_tensor_release(scr);
     vn_tensor_release(g);
     for (int i = 0; i < 3; i++) vn_tensor_release(in[i]);
-    if (!dP) {
+    if (!scratch) {
         for (int i = 0; i < 3; i++) vn_tensor_release(d[i]);
         return vn__err(VN_ERR_MEMORY, "causal_attention backward: %s", vn_last_error());
     }
@@ -490,31 +527,41 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
     if (T > INT_MAX || Dh > INT_MAX)
         return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
                         vn__shape(q->ndim, q->shape), INT_MAX);
-    int64_t pshape[3] = {BH, T, T};
-    if (vn__check_shape("causal_attention", 3, pshape)) return NULL;
+    int64_t sshape[3] = {BH, T, 2}, tt[3] = {2, T, T}; /* per query row: max score, 1/Σ exp */
+    if (vn__check_shape("causal_attention", 3, tt)) return NULL; /* the scratch's size */
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
 
     vn_tensor *qc = vn__plain_contiguous(q), *kc = qc ? vn__plain_contiguous(k) : NULL;
     vn_tensor *vc = kc ? vn__plain_contiguous(v) : NULL;
-    vn_tensor *probs = vc ? vn__new(VN_F32, 3, pshape) : NULL;
-    vn_tensor *out = probs ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
+    vn_tensor *stats = vc ? vn__new(VN_F32, 3, sshape) : NULL;
+    vn_tensor *out = stats ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
+    int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
+    size_t per = (size_t)(T * T);
+    vn_tensor *scr = out ? scores_scratch(nt, per) : NULL;
+    if (out && !scr) {
+        vn_tensor_release(out);
+        out = NULL;
+    }
     if (out) {
+        float *scratch = vn_tensor_data(scr);
         const float *Q = vn_tensor_data(qc), *K = vn_tensor_data(kc), *Vv = vn_tensor_data(vc);
-        float *P = vn_tensor_data(probs), *O = vn_tensor_data(out);
+        float *S = vn_tensor_data(stats), *O = vn_tensor_data(out);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (int64_t b = 0; b < BH; b++) {
             int64_t o = b * T * Dh;
-            float *Pb = P + b * T * T;
-            gemm(false, true, T, T, Dh, scale, Q + o, K + o, Pb);
-            causal_softmax(Pb, T);
-            gemm(false, false, T, Dh, T, 1.0f, Pb, Vv + o, O + o);
+            float *P = scratch + per * (size_t)omp_get_thread_num();
+            mm(false, true, T, T, Dh, scale, Q + o, K + o, P);
+            causal_softmax(P, T, S + 2 * b * T);
+            mm(false, false, T, Dh, T, 1.0f, P, Vv + o, O + o);
         }
     }
+    vn_tensor_release(scr);
     vn_tensor_release(qc);
     vn_tensor_release(kc);
     vn_tensor_release(vc);
     vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, inputs) : NULL;
-    if (node) node->saved[0] = vn_tensor_retain(probs);
-    vn_tensor_release(probs);
+    if (node) node->saved[0] = vn_tensor_retain(stats);
+    vn_tensor_release(stats);
     return out;
 }
 

@@ -2,7 +2,8 @@
  * engine memory (memory_stats, empty_cache), a monotonic clock and isatty
  * (venom.util's progress display uses both), idx_load (IDX files such as
  * MNIST, read by venom.data) and read_file (a file's bytes, gunzipped by
- * zlib when it is gzip: venom.data's .gz text files). */
+ * zlib when it is gzip: venom.data's .gz text files) and the per-op
+ * profiler's start / stop / entries. */
 #include "lv.h"
 
 #include <lualib.h>
@@ -51,6 +52,45 @@ static int l_clock(lua_State *L)
     return 1;
 }
 
+/* The per-op profiler (venom/profile.h); venom.profile (lua/venom/profile.lua)
+ * wraps these three. profile_entries() → an array of {op, forward_calls,
+ * forward_s, backward_calls, backward_s}. */
+static int l_profile_start(lua_State *L)
+{
+    (void)L;
+    vn_profile_start();
+    return 0;
+}
+
+static int l_profile_stop(lua_State *L)
+{
+    (void)L;
+    vn_profile_stop();
+    return 0;
+}
+
+static int l_profile_entries(lua_State *L)
+{
+    vn_profile_entry e[VN_PROFILE_MAX_OPS];
+    int n = vn_profile_entries(e, VN_PROFILE_MAX_OPS);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_createtable(L, 0, 5);
+        lua_pushstring(L, e[i].op);
+        lua_setfield(L, -2, "op");
+        lua_pushnumber(L, (lua_Number)e[i].forward_calls);
+        lua_setfield(L, -2, "forward_calls");
+        lua_pushnumber(L, e[i].forward_s);
+        lua_setfield(L, -2, "forward_s");
+        lua_pushnumber(L, (lua_Number)e[i].backward_calls);
+        lua_setfield(L, -2, "backward_calls");
+        lua_pushnumber(L, e[i].backward_s);
+        lua_setfield(L, -2, "backward_s");
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 /* isatty([fd = 1 | file]) */
 static int l_isatty(lua_State *L)
 {
@@ -64,6 +104,6 @@ static int l_isatty(lua_State *L)
 
 const luaL_Reg lv_system_functions[] = {
     LV_REG(memory_stats) LV_REG(empty_cache) LV_REG(clock) LV_REG(isatty) LV_REG(idx_load)
-    LV_REG(read_file)
+    LV_REG(read_file) LV_REG(profile_start) LV_REG(profile_stop) LV_REG(profile_entries)
     {NULL, NULL},
 };

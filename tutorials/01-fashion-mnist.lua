@@ -90,12 +90,14 @@ venom.manual_seed(opts.seed)
 -- images have mean 0.2860 and standard deviation 0.3530 once scaled to
 -- [0, 1], so data.flatten_images maps x ↦ (x/255 − 0.2860) / 0.3530 (one
 -- multiply and one subtract, in place on one f32 copy) and makes each image
--- a row of 784 values. We convert the whole set once, up front: 60,000 × 784
--- floats are 188 MB, and every batch afterwards is a plain row gather.
+-- a row of 784 values.
 --
 -- A DataLoader cuts the tensors into batches along their first dimension.
 -- With shuffle = true it draws a new permutation every epoch (from the seeded
--- RNG), and each batch is gathered with one index_select per tensor.
+-- RNG), and each batch is gathered with one index_select per tensor. The
+-- loaders keep the images as u8 rows (60,000 × 784 bytes: 47 MB, where f32
+-- would take 188 MB) and their transform normalizes each batch as it is
+-- drawn, with the same two operations.
 --
 -- data.fashion_mnist_loaders does these three steps for both splits (the
 -- next tutorial and bench/epoch.lua train on the same data). If the files

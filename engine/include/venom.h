@@ -765,12 +765,17 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
  * general (..., T, Dh) with ≥ 2 dims, the leading dims being independent
  * batches — → out of that shape. The softmax is fused with the mask (the
  * masked scores are never materialised) and taken of score − row max, so
- * it cannot overflow. On the CPU the probabilities (..., T, T) are saved for
- * backward; on CUDA, FlashAttention-2 (Dao 2023) on bf16 tensor cores with
- * f32 accumulation (inputs rounded to bf16), saving only the log-sum-exp
- * per row, for Dh = 32, 64 or 128 (else VN_ERR_ARG). Gradients of q, k, v.
- * Errors: VN_ERR_SHAPE naming the shapes when they differ or have < 2 dims;
- * VN_ERR_DTYPE; VN_ERR_DEVICE (not all on one device). */
+ * it cannot overflow. CPU: parallel over the leading dims, each (batch,
+ * head) with single-threaded GEMMs on a T × T score matrix of its thread;
+ * only each row's max and 1/Σ exp, (..., T, 2), are kept for backward,
+ * which recomputes the probabilities from them (as FlashAttention, Dao et
+ * al. 2022, does) to give the gradients of q, k and v. CUDA:
+ * FlashAttention-2 (Dao 2023) on bf16 tensor cores with f32 accumulation
+ * (inputs rounded to bf16), saving the log-sum-exp per row, Dh = 32, 64 or
+ * 128. Errors: VN_ERR_SHAPE naming the shapes when they differ or have < 2
+ * dims; VN_ERR_DTYPE; VN_ERR_DEVICE (not all on one device); VN_ERR_ARG when
+ * T or Dh exceeds BLAS's INT_MAX, or on CUDA another Dh; VN_ERR_MEMORY for
+ * the per-thread T × T scratch. */
 vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v);
 
 /* ---- optimizer steps (in place on the parameter; not recorded) ---------- */
@@ -881,6 +886,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 /* Convolutions, pooling, batch normalisation, flatten. */
 #include "venom/conv.h"
 #include "venom/dist.h" /* collectives over MPI, data parallelism */
+#include "venom/profile.h" /* per-op forward/backward timers */
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@
  * and the fused MLP (activation_sparse_mlp.c). */
 #include "act_sparse_internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 
 void act__index_views(act_index *ix, const vn_tensor *t)
 {
@@ -162,7 +162,7 @@ void act__forward_tiles(const act_index *ix, const float *x, const float *wt, co
         int64_t k = ix->count[t], m = act__tile_rows(ix, t);
         if (k == 0) continue; /* H is all zero in this tile */
         const float *wop = act__gather_tile(ix, t, x, wt, hc, wc, &nz);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, ix->plain_w ? CblasTrans : CblasNoTrans, (int)m,
+        vn__sgemm(CblasNoTrans, ix->plain_w ? CblasTrans : CblasNoTrans, (int)m,
                     (int)ix->out, (int)k, 1.0f, hc, (int)k, wop, (int)(ix->plain_w ? ix->in : ix->out),
                     1.0f, y + t * ix->tile * ix->out, (int)ix->out);
     }

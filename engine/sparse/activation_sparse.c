@@ -11,7 +11,7 @@
  * activation_sparse_mlp.c. */
 #include "act_sparse_internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 #include <limits.h>
 
 enum { SAVED_INDEX, SAVED_WT }; /* SAVED_WT: the weight operand, Wt or W (act__weight) */
@@ -86,18 +86,18 @@ static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
             }
             const float *wop = act__gather_tile(&ix, t, X, WT, hc, wc, NULL);
             if (dwt && ix.plain_w) /* dW += dY_tᵀ·H_t */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ix.out, (int)k, (int)m, 1.0f,
+                vn__sgemm(CblasTrans, CblasNoTrans, (int)ix.out, (int)k, (int)m, 1.0f,
                             dyt, (int)ix.out, hc, (int)k, 1.0f, VN_F32_PTR(dwt), (int)k);
             else if (dwt) { /* dWt[cols, :] += Hcᵀ·dY_t */
                 bool dense = k == ix.in;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)ix.out, (int)m, 1.0f,
+                vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)ix.out, (int)m, 1.0f,
                             hc, (int)k, dyt, (int)ix.out, dense ? 1.0f : 0.0f,
                             dense ? VN_F32_PTR(dwt) : g, (int)ix.out);
                 if (!dense)
                     vn__scatter_add_rows_f32(VN_F32_PTR(dwt), g, act__cols(&ix, t), NULL, k, ix.out);
             }
             if (dx) { /* dHc = dY_t·Wcᵀ (or dY_t·W), in hc's space (Hc is no longer needed) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, ix.plain_w ? CblasNoTrans : CblasTrans, (int)m,
+                vn__sgemm(CblasNoTrans, ix.plain_w ? CblasNoTrans : CblasTrans, (int)m,
                             (int)k, (int)ix.out, 1.0f, dyt, (int)ix.out, wop,
                             (int)(ix.plain_w ? ix.in : ix.out), 0.0f, hc, (int)k);
                 write_dx_tile(&ix, t, hc, X, VN_F32_PTR(dx));

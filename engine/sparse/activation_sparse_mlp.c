@@ -7,7 +7,7 @@
  * W1 (contiguous rows: a copy per row) and dW1 gets only those rows. */
 #include "act_sparse_internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 
 /* SAVED_W2T: W2's operand, W2t or W2 (act__weight); SAVED_ROWS: with a
  * mask, the real rows (i64), else NULL. */
@@ -47,14 +47,14 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *z, cons
     const float *wop = act__gather_tile(ix, t, z, w2t, b->hc, b->wc2, NULL);
     bool dense = k == ix->in, plain = ix->plain_w;
     if (dw2t && plain) /* dW2 (out × hidden) += dY_tᵀ·H_t */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
+        vn__sgemm(CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
                     b->hc, (int)k, 1.0f, dw2t, (int)k);
     else if (dw2t) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
+        vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
                     (int)k, dyt, (int)out, dense ? 1.0f : 0.0f, dense ? dw2t : b->g2, (int)out);
         if (!dense) vn__scatter_add_rows_f32(dw2t, b->g2, cols, NULL, k, out);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
+    vn__sgemm(CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
                 1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
     for (int64_t r = 0; r < m; r++) {
         const float *zr = z + (r0 + r) * ix->in;
@@ -80,11 +80,11 @@ static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const flo
     bool dense = k == ix->in;
     if (dx) {
         if (!dense) vn__gather_rows_f32(b->w1c, w1, act__cols(ix, t), NULL, k, d);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
+        vn__sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
                     (int)k, dense ? w1 : b->w1c, (int)d, 0.0f, dx + r0 * d, (int)d);
     }
     if (dw1) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
+        vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
                     x + r0 * d, (int)d, dense ? 1.0f : 0.0f, dense ? dw1 : b->g1, (int)d);
         if (!dense) vn__scatter_add_rows_f32(dw1, b->g1, act__cols(ix, t), NULL, k, d);
     }
@@ -221,7 +221,7 @@ vn_tensor *vn_act_sparse_mlp_masked(const vn_tensor *x, const vn_tensor *w1, con
         for (int64_t i = 0; i < ix.rows; i++)
             for (int64_t j = 0; j < hidden; j++) Z[i * hidden + j] = B1 ? B1[j] : 0;
         if (ix.rows && hidden && d)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)ix.rows, (int)hidden, (int)d, 1.0f,
+            vn__sgemm(CblasNoTrans, CblasTrans, (int)ix.rows, (int)hidden, (int)d, 1.0f,
                         vn_tensor_data(xc), (int)d, vn_tensor_data(w1c), (int)d, 1.0f, Z, (int)hidden);
         index = act__index(&ix, Z, tile_rows > 0 ? tile_rows : VN_ACT_SPARSE_TILE_ROWS, dense_above,
                            stats);

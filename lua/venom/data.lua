@@ -101,6 +101,15 @@ end
 -- to [0, 1] (Xiao, Rasul & Vollgraf 2017).
 data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD = 0.2860, 0.3530
 
+-- u8 pixels → a new f32 tensor of (x/255 − mean)/std (one multiply and one
+-- subtract, in place on the f32 copy).
+local function normalize_pixels(u8, mean, std)
+  local x = u8:float()
+  x:mul_(1 / (255 * std))
+  x:sub_(mean / std)
+  return x
+end
+
 --- u8 images (N, H, W) → f32 rows (n, H·W) of (x/255 − mean)/std, with n =
 -- min(N, limit) (limit 0 or nil: all). One f32 copy is made (scaled in
 -- place). Returns the rows and n. Errors name a bad argument: images not a
@@ -123,9 +132,7 @@ function data.flatten_images(images, mean, std, limit)
   local n = images:size(1)
   if limit and limit > 0 and limit < n then n = limit end
   local u8 = images:narrow(1, 1, n)
-  local x = u8:float()
-  x:mul_(1 / (255 * std))
-  x:sub_(mean / std)
+  local x = normalize_pixels(u8, mean, std)
   local rows = x:reshape(n, -1)
   u8:free(); x:free()
   return rows, n
@@ -150,7 +157,9 @@ data.FASHION_MNIST_CLASSES = {
 --- Fashion-MNIST ready to train a multilayer perceptron on, as the
 -- tutorials and benchmarks do: both splits (data.fashion_mnist), each image
 -- a row of 784 f32 values normalized with the training set's mean and
--- standard deviation (data.flatten_images), in two DataLoaders: the first
+-- standard deviation (the values data.flatten_images gives; the sets stay
+-- u8 in memory, 55 MB, and each batch is normalized when it is drawn, by
+-- the loaders' transform), in two DataLoaders: the first
 -- `limit` training images (0: all) shuffled in batches of batch_size, and
 -- the test images in batches of 1000. opts: root, limit = 0,
 -- batch_size = 128, device = "cpu", distributed = false (true: each rank of
@@ -163,11 +172,15 @@ function data.fashion_mnist_loaders(opts)
   local train = data.fashion_mnist("train", { root = opts.root })
   local test = data.fashion_mnist("test", { root = opts.root })
   local mean, std = data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD
-  local x_train, n_train = data.flatten_images(train.images, mean, std, opts.limit)
+  if opts.limit ~= nil then
+    util.check_int(opts.limit, "limit", { min = 0, who = "data.fashion_mnist_loaders" })
+  end
+  local n_train = train.images:size(1)
+  if opts.limit and opts.limit > 0 and opts.limit < n_train then n_train = opts.limit end
+  local x_train = train.images:narrow(1, 1, n_train):reshape(n_train, -1) -- u8 rows
   local y_train = train.labels:narrow(1, 1, n_train)
-  local x_test = data.flatten_images(test.images, mean, std)
-  train.images:free()
-  test.images:free()
+  local x_test = test.images:reshape(test.images:size(1), -1)
+  local function transform(xb, yb) return normalize_pixels(xb, mean, std), yb end
   local bs = opts.batch_size or 128
   if opts.distributed then
     local P = venom.core.dist_world_size()
@@ -176,13 +189,15 @@ function data.fashion_mnist_loaders(opts)
         :format(bs, P))
     end
     return data.DataLoader({ x_train, y_train }, { batch_size = bs / P, device = opts.device,
-             sampler = data.DistributedSampler(n_train) }),
+             sampler = data.DistributedSampler(n_train), transform = transform }),
            data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device,
-             sampler = data.DistributedSampler(x_test:size(1), { shuffle = false }) })
+             sampler = data.DistributedSampler(x_test:size(1), { shuffle = false }),
+             transform = transform })
   end
   return data.DataLoader({ x_train, y_train },
-           { batch_size = bs, shuffle = true, device = opts.device }),
-         data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device })
+           { batch_size = bs, shuffle = true, device = opts.device, transform = transform }),
+         data.DataLoader({ x_test, test.labels }, { batch_size = 1000, device = opts.device,
+           transform = transform })
 end
 
 -- The options every script that trains the Fashion-MNIST MLP takes: name →

@@ -205,6 +205,10 @@ function venom.to_torch_names(sd) return shift_names("to_torch_names", sd, -1) e
 function venom.export_ternary(model, path) return require("venom.nn_quant").export_ternary(model, path) end
 function venom.load_ternary(model, path) return require("venom.nn_quant").load_ternary(model, path) end
 
+--- venom.profile(fn, ...) → report, fn's results: forward and backward
+-- time per op kind while fn runs (lua/venom/profile.lua has the details).
+function venom.profile(fn, ...) return require("venom.profile")(fn, ...) end
+
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true, plot = true, metrics = true, help = true,
                      graph = true, image = true, distributed = true }

@@ -142,6 +142,28 @@ static void test_matmul_layouts(void **state)
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) vn_tensor_release(ts[i]);
 }
 
+/* Products big enough for engine/blas.c to split C over the threads (m·n·k
+ * above 262 144, 16+ rows or columns a block): by rows (m > n) and by
+ * columns, each operand plain and transposed, against the definition. */
+static void test_matmul_split(void **state)
+{
+    (void)state;
+    for (int by_rows = 0; by_rows < 2; by_rows++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t m = by_rows ? 90 : 70, n = by_rows ? 70 : 90, k = 65;
+                int64_t sa[2] = {ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
+                vn_tensor *a0 = rnd(2, sa, 30 + ta), *b0 = rnd(2, sb, 32 + tb);
+                vn_tensor *a = ta ? vn_transpose(a0, 0, 1) : vn_tensor_retain(a0);
+                vn_tensor *b = tb ? vn_transpose(b0, 0, 1) : vn_tensor_retain(b0);
+                CHECK_PTR(a);
+                CHECK_PTR(b);
+                matmul_case(a, b);
+                vn_tensor *ts[] = {a0, b0, a, b};
+                for (int i = 0; i < 4; i++) vn_tensor_release(ts[i]);
+            }
+}
+
 static void test_matmul_batched(void **state)
 {
     struct { int na, nb; int64_t sa[4], sb[4]; } cases[] = {
@@ -404,6 +426,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_2d_and_1d), cmocka_unit_test(test_matmul_layouts),
         cmocka_unit_test(test_matmul_batched),   cmocka_unit_test(test_matmul_errors),
+        cmocka_unit_test(test_matmul_split),
         cmocka_unit_test(test_linear_values),    cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_matmul_grad),      cmocka_unit_test(test_linear_grad),
         cmocka_unit_test(test_linear_backward_formulas), cmocka_unit_test(test_broadcast_gradient),

@@ -321,6 +321,80 @@ static void test_attention_grad(void **state)
     RELEASE(in[0], in[1], in[2]);
 }
 
+/* dq, dk, dv (BH, T, Dh) of sum(out ⊙ w), in double, from the explicit
+ * probabilities: dv_j = Σ_t p_tj w_t, ds_tj = p_tj (w_t·v_j − Σ_i p_ti w_t·v_i),
+ * dq_t = Σ_j ds_tj k_j / √Dh, dk_j = Σ_t ds_tj q_t / √Dh. */
+static void attention_grad_ref(const float *q, const float *k, const float *v, const float *w,
+                               int64_t BH, int64_t T, int64_t Dh, double *dq, double *dk,
+                               double *dv)
+{
+    double *p = malloc(sizeof(double) * (size_t)T * 2), *ds = p + T, sc = 1 / sqrt((double)Dh);
+    memset(dq, 0, sizeof(double) * (size_t)(BH * T * Dh));
+    memset(dk, 0, sizeof(double) * (size_t)(BH * T * Dh));
+    memset(dv, 0, sizeof(double) * (size_t)(BH * T * Dh));
+    for (int64_t b = 0; b < BH; b++)
+        for (int64_t t = 0; t < T; t++) {
+            const float *qt = q + (b * T + t) * Dh, *wt = w + (b * T + t) * Dh;
+            double m = -INFINITY, sum = 0, dot = 0;
+            for (int64_t j = 0; j <= t; j++) {
+                double s = 0;
+                for (int64_t d = 0; d < Dh; d++) s += (double)qt[d] * k[(b * T + j) * Dh + d];
+                p[j] = s * sc;
+                m = p[j] > m ? p[j] : m;
+            }
+            for (int64_t j = 0; j <= t; j++) sum += p[j] = exp(p[j] - m);
+            for (int64_t j = 0; j <= t; j++) {
+                p[j] /= sum;
+                ds[j] = 0;
+                for (int64_t d = 0; d < Dh; d++) ds[j] += (double)wt[d] * v[(b * T + j) * Dh + d];
+                dot += p[j] * ds[j];
+            }
+            for (int64_t j = 0; j <= t; j++) {
+                double g = p[j] * (ds[j] - dot) * sc;
+                for (int64_t d = 0; d < Dh; d++) {
+                    dq[(b * T + t) * Dh + d] += g * k[(b * T + j) * Dh + d];
+                    dk[(b * T + j) * Dh + d] += g * qt[d];
+                    dv[(b * T + j) * Dh + d] += p[j] * wt[d];
+                }
+            }
+        }
+    free(p);
+}
+
+/* A size that runs the kernels' parallel loop over (batch, head), odd T and
+ * Dh: values and all three gradients against the double references. */
+static void test_attention_large(void **state)
+{
+    (void)state;
+    int64_t shape[4] = {2, 3, 37, 17}, BH = 6, T = 37, Dh = 17, n = BH * T * Dh;
+    vn_tensor *q = param(4, shape, -2, 2, 40), *k = param(4, shape, -2, 2, 41),
+              *v = param(4, shape, -1, 1, 42), *w = trand(4, shape, -1, 1, 43);
+    vn_tensor *out = vn_causal_attention(q, k, v);
+    CHECK_PTR(out);
+    CHECK_OK(vn_backward(out, w));
+    float *pq = values(q), *pk = values(k), *pv = values(v), *pw = values(w), *po = values(out);
+    double *want = malloc(sizeof(double) * (size_t)n * 4), *dq = want + n, *dk = dq + n,
+           *dv = dk + n;
+    attention_ref(pq, pk, pv, BH, T, Dh, want);
+    check_close(po, want, n, 1e-5, "attention");
+    attention_grad_ref(pq, pk, pv, pw, BH, T, Dh, dq, dk, dv);
+    const double *ref[3] = {dq, dk, dv};
+    const char *name[3] = {"dq", "dk", "dv"};
+    vn_tensor *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) {
+        float *g = values(vn_tensor_grad(in[i]));
+        check_close(g, ref[i], n, 1e-5, name[i]);
+        free(g);
+    }
+    free(pq);
+    free(pk);
+    free(pv);
+    free(pw);
+    free(po);
+    free(want);
+    RELEASE(q, k, v, w, out);
+}
+
 static void test_attention_errors(void **state)
 {
     (void)state;
@@ -396,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_attention_grad),    cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_bias_gelu),         cmocka_unit_test(test_bias_gelu_grad),
         cmocka_unit_test(test_bias_gelu_errors),
+        cmocka_unit_test(test_attention_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

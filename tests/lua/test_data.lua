@@ -227,8 +227,22 @@ if probe then
   -- The tutorial normalizes with this mean; check it on the real pixels.
   local mean = train.images:float():mean():item() / 255
   tap.near(mean, 0.2860, 5e-4, "Fashion-MNIST train: pixel mean 0.2860")
+  -- The loaders keep u8 images and normalize per batch: the same values,
+  -- bit for bit, as flatten_images' f32 copy of the whole set.
+  local tl, vl = data.fashion_mnist_loaders({ limit = 300, batch_size = 100 })
+  tap.is(tl.tensors[1]:dtype() .. " " .. vl.tensors[1]:dtype(), "u8 u8",
+    "fashion_mnist_loaders: the sets stay u8")
+  local xb, yb
+  for b1, b2 in vl:iter() do xb, yb = b1, b2; break end
+  local rows = data.flatten_images(test.images, data.FASHION_MNIST_MEAN, data.FASHION_MNIST_STD,
+    1000)
+  tap.is(xb:dtype() .. " " .. table.concat(xb:shape(), "x"), "f32 1000x784",
+    "fashion_mnist_loaders: f32 batches of 784")
+  tap.ok(xb:eq(rows):min():item() == 1 and yb:eq(test.labels:narrow(1, 1, 1000)):min():item() == 1,
+    "fashion_mnist_loaders: a batch equals flatten_images' rows exactly")
+  tap.is(#tl, 3, "fashion_mnist_loaders: limit 300 in batches of 100")
 else
-  tap.skip("Fashion-MNIST not installed (dataset-fashion-mnist)", 7)
+  tap.skip("Fashion-MNIST not installed (dataset-fashion-mnist)", 11)
 end
 
 -- flatten_images: u8 (N, H, W) → f32 rows of (x/255 − mean)/std, first `limit` images.

@@ -1,0 +1,94 @@
+-- bench/gpt.lua — training speed of tutorial 3's GPT (models/gpt.lua:
+-- pre-LayerNorm blocks, causal attention, GELU MLP, tied output layer,
+-- AdamW) on the fortunes corpus: tokens/s, ms/step and where the time goes
+-- by op kind (venom.profile), and the process's peak resident size.
+--
+--     venom bench/gpt.lua                                   # tutorial 3's defaults
+--     venom bench/gpt.lua --n-embd 256 --block-size 128     # the issue-size model
+--     venom bench/gpt.lua --sparse 64:2:8                   # V:2:M MLPs (nn.SparseLinear)
+--
+-- Its PyTorch 2 peer is bench/torch_gpt_cpu.py (same options; see
+-- bench/RESULTS.md for the side-by-side commands). --warmup steps run
+-- untimed (allocator caches, BLAS threads); then --steps timed steps give
+-- the median and spread of ms/step; then --profile-steps more steps run
+-- under the profiler (its table, the costliest op kinds first). Prints
+-- tables; never fails on time. "CPU ms/step" is the process's CPU time
+-- (all threads) per timed step: on a loaded machine it moves less than the
+-- wall time, and threads spinning idle show up in it.
+local venom = require "venom"
+local optim = require "venom.optim"
+local data = require "venom.data"
+local util = require "venom.util"
+local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
+package.path = root .. "/?.lua;" .. package.path
+local GPT = require "models.gpt"
+
+local opts = util.parse_args(arg, {
+  steps = 20, warmup = 3, profile_steps = 5, batch_size = 32, block_size = 64, n_layer = 4,
+  n_head = 4, n_embd = 128, sparse = "", seed = 0, text = "", top = 16,
+})
+for _, k in ipairs({ "steps", "warmup", "profile_steps", "batch_size", "block_size", "n_layer",
+                     "n_head", "n_embd", "top" }) do
+  util.check_arg_int(opts, k, k == "warmup" and 0 or 1)
+end
+local mlp
+if opts.sparse ~= "" then
+  local V, N, M = opts.sparse:match("^(%d+):(%d+):(%d+)$")
+  if not V or N ~= "2" then util.die("--sparse must be a V:2:M pattern such as 64:2:8, got " .. opts.sparse) end
+  mlp = { V = tonumber(V), M = tonumber(M) }
+end
+venom.manual_seed(opts.seed)
+local ok, train = pcall(data.corpus, opts.text)
+if not ok then util.die(train) end
+local ok_model, model = pcall(GPT, { vocab_size = data.TEXT_VOCAB, block_size = opts.block_size,
+  n_layer = opts.n_layer, n_head = opts.n_head, n_embd = opts.n_embd, dropout = 0, mlp = mlp })
+if not ok_model then util.die(model) end
+local opt = optim.AdamW(model:parameters(), { lr = 2e-3, weight_decay = 0.01 })
+
+local function step()
+  local x, y = data.random_windows(train, opts.batch_size, opts.block_size)
+  local loss = model:loss(x, y)
+  opt:zero_grad()
+  loss:backward()
+  opt:step()
+  local l = loss:item()
+  x:free(); y:free(); loss:free()
+  collectgarbage()
+  return l
+end
+
+for _ = 1, opts.warmup do step() end
+local ms = {}
+local cpu0 = os.clock() -- process CPU time, all threads: less sensitive to a loaded machine
+for i = 1, opts.steps do
+  local t0 = venom.clock()
+  step()
+  ms[i] = 1e3 * (venom.clock() - t0)
+end
+local cpu_ms = 1e3 * (os.clock() - cpu0) / opts.steps
+table.sort(ms)
+local med = ms[math.floor((#ms + 1) / 2)]
+local report = venom.profile(function()
+  for _ = 1, opts.profile_steps do step() end
+end)
+
+local function first_line(cmd, pattern)
+  local f = io.open(cmd)
+  if not f then return "?" end
+  local s = f:read("*a")
+  f:close()
+  return s:match(pattern) or "?"
+end
+local tokens = opts.batch_size * opts.block_size
+print(("%-24s %s"):format("model", ("GPT %d layers, %d heads, %d wide, block %d%s"):format(
+  opts.n_layer, opts.n_head, opts.n_embd, opts.block_size,
+  mlp and (", MLPs " .. opts.sparse) or "")))
+print(("%-24s %d"):format("batch size", opts.batch_size))
+print(("%-24s %.0f (median of %d steps)"):format("tokens/s", tokens / med * 1e3, opts.steps))
+print(("%-24s %.1f median, %.1f–%.1f range"):format("ms/step", med, ms[1], ms[#ms]))
+print(("%-24s %.1f (user + system, all threads)"):format("CPU ms/step", cpu_ms))
+print(("%-24s %s"):format("peak RSS", first_line("/proc/self/status", "VmHWM:%s*([^\n]+)")))
+print(("%-24s %s"):format("CPU", first_line("/proc/cpuinfo", "model name%s*:%s*([^\n]+)")))
+print(("%-24s %s"):format("load average", first_line("/proc/loadavg", "^(%S+ %S+ %S+)")))
+print(("\nper op kind, %d profiled steps (ms summed over them):"):format(opts.profile_steps))
+print(report:format(opts.top))

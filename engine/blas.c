@@ -1,0 +1,49 @@
+/* blas.c — one thread pool for GEMMs and loops (blas.h). With OpenBLAS's
+ * pthreads build, its threads spin (sched_yield) for a while after each
+ * call, and a training step makes hundreds of small GEMMs between
+ * OpenMP-parallel loops: on a machine with as many cores as threads the two
+ * pools took cores from each other. So OpenBLAS runs single-threaded and the
+ * split into threads is done here, with OpenMP. */
+#include "blas.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
+
+/* Below this m·n·k a product runs on one thread (OpenBLAS's own threshold:
+ * the split costs more than it saves). */
+#define SPLIT_WORK (4.0 * 65536)
+/* Each thread takes at least this many rows (or columns) of C. */
+#define MIN_BLOCK 16
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
+void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    pthread_once(&blas_once, blas_single_threaded);
+    /* split the longer side of C; each block is the same product on a
+     * slice of op(A)'s rows or op(B)'s columns. Not bit for bit the
+     * unsplit product (OpenBLAS picks its kernels by block shape), but
+     * deterministic for a given thread count. */
+    int by_rows = m >= n, len = by_rows ? m : n;
+    int parts = omp_in_parallel() || (double)m * n * k < SPLIT_WORK ? 1 : omp_get_max_threads();
+    if (parts > len / MIN_BLOCK) parts = len / MIN_BLOCK;
+    if (parts <= 1) {
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int p = 0; p < parts; p++) {
+        int lo = (int)((int64_t)len * p / parts), hi = (int)((int64_t)len * (p + 1) / parts);
+        if (by_rows) /* rows lo..hi of op(A): row i of A, or column i when transposed */
+            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, n, k, alpha,
+                        ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta,
+                        C + (size_t)lo * ldc, ldc);
+        else /* columns lo..hi of op(B): column j of B, or row j when transposed */
+            cblas_sgemm(CblasRowMajor, ta, tb, m, hi - lo, k, alpha, A, lda,
+                        tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, C + lo,
+                        ldc);
+    }
+}

@@ -1,0 +1,16 @@
+/* blas.h — the engine's one CPU GEMM entry point (blas.c). Private. */
+#ifndef VENOM_BLAS_H
+#define VENOM_BLAS_H
+
+#include <cblas.h>
+
+/* cblas_sgemm(CblasRowMajor, ...) with the same arguments, run on OpenMP's
+ * threads: OpenBLAS itself is set to one thread (its own pthreads would
+ * spin between calls, fighting OpenMP's for the cores), and a large product
+ * is split into blocks of C rows (or columns) that OpenMP's threads compute
+ * with one single-threaded call each. Called inside a parallel region, it
+ * runs on the calling thread alone. */
+void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+#endif

@@ -1,0 +1,62 @@
+/* vec_math.c — the loops of vec_math.h. Each element goes through
+ * branch-free formulas (a polynomial exp, selects for the clamps) so that
+ * the loops vectorize; CMakeLists.txt compiles this file with
+ * -fno-trapping-math, without which GCC keeps the clamps' compares as
+ * branches (they could raise FP exceptions, which venom never reads). */
+#include "vec_math.h"
+
+#include <string.h>
+
+/* e^x for finite x, to about 2 ulp (Cephes' expf polynomial): x = n·ln2 + r
+ * with |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n put into the exponent
+ * bits. x is clamped to [-87.3, 88.3], so the result stays a normal float
+ * (e^-87.3 ≈ 1.2e-38 where expf would go subnormal, 2.1e38 for large x);
+ * NaN in gives NaN out. */
+static inline float exp_poly(float x)
+{
+    float c = x > -87.3f ? x : -87.3f; /* selects, not branches (see the top); NaN → -87.3 */
+    c = c < 88.3f ? c : 88.3f;
+    float n = __builtin_floorf(c * 1.44269504088896341f + 0.5f); /* c / ln2, rounded */
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;   /* ln2 split in two: r exact */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 127]: a normal float */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    return x != x ? x : y;
+}
+
+/* gelu, tanh form (kernels/scalar.h), through 0.5·(1 + tanh u) = 1/(1 + e^(−2u)):
+ * gelu(x) = x / (1 + e^(−2u)), u = k·(x + c·x³). */
+static inline float gelu_poly(float x)
+{
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + exp_poly(-2.0f * u));
+}
+
+/* gelu'(x) = s + 2k·x·s·(1 − s)·(1 + 3c·x²) with s = 1/(1 + e^(−2u)), the
+ * same derivative as kernels/scalar.h's gelu_grad (0.5·(1 + tanh u) = s,
+ * 0.5·(1 − tanh² u) = 2s(1 − s)). */
+static inline float gelu_grad_poly(float x)
+{
+    float x2 = x * x, u = 0.7978845608028654f * (x + 0.044715f * x2 * x);
+    float s = 1.0f / (1.0f + exp_poly(-2.0f * u));
+    return s + 2.0f * 0.7978845608028654f * x * s * (1.0f - s) * (1.0f + 3.0f * 0.044715f * x2);
+}
+
+void vn__gelu_f32(float *restrict out, const float *restrict x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = gelu_poly(x[i]);
+}
+
+void vn__gelu_backward_f32(float *restrict out, const float *restrict g,
+                           const float *restrict x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] * gelu_grad_poly(x[i]);
+}

@@ -1,0 +1,16 @@
+/* vec_math.h — elementwise math over arrays, in loops GCC vectorizes
+ * (vec_math.c): with the Release flags (-march=x86-64-v3) 8 floats per AVX2
+ * instruction. The results differ from kernels/scalar.h's formulas (which
+ * the CUDA kernels compute) by float rounding only; tests/c/test_vec_math.c
+ * bounds the difference. */
+#ifndef VENOM_VEC_MATH_H
+#define VENOM_VEC_MATH_H
+
+#include <stdint.h>
+
+/* out[i] = gelu(x[i]), tanh form: x/2·(1 + tanh(k·(x + c·x³))). */
+void vn__gelu_f32(float *out, const float *x, int64_t n);
+/* out[i] = g[i] · gelu'(x[i]). */
+void vn__gelu_backward_f32(float *out, const float *g, const float *x, int64_t n);
+
+#endif
