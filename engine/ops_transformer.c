@@ -4,7 +4,7 @@
  * scaled-dot-product attention with the mask fused into its softmax. Each
  * op works on row-major copies of its inputs and has its own backward. */
 #include "internal.h"
-#include "scalar.h" /* gelu_f, gelu_grad: the formulas the CUDA kernels use */
+#include "vec_math.h" /* the CPU gelu, also with a bias */
 
 #include "blas.h" /* vn__sgemm */
 
@@ -584,8 +584,7 @@ static vn_status bias_gelu_backward(vn_node *node, const vn_tensor *gout)
     } else if (dx) {
         const float *px = vn_tensor_data(x), *pb = vn_tensor_data(b), *pg = vn_tensor_data(g);
         float *pd = vn_tensor_data(dx);
-#pragma omp parallel for schedule(static) if (n > VN_OMP_MIN_WORK)
-        for (int64_t i = 0; i < n; i++) pd[i] = pg[i] * gelu_grad(px[i] + pb[i % D]);
+        vn__bias_gelu_backward_f32(pd, pg, px, pb, rows, D);
     }
     vn_tensor *flat = dx && vn__input_needs_grad(node, 1) ? vn_reshape(dx, 2, (int64_t[]){rows, D})
                                                           : NULL;
@@ -632,8 +631,7 @@ vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias)
     } else if (out) {
         const float *px = vn_tensor_data(xc), *pb = vn_tensor_data(bc);
         float *po = vn_tensor_data(out);
-#pragma omp parallel for schedule(static) if (n > VN_OMP_MIN_WORK)
-        for (int64_t i = 0; i < n; i++) po[i] = gelu_f(px[i] + pb[i % D]);
+        vn__bias_gelu_f32(po, px, pb, n / D, D);
     }
     vn_tensor_release(xc);
     vn_tensor_release(bc);

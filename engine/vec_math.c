@@ -4,6 +4,7 @@
  * -fno-trapping-math, without which GCC keeps the clamps' compares as
  * branches (they could raise FP exceptions, which venom never reads). */
 #include "vec_math.h"
+#include "internal.h" /* VN_OMP_MIN_WORK */
 
 #include <string.h>
 
@@ -59,4 +60,22 @@ void vn__gelu_backward_f32(float *restrict out, const float *restrict g,
                            const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) out[i] = g[i] * gelu_grad_poly(x[i]);
+}
+
+void vn__bias_gelu_f32(float *restrict out, const float *restrict x, const float *restrict b,
+                       int64_t rows, int64_t D)
+{
+#pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < D; j++) out[r * D + j] = gelu_poly(x[r * D + j] + b[j]);
+}
+
+void vn__bias_gelu_backward_f32(float *restrict out, const float *restrict g,
+                                const float *restrict x, const float *restrict b, int64_t rows,
+                                int64_t D)
+{
+#pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < D; j++)
+            out[r * D + j] = g[r * D + j] * gelu_grad_poly(x[r * D + j] + b[j]);
 }

@@ -13,4 +13,11 @@ void vn__gelu_f32(float *out, const float *x, int64_t n);
 /* out[i] = g[i] · gelu'(x[i]). */
 void vn__gelu_backward_f32(float *out, const float *g, const float *x, int64_t n);
 
+/* The same with a bias added first, row by row: x (rows, D), b (D);
+ * out = gelu(x + b), and its backward out = g ⊙ gelu'(x + b). Bit for bit
+ * vn__gelu_f32 / vn__gelu_backward_f32 of the sum. */
+void vn__bias_gelu_f32(float *out, const float *x, const float *b, int64_t rows, int64_t D);
+void vn__bias_gelu_backward_f32(float *out, const float *g, const float *x, const float *b,
+                                int64_t rows, int64_t D);
+
 #endif
