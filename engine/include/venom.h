@@ -878,6 +878,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 /* Convolutions, pooling, batch normalisation, flatten. */
 #include "venom/conv.h"
 #include "venom/dist.h" /* collectives over MPI, data parallelism */
+#include "venom/shadow.h" /* the dense shadow of V:N:M pruning (SR-STE) */
 
 #ifdef __cplusplus
 }
