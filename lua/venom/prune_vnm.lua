@@ -25,7 +25,11 @@
 -- lr·λ·(1−m)⊙W (SR-STE, Zhou et al. 2021, "Learning N:M fine-grained
 -- structured sparse neural networks from scratch"; applied after the step
 -- like AdamW's decoupled decay, since Adam would rescale a term added to
--- the gradient). At the last event the layer is compressed for good into an
+-- the gradient). For an nn.Linear on the CPU the forward and the decay are
+-- fused C ops (venom/shadow.h: the product runs on the V:N:M kernels with
+-- the kept weights read from W, dW is one dense product, the decay one
+-- pass); a Conv2d, or a layer on CUDA, composes them from W − W⊙(1−m).
+-- At the last event the layer is compressed for good into an
 -- nn.SparseLinear and the shadow (dense weight, dense state) is released.
 -- Without the shadow each event compresses from the weights alive so far.
 -- Either way every slot of the final pattern is a trained weight: nnz =
