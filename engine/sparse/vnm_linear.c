@@ -418,16 +418,29 @@ vn_status vn_vnm_shadow_decay(vn_tensor *w, const vn_vnm *s, double f)
     vnm_pattern p = vnm__pattern_of(s);
     const float k = 1.0f - (float)f;
     float *pw = vn_tensor_data(w);
+    /* Scale whole stretches of a row (a loop GCC vectorises), then put the
+     * kept weights back: cheaper than testing every weight against its
+     * group's two kept columns. DECAY_GROUPS groups at a time. */
+    enum { DECAY_GROUPS = 256 };
 #pragma omp parallel for schedule(static) if (p.R * p.K > VN_OMP_MIN_WORK)
     for (int64_t r = 0; r < p.R; r++) {
         const uint16_t *cols = p.cols + r / p.V * p.G * 4;
-        float *row = pw + r * p.K;
-        for (int64_t g = 0; g < p.G; g++) {
-            int64_t c0 = g * p.M, end = c0 + p.M < p.K ? c0 + p.M : p.K;
-            int64_t k0 = c0 + cols[g * 4 + vnm__index(&p, r, g, 0)];
-            int64_t k1 = c0 + cols[g * 4 + vnm__index(&p, r, g, 1)];
-            for (int64_t c = c0; c < end; c++)
-                if (c != k0 && c != k1) row[c] *= k;
+        float *restrict row = pw + r * p.K;
+        float kept[2 * DECAY_GROUPS];
+        int64_t at[2 * DECAY_GROUPS];
+        for (int64_t g0 = 0; g0 < p.G; g0 += DECAY_GROUPS) {
+            int64_t g1 = g0 + DECAY_GROUPS < p.G ? g0 + DECAY_GROUPS : p.G, n = 0;
+            for (int64_t g = g0; g < g1; g++)
+                for (int slot = 0; slot < 2; slot++) {
+                    int64_t c = g * p.M + cols[g * 4 + vnm__index(&p, r, g, slot)];
+                    if (c < p.K) {
+                        at[n] = c;
+                        kept[n++] = row[c];
+                    }
+                }
+            int64_t end = g1 * p.M < p.K ? g1 * p.M : p.K;
+            for (int64_t c = g0 * p.M; c < end; c++) row[c] *= k;
+            for (int64_t i = 0; i < n; i++) row[at[i]] = kept[i];
         }
     }
     return VN_OK;
