@@ -10,6 +10,8 @@
  *   core.vnm_spmm(S, values, x), core.vnm_spmm_t(S, values, dy),
  *   core.vnm_sddmm(S, dy, x)                         the plain kernels
  *   core.vnm_isa() → "avx512" | "portable"
+ *   core.vnm_shadow_linear(x, S, W [, bias]) → y    differentiable (the
+ *   core.vnm_shadow_decay_(W, S, f) → W             pruning shadow, shadow.h)
  *
  * venom.sparse (lua/venom/sparse.lua) wraps them with option tables. */
 #include "lv.h"
@@ -128,6 +130,25 @@ static int l_vnm_linear(lua_State *L)
     return lv_push(L, vn_vnm_linear(x, s, values, bias));
 }
 
+/* core.vnm_shadow_linear(x, S, W [, bias]) */
+static int l_vnm_shadow_linear(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1);
+    vn_vnm *s = check_vnm(L, 2);
+    vn_tensor *w = lv_check(L, 3), *bias = lv_optcheck(L, 4);
+    return lv_push(L, vn_vnm_shadow_linear(x, s, w, bias));
+}
+
+/* core.vnm_shadow_decay_(W, S, f) → W */
+static int l_vnm_shadow_decay_(lua_State *L)
+{
+    vn_tensor *w = lv_check(L, 1);
+    vn_vnm *s = check_vnm(L, 2);
+    lv_status(L, vn_vnm_shadow_decay(w, s, luaL_checknumber(L, 3)));
+    lua_settop(L, 1);
+    return 1;
+}
+
 /* The plain kernels f(S, a, b), each name written once. */
 #define LV_VNM_KERNELS(X) X(vnm_spmm) X(vnm_spmm_t) X(vnm_sddmm)
 
@@ -151,6 +172,7 @@ static int l_vnm_isa(lua_State *L)
 
 const luaL_Reg lv_sparse_functions[] = {
     LV_REG(vnm_from_dense) LV_REG(vnm_from_pattern) LV_REG(vnm_linear)
+    LV_REG(vnm_shadow_linear) LV_REG(vnm_shadow_decay_)
     LV_VNM_KERNELS(LV_REG) LV_REG(vnm_isa)
     {NULL, NULL},
 };

@@ -887,6 +887,7 @@ const char *vn_tensor_map_meta(const vn_tensor_map *m, const char *key);
 #include "venom/conv.h"
 #include "venom/dist.h" /* collectives over MPI, data parallelism */
 #include "venom/profile.h" /* per-op forward/backward timers */
+#include "venom/shadow.h" /* the dense shadow of V:N:M pruning (SR-STE) */
 
 #ifdef __cplusplus
 }

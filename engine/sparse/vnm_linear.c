@@ -5,6 +5,9 @@
  * keeps the packed X from the forward for the values' gradient. */
 #include "vnm_internal.h"
 
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 
 /* ---- argument checks ------------------------------------------------------ */
@@ -270,4 +273,175 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
     vn_tensor_release(bc);
     vn_tensor_release(xt);
     return y;
+}
+
+/* ---- the dense shadow of V:N:M pruning (venom/shadow.h) ------------------------------ */
+
+/* w must be f32 (R, K) on the CPU. */
+static vn_status check_shadow_weight(const vn_vnm *s, const vn_tensor *w, const char *op)
+{
+    vn_status st = vn__check_dtype_arg(w, VN_F32, op, "weight", 0);
+    if (st) return st;
+    if (w->ndim != 2 || w->shape[0] != s->R || w->shape[1] != s->K)
+        return vn__err(VN_ERR_SHAPE, "%s: weight of shape %s, expected (%lld, %lld), the pattern's "
+                       "rows and columns", op, vn__shape(w->ndim, w->shape), (long long)s->R,
+                       (long long)s->K);
+    return VN_OK;
+}
+
+/* The kept weights of dense w (R × K, contiguous) in the values layout
+ * (R × 2G), 0 over padding columns. */
+static void gather_values(const vnm_pattern *p, const float *w, float *values)
+{
+#pragma omp parallel for schedule(static) if (p->R * p->G > VN_OMP_MIN_WORK)
+    for (int64_t r = 0; r < p->R; r++) {
+        const uint16_t *cols = p->cols + r / p->V * p->G * 4;
+        for (int64_t g = 0; g < p->G; g++)
+            for (int slot = 0; slot < 2; slot++) {
+                int64_t c = g * p->M + cols[g * 4 + vnm__index(p, r, g, slot)];
+                values[r * 2 * p->G + 2 * g + slot] = c < p->K ? w[r * p->K + c] : 0;
+            }
+    }
+}
+
+/* Node: inputs x, w, bias; saved the pattern blob and the kept values the
+ * forward gathered (the product's weights, for dX). */
+enum { SHADOW_BLOB, SHADOW_VALUES };
+
+static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
+{
+    const struct vnm_linear_saved *saved = VN_SAVED_STATE(node, struct vnm_linear_saved);
+    vnm_pattern p;
+    vnm__layout(&p, saved->R, saved->K, saved->V, saved->M,
+                vn_tensor_data(node->saved[SHADOW_BLOB]));
+    int64_t B = vn_tensor_numel(gout) / p.R;
+    vn_tensor *dy = plain(gout);
+    if (!dy) return VN_ERR_MEMORY;
+    vn_status s = VN_OK;
+    if (vn__input_needs_grad(node, 0)) {
+        vn_tensor *dyt = packed(dy, B, p.R, p.R);
+        vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(node->saved[SHADOW_VALUES]), dyt,
+                                         node->inputs[0], B)
+                            : NULL;
+        vn_tensor_release(dyt);
+        s = vn__accum(node, 0, dx);
+    }
+    if (!s && vn__input_needs_grad(node, 1)) { /* straight through: dW = dYᵀ·X everywhere */
+        vn_tensor *xc = plain(node->inputs[0]);
+        int64_t shape[2] = {p.R, p.K};
+        vn_tensor *dw = xc ? vn__new(VN_F32, 2, shape) : NULL;
+        if (dw && B > 0)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)p.R, (int)p.K, (int)B, 1.0f,
+                        vn_tensor_data(dy), (int)p.R, vn_tensor_data(xc), (int)p.K, 0.0f,
+                        vn_tensor_data(dw), (int)p.K);
+        else if (dw)
+            memset(vn_tensor_data(dw), 0, sizeof(float) * (size_t)(p.R * p.K));
+        vn_tensor_release(xc);
+        s = vn__accum(node, 1, dw);
+    }
+    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) {
+        vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);
+        if (db) {
+            float *restrict acc = vn_tensor_data(db);
+            const float *pdy = vn_tensor_data(dy);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t r = 0; r < p.R; r++) acc[r] += pdy[b * p.R + r];
+        }
+        s = vn__accum(node, 2, db);
+    }
+    vn_tensor_release(dy);
+    return s;
+}
+
+vn_tensor *vn_vnm_shadow_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *w,
+                                const vn_tensor *bias)
+{
+    const char *op = "vnm_shadow_linear";
+    int64_t B = 0;
+    if (check_matrix(s, op) || check_shadow_weight(s, w, op) ||
+        check_rows(x, s->K, op, "input", "the layer's in features", &B) ||
+        (bias && vn__check_dtype_arg(bias, VN_F32, op, "bias", 0)))
+        return NULL;
+    if (x->storage && x->storage->on_cuda)
+        return vn__errp(VN_ERR_DEVICE, "%s: the input is on CUDA; this op runs on the CPU (on "
+                        "CUDA the shadow is composed from mul and linear)", op);
+    if (bias && (bias->ndim != 1 || bias->shape[0] != s->R))
+        return vn__errp(VN_ERR_SHAPE, "%s: bias of shape %s, expected %s", op,
+                        vn__shape(bias->ndim, bias->shape), vn__shape(1, &s->R));
+    if (B > INT_MAX)
+        return vn__errp(VN_ERR_SHAPE, "%s: %lld input rows, more than BLAS takes (%d)", op,
+                        (long long)B, INT_MAX);
+    vnm_pattern p = vnm__pattern_of(s);
+    int64_t vshape[2] = {p.R, 2 * p.G};
+    vn_tensor *wc = plain(w), *values = wc ? vn__new(VN_F32, 2, vshape) : NULL;
+    if (values) gather_values(&p, vn_tensor_data(wc), vn_tensor_data(values));
+    vn_tensor_release(wc);
+    vn_tensor *xc = values ? plain(x) : NULL;
+    vn_tensor *bc = xc && bias ? plain(bias) : NULL;
+    vn_tensor *xt = xc && (bc || !bias) ? packed(xc, B, p.K, p.Kp) : NULL;
+    vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
+    if (y && vnm__spmm(&p, vn_tensor_data(values), vn_tensor_data(xt), B,
+                       bc ? vn_tensor_data(bc) : NULL, vn_tensor_data(y))) {
+        vn_tensor_release(y);
+        y = NULL;
+    }
+    if (y) {
+        const vn_tensor *ins[3] = {x, w, bias};
+        vn_node *node = vn__record(y, op, shadow_linear_backward, bias ? 3 : 2, ins);
+        if (node) {
+            *VN_SAVED_STATE(node, struct vnm_linear_saved) =
+                (struct vnm_linear_saved){p.R, p.K, p.V, p.M};
+            node->saved[SHADOW_BLOB] = vn_tensor_retain(s->blob);
+            node->saved[SHADOW_VALUES] = vn_tensor_retain(values);
+        }
+    }
+    vn_tensor_release(values);
+    vn_tensor_release(xc);
+    vn_tensor_release(bc);
+    vn_tensor_release(xt);
+    return y;
+}
+
+vn_status vn_vnm_shadow_decay(vn_tensor *w, const vn_vnm *s, double f)
+{
+    const char *op = "vnm_shadow_decay";
+    vn_status st = check_matrix(s, op);
+    if (!st) st = check_shadow_weight(s, w, op);
+    if (st) return st;
+    if (!(f >= 0 && f < INFINITY))
+        return vn__err(VN_ERR_ARG, "%s: the decay factor f = lr·λ must be a finite number >= 0, "
+                       "got %g", op, f);
+    if (!vn_tensor_is_contiguous(w))
+        return vn__err(VN_ERR_ARG, "%s: the weight must be contiguous (a parameter), found a "
+                       "strided view of shape %s", op, vn__shape(w->ndim, w->shape));
+    if ((st = vn__begin_write(w, op))) return st;
+    vnm_pattern p = vnm__pattern_of(s);
+    const float k = 1.0f - (float)f;
+    float *pw = vn_tensor_data(w);
+    /* Scale whole stretches of a row (a loop GCC vectorises), then put the
+     * kept weights back: cheaper than testing every weight against its
+     * group's two kept columns. DECAY_GROUPS groups at a time. */
+    enum { DECAY_GROUPS = 256 };
+#pragma omp parallel for schedule(static) if (p.R * p.K > VN_OMP_MIN_WORK)
+    for (int64_t r = 0; r < p.R; r++) {
+        const uint16_t *cols = p.cols + r / p.V * p.G * 4;
+        float *restrict row = pw + r * p.K;
+        float kept[2 * DECAY_GROUPS];
+        int64_t at[2 * DECAY_GROUPS];
+        for (int64_t g0 = 0; g0 < p.G; g0 += DECAY_GROUPS) {
+            int64_t g1 = g0 + DECAY_GROUPS < p.G ? g0 + DECAY_GROUPS : p.G, n = 0;
+            for (int64_t g = g0; g < g1; g++)
+                for (int slot = 0; slot < 2; slot++) {
+                    int64_t c = g * p.M + cols[g * 4 + vnm__index(&p, r, g, slot)];
+                    if (c < p.K) {
+                        at[n] = c;
+                        kept[n++] = row[c];
+                    }
+                }
+            int64_t end = g1 * p.M < p.K ? g1 * p.M : p.K;
+            for (int64_t c = g0 * p.M; c < end; c++) row[c] *= k;
+            for (int64_t i = 0; i < n; i++) row[at[i]] = kept[i];
+        }
+    }
+    return VN_OK;
 }

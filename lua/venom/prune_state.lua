@@ -50,7 +50,8 @@ function GMP:snapshot()
   for i, L in ipairs(self.layers) do
     local p = vnm.weight_param(L)
     local b = { param = p, state = opt.state[p], forward = rawget(L.module, "forward"),
-                pruned_field = rawget(L.module, "_gmp_pruned") }
+                pruned_field = rawget(L.module, "_gmp_pruned"),
+                matrix_field = rawget(L.module, "_gmp_matrix") }
     for _, f in ipairs(FIELDS) do b[f] = L[f] end
     saved[i] = b
   end
@@ -64,6 +65,7 @@ function GMP:snapshot()
       for _, f in ipairs(FIELDS) do L[f] = b[f] end
       rawset(L.module, "forward", b.forward)
       rawset(L.module, "_gmp_pruned", b.pruned_field)
+      rawset(L.module, "_gmp_matrix", b.matrix_field)
     end
     self.t, self.current = t, current
   end
@@ -172,7 +174,7 @@ function GMP:load_state_dict(sd)
   for i, L in ipairs(self.layers) do
     local p = plan[i]
     if p.shadow then
-      vnm.set_shadow(L, p.alive, p.M)
+      vnm.set_shadow(L, p.alive, p.M, self.layout.V)
     elseif p.M and p.M ~= L.M or p.M and not L.module.values then
       -- The weights given here are placeholders: the model's part loads the
       -- saved pattern and values into this layout.

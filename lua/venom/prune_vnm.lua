@@ -25,7 +25,11 @@
 -- lr·λ·(1−m)⊙W (SR-STE, Zhou et al. 2021, "Learning N:M fine-grained
 -- structured sparse neural networks from scratch"; applied after the step
 -- like AdamW's decoupled decay, since Adam would rescale a term added to
--- the gradient). At the last event the layer is compressed for good into an
+-- the gradient). For an nn.Linear on the CPU the forward and the decay are
+-- fused C ops (venom/shadow.h: the product runs on the V:N:M kernels with
+-- the kept weights read from W, dW is one dense product, the decay one
+-- pass); a Conv2d, or a layer on CUDA, composes them from W − W⊙(1−m).
+-- At the last event the layer is compressed for good into an
 -- nn.SparseLinear and the shadow (dense weight, dense state) is released.
 -- Without the shadow each event compresses from the weights alive so far.
 -- Either way every slot of the final pattern is a trained weight: nnz =
@@ -116,11 +120,17 @@ local function shrink(x, pruned, f)
 end
 
 -- The forward of a layer in the shadow: y = x·(W⊙m)ᵀ + b (a Conv2d: the
--- convolution by W⊙m), written W − c with c = W⊙(1−m) held constant, so
--- dy/dW is that of the plain layer (the straight-through estimator) while
--- the value is the pattern's. The class's own forward runs on a view of the
--- layer whose weight is W − c.
+-- convolution by W⊙m) with dy/dW that of the plain layer (the
+-- straight-through estimator) while the value is the pattern's. An
+-- nn.Linear on the CPU runs the fused op (core.vnm_shadow_linear: the kept
+-- weights gathered from W into the V:N:M kernels, dW one dense product);
+-- otherwise W⊙m is written W − c with c = W⊙(1−m) held constant, and the
+-- class's own forward runs on a view of the layer whose weight is W − c.
 local function shadow_forward(self, x)
+  local s = self._gmp_matrix
+  if s and self.weight:device() == "cpu" and x:device() == "cpu" then
+    return core.vnm_shadow_linear(x, s, self.weight, self.bias)
+  end
   local c = venom.no_grad(function() return self.weight:detach() * self._gmp_pruned end)
   local masked = setmetatable({ weight = self.weight - c }, { __index = self })
   return getmetatable(self).forward(masked, x)
@@ -164,18 +174,24 @@ end
 -- stays dense and computes through the pattern (shadow_forward).
 local function shadow_stage(gmp, L, M)
   local sel = select(gmp, L, vnm.score(gmp, L), M)
-  local alive = sel:mask():float()
-  vnm.set_shadow(L, alive, M)
+  vnm.set_shadow(L, sel:mask():float(), M, gmp.layout.V, sel)
 end
 
---- Puts layer L (an nn.Linear) in the shadow at stage M with the dense
--- (R, K) 0/1 mask `alive` (CPU); also used when a checkpoint is loaded.
-function vnm.set_shadow(L, alive, M)
+--- Puts layer L (an nn.Linear or nn.Conv2d) in the shadow at stage M of
+-- layout V with the dense (R, K) 0/1 mask `alive` (CPU) and the V:N:M
+-- matrix `sel` whose pattern it is. A checkpoint keeps only the mask: sel =
+-- nil selects the pattern again on the mask itself, which gives the same
+-- kept positions (each row has exactly its 2 ones in each group).
+function vnm.set_shadow(L, alive, M, V, sel)
   local dev = vnm.device_of(L)
   L.alive, L.M = alive, M
   -- in the weight's own shape: (out, in) for a Linear, (out, in, kh, kw) for a Conv2d
   L.pruned = (alive * -1 + 1):reshape(L.module.weight:size()):to(dev)
   rawset(L.module, "_gmp_pruned", L.pruned)
+  -- the fused op's pattern: nn.Linear only (a Conv2d composes)
+  if getmetatable(L.module) == nn.Linear then
+    rawset(L.module, "_gmp_matrix", sel or sparse.from_dense(alive, { V = V, N = 2, M = M }))
+  end
   rawset(L.module, "forward", shadow_forward) -- this instance only; removed at compression
 end
 
@@ -189,16 +205,20 @@ function vnm.stage(gmp, L, M, final)
   local s = vnm.score(gmp, L, alive)
   rawset(L.module, "forward", nil)
   rawset(L.module, "_gmp_pruned", nil)
+  rawset(L.module, "_gmp_matrix", nil)
   compress(gmp, L, s, M)
 end
 
 --- After each optimizer step in the shadow: the SR-STE decay of the weights
--- outside the current pattern, W ← W − lr·λ·(1−m)⊙W.
+-- outside the current pattern, W ← W − lr·λ·(1−m)⊙W (one pass of
+-- core.vnm_shadow_decay_ for an nn.Linear on the CPU; the same numbers).
 function vnm.decay(gmp, L)
   local f = (gmp.opt.lr or 0) * gmp.decay
-  if L.pruned and f > 0 then
-    venom.no_grad(function() shrink(L.module.weight, L.pruned, f) end)
-  end
+  if not (L.pruned and f > 0) then return end
+  local W, s = L.module.weight, rawget(L.module, "_gmp_matrix")
+  venom.no_grad(function()
+    if s and W:device() == "cpu" then core.vnm_shadow_decay_(W, s, f) else shrink(W, L.pruned, f) end
+  end)
 end
 
 return vnm

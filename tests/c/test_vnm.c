@@ -508,6 +508,14 @@ static void test_errors(void **state)
     expect_error(vn_vnm_sddmm(s, dy, x16), VN_ERR_SHAPE, "2 rows and the input 3");
     assert_int_equal(vn_vnm_stats(NULL, NULL), VN_ERR_ARG);
     vn_vnm_free(NULL);
+    /* the pruning shadow's ops (values and gradients: tests/lua/test_shadow_op.lua) */
+    expect_error(vn_vnm_shadow_linear(x16, NULL, w, NULL), VN_ERR_ARG, "NULL");
+    expect_error(vn_vnm_shadow_linear(x16, s, NULL, NULL), VN_ERR_ARG, "weight");
+    expect_error(vn_vnm_shadow_linear(NULL, s, w, NULL), VN_ERR_ARG, "input");
+    expect_error(vn_vnm_shadow_linear(x16, s, values, NULL), VN_ERR_SHAPE, "expected (8, 16)");
+    assert_int_equal(vn_vnm_shadow_decay(w, NULL, 0.1), VN_ERR_ARG);
+    assert_int_equal(vn_vnm_shadow_decay(NULL, s, 0.1), VN_ERR_ARG);
+    assert_int_equal(vn_vnm_shadow_decay(w, s, NAN), VN_ERR_ARG);
 
     vn_tensor *ts[] = {w, w1, wi, values, x, x16, bad_v, bad_b, dy};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) vn_tensor_release(ts[i]);
