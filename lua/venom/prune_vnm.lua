@@ -176,6 +176,8 @@ function vnm.set_shadow(L, alive, M)
   -- in the weight's own shape: (out, in) for a Linear, (out, in, kh, kw) for a Conv2d
   L.pruned = (alive * -1 + 1):reshape(L.module.weight:size()):to(dev)
   rawset(L.module, "_gmp_pruned", L.pruned)
+  -- an nn.BitLinear takes γ over the kept weights only (nn_quant.lua)
+  if getmetatable(L.module) == nn.BitLinear then rawset(L.module, "_gmp_kept", alive:sum():item()) end
   rawset(L.module, "forward", shadow_forward) -- this instance only; removed at compression
 end
 
@@ -189,6 +191,7 @@ function vnm.stage(gmp, L, M, final)
   local s = vnm.score(gmp, L, alive)
   rawset(L.module, "forward", nil)
   rawset(L.module, "_gmp_pruned", nil)
+  rawset(L.module, "_gmp_kept", nil)
   compress(gmp, L, s, M)
 end
 
