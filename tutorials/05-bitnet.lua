@@ -197,7 +197,7 @@ end
 
 local f32_model = run("f32", false)
 local bit_model = run("bitnet", true)
-local sparse_model = opts.sparse ~= "" and run("bitnet" .. opts.sparse:match(":2:%d+$"), true, opts.sparse)
+local sparse_model = opts.sparse ~= "" and run("bitnet" .. opts.sparse:match("2:%d+$"), true, opts.sparse)
 
 -- 5. Export the packed ternary model and load it for inference ------------------------
 --

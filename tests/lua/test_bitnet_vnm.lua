@@ -39,6 +39,13 @@ do
   loss:backward()
   tap.ok(layer.values.grad:abs():sum():item() > 0 and layer.norm.weight.grad:abs():sum():item() > 0,
     "gradients reach the values (STE) and the norm's gain")
+  -- a checkpoint (latent values, pattern, norm) through a file into a fresh layer
+  local tmp = os.tmpname()
+  venom.save(tmp, layer:state_dict())
+  local fresh = nn.SparseBitLinear(20, 12, { V = 4, M = 8 })
+  fresh:load_state_dict((venom.load(tmp)))
+  os.remove(tmp)
+  tap.ok(max_abs_diff(fresh(x), y) == 0, "state_dict → file → a fresh layer: the same outputs")
   local yp = venom.no_grad(function() return layer:pack()(x) end)
   tap.ok(max_abs_diff(yp, y) < 1e-5 * (1 + y:abs():max():item()),
     ("packed (%s, 4 bits per kept weight) = the training forward"):format(venom.ternary_isa()))
