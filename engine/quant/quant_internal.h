@@ -50,6 +50,14 @@ typedef void (*vnq_kernel)(const uint8_t *packed, int64_t N, int64_t Kp, const i
  * NULL picks as vn_ternary_isa does. */
 vnq_kernel vnq__kernel(const char *isa);
 
+/* Where column k of a packed row sits: byte and bit shift; its code. */
+static inline int64_t vnq__code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
+static inline int vnq__code_shift(int64_t k) { return 2 * (int)(k % VNQ_GROUP / 32); }
+static inline int vnq__code_at(const uint8_t *row, int64_t k)
+{
+    return row[vnq__code_byte(k)] >> vnq__code_shift(k) & 3;
+}
+
 /* Packing (layout in venom/quant.h): every code of nbytes of packed rows
  * set to 1 (zero); column k of a packed row set to the trit t ∈ {−1, 0, 1}. */
 void vnq__clear_packed(uint8_t *dst, int64_t nbytes);

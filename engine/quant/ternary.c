@@ -16,9 +16,6 @@ int64_t vn_ternary_row_bytes(int64_t K)
     return (K + VNQ_GROUP - 1) / VNQ_GROUP * VNQ_GROUP_BYTES;
 }
 
-/* Where column k of a packed row sits: byte and bit shift. */
-static inline int64_t code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
-static inline int code_shift(int64_t k) { return 2 * (int)(k % VNQ_GROUP / 32); }
 
 /* ---- the kernels ------------------------------------------------------------------ */
 
@@ -152,8 +149,8 @@ void vnq__clear_packed(uint8_t *dst, int64_t nbytes)
 
 void vnq__set_trit(uint8_t *row, int64_t k, int t)
 {
-    uint8_t *byte = row + code_byte(k);
-    *byte = (uint8_t)((*byte & ~(3 << code_shift(k))) | (t + 1) << code_shift(k));
+    uint8_t *byte = row + vnq__code_byte(k);
+    *byte = (uint8_t)((*byte & ~(3 << vnq__code_shift(k))) | (t + 1) << vnq__code_shift(k));
 }
 
 vn_tensor *vn_ternary_pack(const vn_tensor *w, float *gamma)
@@ -178,8 +175,6 @@ vn_tensor *vn_ternary_pack(const vn_tensor *w, float *gamma)
     return p;
 }
 
-/* The code of column k of packed row `row`. */
-static inline int code_at(const uint8_t *row, int64_t k) { return row[code_byte(k)] >> code_shift(k) & 3; }
 
 /* packed u8 (N, vn_ternary_row_bytes(K)), K ≥ 1: the shape only. */
 vn_status vnq__check_packed(const vn_tensor *packed, int64_t K, const char *op)
@@ -212,7 +207,7 @@ vn_status vnq__check_codes(const vn_tensor *packed, int64_t K, const char *op)
         uint8_t threes = 0;
         for (int64_t i = 0; i < rb; i++) threes |= row[i] & (row[i] >> 1) & 0x55;
         for (int64_t k = threes ? 0 : K; k < rb * 4; k++) {
-            int code = code_at(row, k);
+            int code = vnq__code_at(row, k);
             if (code == 3 || (k >= K && code != 1)) {
                 bad_n = n, bad_k = k, bad_code = code;
                 break;
@@ -242,7 +237,7 @@ vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K)
         const uint8_t *p = vn_tensor_data(pc);
         float *dst = vn_tensor_data(w);
         for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) dst[n * K + k] = (float)(code_at(p + n * rb, k) - 1);
+            for (int64_t k = 0; k < K; k++) dst[n * K + k] = (float)(vnq__code_at(p + n * rb, k) - 1);
     }
     vn_tensor_release(pc);
     return w;

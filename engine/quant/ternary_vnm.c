@@ -70,23 +70,19 @@ static vn_status check_packed_vnm(const vn_tensor *packed, const vn_vnm *s, cons
     if (!st) st = vnq__check_codes(packed, Kc, op);
     if (st) return st;
     vn_tensor *pc = vn__plain_contiguous(packed);
-    vn_tensor *t = pc ? vn_ternary_unpack(pc, Kc) : NULL; /* the codes were checked just above */
-    if (!t) {
-        vn_tensor_release(pc);
-        return vn_last_status();
-    }
-    const float *w = vn_tensor_data(t);
+    if (!pc) return vn_last_status();
+    const uint8_t *w = vn_tensor_data(pc);
+    int64_t rb = vn_tensor_shape(packed)[1];
     for (int64_t r = 0; r < p.R && !st; r++)
         for (int64_t grp = 0; grp < p.G && !st; grp++) {
             int a = vnm__index(&p, r, grp, 0), b = vnm__index(&p, r, grp, 1);
             for (int j = 0; j < 4 && !st; j++)
-                if (j != a && j != b && w[r * Kc + 4 * grp + j] != 0)
+                if (j != a && j != b && vnq__code_at(w + r * rb, 4 * grp + j) != 1)
                     st = vn__err(VN_ERR_FORMAT, "%s: packed weights row %lld, group %lld: a nonzero "
                                  "trit at position %d of 4, which the row does not keep (it keeps %d "
                                  "and %d): corrupt data or another pattern", op, (long long)r,
                                  (long long)grp, j, a, b);
         }
-    vn_tensor_release(t);
     vn_tensor_release(pc);
     return st;
 }
