@@ -15,6 +15,8 @@
 --   split     tutorial for the BitLinear weights; embeddings, head and norms
 --             with the f32 recipe (a second AdamW)
 --   warm10    tutorial with a 10% warm-up
+--   vnm28     tutorial 5's BitNet 2:8 run: tutorial, with the MLP BitLinears pruned
+--             by GMP to ternary 64:2:8 from 20% to 60% of the steps
 --
 --     venom bench/bitnet_recipe.lua [--variants f32,tutorial,...] [--n-embd 128]
 --         [--steps 400] [--peak 1.5e-2] [--seed 0]
@@ -22,6 +24,7 @@ local venom = require "venom"
 local optim = require "venom.optim"
 local data = require "venom.data"
 local nn = require "venom.nn"
+local prune = require "venom.prune"
 local util = require "venom.util"
 local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
 package.path = root .. "/?.lua;" .. package.path
@@ -65,6 +68,7 @@ local variants = {
   end },
   split = { split = true, lr = function(s) return two_stage(s, warm5, 0) end },
   warm10 = { lr = function(s) return two_stage(s, math.max(1, math.floor(opts.steps / 10)), 0) end },
+  vnm28 = { vnm = "64:2:8", lr = function(s) return two_stage(s, warm5, 0) end },
 }
 
 -- The BitLinear weights of model, and its other parameters.
@@ -97,6 +101,13 @@ local function run(v)
   else
     opts_list = { { optim.AdamW(model:parameters(), { lr = 0 }), v.lr } }
   end
+  local gmp
+  if v.vnm then -- as tutorial 5's third run
+    local t0 = math.floor(0.2 * opts.steps)
+    local dt = math.max(1, math.floor((math.floor(0.6 * opts.steps) - t0) / 20))
+    gmp = prune.GMP(model, { optimizer = opts_list[1][1], pattern = v.vnm, layers = model:mlp_layers(),
+      t0 = t0, n = math.max(1, math.floor((0.6 * opts.steps - t0) / dt)), dt = dt })
+  end
   local t0 = venom.clock()
   for step = 1, opts.steps do
     for _, o in ipairs(opts_list) do o[1].lr, o[1].weight_decay = o[2](step) end
@@ -105,6 +116,7 @@ local function run(v)
     for _, o in ipairs(opts_list) do o[1]:zero_grad() end
     loss:backward()
     for _, o in ipairs(opts_list) do o[1]:step() end
+    if gmp then gmp:step() end
     loss = nil
     collectgarbage()
   end
