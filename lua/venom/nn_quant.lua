@@ -10,6 +10,7 @@
 local venom = require "venom"
 local util = require "venom.util"
 local nn = require "venom.nn"
+local sparse = require "venom.sparse"
 local fail = util.fail
 
 local Module = nn.Module
@@ -137,7 +138,6 @@ end
 -- prune.GMP (mode "vnm") makes these from nn.BitLinear. layer:pack()
 -- switches it to inference with packed weights (venom.ternary_vnm_pack:
 -- 4 bits per kept weight, the int8 × ternary kernel with the column gather).
-local sparse = require "venom.sparse"
 local SparseBitLinear = sparse.SparseLinear:extend("SparseBitLinear")
 layers.SparseBitLinear = SparseBitLinear
 
