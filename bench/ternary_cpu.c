@@ -1,8 +1,10 @@
 /* ternary_cpu — BitNet b1.58 inference product y = x·Wᵀ on the CPU, in the
  * same run: f32 OpenBLAS (sgemv at batch 1, sgemm above), our V:2:8 SpMM
- * (vn_vnm_spmm on the f32 kept values, 64:2:8), and the packed ternary
+ * (vn_vnm_spmm on the f32 kept values, 64:2:8), the packed ternary
  * kernel (vn_ternary_matmul: 2-bit weights, int8 activations quantised per
- * row inside the call) with the AVX2 and the portable loops. For each
+ * row inside the call) with the AVX2 and the portable loops, and the
+ * ternary 64:2:8 kernel (vn_ternary_vnm_matmul: the same kernels over each
+ * block's gathered kept columns, 4 bits per kept weight). For each
  * weight shape N × K and batch B, the variants run in turn (A B C D A B C
  * D ...) --reps times after one warm-up each; the table gives the median
  * time in µs, the spread (min–max) and ×f32 = median f32 time / median
@@ -23,17 +25,18 @@
 
 #define MAX_LIST BENCH_MAX_LIST
 #define MAX_REPS 101
-enum { F32, VNM, TERNARY_AVX2, TERNARY_PORTABLE, NVARIANTS };
+enum { F32, VNM, TERNARY_AVX2, TERNARY_PORTABLE, TVNM_AVX2, TVNM_PORTABLE, NVARIANTS };
 static const char *const variant_names[NVARIANTS] = {"f32 OpenBLAS", "64:2:8 f32", "ternary avx2",
-                                                     "ternary portable"};
+                                                     "ternary portable", "ternary 64:2:8 avx2",
+                                                     "ternary 64:2:8 portable"};
 
 typedef struct {
     int64_t N, K, B;
     const float *w, *x;
     float *y;
-    vn_tensor *tx, *packed, *values;
+    vn_tensor *tx, *packed, *values, *packed_vnm;
     vn_vnm *s;
-    float gamma;
+    float gamma, gamma_vnm;
 } job;
 
 static void run(int variant, const job *j)
@@ -47,6 +50,11 @@ static void run(int variant, const job *j)
         return;
     case VNM:
         r = vn_vnm_spmm(j->s, j->values, j->tx);
+        break;
+    case TVNM_AVX2:
+    case TVNM_PORTABLE:
+        setenv("VENOM_NO_AVX2", variant == TVNM_PORTABLE ? "1" : "", 1);
+        r = vn_ternary_vnm_matmul(j->tx, j->s, j->packed_vnm, j->gamma_vnm);
         break;
     default:
         /* vn_ternary_matmul reads VENOM_NO_AVX2 on every call */
@@ -70,6 +78,7 @@ static void bench(int64_t N, int64_t K, const int64_t *batches, int nb, int reps
     job j = {.N = N, .K = K, .w = vn_tensor_data(w)};
     if (!(j.packed = vn_ternary_pack(w, &j.gamma))) die("ternary_pack");
     if (!(j.s = vn_vnm_from_dense(w, 64, 2, 8)) || !(j.values = vn_vnm_values(j.s))) die("vnm_from_dense");
+    if (!(j.packed_vnm = vn_ternary_vnm_pack(j.s, &j.gamma_vnm))) die("ternary_vnm_pack");
     for (int ib = 0; ib < nb; ib++) {
         j.B = batches[ib];
         j.tx = vn_randn(2, (int64_t[]){j.B, K});
@@ -99,6 +108,7 @@ static void bench(int64_t N, int64_t K, const int64_t *batches, int nb, int reps
     }
     vn_tensor_release(w);
     vn_tensor_release(j.packed);
+    vn_tensor_release(j.packed_vnm);
     vn_tensor_release(j.values);
     vn_vnm_free(j.s);
 }

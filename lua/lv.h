@@ -69,6 +69,9 @@ vn_tensor *lv_check_indices(lua_State *L, int i, const char *op, const char *wha
  * first, then the object, so a failed allocation of the box leaks nothing. */
 void **lv_box_check(lua_State *L, int i, const char *mt, const char *what);
 void **lv_box_new(lua_State *L, const char *mt);
+/* lv_sparse.c: the V:N:M matrix at i (NULL once freed: the engine's calls
+ * refuse a NULL matrix), or an argument error. */
+vn_vnm *lv_check_vnm(lua_State *L, int i);
 vn_tensor *lv_indices0(lua_State *L, int i, int64_t limit, const char *op, const char *what);
 bool lv_is_integer_dtype(vn_dtype d);
 

@@ -8,6 +8,11 @@
  *   core.ternary_check(packed, K)             raises on corrupt data
  *   core.ternary_matmul(x, packed, K, γ) → y  int8 × ternary inference
  *   core.ternary_isa() → "avx2" | "portable"
+ *   core.ternary_fake_quant(w, count) → γ·W̃  differentiable (STE)
+ *   core.int8_fake_quant(x) → x̃/s             differentiable (STE)
+ *   core.ternary_vnm_pack(S) → packed, γ       S a V:N:M matrix
+ *   core.ternary_vnm_check(packed, S)         raises on corrupt data
+ *   core.ternary_vnm_matmul(x, S, packed, γ) → y
  *
  * nn.BitLinear (lua/venom/nn_quant.lua) and venom.export_ternary build on
  * them. */
@@ -72,8 +77,43 @@ static int l_ternary_isa(lua_State *L)
     return 1;
 }
 
+static int l_ternary_fake_quant(lua_State *L)
+{
+    vn_tensor *w = lv_check(L, 1);
+    return lv_push(L, vn_ternary_fake_quant(w, lv_int(L, 2, "count")));
+}
+
+static int l_int8_fake_quant(lua_State *L) { return lv_push(L, vn_int8_fake_quant(lv_check(L, 1))); }
+
+static int l_ternary_vnm_pack(lua_State *L)
+{
+    float gamma = 0;
+    vn_tensor *t = vn_ternary_vnm_pack(lv_check_vnm(L, 1), &gamma);
+    return push_with_gamma(L, t, gamma);
+}
+
+static int l_ternary_vnm_check(lua_State *L)
+{
+    vn_tensor *p = lv_check(L, 1);
+    lv_status(L, vn_ternary_vnm_check(p, lv_check_vnm(L, 2)));
+    return 0;
+}
+
+/* As l_ternary_matmul: the codes (and the pattern's zeros) are checked on
+ * every call. */
+static int l_ternary_vnm_matmul(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1);
+    vn_vnm *s = lv_check_vnm(L, 2);
+    vn_tensor *p = lv_check(L, 3);
+    double gamma = lv_number(L, 4, "gamma");
+    lv_status(L, vn_ternary_vnm_check(p, s));
+    return lv_push(L, vn_ternary_vnm_matmul(x, s, p, (float)gamma));
+}
+
 const luaL_Reg lv_quant_functions[] = {
     LV_REG(bitlinear) LV_REG(ternary_quantize) LV_REG(ternary_pack) LV_REG(ternary_unpack)
-    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa)
+    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa) LV_REG(ternary_fake_quant)
+    LV_REG(int8_fake_quant) LV_REG(ternary_vnm_pack) LV_REG(ternary_vnm_check) LV_REG(ternary_vnm_matmul)
     {NULL, NULL},
 };

@@ -18,7 +18,7 @@
 
 #define LV_VNM_MT "venom.VNM"
 
-static vn_vnm *check_vnm(lua_State *L, int i)
+vn_vnm *lv_check_vnm(lua_State *L, int i)
 {
     return *(vn_vnm **)lv_box_check(L, i, LV_VNM_MT, "a V:N:M sparse matrix");
 }
@@ -36,7 +36,7 @@ static int vnm_gc(lua_State *L)
 #define LV_VNM_TENSOR_METHODS(X) X(to_dense) X(mask) X(values) X(columns) X(indices)
 
 #define LV_VNM_TENSOR_WRAPPER(name)                                             \
-    static int vnm_##name(lua_State *L) { return lv_push(L, vn_vnm_##name(check_vnm(L, 1))); }
+    static int vnm_##name(lua_State *L) { return lv_push(L, vn_vnm_##name(lv_check_vnm(L, 1))); }
 LV_VNM_TENSOR_METHODS(LV_VNM_TENSOR_WRAPPER)
 
 static void set_int(lua_State *L, const char *k, int64_t v)
@@ -50,7 +50,7 @@ static void set_int(lua_State *L, const char *k, int64_t v)
 static int vnm_stats(lua_State *L)
 {
     vn_vnm_summary st;
-    lv_status(L, vn_vnm_stats(check_vnm(L, 1), &st));
+    lv_status(L, vn_vnm_stats(lv_check_vnm(L, 1), &st));
     lua_createtable(L, 0, 12);
     set_int(L, "rows", st.rows);
     set_int(L, "cols", st.cols);
@@ -71,7 +71,7 @@ static int vnm_stats(lua_State *L)
 static int vnm_tostring(lua_State *L)
 {
     vn_vnm_summary st;
-    lv_status(L, vn_vnm_stats(check_vnm(L, 1), &st));
+    lv_status(L, vn_vnm_stats(lv_check_vnm(L, 1), &st));
     lua_pushfstring(L, "VNM(%d × %d, %d:%d:%d, sparsity %f)", (int)st.rows, (int)st.cols,
                     (int)st.V, (int)st.N, (int)st.M, st.sparsity);
     return 1;
@@ -125,7 +125,7 @@ static int l_vnm_from_pattern(lua_State *L)
 static int l_vnm_linear(lua_State *L)
 {
     vn_tensor *x = lv_check(L, 1);
-    vn_vnm *s = check_vnm(L, 2);
+    vn_vnm *s = lv_check_vnm(L, 2);
     vn_tensor *values = lv_check(L, 3), *bias = lv_optcheck(L, 4);
     return lv_push(L, vn_vnm_linear(x, s, values, bias));
 }
@@ -156,7 +156,7 @@ typedef vn_tensor *(*lv_vnm_kernelfn)(const vn_vnm *, const vn_tensor *, const v
 
 static int lv_vnm_kernel(lua_State *L, lv_vnm_kernelfn f)
 {
-    vn_vnm *s = check_vnm(L, 1);
+    vn_vnm *s = lv_check_vnm(L, 1);
     return lv_push(L, f(s, lv_check(L, 2), lv_check(L, 3)));
 }
 

@@ -10,12 +10,12 @@
 
 #include <float.h>
 
-float vnq__gamma(const float *w, int64_t n)
+float vnq__gamma(const float *w, int64_t n, int64_t count)
 {
     double sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static) if (n > VN_OMP_MIN_WORK)
     for (int64_t i = 0; i < n; i++) sum += fabsf(w[i]);
-    return n ? (float)(sum / (double)n) : 0.0f;
+    return count ? (float)(sum / (double)count) : 0.0f;
 }
 
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
@@ -72,15 +72,16 @@ static vn_status check_input(const vn_tensor *x, const vn_tensor *w, const char 
     return vn__same_device_strict(op, 2, ts, (const char *const[]){"input", "weight"}, NULL);
 }
 
-static vn_tensor *quantize_weight(const vn_tensor *w, float *gamma)
+/* γ·W̃ of w (any shape) with γ = Σ|w| / count. */
+static vn_tensor *quantize_weight(const vn_tensor *w, int64_t count, float *gamma)
 {
     vn_tensor *wc = vn__plain_contiguous(w);
-    vn_tensor *wq = wc ? vn__new(VN_F32, 2, w->shape) : NULL;
+    vn_tensor *wq = wc ? vn__new(VN_F32, w->ndim, w->shape) : NULL;
     if (wq) {
         const float *src = vn_tensor_data(wc);
         float *dst = vn_tensor_data(wq);
         int64_t n = vn_tensor_numel(w);
-        float g = vnq__gamma(src, n);
+        float g = vnq__gamma(src, n, count);
 #pragma omp parallel for schedule(static) if (n > VN_OMP_MIN_WORK)
         for (int64_t i = 0; i < n; i++) dst[i] = g * vnq__trit(src[i], g);
         if (gamma) *gamma = g;
@@ -92,7 +93,7 @@ static vn_tensor *quantize_weight(const vn_tensor *w, float *gamma)
 vn_tensor *vn_ternary_quantize(const vn_tensor *w, float *gamma)
 {
     if (check_weight(w, "ternary_quantize", 0)) return NULL;
-    return quantize_weight(w, gamma);
+    return quantize_weight(w, vn_tensor_numel(w), gamma);
 }
 
 /* x̃/s for every row of x, shaped like x. */
@@ -131,10 +132,13 @@ static vn_tensor *round_even(const vn_tensor *t)
     return r;
 }
 
-vn_tensor *vnq__quantize_weight_ops(const vn_tensor *w)
+vn_tensor *vnq__quantize_weight_ops(const vn_tensor *w, int64_t count)
 {
     vn_tensor *a = vn_abs(w);
-    vn_tensor *g = a ? vn_mean_all(a) : NULL;
+    vn_tensor *sum = a ? vn_sum_all(a) : NULL;
+    vn_tensor *cnt = sum ? scalar_on(w, (double)count) : NULL;
+    /* count = 0 only for an empty w, whose output is empty too */
+    vn_tensor *g = cnt ? vn_div(sum, count ? cnt : sum) : NULL;
     vn_tensor *eps = g ? scalar_on(w, VNQ_EPS) : NULL;
     vn_tensor *ge = eps ? vn_add(g, eps) : NULL;
     vn_tensor *r = ge ? vn_div(w, ge) : NULL;
@@ -144,8 +148,8 @@ vn_tensor *vnq__quantize_weight_ops(const vn_tensor *w)
     vn_tensor *rr = rc ? round_even(rc) : NULL;
     vn_tensor *t = rr ? vn_clamp(rr, -1, 1) : NULL;
     vn_tensor *wq = t ? vn_mul(t, g) : NULL;
-    vn_tensor *tmp[] = {a, g, eps, ge, r, rc, rr, t};
-    for (int i = 0; i < 8; i++) vn_tensor_release(tmp[i]);
+    vn_tensor *tmp[] = {a, sum, cnt, g, eps, ge, r, rc, rr, t};
+    for (int i = 0; i < 10; i++) vn_tensor_release(tmp[i]);
     return wq;
 }
 
@@ -197,7 +201,8 @@ vn_tensor *vn_bitlinear(const vn_tensor *x, const vn_tensor *w)
     int64_t B = 0;
     if (check_weight(w, "bitlinear", VN_ALLOW_CUDA) || check_input(x, w, "bitlinear", &B)) return NULL;
     bool cuda = vn__is_cuda(w), was = vn_set_grad_enabled(false);
-    vn_tensor *wq = cuda ? vnq__quantize_weight_ops(w) : quantize_weight(w, NULL);
+    int64_t n = vn_tensor_numel(w);
+    vn_tensor *wq = cuda ? vnq__quantize_weight_ops(w, n) : quantize_weight(w, n, NULL);
     vn_tensor *xq = !wq ? NULL : cuda ? vnq__quantize_input_ops(x) : quantize_input(x, B, w->shape[1]);
     vn_tensor *y = xq ? vn_linear(xq, wq, NULL) : NULL;
     vn_set_grad_enabled(was);
@@ -212,4 +217,47 @@ vn_tensor *vn_bitlinear(const vn_tensor *x, const vn_tensor *w)
     vn_tensor_release(wq);
     vn_tensor_release(xq);
     return y;
+}
+
+/* ---- fake quantisation: the quantisers alone, with the STE ------------------ */
+
+/* Node: input t; the STE passes dL/d(output) through unchanged. */
+static vn_status fake_quant_backward(vn_node *node, const vn_tensor *gout)
+{
+    return vn__accum(node, 0, vn_tensor_retain((vn_tensor *)gout));
+}
+
+static vn_tensor *record_fake_quant(vn_tensor *y, const vn_tensor *t, const char *name)
+{
+    if (y) vn__record(y, name, fake_quant_backward, 1, (const vn_tensor *[]){t});
+    return y;
+}
+
+vn_tensor *vn_ternary_fake_quant(const vn_tensor *w, int64_t count)
+{
+    const char *op = "ternary_fake_quant";
+    if (vn__check_dtype_arg(w, VN_F32, op, "weight", VN_ALLOW_CUDA)) return NULL;
+    int64_t n = vn_tensor_numel(w);
+    if (n == 0 || count < 1 || count > n)
+        return vn__errp(n ? VN_ERR_ARG : VN_ERR_SHAPE, "%s: weight %s and count = %lld: expected a "
+                        "non-empty weight and 1 ≤ count ≤ its %lld elements", op,
+                        vn__shape(w->ndim, w->shape), (long long)count, (long long)n);
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *y = vn__is_cuda(w) ? vnq__quantize_weight_ops(w, count) : quantize_weight(w, count, NULL);
+    vn_set_grad_enabled(was);
+    return record_fake_quant(y, w, op);
+}
+
+vn_tensor *vn_int8_fake_quant(const vn_tensor *x)
+{
+    const char *op = "int8_fake_quant";
+    if (vn__check_dtype_arg(x, VN_F32, op, "input", VN_ALLOW_CUDA)) return NULL;
+    if (x->ndim == 0 || x->shape[x->ndim - 1] == 0)
+        return vn__errp(VN_ERR_SHAPE, "%s: input %s, expected (..., K) with K ≥ 1", op,
+                        vn__shape(x->ndim, x->shape));
+    int64_t K = x->shape[x->ndim - 1];
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *y = vn__is_cuda(x) ? vnq__quantize_input_ops(x) : quantize_input(x, vn_tensor_numel(x) / K, K);
+    vn_set_grad_enabled(was);
+    return record_fake_quant(y, x, op);
 }

@@ -13,8 +13,9 @@
 #define VNQ_GROUP 128    /* columns per 32-byte group of a packed row */
 #define VNQ_GROUP_BYTES 32
 
-/* γ = mean |w| over n values (summed in double: n may be 10⁸). */
-float vnq__gamma(const float *w, int64_t n);
+/* γ = Σ|w| / count over n values (summed in double: n may be 10⁸); count
+ * is n for BitLinear, the number of kept weights for a V:N:M matrix. */
+float vnq__gamma(const float *w, int64_t n, int64_t count);
 
 /* W̃ = RoundClip(w / (γ + ε), −1, 1), as a float in {−1, 0, 1}. */
 static inline float vnq__trit(float w, float gamma)
@@ -30,20 +31,53 @@ static inline float vnq__trit(float w, float gamma)
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq);
 
 /* The two quantisers built from public ops (vn_abs, vn_mean_all, vn_div,
- * vn_clamp, ...), for CUDA tensors: γ·W̃ of w (N, K), and x̃/s of every row of
+ * vn_clamp, ...), for CUDA tensors: γ·W̃ of w (any shape, γ = Σ|w| / count),
+ * and x̃/s of every row of
  * x (..., K). Run with grad mode off. The same values as the loops above
  * (γ up to its f32 summation). */
-vn_tensor *vnq__quantize_weight_ops(const vn_tensor *w);
+vn_tensor *vnq__quantize_weight_ops(const vn_tensor *w, int64_t count);
 vn_tensor *vnq__quantize_input_ops(const vn_tensor *x);
 
-/* The packed kernel: y[b·N + n] = (Σ_k x̃[b·Kp + k]·W̃[n, k])·γ/s[b] for
- * b < B, n < N; packed rows of Kp/4 bytes, x̃ rows of Kp int8 (Kp a
- * multiple of 128, zero past K), xsum[b] = Σ_k x̃[b, k]. s[b] = 0 gives a
- * zero row, s[b] = NaN a NaN row. */
+/* The packed kernel, over N weight rows: y[b·ldy + n] = (Σ_k x̃[b·Kp + k]·
+ * W̃[n, k])·γ/s[b] for b < B, n < N; packed rows of Kp/4 bytes, x̃ rows of
+ * Kp int8 (Kp a multiple of 128, zero past K), xsum[b] = Σ_k x̃[b, k].
+ * s[b] = 0 gives a zero row, s[b] = NaN a NaN row. Single-threaded: the
+ * callers split the rows over threads. */
 typedef void (*vnq_kernel)(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
-                           const int32_t *xsum, const float *s, int64_t B, float gamma, float *y);
+                           const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                           int64_t ldy);
 /* By name: "portable" or "avx2" (NULL where the build or CPU lacks it);
  * NULL picks as vn_ternary_isa does. */
 vnq_kernel vnq__kernel(const char *isa);
+
+/* Where column k of a packed row sits: byte and bit shift; its code. */
+static inline int64_t vnq__code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
+static inline int vnq__code_shift(int64_t k) { return 2 * (int)(k % VNQ_GROUP / 32); }
+static inline int vnq__code_at(const uint8_t *row, int64_t k)
+{
+    return row[vnq__code_byte(k)] >> vnq__code_shift(k) & 3;
+}
+
+/* Packing (layout in venom/quant.h): every code of nbytes of packed rows
+ * set to 1 (zero); column k of a packed row set to the trit t ∈ {−1, 0, 1}. */
+void vnq__clear_packed(uint8_t *dst, int64_t nbytes);
+void vnq__set_trit(uint8_t *row, int64_t k, int t);
+/* packed u8 (N, vn_ternary_row_bytes(K)) with K ≥ 1: the shape only (op
+ * names the caller in the message). */
+vn_status vnq__check_packed(const vn_tensor *packed, int64_t K, const char *op);
+/* vnq__check_packed, then every code (vn_ternary_check with op's name). */
+vn_status vnq__check_codes(const vn_tensor *packed, int64_t K, const char *op);
+
+/* x's B rows (K values each) quantised for the kernel: x̃ (B × Kp int8, zero
+ * past K), Σ x̃ and s per row, in one allocation from the cache (free with
+ * vn__mem_free(mem, nbytes)). False when out of memory. */
+typedef struct {
+    void *mem;
+    size_t nbytes;
+    int8_t *q;
+    int32_t *sum;
+    float *s;
+} vnq_rows;
+bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r);
 
 #endif

@@ -16,9 +16,6 @@ int64_t vn_ternary_row_bytes(int64_t K)
     return (K + VNQ_GROUP - 1) / VNQ_GROUP * VNQ_GROUP_BYTES;
 }
 
-/* Where column k of a packed row sits: byte and bit shift. */
-static inline int64_t code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
-static inline int code_shift(int64_t k) { return 2 * (int)(k % VNQ_GROUP / 32); }
 
 /* ---- the kernels ------------------------------------------------------------------ */
 
@@ -29,9 +26,6 @@ static inline float finish(int32_t acc, int32_t xsum, float s, float gamma)
     return s == 0 ? 0.0f : (float)(acc - xsum) * (gamma / s);
 }
 
-/* Work above which the product is split over OpenMP threads. */
-#define work_of(N, Kp, B) ((N) * (Kp) / 8 * (B))
-
 /* Activation rows per pass over a weight row (the portable loop keeps
  * their sums in an array, the AVX2 one in registers). */
 #define PORTABLE_ROWS 16
@@ -40,11 +34,11 @@ static inline float finish(int32_t acc, int32_t xsum, float s, float gamma)
  * int8 W̃ and then dotted with the group of every activation row of the
  * tile, a loop of int8 products compilers vectorise. */
 static void kernel_portable(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
-                            const int32_t *xsum, const float *s, int64_t B, float gamma, float *y)
+                            const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                            int64_t ldy)
 {
     int64_t rb = Kp / 4;
     (void)xsum; /* the unpacked W̃ are signed: no offset to take back */
-#pragma omp parallel for schedule(static) if (work_of(N, Kp, B) > VN_OMP_MIN_WORK)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = packed + n * rb;
         for (int64_t b0 = 0; b0 < B; b0 += PORTABLE_ROWS) {
@@ -61,7 +55,7 @@ static void kernel_portable(const uint8_t *packed, int64_t N, int64_t Kp, const 
                     acc[j] += dot;
                 }
             }
-            for (int j = 0; j < nb; j++) y[(b0 + j) * N + n] = finish(acc[j], 0, s[b0 + j], gamma);
+            for (int j = 0; j < nb; j++) y[(b0 + j) * ldy + n] = finish(acc[j], 0, s[b0 + j], gamma);
         }
     }
 }
@@ -85,11 +79,11 @@ static int32_t hsum_epi32(__m256i v)
 }
 
 static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
-                        const int32_t *xsum, const float *s, int64_t B, float gamma, float *y)
+                        const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                        int64_t ldy)
 {
     int64_t rb = Kp / 4, G = Kp / VNQ_GROUP;
     const __m256i mask = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
-#pragma omp parallel for schedule(static) if (work_of(N, Kp, B) > VN_OMP_MIN_WORK)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = packed + n * rb;
         for (int64_t b0 = 0; b0 < B; b0 += AVX2_ROWS) {
@@ -117,7 +111,7 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
                 }
             }
             for (int j = 0; j < nb; j++)
-                y[(b0 + j) * N + n] = finish(hsum_epi32(acc[j]), xsum[b0 + j], s[b0 + j], gamma);
+                y[(b0 + j) * ldy + n] = finish(hsum_epi32(acc[j]), xsum[b0 + j], s[b0 + j], gamma);
         }
     }
 }
@@ -148,6 +142,17 @@ const char *vn_ternary_isa(void)
 
 /* ---- packing ---------------------------------------------------------------------- */
 
+void vnq__clear_packed(uint8_t *dst, int64_t nbytes)
+{
+    memset(dst, 0x55, (size_t)nbytes); /* code 1 (zero) everywhere, padding included */
+}
+
+void vnq__set_trit(uint8_t *row, int64_t k, int t)
+{
+    uint8_t *byte = row + vnq__code_byte(k);
+    *byte = (uint8_t)((*byte & ~(3 << vnq__code_shift(k))) | (t + 1) << vnq__code_shift(k));
+}
+
 vn_tensor *vn_ternary_pack(const vn_tensor *w, float *gamma)
 {
     if (!gamma) return vn__errp(VN_ERR_ARG, "ternary_pack: gamma (the output scale) is NULL");
@@ -159,25 +164,20 @@ vn_tensor *vn_ternary_pack(const vn_tensor *w, float *gamma)
     if (p) {
         const float *src = vn_tensor_data(wq);
         uint8_t *dst = vn_tensor_data(p);
-        memset(dst, 0x55, (size_t)(N * rb)); /* code 1 (zero) everywhere, padding included */
+        vnq__clear_packed(dst, N * rb);
         for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) {
+            for (int64_t k = 0; k < K; k++)
                 /* γ·W̃ / γ is exactly ±1 or 0; with γ = 0 every W̃ is 0. */
-                int code = g > 0 ? (int)(src[n * K + k] / g) + 1 : 1;
-                uint8_t *byte = dst + n * rb + code_byte(k);
-                *byte = (uint8_t)((*byte & ~(3 << code_shift(k))) | code << code_shift(k));
-            }
+                vnq__set_trit(dst + n * rb, k, g > 0 ? (int)(src[n * K + k] / g) : 0);
         *gamma = g;
     }
     vn_tensor_release(wq);
     return p;
 }
 
-/* The code of column k of packed row `row`. */
-static inline int code_at(const uint8_t *row, int64_t k) { return row[code_byte(k)] >> code_shift(k) & 3; }
 
 /* packed u8 (N, vn_ternary_row_bytes(K)), K ≥ 1: the shape only. */
-static vn_status check_packed(const vn_tensor *packed, int64_t K, const char *op)
+vn_status vnq__check_packed(const vn_tensor *packed, int64_t K, const char *op)
 {
     vn_status st = vn__check_dtype_arg(packed, VN_U8, op, "packed weights", 0);
     if (st) return st;
@@ -190,10 +190,9 @@ static vn_status check_packed(const vn_tensor *packed, int64_t K, const char *op
     return VN_OK;
 }
 
-/* check_packed, then every code. */
-static vn_status check_codes(const vn_tensor *packed, int64_t K, const char *op)
+vn_status vnq__check_codes(const vn_tensor *packed, int64_t K, const char *op)
 {
-    vn_status st = check_packed(packed, K, op);
+    vn_status st = vnq__check_packed(packed, K, op);
     if (st) return st;
     int64_t rb = vn_ternary_row_bytes(K);
     vn_tensor *pc = vn__plain_contiguous(packed);
@@ -208,7 +207,7 @@ static vn_status check_codes(const vn_tensor *packed, int64_t K, const char *op)
         uint8_t threes = 0;
         for (int64_t i = 0; i < rb; i++) threes |= row[i] & (row[i] >> 1) & 0x55;
         for (int64_t k = threes ? 0 : K; k < rb * 4; k++) {
-            int code = code_at(row, k);
+            int code = vnq__code_at(row, k);
             if (code == 3 || (k >= K && code != 1)) {
                 bad_n = n, bad_k = k, bad_code = code;
                 break;
@@ -225,12 +224,12 @@ static vn_status check_codes(const vn_tensor *packed, int64_t K, const char *op)
 
 vn_status vn_ternary_check(const vn_tensor *packed, int64_t K)
 {
-    return check_codes(packed, K, "ternary_check");
+    return vnq__check_codes(packed, K, "ternary_check");
 }
 
 vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K)
 {
-    if (check_codes(packed, K, "ternary_unpack")) return NULL;
+    if (vnq__check_codes(packed, K, "ternary_unpack")) return NULL;
     int64_t N = packed->shape[0], rb = vn_ternary_row_bytes(K);
     vn_tensor *pc = vn__plain_contiguous(packed);
     vn_tensor *w = pc ? vn__new(VN_F32, 2, (int64_t[]){N, K}) : NULL;
@@ -238,7 +237,7 @@ vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K)
         const uint8_t *p = vn_tensor_data(pc);
         float *dst = vn_tensor_data(w);
         for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) dst[n * K + k] = (float)(code_at(p + n * rb, k) - 1);
+            for (int64_t k = 0; k < K; k++) dst[n * K + k] = (float)(vnq__code_at(p + n * rb, k) - 1);
     }
     vn_tensor_release(pc);
     return w;
@@ -246,17 +245,10 @@ vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K)
 
 /* ---- the product ------------------------------------------------------------------ */
 
-/* x's rows quantised for the kernel: x̃ (B × Kp int8, zero past K), Σ x̃ and
- * s per row, in one allocation from the cache. */
-typedef struct {
-    void *mem;
-    size_t nbytes;
-    int8_t *q;
-    int32_t *sum;
-    float *s;
-} quantized_rows;
+/* Weight rows per task of the OpenMP loop. */
+#define ROW_CHUNK 64
 
-static bool quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, quantized_rows *r)
+bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r)
 {
     size_t qb = (size_t)(B * Kp + 63) / 64 * 64, sb = (size_t)B * 4;
     r->nbytes = qb + 2 * sb;
@@ -279,7 +271,7 @@ static bool quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, quan
 
 vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_t K, float gamma)
 {
-    vn_status st = check_packed(packed, K, "ternary_matmul");
+    vn_status st = vnq__check_packed(packed, K, "ternary_matmul");
     int64_t rb = st ? 0 : vn_ternary_row_bytes(K);
     if (!st) st = vn__check_dtype_arg(x, VN_F32, "ternary_matmul", "input", 0);
     if (!st && (x->ndim == 0 || x->shape[x->ndim - 1] != K))
@@ -294,13 +286,20 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
     shape[x->ndim - 1] = N;
     vn_tensor *xc = vn__plain_contiguous(x), *pc = xc ? vn__plain_contiguous(packed) : NULL;
     vn_tensor *y = pc ? vn__new(VN_F32, x->ndim, shape) : NULL;
-    quantized_rows r = {0};
-    if (y && B > 0 && !quantize_rows(vn_tensor_data(xc), B, K, Kp, &r)) {
+    vnq_rows r = {0};
+    if (y && B > 0 && !vnq__quantize_rows(vn_tensor_data(xc), B, K, Kp, &r)) {
         vn_tensor_release(y);
         y = NULL;
     }
     if (y && B > 0) {
-        vnq__kernel(NULL)(vn_tensor_data(pc), N, Kp, r.q, r.sum, r.s, B, gamma, vn_tensor_data(y));
+        vnq_kernel kernel = vnq__kernel(NULL);
+        const uint8_t *p = vn_tensor_data(pc);
+        float *out = vn_tensor_data(y);
+        /* Threads take chunks of weight rows; every chunk reads all of x̃. */
+#pragma omp parallel for schedule(static) if (N * Kp / 8 * B > VN_OMP_MIN_WORK)
+        for (int64_t n0 = 0; n0 < N; n0 += ROW_CHUNK)
+            kernel(p + n0 * rb, N - n0 < ROW_CHUNK ? N - n0 : ROW_CHUNK, Kp, r.q, r.sum, r.s, B, gamma,
+                   out + n0, N);
         vn__mem_free(r.mem, r.nbytes);
     }
     vn_tensor_release(xc);

@@ -768,7 +768,7 @@ setmetatable(nn, {
     -- dynamic activation sparsity (lua/venom/nn_dynamic.lua), loaded on first use
     if k == "SparseInputLinear" then return require("venom.nn_dynamic")[k] end
     -- the BitNet b1.58 layers (lua/venom/nn_quant.lua), loaded on first use
-    if k == "RMSNorm" or k == "BitLinear" then return require("venom.nn_quant")[k] end
+    if k == "RMSNorm" or k == "BitLinear" or k == "SparseBitLinear" then return require("venom.nn_quant")[k] end
     -- the convolutional layers (lua/venom/nn_conv.lua) and the V:N:M conv (venom.sparse)
     if k == "SparseConv2d" then return require("venom.sparse").SparseConv2d end
     if CONV_LAYERS[k] then return require("venom.nn_conv")[k] end

@@ -10,6 +10,7 @@
 local venom = require "venom"
 local util = require "venom.util"
 local nn = require "venom.nn"
+local sparse = require "venom.sparse"
 local fail = util.fail
 
 local Module = nn.Module
@@ -95,19 +96,88 @@ function BitLinear:__init(in_features, out_features, opts)
   end
 end
 
-function BitLinear:forward(x)
-  check_input("nn.BitLinear", x, self.in_features)
+-- The input check and the RMSNorm both BitNet layers share.
+local function normed_input(who, self, x)
+  check_input(who, x, self.in_features)
   if x:dtype() ~= "f32" then
-    fail(("nn.BitLinear: expected an f32 input, got %s (convert it with x:float())"):format(x:dtype()))
+    fail(("%s: expected an f32 input, got %s (convert it with x:float())"):format(who, x:dtype()))
   end
-  local h = self.norm and self.norm(x) or x
+  return self.norm and self.norm(x) or x
+end
+
+function BitLinear:forward(x)
+  local h = normed_input("nn.BitLinear", self, x)
   if self.packed then return venom.ternary_matmul(h, self.packed, self.in_features, self.gamma) end
+  -- Under GMP's V:N:M shadow (venom.prune_vnm) the weight arrives masked and
+  -- γ averages over the _gmp_kept weights of the pattern, as it will in the
+  -- nn.SparseBitLinear the layer becomes.
+  if self._gmp_kept then
+    return venom.linear(venom.int8_fake_quant(h), venom.ternary_fake_quant(self.weight, self._gmp_kept))
+  end
   return venom.bitlinear(h, self.weight)
 end
 
 function BitLinear:extra_repr()
   return ("in_features=%d, out_features=%d%s"):format(self.in_features, self.out_features,
     self.packed and ", packed" or "")
+end
+
+-- SparseBitLinear ----------------------------------------------------------------------
+
+--- BitNet b1.58 with V:N:M weights ("BitNet 2:8"): y = Q(RMSNorm(x))·Q(W)ᵀ,
+-- no bias, where W (out, in) is a V:N:M matrix (as nn.SparseLinear: the
+-- trainable parameter is its compressed `values`, f32 (out, 2·⌈in/M⌉)),
+-- Q(W) = γ·RoundClip(v/γ, −1, 1) of each kept value v with γ = the mean |v|
+-- over the kept weights (venom.ternary_fake_quant(values, nnz)), and the
+-- input quantised to int8 per row (venom.int8_fake_quant). Backward is the
+-- straight-through estimator through both quantisers, then the V:N:M
+-- kernels (SpMM, its transpose, SDDMM). opts: V = 64, M = 8, N = 2, weight
+-- (a dense (out, in) f32 to compress by magnitude; default nn.Linear's
+-- uniform ±1/√in), norm = true (a new nn.RMSNorm on the input), false
+-- (none) or an nn.RMSNorm module to use (GMP passes the BitLinear's own).
+-- prune.GMP (mode "vnm") makes these from nn.BitLinear. layer:pack()
+-- switches it to inference with packed weights (venom.ternary_vnm_pack:
+-- 4 bits per kept weight, the int8 × ternary kernel with the column gather).
+local SparseBitLinear = sparse.SparseLinear:extend("SparseBitLinear")
+layers.SparseBitLinear = SparseBitLinear
+
+function SparseBitLinear:__init(in_features, out_features, opts)
+  local who = "nn.SparseBitLinear"
+  opts = check_opts(opts, { "V", "N", "M", "weight", "norm" }, who)
+  local norm = opts.norm
+  if norm ~= nil and type(norm) ~= "boolean" and getmetatable(norm) ~= RMSNorm then
+    fail(("%s: norm must be true, false or an nn.RMSNorm, got %s"):format(who, tostring(norm)))
+  end
+  sparse.SparseLinear.__init(self, in_features, out_features,
+    { V = opts.V, N = opts.N, M = opts.M, weight = opts.weight, bias = false })
+  if getmetatable(norm) == RMSNorm then
+    if norm.dim ~= in_features then
+      fail(("%s: norm is an nn.RMSNorm(%d), expected %d features"):format(who, norm.dim, in_features))
+    end
+    self:add_module("norm", norm)
+  elseif norm ~= false then
+    self:add_module("norm", RMSNorm(in_features))
+  end
+end
+
+function SparseBitLinear:forward(x)
+  local h = normed_input("nn.SparseBitLinear", self, x)
+  if self.packed then return venom.ternary_vnm_matmul(h, self.matrix, self.packed, self.gamma) end
+  local wq = venom.ternary_fake_quant(self.values, self.matrix:stats().nnz)
+  return venom.vnm_linear(venom.int8_fake_quant(h), self.matrix, wq)
+end
+
+--- Packs the current ternary weights for inference (self.packed, self.gamma):
+-- the forward then runs the int8 × ternary V:N:M kernel (no gradient).
+-- Returns the layer.
+function SparseBitLinear:pack()
+  self.packed, self.gamma = venom.ternary_vnm_pack(self.matrix)
+  return self
+end
+
+function SparseBitLinear:extra_repr()
+  return ("in_features=%d, out_features=%d, V=%d, N=%d, M=%d%s"):format(self.in_features,
+    self.out_features, self.V, self.N, self.M, self.packed and ", packed" or "")
 end
 
 -- Export ---------------------------------------------------------------------------

@@ -205,8 +205,8 @@ local function select_layers(who, model, names)
   end
   for _, e in ipairs(chosen) do
     if not sparse.is_prunable(e.module) then
-      fail(("%s: layer '%s' is a %s; only nn.Linear and nn.Conv2d (groups = 1) layers can be "
-        .. "pruned")
+      fail(("%s: layer '%s' is a %s; only nn.Linear, nn.BitLinear and nn.Conv2d (groups = 1) "
+        .. "layers can be pruned")
         :format(who, e.path, getmetatable(e.module).__name or "?"))
     end
   end
@@ -348,6 +348,11 @@ function prune.GMP(model, opts)
     if k and mode ~= "vnm" then
       fail(("%s: layer '%s' is a Conv2d; mode %q prunes nn.Linear layers only (Conv2d: mode "
         .. "\"vnm\")"):format(who, L.path, mode))
+    end
+    -- A masked BitLinear would take γ over its pruned zeros too.
+    if getmetatable(L.module) == nn.BitLinear and mode ~= "vnm" then
+      fail(("%s: layer '%s' is a BitLinear; mode %q prunes nn.Linear layers only (BitLinear: "
+        .. "mode \"vnm\", which makes it an nn.SparseBitLinear)"):format(who, L.path, mode))
     end
     if layout.M and L.cols < layout.M then
       fail(("%s: layer '%s' has %d inputs, fewer than M = %d")

@@ -192,6 +192,8 @@ function vnm.set_shadow(L, alive, M, V, sel)
   if getmetatable(L.module) == nn.Linear then
     rawset(L.module, "_gmp_matrix", sel or sparse.from_dense(alive, { V = V, N = 2, M = M }))
   end
+  -- an nn.BitLinear takes γ over the kept weights only (nn_quant.lua)
+  if getmetatable(L.module) == nn.BitLinear then rawset(L.module, "_gmp_kept", alive:sum():item()) end
   rawset(L.module, "forward", shadow_forward) -- this instance only; removed at compression
 end
 
@@ -206,6 +208,7 @@ function vnm.stage(gmp, L, M, final)
   rawset(L.module, "forward", nil)
   rawset(L.module, "_gmp_pruned", nil)
   rawset(L.module, "_gmp_matrix", nil)
+  rawset(L.module, "_gmp_kept", nil)
   compress(gmp, L, s, M)
 end
 

@@ -306,29 +306,35 @@ function SparseConv2d:extra_repr()
 end
 
 --- Whether `m` is a layer sparse.from_layer can make V:N:M: an nn.Linear,
--- or an nn.Conv2d with groups = 1.
+-- an nn.BitLinear, or an nn.Conv2d with groups = 1.
 function sparse.is_prunable(m)
   local mt = getmetatable(m)
-  return mt == nn.Linear or (mt == nn.Conv2d and m.groups == 1)
+  return mt == nn.Linear or mt == nn.BitLinear or (mt == nn.Conv2d and m.groups == 1)
 end
 
---- The weight matrix of a layer as (R, K): nn.Linear's weight, nn.Conv2d's
+--- The weight matrix of a layer as (R, K): nn.Linear's (nn.BitLinear's) weight, nn.Conv2d's
 -- reshaped to (out_channels, in_channels·kh·kw), a sparse layer's to_dense().
 function sparse.weight_matrix(m)
   local mt = getmetatable(m)
-  if mt == nn.Linear then return m.weight:detach() end
+  if mt == nn.Linear or mt == nn.BitLinear then return m.weight:detach() end
   if mt == nn.Conv2d then return m.weight:detach():reshape(m.out_channels, -1) end
   return m:to_dense()
 end
 
 --- The V:N:M layer of the same kind as `m` (nn.Linear or SparseLinear →
 -- SparseLinear, nn.Conv2d or SparseConv2d → SparseConv2d: same sizes and
--- geometry) holding the dense (R, K) `weight` (default: m's own, pruned by
+-- geometry; nn.BitLinear or SparseBitLinear → nn.SparseBitLinear with m's
+-- RMSNorm) holding the dense (R, K) `weight` (default: m's own, pruned by
 -- magnitude) and m's bias tensor. opts: V, M, N.
 function sparse.from_layer(m, opts, weight)
   local who = "sparse.from_layer"
   local V, N, M = layout(who, opts)
   weight = weight or sparse.weight_matrix(m)
+  local mt = getmetatable(m)
+  if mt == nn.BitLinear or mt == nn.SparseBitLinear then
+    return nn.SparseBitLinear(m.in_features, m.out_features,
+      { V = V, N = N, M = M, weight = weight, norm = m.norm or false })
+  end
   if m.kernel_size then
     if m.groups and m.groups ~= 1 then
       fail(("%s: a Conv2d with groups = %d; V:N:M convolutions take groups = 1"):format(who,

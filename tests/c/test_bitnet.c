@@ -221,7 +221,7 @@ static void test_ops_path(void **state)
     int64_t B = 4, N = 9, K = 300;
     vn_tensor *x = trand(2, (int64_t[]){B, K}, -5, 5, 40), *w = trand(2, (int64_t[]){N, K}, -1, 1, 41);
     memset(f32(x) + 2 * K, 0, sizeof(float) * (size_t)K);
-    vn_tensor *xq = vnq__quantize_input_ops(x), *wq = vnq__quantize_weight_ops(w);
+    vn_tensor *xq = vnq__quantize_input_ops(x), *wq = vnq__quantize_weight_ops(w, vn_tensor_numel(w));
     CHECK_PTR(xq);
     CHECK_PTR(wq);
     float *row = malloc(sizeof(float) * (size_t)K);
@@ -236,7 +236,7 @@ static void test_ops_path(void **state)
     vn_tensor *wl = vn_ternary_quantize(w, &g);
     CHECK_PTR(wl);
     for (int64_t i = 0; i < N * K; i++) assert_close(f32(wq)[i], f32(wl)[i], 1e-6, "γ·W̃ ops", i);
-    vn_tensor *z = vn_zeros(VN_F32, 2, (int64_t[]){N, K}), *zq = vnq__quantize_weight_ops(z);
+    vn_tensor *z = vn_zeros(VN_F32, 2, (int64_t[]){N, K}), *zq = vnq__quantize_weight_ops(z, N * K);
     CHECK_PTR(zq);
     for (int64_t i = 0; i < N * K; i++) assert_float_equal(f32(zq)[i], 0, 0);
     free(row);
@@ -300,7 +300,7 @@ static void test_pack_and_kernels(void **state)
                 vnq_kernel kern = vnq__kernel(isas[i]);
                 if (!kern) continue; /* no AVX2 on this CPU */
                 memset(y, 0xff, sizeof(float) * (size_t)(B * N));
-                kern(vn_tensor_data(p), N, Kp, xq, sum, s, B, g, y);
+                kern(vn_tensor_data(p), N, Kp, xq, sum, s, B, g, y, N);
                 for (int64_t j = 0; j < B * N; j++) assert_close(y[j], ref[j], 1e-6, isas[i], j);
             }
             /* The public product matches the training forward. */

@@ -1,13 +1,16 @@
 -- BitLinear on the GPU (the quantisers as elementwise ops and reductions,
 -- then cuBLAS; engine/quant/bitlinear.c) against the CPU loops: the output
 -- and both STE gradients for odd sizes, an all-zero row, a zero weight
--- matrix, and a bitnet GPT's loss and gradients after one step.
+-- matrix, and a bitnet GPT's loss and gradients after one step; the fake
+-- quantisers with γ over a count, and nn.SparseBitLinear (ternary V:N:M:
+-- the Sparse Tensor Core path rounds to bf16, hence the looser tolerance).
 local venom = require "venom"
 if not venom.cuda.is_available() then print("1..0 # SKIP no CUDA device") os.exit(0) end
 package.path = "tests/gpu/?.lua;tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local G = require "gpucheck"
 local GPT = require "models.gpt"
+local nn = require "venom.nn"
 local close = G.close
 
 venom.manual_seed(3)
@@ -43,4 +46,20 @@ close(lg, lc, TOL, "a bitnet GPT's loss on the GPU")
 lc:backward()
 lg:backward()
 close(mg.blocks[1].mlp.fc.weight.grad, mc.blocks[1].mlp.fc.weight.grad, 1e-3, "and a BitLinear's gradient")
+
+local w = venom.randn(40, 24)
+close(venom.ternary_fake_quant(w:cuda(), 300), venom.ternary_fake_quant(w, 300), TOL,
+  "ternary_fake_quant with γ over a count")
+local x = venom.randn(6, 24)
+close(venom.int8_fake_quant(x:cuda()), venom.int8_fake_quant(x), TOL, "int8_fake_quant")
+local sc = nn.SparseBitLinear(24, 32, { V = 16, M = 8 })
+local sg = nn.SparseBitLinear(24, 32, { V = 16, M = 8 })
+sg:load_state_dict(sc:state_dict())
+sg:cuda()
+local ysc, ysg = sc(x), sg(x:cuda())
+close(ysg, ysc, 2e-2, "nn.SparseBitLinear forward (bf16 Sparse Tensor Cores)")
+local r = venom.randn(6, 32)
+;(ysc * r):sum():backward()
+;(ysg * r:cuda()):sum():backward()
+close(sg.values.grad, sc.values.grad, 2e-2, "and its values' gradient")
 tap.done()

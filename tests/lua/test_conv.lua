@@ -174,7 +174,7 @@ do
     "is a Conv2d; mode \"nm\" prunes nn.Linear layers only", "GMP: masked modes refuse Conv2d")
   tap.error_like(function() prune.GMP(nn.Sequential(nn.Conv2d(4, 4, 3, { groups = 2 })),
       { optimizer = opt, pattern = "8:2:8", n = 1, layers = { "1" } }) end,
-    "only nn.Linear and nn.Conv2d %(groups = 1%)", "GMP: a grouped conv is refused")
+    "only nn.Linear, nn.BitLinear and nn.Conv2d %(groups = 1%)", "GMP: a grouped conv is refused")
 end
 
 -- bad input ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
--- Tutorial 5 on a small text file with a tiny model: both runs print their
--- validation losses, the packed model is exported (to --export) and loaded,
--- both models generate and their tokens/s are printed; a bad option exits
--- with status 2 and a missing text file with status 1 and its name.
+-- Tutorial 5 on a small text file with a tiny model: the three runs print
+-- their validation losses, the packed model is exported (to --export) and
+-- loaded, both models generate and their tokens/s are printed, the 2:8
+-- model packed gives its own val loss; a bad option exits with status 2 and
+-- a missing text file with status 1 and its name.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local testutil = require "testutil"
@@ -16,7 +17,7 @@ end
 
 local export = tmp .. ".ternary"
 local out, rc = tutorial("--text " .. tmp .. " --export " .. export)
-tap.is(rc, 0, "a run of both models" .. (rc ~= 0 and ": " .. out or ""))
+tap.is(rc, 0, "a run of the three models" .. (rc ~= 0 and ": " .. out or ""))
 tap.ok(out:find("f32 +step +4 .* val loss %d") ~= nil and out:find("bitnet +step +8 .* val loss %d") ~= nil,
   "validation losses of the f32 and the BitNet run")
 tap.ok(out:find("packed ternary model: %d+ bytes") ~= nil and out:find("%-%-%- packed ternary sample %-%-%-\nThe ") ~= nil,
@@ -24,12 +25,18 @@ tap.ok(out:find("packed ternary model: %d+ bytes") ~= nil and out:find("%-%-%- p
 local bit, packed = out:match("BitNet b1%.58 ([%d.]+) %([^)]*%), packed ([%d.]+)")
 tap.ok(bit and math.abs(tonumber(bit) - tonumber(packed)) < 1e-3 * tonumber(bit),
   "the packed model's val loss is the BitNet model's on the same batches")
+tap.ok(out:find("bitnet2:8 step +8 .* val loss %d") ~= nil, "validation losses of the BitNet 2:8 run")
+local sp, spacked = out:match("BitNet 64:2:8 %(ternary V:N:M MLPs%) ([%d.]+) %([^)]*%), packed ([%d.]+)")
+tap.ok(sp and math.abs(tonumber(sp) - tonumber(spacked)) < 1e-3 * tonumber(sp),
+  "the 2:8 model with packed MLPs has the val loss it trained to")
 tap.ok(out:find("generation %(median of 3%): f32 [%d.]+ tokens/s, packed ternary [%d.]+ tokens/s") ~= nil,
   "tokens/s of both models")
 local ef = io.open(export, "rb")
 tap.ok(ef ~= nil and ef:read(8) ~= nil, "--export wrote the packed file")
 if ef then ef:close() end
 os.remove(export)
+out, rc = tutorial("--text " .. tmp .. " --sparse 2:8")
+tap.is(rc, 2, "--sparse that is not V:2:M exits with status 2")
 out, rc = tutorial("--text " .. tmp .. " --n-embd 15")
 tap.is(rc, 2, "--n-embd not a multiple of --n-head exits with status 2")
 out, rc = tutorial("--text " .. tmp .. ".missing")

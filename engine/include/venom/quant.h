@@ -78,4 +78,55 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
  * else "portable"; VENOM_NO_AVX2 (non-empty) forces "portable". */
 const char *vn_ternary_isa(void);
 
+/* ---- fake quantisation (the quantisers as ops, for layers that compose them) ---- */
+
+/* γ·W̃ of w f32 (any shape, non-empty) with γ = Σ|w| / count, as a
+ * differentiable op whose backward is the STE (the identity). count = the
+ * number of elements gives vn_bitlinear's weights; a V:N:M layer passes its
+ * number of kept weights (vn_vnm_summary.nnz), so that γ is the mean |w|
+ * over the weights the layer has, not over its pruned zeros. CPU or CUDA.
+ * Errors: VN_ERR_ARG (NULL, freed, count outside 1..numel), VN_ERR_DTYPE,
+ * VN_ERR_SHAPE (an empty w), VN_ERR_MEMORY. */
+vn_tensor *vn_ternary_fake_quant(const vn_tensor *w, int64_t count);
+
+/* x̃/s of every row (last dim) of x f32 (..., K), K ≥ 1: the activation
+ * quantiser above, differentiable with the STE (the identity; |x·s| ≤ 127,
+ * so the clamp never saturates). CPU or CUDA. Errors as
+ * vn_ternary_fake_quant (VN_ERR_SHAPE for a 0-d x or K = 0). */
+vn_tensor *vn_int8_fake_quant(const vn_tensor *x);
+
+/* ---- ternary V:N:M ("BitNet 2:8") ----------------------------------------------- */
+
+/* A V:N:M matrix s (R × K, G = ⌈K/M⌉ groups; see vn_vnm_from_dense) whose
+ * kept weights are ternary: W̃ = RoundClip(v / (γ + ε), −1, 1) for each of
+ * its values v, with γ = Σ|v| / nnz, the mean over the kept weights. Packed
+ * per row as a dense ternary row over the row block's 4·G kept columns
+ * ("compact columns": column 4·g + j is the j-th kept column of group g,
+ * j = 0..3; the two a row does not keep hold 0), in the layout of
+ * vn_ternary_pack: u8 (R, vn_ternary_row_bytes(4·G)). That is 4 bits per
+ * kept weight (its trit and its position among the 4) plus the block's
+ * column locations, which stay in s. s's values f32 on the CPU. γ in
+ * *gamma (required). Errors: VN_ERR_ARG (NULL s or gamma), VN_ERR_DTYPE,
+ * VN_ERR_DEVICE (values on CUDA), VN_ERR_MEMORY. */
+vn_tensor *vn_ternary_vnm_pack(const vn_vnm *s, float *gamma);
+
+/* Checks packed weights for s: the shape (R, vn_ternary_row_bytes(4·G)),
+ * every code as vn_ternary_check, and zero trits at the two positions of
+ * each group that a row does not keep. VN_OK or VN_ERR_SHAPE, VN_ERR_DTYPE,
+ * VN_ERR_FORMAT (the row and group in the message), VN_ERR_ARG. */
+vn_status vn_ternary_vnm_check(const vn_tensor *packed, const vn_vnm *s);
+
+/* Inference: y f32 (..., R) = (x̃·W̃ᵀ)·γ/s for x f32 (..., K) on the CPU,
+ * x quantised to int8 per row as above; for each block of V rows the kernel
+ * gathers the block's 4·G columns of x̃ into a compact row, then takes
+ * integer dot products with the packed rows (the kernels of
+ * vn_ternary_matmul, AVX2 or portable by vn_ternary_isa). Equal to
+ * vn_vnm_linear(vn_int8_fake_quant(x), s, γ·W̃ values, NULL) up to f32
+ * rounding. Not recorded on the tape. packed must be valid (from
+ * vn_ternary_vnm_pack(s), or passed by vn_ternary_vnm_check). Errors:
+ * VN_ERR_ARG (NULL s, a γ negative or not finite), VN_ERR_SHAPE (packed not
+ * (R, row bytes of 4·G), x's last dim not K), VN_ERR_DTYPE, VN_ERR_MEMORY. */
+vn_tensor *vn_ternary_vnm_matmul(const vn_tensor *x, const vn_vnm *s, const vn_tensor *packed,
+                                 float gamma);
+
 #endif

@@ -1,0 +1,145 @@
+-- bench/bitnet_recipe.lua — which parts of the BitNet b1.58 training recipe
+-- close the validation-loss gap to f32 on tutorial 5's tiny GPT (fortunes,
+-- byte tokens, 2 layers, 4 heads, block 64, batch 16). Every run trains
+-- from the same initial weights on the same batches and is evaluated on
+-- the same validation batches, so rows differ by the recipe only. A table,
+-- never a pass/fail.
+--
+-- Variants (--variants, comma-separated):
+--   f32       AdamW 2e-3, 5% warm-up, cosine to 0, weight decay 0.1 (tutorial 5's f32)
+--   tutorial  BitNet: peak --peak, 5% warm-up, stage 1 linear to 60% of the peak,
+--             half way a drop to 30% and linear to 0, weight decay 0.1 then 0
+--             (tutorial 5's BitNet run)
+--   keepwd    tutorial, but weight decay 0.1 in stage 2 too
+--   onestage  peak --peak, 5% warm-up, linear to 0, weight decay 0.1 throughout
+--   split     tutorial for the BitLinear weights; embeddings, head and norms
+--             with the f32 recipe (a second AdamW)
+--   warm10    tutorial with a 10% warm-up
+--   vnm28     tutorial 5's BitNet 2:8 run: tutorial, with the MLP BitLinears pruned
+--             by GMP to ternary 64:2:8 from 20% to 60% of the steps
+--
+--     venom bench/bitnet_recipe.lua [--variants f32,tutorial,...] [--n-embd 128]
+--         [--steps 400] [--peak 1.5e-2] [--seed 0]
+local venom = require "venom"
+local optim = require "venom.optim"
+local data = require "venom.data"
+local nn = require "venom.nn"
+local prune = require "venom.prune"
+local util = require "venom.util"
+local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
+package.path = root .. "/?.lua;" .. package.path
+local GPT = require "models.gpt"
+
+local opts = util.parse_args(arg, { variants = "f32,tutorial,keepwd,onestage,split,warm10",
+  n_embd = 128, steps = 400, peak = 1.5e-2, seed = 0, eval_batches = 8 }, {
+  variants = "comma-separated variant names (see the file's header)",
+  n_embd = "width of the residual stream",
+  steps = "optimizer steps of each run",
+  peak = "peak learning rate of the BitNet variants",
+  seed = "seed of the engine RNG",
+  eval_batches = "validation batches averaged at the end",
+})
+local B, T, WD, F32_LR = 16, 64, 0.1, 2e-3
+local train, val = data.corpus("")
+
+-- f32: warm-up, cosine to 0.
+local function cosine(step, peak, warm)
+  if step <= warm then return peak * step / warm end
+  return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / math.max(1, opts.steps - warm)))
+end
+
+-- BitNet b1.58's two stages: (lr, weight decay) at step.
+local function two_stage(step, warm, wd2)
+  local S, peak = opts.steps, opts.peak
+  local half = math.floor(S / 2)
+  if step <= warm then return peak * step / warm, WD end
+  if step <= half then return peak * (1 - 0.4 * (step - warm) / math.max(1, half - warm)), WD end
+  return peak * 0.3 * (1 - (step - half) / math.max(1, S - half)), wd2
+end
+
+local warm5 = math.max(1, math.floor(opts.steps / 20))
+local variants = {
+  f32 = { bitnet = false, lr = function(s) return cosine(s, F32_LR, warm5), WD end },
+  tutorial = { lr = function(s) return two_stage(s, warm5, 0) end },
+  keepwd = { lr = function(s) return two_stage(s, warm5, WD) end },
+  onestage = { lr = function(s)
+    if s <= warm5 then return opts.peak * s / warm5, WD end
+    return opts.peak * (1 - (s - warm5) / math.max(1, opts.steps - warm5)), WD
+  end },
+  split = { split = true, lr = function(s) return two_stage(s, warm5, 0) end },
+  warm10 = { lr = function(s) return two_stage(s, math.max(1, math.floor(opts.steps / 10)), 0) end },
+  vnm28 = { vnm = "64:2:8", lr = function(s) return two_stage(s, warm5, 0) end },
+}
+
+-- The BitLinear weights of model, and its other parameters.
+local function split_params(model)
+  local bit, other, seen = {}, {}, {}
+  local function walk(m)
+    if getmetatable(m) == nn.BitLinear then
+      bit[#bit + 1] = m.weight
+      seen[m.weight] = true
+    end
+    for _, c in ipairs(m:children()) do walk(c) end
+  end
+  walk(model)
+  for _, p in ipairs(model:parameters()) do
+    if not seen[p] then other[#other + 1] = p end
+  end
+  return bit, other
+end
+
+local function run(v)
+  venom.manual_seed(opts.seed)
+  local model = GPT({ vocab_size = data.TEXT_VOCAB, block_size = T, n_layer = 2, n_head = 4,
+                      n_embd = opts.n_embd, bitnet = v.bitnet ~= false })
+  venom.manual_seed(opts.seed + 1)
+  local opts_list
+  if v.split then
+    local bit, other = split_params(model)
+    opts_list = { { optim.AdamW(bit, { lr = 0 }), v.lr },
+                  { optim.AdamW(other, { lr = 0 }), function(s) return cosine(s, F32_LR, warm5), WD end } }
+  else
+    opts_list = { { optim.AdamW(model:parameters(), { lr = 0 }), v.lr } }
+  end
+  local gmp
+  if v.vnm then -- as tutorial 5's third run
+    local t0 = math.floor(0.2 * opts.steps)
+    local dt = math.max(1, math.floor((math.floor(0.6 * opts.steps) - t0) / 20))
+    gmp = prune.GMP(model, { optimizer = opts_list[1][1], pattern = v.vnm, layers = model:mlp_layers(),
+      t0 = t0, n = math.max(1, math.floor((0.6 * opts.steps - t0) / dt)), dt = dt })
+  end
+  local t0 = venom.clock()
+  for step = 1, opts.steps do
+    for _, o in ipairs(opts_list) do o[1].lr, o[1].weight_decay = o[2](step) end
+    local x, y = data.random_windows(train, B, T)
+    local loss = model:loss(x, y)
+    for _, o in ipairs(opts_list) do o[1]:zero_grad() end
+    loss:backward()
+    for _, o in ipairs(opts_list) do o[1]:step() end
+    if gmp then gmp:step() end
+    loss = nil
+    collectgarbage()
+  end
+  local secs = venom.clock() - t0
+  venom.manual_seed(opts.seed + 2)
+  model:eval()
+  local sum = 0
+  venom.no_grad(function()
+    for _ = 1, opts.eval_batches do
+      local x, y = data.random_windows(val, B, T)
+      sum = sum + model:loss(x, y):item()
+    end
+  end)
+  return sum / opts.eval_batches, secs
+end
+
+print(("tiny GPT n_embd %d, %d steps, BitNet peak lr %g, seed %d"):format(opts.n_embd, opts.steps,
+  opts.peak, opts.seed))
+print("| n_embd | variant | val loss | train s |\n|---|---|---|---|")
+for name in tostring(opts.variants):gmatch("[^,]+") do
+  local v = variants[name]
+  if not v then util.die(("unknown variant '%s'"):format(name)) end
+  local loss, secs = run(v)
+  print(("| %d | %s | %.4f | %.0f |"):format(opts.n_embd, name, loss, secs))
+  io.stdout:flush()
+end
