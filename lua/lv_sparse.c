@@ -134,7 +134,7 @@ static int l_vnm_linear(lua_State *L)
 static int l_vnm_shadow_linear(lua_State *L)
 {
     vn_tensor *x = lv_check(L, 1);
-    vn_vnm *s = check_vnm(L, 2);
+    vn_vnm *s = lv_check_vnm(L, 2);
     vn_tensor *w = lv_check(L, 3), *bias = lv_optcheck(L, 4);
     return lv_push(L, vn_vnm_shadow_linear(x, s, w, bias));
 }
@@ -143,7 +143,7 @@ static int l_vnm_shadow_linear(lua_State *L)
 static int l_vnm_shadow_decay_(lua_State *L)
 {
     vn_tensor *w = lv_check(L, 1);
-    vn_vnm *s = check_vnm(L, 2);
+    vn_vnm *s = lv_check_vnm(L, 2);
     lv_status(L, vn_vnm_shadow_decay(w, s, luaL_checknumber(L, 3)));
     lua_settop(L, 1);
     return 1;
