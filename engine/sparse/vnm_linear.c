@@ -190,6 +190,19 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
 enum { SAVED_BLOB, SAVED_XT };
 struct vnm_linear_saved { int64_t R, K, V, M; };
 
+/* The bias's gradient, input 2 of the node: db[r] = Σ_b dy[b, r] for dy (B, R). */
+static vn_status bias_grad(vn_node *node, const vn_tensor *dy, int64_t B, int64_t R)
+{
+    vn_tensor *db = vn_zeros(VN_F32, 1, &R);
+    if (db) {
+        float *restrict acc = vn_tensor_data(db);
+        const float *pdy = vn_tensor_data(dy);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t r = 0; r < R; r++) acc[r] += pdy[b * R + r];
+    }
+    return vn__accum(node, 2, db);
+}
+
 static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
 {
     const struct vnm_linear_saved *saved = VN_SAVED_STATE(node, struct vnm_linear_saved);
@@ -219,16 +232,7 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(xc);
         vn_tensor_release(xt);
     }
-    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) {
-        vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);
-        if (db) {
-            float *restrict acc = vn_tensor_data(db);
-            const float *pdy = vn_tensor_data(dy);
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t r = 0; r < p.R; r++) acc[r] += pdy[b * p.R + r];
-        }
-        s = vn__accum(node, 2, db);
-    }
+    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
     vn_tensor_release(dy);
     vn_tensor_release(dyt);
     return s;
@@ -339,16 +343,7 @@ static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(xc);
         s = vn__accum(node, 1, dw);
     }
-    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) {
-        vn_tensor *db = vn_zeros(VN_F32, 1, &p.R);
-        if (db) {
-            float *restrict acc = vn_tensor_data(db);
-            const float *pdy = vn_tensor_data(dy);
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t r = 0; r < p.R; r++) acc[r] += pdy[b * p.R + r];
-        }
-        s = vn__accum(node, 2, db);
-    }
+    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
     vn_tensor_release(dy);
     return s;
 }
