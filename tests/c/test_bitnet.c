@@ -6,6 +6,7 @@
  * kernels (portable and AVX2) against a plain integer loop for odd sizes,
  * corrupt packed data, and bad arguments. */
 #include "gradcheck.h"
+#include "ref_quant.h"
 #include "quant_internal.h"
 
 #include <math.h>
@@ -29,23 +30,6 @@ static float ref_gamma(const float *w, int64_t n)
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += fabs((double)w[i]);
     return (float)(s / (double)n);
-}
-
-static float ref_trit(float w, float gamma)
-{
-    float r = rintf(w / (gamma + 1e-5f));
-    return fminf(1.0f, fmaxf(-1.0f, r));
-}
-
-/* x̃ of row x (K) into q, returns s (0 for a zero row). */
-static float ref_act(const float *x, int64_t K, float *q)
-{
-    float m = 0;
-    for (int64_t k = 0; k < K; k++)
-        if (fabsf(x[k]) > m) m = fabsf(x[k]);
-    float s = m > 0 ? 127.0f / m : 0;
-    for (int64_t k = 0; k < K; k++) q[k] = fminf(127.0f, fmaxf(-128.0f, rintf(x[k] * s)));
-    return s;
 }
 
 /* Reference quantised operands: Xq = x̃/s (B × K) and Wq = γ·W̃ (N × K). */

@@ -8,6 +8,7 @@
  * ternary matrix on odd sizes with padding; γ = 0, zero rows; bad input
  * and corrupt packed data. */
 #include "gradcheck.h"
+#include "ref_quant.h"
 #include "quant_internal.h"
 
 #include <math.h>
@@ -20,23 +21,6 @@ static void assert_close(double got, double want, double tol, const char *what, 
 {
     if (!(fabs(got - want) <= tol * (1 + fabs(want))))
         fail_msg("%s[%lld]: got %.9g, expected %.9g", what, (long long)i, got, want);
-}
-
-static float ref_trit(float w, float gamma)
-{
-    float r = rintf(w / (gamma + 1e-5f));
-    return fminf(1.0f, fmaxf(-1.0f, r));
-}
-
-/* x̃ of row x (K) into q, returns s (0 for a zero row). */
-static float ref_act(const float *x, int64_t K, float *q)
-{
-    float m = 0;
-    for (int64_t k = 0; k < K; k++)
-        if (fabsf(x[k]) > m) m = fabsf(x[k]);
-    float s = m > 0 ? 127.0f / m : 0;
-    for (int64_t k = 0; k < K; k++) q[k] = fminf(127.0f, fmaxf(-128.0f, rintf(x[k] * s)));
-    return s;
 }
 
 /* The dense ternary reference of s: W̃ (R × K) and γ = Σ|kept| / kept. */
