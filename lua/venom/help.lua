@@ -103,7 +103,7 @@ end
 
 local modules = { "nn", "optim", "data", "util", "prune", "sparse", "checkpoint", "plot", "metrics",
                   "nn_init", "nn_utils", "nn_transformer", "nn_graph", "nn_moe", "nn_dynamic", "nn_quant", "graph", "distributed", "help", "image",
-                  "nn_conv", "data_image" }
+                  "nn_conv", "data_image", "amp", "profile" }
 local index -- qualified name → true, for every function reachable from venom
 local names   -- function or class → its shortest qualified name
 

@@ -11,7 +11,9 @@ local INTERNAL = { init = true, nn = true, optim = true, data = true, util = tru
                    checkpoint = true, sparse = true, prune = true, plot = true, metrics = true,
                    nn_init = true, nn_utils = true, nn_transformer = true, nn_graph = true, help = true, graph = true,
                    nn_quant = true, nn_conv = true, nn_moe = true, nn_dynamic = true, image = true,
-                   data_image = true, data_sampler = true, distributed = true, prune_masks = true,
+                   data_image = true, data_sampler = true, data_planetoid = true, amp = true,
+                   profile = true, nn_moe_parallel = true, nn_moe_placement = true,
+                   distributed_zero = true, distributed = true, prune_masks = true,
                    prune_vnm = true, prune_state = true }
 -- Patterns of other sources util.fail passes over (util.add_internal_source).
 local internal_sources = {}
@@ -158,6 +160,30 @@ function util.check_options(opts, known, who)
     end
   end
   return opts
+end
+
+-- Files -------------------------------------------------------------------------
+
+--- util.read_file(who, path, hint) → the bytes of the file at path (a
+-- string). io.open succeeds on a directory and the read fails, so both are
+-- checked; errors start with `who` and name the path (and `hint`).
+function util.read_file(who, path, hint)
+  local f, err = io.open(path, "rb")
+  local s, rerr, code
+  if f then
+    s, rerr, code = f:read("*a")
+    f:close()
+  end
+  if s then return s end
+  local msg
+  if not f then -- err is "<path>: <reason>"
+    msg = ("cannot open %s (%s)"):format(path, (tostring(err):gsub("^.*: ", "")))
+  elseif code == 21 then -- EISDIR
+    msg = ("%s is a directory; expected a file"):format(path)
+  else
+    msg = ("cannot read %s (%s)"):format(path, tostring(rerr))
+  end
+  util.fail(("%s: %s%s"):format(who, msg, hint and "; " .. hint or ""))
 end
 
 -- Formatting --------------------------------------------------------------------
