@@ -211,7 +211,7 @@ function venom.profile(fn, ...) return require("venom.profile")(fn, ...) end
 
 local submodules = { nn = true, optim = true, data = true, util = true, prune = true,
                      checkpoint = true, sparse = true, plot = true, metrics = true, help = true,
-                     graph = true, image = true, distributed = true }
+                     graph = true, image = true, distributed = true, amp = true }
 
 return setmetatable(venom, {
   __index = function(t, k)

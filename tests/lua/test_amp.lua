@@ -8,6 +8,8 @@ local venom = require "venom"
 local optim = require "venom.optim"
 local amp = require "venom.amp"
 
+tap.ok(venom.amp == amp, "venom.amp is the module require 'venom.amp' returns")
+
 -- The list of numbers a equals the list b, element for element.
 local function same(a, b, name)
   local ok = #a == #b
