@@ -1,0 +1,32 @@
+-- bench/gpt.lua's bad options: each exits with status 2 and one `error:`
+-- line (util.parse_cli), no Lua traceback, before any data loads.
+package.path = (arg[0]:match("^(.*)/") or ".") .. "/?.lua;" .. package.path
+local tap = require "tap"
+
+local exe = os.getenv("VENOM_EXE") or arg[-1]
+
+local cases = {
+  { "--profile-steps 0", "%-%-profile%-steps must be a whole number >= 1, got 0" },
+  { "--steps 0", "%-%-steps must be a whole number >= 1, got 0" },
+  { "--warmup -1", "%-%-warmup must be a whole number >= 0, got %-1" },
+  { "--top 1.5", "%-%-top must be a whole number >= 1, got 1%.5" },
+  { "--steps abc", "%-%-steps" },
+  { "--bogus 3", "bogus" },
+  { "--sparse 64:4:8", "%-%-sparse must be a V:2:M pattern" },
+  { "--sparse 0:2:8", "%-%-sparse must be a V:2:M pattern" },
+  { "--sparse 64:2:2", "%-%-sparse must be a V:2:M pattern" },
+  { "--sparse banana", "%-%-sparse must be a V:2:M pattern" },
+  { "--n-embd 100 --n-head 3", "%-%-n%-embd %(100%) must be a multiple of %-%-n%-head %(3%)" },
+  { "stray", "stray" },
+}
+for _, c in ipairs(cases) do
+  local p = io.popen(("'%s' bench/gpt.lua %s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
+  local out = p:read("*a")
+  p:close()
+  local rc = tonumber(out:match("rc=(%d+)\n$"))
+  local first = out:match("^[^\n]*")
+  tap.ok(rc == 2 and first:find("^error: ") and first:find(c[2]) and not out:find("traceback"),
+         ("bench/gpt.lua %s: exit 2 with a clear error at once (%s, rc %s)"):format(c[1], first,
+           tostring(rc)))
+end
+tap.done()
