@@ -12,7 +12,8 @@ local INTERNAL = { init = true, nn = true, optim = true, data = true, util = tru
                    nn_init = true, nn_utils = true, nn_transformer = true, nn_graph = true, help = true, graph = true,
                    nn_quant = true, nn_conv = true, nn_moe = true, nn_dynamic = true, image = true,
                    data_image = true, data_sampler = true, distributed = true, prune_masks = true,
-                   prune_vnm = true, prune_state = true }
+                   prune_vnm = true, prune_state = true, amp = true, distributed_zero = true,
+                   nn_moe_parallel = true, nn_moe_placement = true, profile = true, repl = true }
 -- Patterns of other sources util.fail passes over (util.add_internal_source).
 local internal_sources = {}
 
