@@ -38,8 +38,8 @@ local opts = util.parse_cli(arg, {
   end
   if o.sparse ~= "" then
     local V, M = o.sparse:match("^(%d+):2:(%d+)$")
-    if not V or tonumber(V) < 1 or tonumber(M) < 3 then
-      util.fail("--sparse must be a V:2:M pattern (V >= 1, M >= 3) such as 64:2:8, got " .. o.sparse)
+    if not V or tonumber(V) < 1 or tonumber(M) < 4 then
+      util.fail("--sparse must be a V:2:M pattern (V >= 1, M >= 4) such as 64:2:8, got " .. o.sparse)
     end
   end
 end)

@@ -16,6 +16,7 @@ local cases = {
   { "--sparse 64:4:8", "%-%-sparse must be a V:2:M pattern" },
   { "--sparse 0:2:8", "%-%-sparse must be a V:2:M pattern" },
   { "--sparse 64:2:2", "%-%-sparse must be a V:2:M pattern" },
+  { "--sparse 64:2:3", "%-%-sparse must be a V:2:M pattern %(V >= 1, M >= 4%)" },
   { "--sparse banana", "%-%-sparse must be a V:2:M pattern" },
   { "--n-embd 100 --n-head 3", "%-%-n%-embd %(100%) must be a multiple of %-%-n%-head %(3%)" },
   { "stray", "stray" },
