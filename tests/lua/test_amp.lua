@@ -115,4 +115,11 @@ do
   tap.is(s:get_scale(), 4, "the refused update left the scale as it was")
 end
 
+tap.error_like(function() venom.autocast("f8", function() end) end,
+  "^[^\n]*test_amp%.lua:%d+: autocast: dtype must be 'bf16', 'f16' or 'f32' %(or nil: off%), got 'f8'",
+  "autocast: a bad dtype is named, at the caller's line")
+tap.error_like(function() venom.autocast(16, function() end) end, "autocast: dtype must be .*got number",
+  "autocast: a number for the dtype is refused")
+tap.is(venom.autocast(nil, function() return venom.get_autocast() end), "f32", "autocast(nil, fn): off, as set_autocast(nil)")
+
 tap.done()
