@@ -30,7 +30,8 @@ local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
 package.path = root .. "/?.lua;" .. package.path
 local GPT = require "models.gpt"
 
-local opts = util.parse_args(arg, { variants = "f32,tutorial,keepwd,onestage,split,warm10",
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { variants = "f32,tutorial,keepwd,onestage,split,warm10",
   n_embd = 128, steps = 400, peak = 1.5e-2, seed = 0, eval_batches = 8 }, {
   variants = "comma-separated variant names (see the file's header)",
   n_embd = "width of the residual stream",
@@ -38,7 +39,11 @@ local opts = util.parse_args(arg, { variants = "f32,tutorial,keepwd,onestage,spl
   peak = "peak learning rate of the BitNet variants",
   seed = "seed of the engine RNG",
   eval_batches = "validation batches averaged at the end",
-})
+}, function(o)
+  for _, k in ipairs({ "n_embd", "steps", "eval_batches" }) do util.check_arg_int(o, k, 1) end
+  util.check_arg_int(o, "seed", 0)
+  util.check_arg_number(o, "peak", 0)
+end)
 local B, T, WD, F32_LR = 16, 64, 0.1, 2e-3
 local train, val = data.corpus("")
 

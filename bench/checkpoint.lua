@@ -10,7 +10,11 @@
 local venom = require "venom"
 local util = require "venom.util"
 
-local opts = util.parse_args(arg, { dir = "/tmp", max_mb = 1024, repeats = 3 })
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { dir = "/tmp", max_mb = 1024, repeats = 3 }, nil, function(o)
+  util.check_arg_int(o, "max_mb", 16)
+  util.check_arg_int(o, "repeats", 1)
+end)
 local path = opts.dir .. "/venom-bench-checkpoint.safetensors"
 local CHUNK = 4 * 1024 * 1024 -- f32 elements per tensor (16 MB)
 

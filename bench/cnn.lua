@@ -20,9 +20,13 @@ local util = require "venom.util"
 local sparse = require "venom.sparse"
 local CNN = require "models.cnn"
 
-local opts = util.parse_args(arg, { steps = 40, width = 32, hidden = 128, batch_size = 128,
-  sparse = "", seed = 0, root = data.FASHION_MNIST_ROOT, device = "cpu" })
-util.check_arg_device(opts, "device")
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { steps = 40, width = 32, hidden = 128, batch_size = 128,
+  sparse = "", seed = 0, root = data.FASHION_MNIST_ROOT, device = "cpu" }, nil, function(o)
+  for _, k in ipairs({ "steps", "width", "hidden", "batch_size" }) do util.check_arg_int(o, k, 1) end
+  util.check_arg_int(o, "seed", 0)
+  util.check_arg_device(o, "device")
+end)
 local sync = opts.device == "cuda" and venom.cuda.synchronize or function() end
 venom.manual_seed(opts.seed)
 local ok, set = pcall(data.fashion_mnist, "train", { root = opts.root })

@@ -24,11 +24,16 @@ local data = require "venom.data"
 local util = require "venom.util"
 local dist = require "venom.distributed"
 
-local opts = util.parse_args(arg, {
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, {
   batch_size = 128, hidden = 1024, epochs = 1, warmup = 5, seed = 0,
   root = data.FASHION_MNIST_ROOT, limit = 0, distributed = false, bucket_mb = 25,
-})
-dist.check_arg(opts)
+}, nil, function(o)
+  for _, k in ipairs({ "batch_size", "hidden", "epochs" }) do util.check_arg_int(o, k, 1) end
+  for _, k in ipairs({ "warmup", "seed", "limit" }) do util.check_arg_int(o, k, 0) end
+  util.check_arg_number(o, "bucket_mb", 0)
+  dist.check_arg(o)
+end)
 if not dist.is_main() then print = function() end end
 venom.manual_seed(opts.seed)
 

@@ -19,12 +19,14 @@ local optim = require "venom.optim"
 local prune = require "venom.prune"
 local util = require "venom.util"
 
-local opts = util.parse_args(arg, { rounds = 7, steps = 20 }, {
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { rounds = 7, steps = 20 }, {
   rounds = "timed rounds per entry (median and spread printed)",
   steps = "optimizer steps per round",
-})
-util.check_arg_int(opts, "rounds", 1)
-util.check_arg_int(opts, "steps", 1)
+}, function(o)
+  util.check_arg_int(o, "rounds", 1)
+  util.check_arg_int(o, "steps", 1)
+end)
 
 venom.manual_seed(0)
 local x = venom.randn(128, 784)

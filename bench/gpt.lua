@@ -23,18 +23,29 @@ local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
 package.path = root .. "/?.lua;" .. package.path
 local GPT = require "models.gpt"
 
-local opts = util.parse_args(arg, {
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, {
   steps = 20, warmup = 3, profile_steps = 5, batch_size = 32, block_size = 64, n_layer = 4,
   n_head = 4, n_embd = 128, sparse = "", seed = 0, text = "", top = 16,
-})
-for _, k in ipairs({ "steps", "warmup", "profile_steps", "batch_size", "block_size", "n_layer",
-                     "n_head", "n_embd", "top" }) do
-  util.check_arg_int(opts, k, k == "warmup" and 0 or 1)
-end
+}, nil, function(o)
+  for _, k in ipairs({ "steps", "warmup", "profile_steps", "batch_size", "block_size", "n_layer",
+                       "n_head", "n_embd", "top" }) do
+    util.check_arg_int(o, k, k == "warmup" and 0 or 1)
+  end
+  util.check_arg_int(o, "seed", 0)
+  if o.n_embd % o.n_head ~= 0 then
+    util.fail(("--n-embd (%d) must be a multiple of --n-head (%d)"):format(o.n_embd, o.n_head))
+  end
+  if o.sparse ~= "" then
+    local V, M = o.sparse:match("^(%d+):2:(%d+)$")
+    if not V or tonumber(V) < 1 or tonumber(M) < 4 then
+      util.fail("--sparse must be a V:2:M pattern (V >= 1, M >= 4) such as 64:2:8, got " .. o.sparse)
+    end
+  end
+end)
 local mlp
 if opts.sparse ~= "" then
-  local V, N, M = opts.sparse:match("^(%d+):(%d+):(%d+)$")
-  if not V or N ~= "2" then util.die("--sparse must be a V:2:M pattern such as 64:2:8, got " .. opts.sparse) end
+  local V, M = opts.sparse:match("^(%d+):2:(%d+)$")
   mlp = { V = tonumber(V), M = tonumber(M) }
 end
 venom.manual_seed(opts.seed)

@@ -16,7 +16,10 @@ local venom = require "venom"
 local util = require "venom.util"
 local data = venom.data
 
-local opts = util.parse_args(arg, { n = 10000, batch = 256, repeats = 3, root = "" })
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { n = 10000, batch = 256, repeats = 3, root = "" }, nil, function(o)
+  for _, k in ipairs({ "n", "batch", "repeats" }) do util.check_arg_int(o, k, 1) end
+end)
 local root, tmp = opts.root, nil
 if root == "" then
   tmp = os.tmpname()

@@ -17,13 +17,17 @@ local venom = require "venom"
 local nn = require "venom.nn"
 local util = require "venom.util"
 
-local opts = util.parse_args(arg, { rounds = 5, reps = 5, tokens = 2048, d = 128, experts = 8 }, {
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { rounds = 5, reps = 5, tokens = 2048, d = 128, experts = 8 }, {
   rounds = "alternating rounds (each entry once per round)",
   reps = "timed steps per entry and round (after one warm-up; the median is kept)",
   tokens = "tokens per step (rows of the input)",
   d = "model width (the hidden width is 4·d)",
   experts = "experts of the MoE layer",
-})
+}, function(o)
+  for _, k in ipairs({ "rounds", "reps", "tokens", "d" }) do util.check_arg_int(o, k, 1) end
+  util.check_arg_int(o, "experts", 2)
+end)
 venom.manual_seed(0)
 local T, D, E = opts.tokens, opts.d, opts.experts
 

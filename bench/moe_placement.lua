@@ -21,7 +21,8 @@ local optim = require "venom.optim"
 local util = require "venom.util"
 local dist = require "venom.distributed"
 
-local opts = util.parse_args(arg, { rounds = 3, steps = 40, every = 10, tokens = 1024, d = 128,
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { rounds = 3, steps = 40, every = 10, tokens = 1024, d = 128,
   experts = 8 }, {
   rounds = "alternating rounds (each entry once per round)",
   steps = "training steps per run",
@@ -29,7 +30,10 @@ local opts = util.parse_args(arg, { rounds = 3, steps = 40, every = 10, tokens =
   tokens = "tokens per step in all (each rank takes its share)",
   d = "model width (the experts' hidden width is 4·d)",
   experts = "experts of the MoE layer",
-})
+}, function(o)
+  for _, k in ipairs({ "rounds", "steps", "every", "tokens", "d" }) do util.check_arg_int(o, k, 1) end
+  util.check_arg_int(o, "experts", 2)
+end)
 dist.init()
 local P, r = dist.world_size(), dist.rank()
 if r ~= 0 then print = function() end end -- luacheck: ignore (rank 0 prints)

@@ -17,13 +17,17 @@ local nn = require "venom.nn"
 local sparse = require "venom.sparse"
 local util = require "venom.util"
 
-local opts = util.parse_args(arg, { device = "cpu", reps = 7, V = 64 }, {
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { device = "cpu", reps = 7, V = 64 }, {
   device = "cpu or cuda",
   reps = "timed steps per entry (the median is printed)",
   V = "rows per V:N:M block",
-})
+}, function(o)
+  if o.device ~= "cpu" and o.device ~= "cuda" then util.fail("--device must be cpu or cuda, got " .. o.device) end
+  util.check_arg_int(o, "reps", 1)
+  util.check_arg_int(o, "V", 1)
+end)
 local dev = opts.device
-if dev ~= "cpu" and dev ~= "cuda" then util.fail("--device must be cpu or cuda, got " .. dev) end
 if dev == "cuda" and not venom.cuda.is_available() then
   print("sparse_layer: no CUDA device")
   os.exit(0)

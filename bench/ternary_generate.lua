@@ -15,11 +15,18 @@ local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
 package.path = root .. "/?.lua;" .. package.path
 local GPT = require "models.gpt"
 
-local opts = util.parse_args(arg, { widths = "128,512,1024", reps = 5, tokens = 64 }, {
+-- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
+local opts = util.parse_cli(arg, { widths = "128,512,1024", reps = 5, tokens = 64 }, {
   widths = "comma-separated n_embd values",
   reps = "timed generations per model (the median is printed)",
   tokens = "bytes generated per run",
-})
+}, function(o)
+  util.check_arg_int(o, "reps", 1)
+  util.check_arg_int(o, "tokens", 1)
+  if not o.widths:match("^%d+[%d,]*$") then
+    util.fail("--widths must be comma-separated whole numbers such as 128,512, got " .. o.widths)
+  end
+end)
 
 local function rate(model)
   venom.manual_seed(1)

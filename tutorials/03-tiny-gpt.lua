@@ -154,6 +154,10 @@ local opts = util.parse_cli(arg, {
   if o.sparse ~= "" and not o.sparse:match("^%d+:2:%d+$") then
     util.fail("--sparse must be a V:2:M pattern such as 64:2:8, got " .. o.sparse)
   end
+  if o.sparse ~= "" then -- V >= 1 and M >= 4, checked now rather than when pruning starts
+    local ok, err = pcall(prune.check_target, "vnm", o.sparse)
+    if not ok then util.fail("--sparse: " .. util.error_text(err)) end
+  end
   if not (o.prune_start >= 0 and o.prune_start < o.prune_end and o.prune_end <= 1) then
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
       :format(o.prune_start, o.prune_end))

@@ -31,9 +31,17 @@ GradScaler.__index = GradScaler
 local function check_positive(who, name, v, min_open)
   if type(v) ~= "number" or v ~= v or v == math.huge or not (v > min_open) then
     fail(("%s: %s must be a finite number > %s, got %s"):format(who, name, tostring(min_open),
-      tostring(v)))
+      type(v) == "number" and tostring(v) or ("a %s (%s)"):format(type(v), tostring(v))))
   end
   return v
+end
+
+-- opt must be an optimizer (venom.optim's, or anything with a params list).
+local function check_opt(who, opt)
+  if type(opt) ~= "table" or type(opt.params) ~= "table" then
+    fail(("%s: expected an optimizer (such as venom.optim.AdamW(...)), got %s"):format(who,
+      type(opt) == "table" and "a table without a params list" or type(opt)))
+  end
 end
 
 --- amp.GradScaler([opts]) → a scaler; opts init_scale (> 0, default 2^16),
@@ -79,6 +87,7 @@ function GradScaler:unscale_(opt)
   if self.unscaled then
     fail("GradScaler:unscale_: already unscaled since the last update(); call it once per step")
   end
+  check_opt("GradScaler:unscale_", opt)
   local inv, total = 1 / self.scale_value, nil
   venom.no_grad(function()
     for _, p in ipairs(opt.params) do
@@ -98,6 +107,7 @@ end
 --- Unscales (unless unscale_ already did) and runs opt:step() unless a
 -- gradient holds an inf or NaN; returns true when the step ran.
 function GradScaler:step(opt)
+  check_opt("GradScaler:step", opt)
   if not self.unscaled then self:unscale_(opt) end
   if self.found_inf then return false end
   opt:step()
@@ -106,7 +116,11 @@ end
 
 --- After step: shrinks S (× backoff_factor) when the step was skipped, and
 -- grows it (× growth_factor) after growth_interval clean steps in a row.
-function GradScaler:update()
+function GradScaler:update(...)
+  if select("#", ...) > 0 then
+    fail(("GradScaler:update: takes no argument (the scale follows growth_factor and "
+      .. "backoff_factor), got %s"):format(type((...))))
+  end
   if self.found_inf then
     self.scale_value = self.scale_value * self.backoff_factor
     self.growth_tracker = 0

@@ -85,12 +85,20 @@ local function new(params, make_optimizer, opts)
   end
   if not dist.is_initialized() then fail(who .. ": call venom.distributed.init() first") end
   local P, r = dist.world_size(), dist.rank()
-  local n = 0
+  local n, seen = 0, {}
   for i, p in ipairs(params) do
     if not venom.is_tensor(p) or p:dtype() ~= "f32" or p:device() ~= "cpu" then
       fail(("%s: params[%d] must be a CPU f32 tensor, got %s"):format(who, i,
         venom.is_tensor(p) and p:device() .. " " .. p:dtype() or type(p)))
     end
+    -- as optim's own checks: a repeated or computed tensor would be
+    -- written back twice, or into a copy that no loss reaches
+    if seen[p] then fail(("%s: params[%d] appears twice in the list"):format(who, i)) end
+    if not p:is_leaf() or not p:requires_grad() then
+      fail(("%s: params[%d] must be a leaf tensor that requires a gradient (the parameter "
+        .. "itself, as model:parameters() gives)"):format(who, i))
+    end
+    seen[p] = true
     n = n + p:numel()
   end
   -- Every rank must hold the same parameter sizes (an error on every rank).
@@ -111,6 +119,10 @@ local function new(params, make_optimizer, opts)
   self:unflatten(flat)
   self.shard = flat:narrow(1, r * N / P + 1, N / P):clone():requires_grad_(true)
   self.optimizer = make_optimizer({ self.shard }, opts)
+  if type(self.optimizer) ~= "table" or type(self.optimizer.step) ~= "function" then
+    fail(("%s: make_optimizer returned %s, expected an optimizer (such as optim.AdamW's)")
+      :format(who, type(self.optimizer)))
+  end
   return self
 end
 

@@ -57,6 +57,10 @@ function venom.autocast(dtype, fn, ...)
   if type(fn) ~= "function" then
     error(("autocast: expected (dtype, function), got a %s for the function"):format(type(fn)), 2)
   end
+  if dtype ~= nil and dtype ~= "bf16" and dtype ~= "f16" and dtype ~= "f32" then
+    error(("autocast: dtype must be 'bf16', 'f16' or 'f32' (or nil: off), got %s"):format(
+      type(dtype) == "string" and ("'%s'"):format(dtype) or type(dtype)), 2)
+  end
   local prev = core.set_autocast(dtype)
   local res = { pcall(fn, ...) }
   core.set_autocast(prev)

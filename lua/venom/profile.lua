@@ -16,7 +16,9 @@
 -- backward rule; a forward time runs from the end of the previous op on
 -- this thread to the end of this one, so it includes the Lua code between
 -- them (and ops that record nothing). Ops on other threads are not seen.
--- If fn fails, the profiler stops and the error propagates.
+-- If fn fails, the profiler stops and the error propagates. Calls do not
+-- nest: venom.profile inside fn is an error (the engine keeps one set of
+-- counts per thread, which the inner call would clear and stop).
 local core = require "venom.core"
 
 local Report = {}
@@ -24,14 +26,22 @@ Report.__index = Report
 
 local function pack(ok, ...) return ok, { n = select("#", ...), ... } end
 
+local active = false -- a venom.profile call is running (on this Lua state)
+
 local function profile(fn, ...)
   if type(fn) ~= "function" then
     error(("profile: expected a function, got %s"):format(type(fn)), 2)
   end
+  if active then
+    error("profile: already profiling (venom.profile calls do not nest; profile the outer "
+      .. "function only)", 2)
+  end
   local start = core.clock()
+  active = true
   core.profile_start()
   local ok, res = pack(pcall(fn, ...))
   core.profile_stop()
+  active = false
   local wall = core.clock() - start
   if not ok then error(res[1], 0) end
   local rows, sum = core.profile_entries(), 0

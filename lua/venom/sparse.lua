@@ -122,7 +122,7 @@ end
 
 function SparseLinear:__init(in_features, out_features, opts)
   nn.Module.__init(self)
-  local who = "nn.SparseLinear"
+  local who = "nn." .. (getmetatable(self).__name or "SparseLinear") -- a subclass's errors name it
   util.check_int(in_features, "in_features", { min = 1, who = who })
   util.check_int(out_features, "out_features", { min = 1, who = who })
   local V, N, M = layout(who, opts, { "bias", "weight" })

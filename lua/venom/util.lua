@@ -14,7 +14,7 @@ local INTERNAL = { init = true, nn = true, optim = true, data = true, util = tru
                    data_image = true, data_sampler = true, data_planetoid = true, amp = true,
                    profile = true, nn_moe_parallel = true, nn_moe_placement = true,
                    distributed_zero = true, distributed = true, prune_masks = true,
-                   prune_vnm = true, prune_state = true }
+                   prune_vnm = true, prune_state = true, repl = true }
 -- Patterns of other sources util.fail passes over (util.add_internal_source).
 local internal_sources = {}
 

@@ -100,5 +100,28 @@ for _, case in ipairs({
   tap.ok(not ok and tostring(err):find(case[2], 1, true), "GradScaler: bad " .. case[2] .. " is an error naming it")
 end
 tap.ok(not pcall(amp.GradScaler().scale, amp.GradScaler(), 3), "scale of a number is an error")
+tap.error_like(function() amp.GradScaler({ init_scale = "1" }) end,
+  "^[^\n]*test_amp%.lua:%d+: GradScaler: init_scale must be a finite number > 0, got a string %(1%)",
+  "GradScaler: a string option is named as a string, the error at the caller's line")
+do
+  local s = amp.GradScaler({ init_scale = 4 })
+  tap.error_like(function() s:step(nil) end, "GradScaler:step: expected an optimizer .*got nil",
+    "GradScaler:step(nil) is a clear error")
+  tap.error_like(function() s:step({}) end, "GradScaler:step: expected an optimizer .*without a params list",
+    "GradScaler:step({}) is a clear error")
+  tap.error_like(function() s:unscale_(3) end, "GradScaler:unscale_: expected an optimizer .*got number",
+    "GradScaler:unscale_(3) is a clear error")
+  tap.ok(not s.unscaled, "a refused unscale_ changes nothing")
+  tap.error_like(function() s:update(1024) end, "GradScaler:update: takes no argument",
+    "GradScaler:update(new_scale) is refused rather than ignored")
+  tap.is(s:get_scale(), 4, "the refused update left the scale as it was")
+end
+
+tap.error_like(function() venom.autocast("f8", function() end) end,
+  "^[^\n]*test_amp%.lua:%d+: autocast: dtype must be 'bf16', 'f16' or 'f32' %(or nil: off%), got 'f8'",
+  "autocast: a bad dtype is named, at the caller's line")
+tap.error_like(function() venom.autocast(16, function() end) end, "autocast: dtype must be .*got number",
+  "autocast: a number for the dtype is refused")
+tap.is(venom.autocast(nil, function() return venom.get_autocast() end), "f32", "autocast(nil, fn): off, as set_autocast(nil)")
 
 tap.done()

@@ -116,4 +116,12 @@ do
   end, "BitLinear; mode \"nm\"", "mode nm on a BitLinear is refused with the reason")
 end
 
+-- the inherited nn.SparseLinear checks name the class the user called
+tap.error_like(function() nn.SparseBitLinear(0, 12) end, "^[^\n]*nn%.SparseBitLinear: in_features must be",
+  "SparseBitLinear: a bad in_features names nn.SparseBitLinear")
+tap.error_like(function() nn.SparseBitLinear(20, 12, { M = 2 }) end, "^[^\n]*nn%.SparseBitLinear: M must be",
+  "SparseBitLinear: a bad M names nn.SparseBitLinear")
+tap.error_like(function() nn.SparseLinear(0, 12) end, "^[^\n]*nn%.SparseLinear: in_features must be",
+  "SparseLinear: its own errors still name nn.SparseLinear")
+
 tap.done()

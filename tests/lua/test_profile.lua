@@ -43,6 +43,36 @@ tap.error_like(function() venom.profile(function() error("boom", 0) end) end, "^
 -- the failed run stopped the profiler: an empty run counts nothing
 local empty = venom.profile(function() end)
 tap.is(#empty.rows, 0, "profile: nothing counted after an error and in an empty run")
+-- the profiler is really off after the error: ops outside profile add nothing
+local core = require "venom.core"
+local function matmuls()
+  for _, r in ipairs(core.profile_entries()) do if r.op == "matmul" then return r.forward_calls end end
+  return 0
+end
+venom.profile(function() x:matmul(w) end)
+local before = matmuls()
+x:matmul(w)
+tap.is(matmuls(), before, "profile: the profiler is off after the run")
+pcall(venom.profile, function() x:matmul(w); error("boom", 0) end)
+before = matmuls()
+x:matmul(w)
+tap.is(matmuls(), before, "profile: the profiler is off after fn's error")
+
+-- nested calls are refused, and the outer profile keeps counting
+local inner_ok, inner_err
+local outer = venom.profile(function()
+  x:matmul(w)
+  inner_ok, inner_err = pcall(venom.profile, function() x:matmul(w) end)
+  x:matmul(w)
+end)
+tap.ok(not inner_ok and tostring(inner_err):match("already profiling"),
+  "profile: a nested call is refused with a clear error")
+local outer_by = {}
+for _, r in ipairs(outer.rows) do outer_by[r.op] = r end
+tap.is(outer_by.matmul and outer_by.matmul.forward_calls, 2,
+  "profile: the outer profile counts the ops before and after the refused nested call")
+local again = venom.profile(function() x:matmul(w) end)
+tap.is(#again.rows, 1, "profile: usable again after a refused nested call")
 tap.error_like(function() venom.profile(42) end, "profile: expected a function, got number",
   "profile: a non-function is refused")
 tap.done()

@@ -14,6 +14,8 @@ local cases = {
   { "01-fashion-mnist.lua --resume /", "is not a file" },
   { "03-tiny-gpt.lua --block-size 100000", "%-%-block%-size must be at most 4096" },
   { "03-tiny-gpt.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
+  { "03-tiny-gpt.lua --sparse 0:2:8", "%-%-sparse: .*V >= 1 and M >= 4" },
+  { "03-tiny-gpt.lua --sparse 64:2:3", "%-%-sparse: .*V >= 1 and M >= 4" },
   { "03-tiny-gpt.lua --activation tanh", "%-%-activation must be gelu, relu or relu2, got tanh" },
   { "03-tiny-gpt.lua --activation --steps 2", "%-%-activation needs a value, got the option %-%-steps" },
   { "06-moe.lua --experts 2.5", "%-%-experts must be a whole number >= 2 %(top2 needs two%), got 2%.5" },
