@@ -46,3 +46,12 @@ if(can_run)
 else()
   venom_tap_script(dist_test_tutorials "echo '1..0 # SKIP ${why}'")
 endif()
+# ZeRO-1 and expert-parallel MoE in a world of one (no mpirun): the plain
+# optimizer's and layer's numbers exactly. Needs MPI's init, so the same
+# environment (no leak checker under the sanitizers), and a skip without MPI.
+if(VENOM_HAVE_MPI)
+  venom_tap_script(dist_zero_single
+    "cd \"${PROJECT_SOURCE_DIR}\" && ${env} exec timeout 60 \"${CMAKE_BINARY_DIR}/venom\" \"${PROJECT_SOURCE_DIR}/tests/dist/zero_single.lua\"")
+else()
+  venom_tap_script(dist_zero_single "echo '1..0 # SKIP ${why}'")
+endif()
