@@ -190,6 +190,26 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
 enum { SAVED_BLOB, SAVED_XT };
 struct vnm_linear_saved { int64_t R, K, V, M; };
 
+/* y (..., R) = x·Wᵀ + bias on the CPU kernels, W given by its packed values
+ * (R, 2G) under pattern p; x has B rows of K. *xt gets x packed for the
+ * kernels (the caller releases it; NULL after a failure). NULL with the
+ * error set. */
+static vn_tensor *cpu_forward(const vnm_pattern *p, const vn_tensor *x, int64_t B,
+                              const float *values, const vn_tensor *bias, vn_tensor **xt)
+{
+    vn_tensor *xc = plain(x), *bc = xc && bias ? plain(bias) : NULL;
+    *xt = xc && (bc || !bias) ? packed(xc, B, p->K, p->Kp) : NULL;
+    vn_tensor *y = *xt ? like_rows(x, p->R) : NULL;
+    if (y && vnm__spmm(p, values, vn_tensor_data(*xt), B, bc ? vn_tensor_data(bc) : NULL,
+                       vn_tensor_data(y))) {
+        vn_tensor_release(y);
+        y = NULL;
+    }
+    vn_tensor_release(xc);
+    vn_tensor_release(bc);
+    return y;
+}
+
 /* The bias's gradient, input 2 of the node: db[r] = Σ_b dy[b, r] for dy (B, R). */
 static vn_status bias_grad(vn_node *node, const vn_tensor *dy, int64_t B, int64_t R)
 {
@@ -253,15 +273,8 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
     if (device_of("vnm_linear", x, values, bias, &cuda)) return NULL;
     if (cuda) return vnm__cuda_linear(x, s, values, bias);
     vnm_pattern p = vnm__pattern_of(s);
-    vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
-    vn_tensor *bc = vc && bias ? plain(bias) : NULL;
-    vn_tensor *xt = vc && (bc || !bias) ? packed(xc, B, p.K, p.Kp) : NULL;
-    vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
-    if (y && vnm__spmm(&p, vn_tensor_data(vc), vn_tensor_data(xt), B,
-                       bc ? vn_tensor_data(bc) : NULL, vn_tensor_data(y))) {
-        vn_tensor_release(y);
-        y = NULL;
-    }
+    vn_tensor *vc = plain(values), *xt = NULL;
+    vn_tensor *y = vc ? cpu_forward(&p, x, B, vn_tensor_data(vc), bias, &xt) : NULL;
     if (y) {
         const vn_tensor *ins[3] = {x, values, bias};
         vn_node *node = vn__record(y, "vnm_linear", vnm_linear_backward, bias ? 3 : 2, ins);
@@ -272,9 +285,7 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
             if (vn__input_needs_grad(node, 1)) node->saved[SAVED_XT] = vn_tensor_retain(xt);
         }
     }
-    vn_tensor_release(xc);
     vn_tensor_release(vc);
-    vn_tensor_release(bc);
     vn_tensor_release(xt);
     return y;
 }
@@ -371,15 +382,8 @@ vn_tensor *vn_vnm_shadow_linear(const vn_tensor *x, const vn_vnm *s, const vn_te
     vn_tensor *wc = plain(w), *values = wc ? vn__new(VN_F32, 2, vshape) : NULL;
     if (values) gather_values(&p, vn_tensor_data(wc), vn_tensor_data(values));
     vn_tensor_release(wc);
-    vn_tensor *xc = values ? plain(x) : NULL;
-    vn_tensor *bc = xc && bias ? plain(bias) : NULL;
-    vn_tensor *xt = xc && (bc || !bias) ? packed(xc, B, p.K, p.Kp) : NULL;
-    vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
-    if (y && vnm__spmm(&p, vn_tensor_data(values), vn_tensor_data(xt), B,
-                       bc ? vn_tensor_data(bc) : NULL, vn_tensor_data(y))) {
-        vn_tensor_release(y);
-        y = NULL;
-    }
+    vn_tensor *xt = NULL;
+    vn_tensor *y = values ? cpu_forward(&p, x, B, vn_tensor_data(values), bias, &xt) : NULL;
     if (y) {
         const vn_tensor *ins[3] = {x, w, bias};
         vn_node *node = vn__record(y, op, shadow_linear_backward, bias ? 3 : 2, ins);
@@ -391,8 +395,6 @@ vn_tensor *vn_vnm_shadow_linear(const vn_tensor *x, const vn_vnm *s, const vn_te
         }
     }
     vn_tensor_release(values);
-    vn_tensor_release(xc);
-    vn_tensor_release(bc);
     vn_tensor_release(xt);
     return y;
 }
