@@ -10,14 +10,48 @@
 #ifndef VENOM_KERNELS_ATTENTION_TILE_H
 #define VENOM_KERNELS_ATTENTION_TILE_H
 
+#include <stdint.h>
+
 #include "scalar.h" /* VN_HD, math.h */
 
+/* Where a set of heads lives in memory: element (b, h, t, d) of heads shaped
+ * (B, H, T, D) sits at b·batch + h·head + t·row + d from the first element
+ * (the head dim is contiguous). Contiguous (B, H, T, D) heads are
+ * {H·T·D, T·D, D}; the q, k or v part of a fused (B, T, 3C) projection
+ * (C = H·D, [q | k | v] along the last dim) is {3C·T, D, 3C} counted from
+ * element 0, C or 2C; an output in (B, T, C) layout is {C·T, D, C}. The
+ * kernels read and write through these strides, so no transpose copy is
+ * needed around them. */
+typedef struct {
+    int64_t batch, head, row;
+} att_layout;
+
+/* The layout of contiguous (B, H, T, D) heads. */
+static inline VN_HD att_layout att_contiguous(int64_t H, int64_t T, int64_t D)
+{
+    att_layout l;
+    l.batch = H * T * D, l.head = T * D, l.row = D;
+    return l;
+}
+
+/* Offset of head bh = b·H + h (the kernels' blockIdx.y) in layout l. */
+static inline VN_HD int64_t att_head_offset(att_layout l, int bh, int H)
+{
+    return (int64_t)(bh / H) * l.batch + (int64_t)(bh % H) * l.head;
+}
+
 /* A CTA holds 4 warps; each warp owns 16 rows (queries in the forward and
- * dQ kernels, keys in the dK/dV kernel) and sweeps tiles of 64 columns. */
+ * dQ kernels, keys in the dK/dV kernel) and sweeps tiles of 64 columns.
+ * The backward kernels take a tile's columns 16 at a time (a "chunk", the
+ * k of the second product): their scores need no row max, and keeping one
+ * chunk of scores live instead of the whole 16 × 64 tile is what lets the
+ * D = 128 dK/dV kernel (K, V, dK and dV fragments: 192 registers) fit in
+ * 255 registers without spilling. */
 #define VNK_ATT_WARPS 4
 #define VNK_ATT_ROWS 16                             /* rows per warp: the mma's M */
 #define VNK_ATT_BR (VNK_ATT_WARPS * VNK_ATT_ROWS)   /* rows per CTA */
 #define VNK_ATT_BC 64                               /* columns per tile */
+#define VNK_ATT_CHUNK 16 /* columns of a backward chunk: one mma's K */
 #define VNK_ATT_PAD 8 /* bf16 padding of a shared-memory row (fewer bank conflicts) */
 
 /* ---- fragments of mma.m16n8k16 with .bf16 inputs (PTX ISA 9.7.14.5.8) ----
