@@ -7,6 +7,11 @@
  * the forward saves lse = max + log(sum) per row, from which the backward
  * recomputes the probabilities.
  *
+ * Tiles of K, V (Q, dO in the dK/dV kernel) sit in shared memory as bf16,
+ * rows padded by 8 so that the 8 rows an ldmatrix reads fall in 8
+ * different groups of 4 banks; the B operands come from there by
+ * ldmatrix(.trans), the A operands live in registers.
+ *
  * Backward, deterministic (no atomics): one kernel over key tiles gives dK
  * and dV, another over query tiles gives dQ; both recompute P from lse.
  * With D = rowsum(dO ⊙ O):  dS = P ⊙ (dO·Vᵀ − D),  dV = Pᵀ·dO,
@@ -23,14 +28,6 @@ typedef __nv_bfloat16 bf16;
 static __device__ inline uint32_t pack2(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-static __device__ inline uint32_t pack2b(bf16 lo, bf16 hi)
-{
-    __nv_bfloat162 v;
-    v.x = lo;
-    v.y = hi;
     return *(uint32_t *)&v;
 }
 
@@ -72,31 +69,34 @@ static __device__ inline void load_tile(bf16 (*s)[D + VNK_ATT_PAD], const float 
     }
 }
 
+static __device__ inline uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
 /* The B fragment of rows (k) ks·16.. and columns (n) nb·8.. of a matrix whose
- * element (k, n) is s[n][k] (B = Xᵀ for a row-major tile X). */
+ * element (k, n) is s[n][k] (B = Xᵀ for a row-major tile X): one ldmatrix.x2
+ * (addresses: attention_tile.h). */
 template <int D>
 static __device__ inline void frag_bt(uint32_t b[2], bf16 (*s)[D + VNK_ATT_PAD], int ks, int nb,
                                       int lane)
 {
-    int n = nb * 8 + att_b_col(lane);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int k = ks * 16 + att_b_row(lane, 2 * r);
-        b[r] = pack2b(s[n][k], s[n][k + 1]);
-    }
+    const bf16 *p = &s[att_ldm_bt_row(lane, nb)][att_ldm_bt_col(lane, ks)];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
 }
 
-/* The same, for a matrix whose element (k, n) is s[k][n] (B = X). */
+/* The same, for a matrix whose element (k, n) is s[k][n] (B = X): one
+ * ldmatrix.x2.trans. */
 template <int D>
 static __device__ inline void frag_b(uint32_t b[2], bf16 (*s)[D + VNK_ATT_PAD], int ks, int nb,
                                      int lane)
 {
-    int n = nb * 8 + att_b_col(lane);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int k = ks * 16 + att_b_row(lane, 2 * r);
-        b[r] = pack2b(s[k][n], s[k + 1][n]);
-    }
+    const bf16 *p = &s[att_ldm_b_row(lane, ks)][att_ldm_b_col(nb)];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
 }
 
 /* c (16 × 16, two C fragments) = a (16 × D, A fragments) · sᵀ restricted to
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(VNK_ATT_WARPS * 32)
 attention_fwd(float *O, float *lse, const float *Q, const float *K, const float *V,
               att_layout in, att_layout ol, int H, int T, float scale)
 {
-    __shared__ bf16 sK[VNK_ATT_BC][D + VNK_ATT_PAD], sV[VNK_ATT_BC][D + VNK_ATT_PAD];
+    __shared__ __align__(16) bf16 sK[VNK_ATT_BC][D + VNK_ATT_PAD], sV[VNK_ATT_BC][D + VNK_ATT_PAD];
     int bh = blockIdx.y;
     int64_t ib = att_head_offset(in, bh, H);
     Q += ib, K += ib, V += ib, O += att_head_offset(ol, bh, H), lse += (int64_t)bh * T;
@@ -253,7 +253,7 @@ attention_bwd_dkdv(float *dK, float *dV, const float *Q, const float *K, const f
                    const float *dO, const float *lse, const float *dvec, att_layout in,
                    att_layout ol, int H, int T, float scale)
 {
-    __shared__ bf16 sQ[VNK_ATT_BC][D + VNK_ATT_PAD], sdO[VNK_ATT_BC][D + VNK_ATT_PAD];
+    __shared__ __align__(16) bf16 sQ[VNK_ATT_BC][D + VNK_ATT_PAD], sdO[VNK_ATT_BC][D + VNK_ATT_PAD];
     __shared__ float sl[VNK_ATT_BC], sd[VNK_ATT_BC];
     int bh = blockIdx.y;
     int64_t ib = att_head_offset(in, bh, H);
@@ -314,7 +314,7 @@ attention_bwd_dq(float *dQ, const float *Q, const float *K, const float *V, cons
                  const float *lse, const float *dvec, att_layout in, att_layout ol, int H, int T,
                  float scale)
 {
-    __shared__ bf16 sK[VNK_ATT_BC][D + VNK_ATT_PAD], sV[VNK_ATT_BC][D + VNK_ATT_PAD];
+    __shared__ __align__(16) bf16 sK[VNK_ATT_BC][D + VNK_ATT_PAD], sV[VNK_ATT_BC][D + VNK_ATT_PAD];
     int bh = blockIdx.y;
     int64_t ib = att_head_offset(in, bh, H);
     Q += ib, K += ib, V += ib, dQ += ib, dO += att_head_offset(ol, bh, H);

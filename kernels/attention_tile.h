@@ -69,6 +69,24 @@ static inline VN_HD int att_b_col(int lane) { return lane >> 2; }
 static inline VN_HD int att_c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
 static inline VN_HD int att_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 
+/* ---- ldmatrix (PTX ISA, "ldmatrix") ------------------------------------------
+ * ldmatrix.x2 loads two 8 × 8 b16 matrices from shared memory: lane 8m + i
+ * (m = 0, 1) gives the address of row i of matrix m (8 consecutive b16,
+ * 16-byte aligned; lanes 16..31 give addresses that are ignored). Register
+ * m of lane l then holds row l/4, elements 2(l%4) and +1, of matrix m; with
+ * .trans it holds elements (row 2(l%4), col l/4) and (row 2(l%4) + 1, col
+ * l/4). So both B fragments of a 16 × 8 block come in one instruction:
+ *   B = Xᵀ (element (k, n) at s[n][k]): matrix m = rows n = 8nb.., columns
+ *       k = 16ks + 8m..; plain ldmatrix gives b[m] = s[n][k], s[n][k + 1]
+ *       with n = 8nb + g, k = 16ks + 8m + 2t, the mma's B layout;
+ *   B = X (element (k, n) at s[k][n]): matrix m = rows k = 16ks + 8m..,
+ *       columns n = 8nb..; .trans gives b[m] = s[k][n], s[k + 1][n].
+ * Below: the (row, column) of s whose address lane l gives. */
+static inline VN_HD int att_ldm_bt_row(int lane, int nb) { return nb * 8 + (lane & 7); }
+static inline VN_HD int att_ldm_bt_col(int lane, int ks) { return ks * 16 + 8 * ((lane >> 3) & 1); }
+static inline VN_HD int att_ldm_b_row(int lane, int ks) { return ks * 16 + 8 * ((lane >> 3) & 1) + (lane & 7); }
+static inline VN_HD int att_ldm_b_col(int nb) { return nb * 8; }
+
 /* The C fragments of two neighbouring 16 × 8 tiles (columns 16j..16j+7 and
  * 16j+8..16j+15) are, element for element, the A fragment of the 16 × 16
  * tile they form: register r of A is elements (2·(r&1), +1) of C tile

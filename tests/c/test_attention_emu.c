@@ -5,7 +5,8 @@
  * and bf16 rounding wherever the kernel rounds, and compares the forward
  * output and the three gradients with the CPU's vn_causal_attention for
  * head dims 32, 64 and 128 and odd T (one tile, a ragged last tile,
- * several tiles); and the same kernels reading the heads out of a fused
+ * several tiles), the B fragments loaded by a software ldmatrix from the
+ * addresses the kernels give; and the same kernels reading the heads out of a fused
  * (B, T, 3C) qkv through strides and writing (B, T, C), against the CPU's
  * vn_causal_self_attention. Also: the header's fragment maps are the PTX ISA's and
  * cover each matrix element once; the causal schedule visits every tile
@@ -86,19 +87,51 @@ static void load_tile(float *s, const float *X, int64_t ld, int c0, int T, int D
         for (int c = 0; c < D; c++) s[r * D + c] = c0 + r < T ? bf16(X[(c0 + r) * ld + c]) : 0;
 }
 
-/* frag_bt (element (k, n) at s[n][k]) and frag_b (at s[k][n]). */
+/* ldmatrix.sync.aligned.m8n8.x2{,.trans}.shared.b16 on a 64 × D tile s
+ * (stored here without the kernel's padding; addresses are checked as the
+ * kernel's padded bf16 rows would place them). Lane 8m + i gives (row[],
+ * col[]) of row i of matrix m (8 consecutive elements). Without .trans,
+ * lane l receives in register m the elements 2(l % 4) and 2(l % 4) + 1 of
+ * row l / 4 of matrix m; with .trans, element l / 4 of rows 2(l % 4) and
+ * 2(l % 4) + 1. Register m is b[2m], b[2m + 1] here (low half first). */
+static void sw_ldmatrix_x2(frag_b *b, const float *s, int D, const int row[32], const int col[32],
+                           bool trans)
+{
+    for (int m = 0; m < 2; m++) {
+        unsigned seen = 0;
+        for (int i = 0; i < 8; i++) {
+            int l = 8 * m + i;
+            size_t byte = ((size_t)row[l] * (size_t)(D + VNK_ATT_PAD) + (size_t)col[l]) * 2;
+            if (byte % 16 || row[l] < 0 || row[l] >= BC || col[l] < 0 || col[l] + 8 > D)
+                fail_msg("ldmatrix: lane %d gives row %d col %d (D %d)", l, row[l], col[l], D);
+            seen |= 1u << (byte / 16 % 8);
+        }
+        /* one wavefront per matrix: its 8 rows in 8 different 16-byte bank groups */
+        if (seen != 0xff) fail_msg("ldmatrix: matrix %d's rows share banks (D %d)", m, D);
+    }
+    for (int l = 0; l < 32; l++)
+        for (int m = 0; m < 2; m++)
+            for (int h = 0; h < 2; h++) {
+                int src = trans ? 8 * m + 2 * (l % 4) + h : 8 * m + l / 4;
+                int e = trans ? l / 4 : 2 * (l % 4) + h;
+                b->v[l][2 * m + h] = s[row[src] * D + col[src] + e];
+            }
+}
+
+/* The kernel's frag_bt (B with element (k, n) at s[n][k]: ldmatrix) and
+ * frag_b (at s[k][n]: ldmatrix.trans), with the addresses of the header. */
 static void frag_bt(frag_b *b, const float *s, int D, int ks, int nb)
 {
-    for (int lane = 0; lane < 32; lane++)
-        for (int i = 0; i < 4; i++)
-            b->v[lane][i] = s[(nb * 8 + att_b_col(lane)) * D + ks * 16 + att_b_row(lane, i)];
+    int row[32], col[32];
+    for (int l = 0; l < 32; l++) row[l] = att_ldm_bt_row(l, nb), col[l] = att_ldm_bt_col(l, ks);
+    sw_ldmatrix_x2(b, s, D, row, col, false);
 }
 
 static void frag_bn(frag_b *b, const float *s, int D, int ks, int nb)
 {
-    for (int lane = 0; lane < 32; lane++)
-        for (int i = 0; i < 4; i++)
-            b->v[lane][i] = s[(ks * 16 + att_b_row(lane, i)) * D + nb * 8 + att_b_col(lane)];
+    int row[32], col[32];
+    for (int l = 0; l < 32; l++) row[l] = att_ldm_b_row(l, ks), col[l] = att_ldm_b_col(nb);
+    sw_ldmatrix_x2(b, s, D, row, col, true);
 }
 
 /* The kernel's mma_qkt16: chunk j (16 columns, two C tiles) of a · sᵀ; and
@@ -474,6 +507,35 @@ static void test_fragment_maps(void **state)
         }
 }
 
+/* The ldmatrix addresses of the header give, through the PTX ldmatrix,
+ * exactly the mma's B fragments (PTX layout, gathered element by element)
+ * of both operand orders, for every k-step and n-block of a 64 × D tile. */
+static void test_ldmatrix_fragments(void **state)
+{
+    (void)state;
+    for (int D = 32; D <= 128; D *= 2) {
+        float *s = malloc(sizeof(float) * BC * (size_t)D);
+        for (int i = 0; i < BC * D; i++) s[i] = (float)i;
+        for (int ks = 0; ks < D / 16; ks++)
+            for (int nb = 0; nb < BC / 8; nb++) {
+                frag_b b;
+                frag_bt(&b, s, D, ks, nb); /* element (k, n) at s[n][k], k < D, n < 64 */
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4; i++)
+                        assert_true(b.v[l][i] == s[(nb * 8 + ptx_b_col(l)) * D + ks * 16 + ptx_b_row(l, i)]);
+            }
+        for (int ks = 0; ks < BC / 16; ks++)
+            for (int nb = 0; nb < D / 8; nb++) {
+                frag_b b;
+                frag_bn(&b, s, D, ks, nb); /* element (k, n) at s[k][n], k < 64, n < D */
+                for (int l = 0; l < 32; l++)
+                    for (int i = 0; i < 4; i++)
+                        assert_true(b.v[l][i] == s[(ks * 16 + ptx_b_row(l, i)) * D + nb * 8 + ptx_b_col(l)]);
+            }
+        free(s);
+    }
+}
+
 static void test_schedule(void **state)
 {
     (void)state;
@@ -521,7 +583,8 @@ int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fragment_maps), cmocka_unit_test(test_schedule),
+        cmocka_unit_test(test_fragment_maps), cmocka_unit_test(test_ldmatrix_fragments),
+        cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_emulator_d32), cmocka_unit_test(test_emulator_d64),
         cmocka_unit_test(test_emulator_d128), cmocka_unit_test(test_emulator_fused),
     };
