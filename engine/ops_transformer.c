@@ -456,10 +456,11 @@ static vn_status attention_backward_cuda(vn_node *node, const vn_tensor *gout)
     for (int i = 0; i < 3 && ok; i++)
         ok = (in[i] = vn__plain_contiguous(node->inputs[i])) &&
              (d[i] = vn__new_on(true, VN_F32, qi->ndim, qi->shape));
+    att_layout l = att_contiguous(1, T, Dh); /* BH heads of (T, Dh), one after the other */
     if (ok && vnk_attention_backward(vn__ptr(d[0]), vn__ptr(d[1]), vn__ptr(d[2]), vn__ptr(dvec),
                                      vn__ptr(in[0]), vn__ptr(in[1]), vn__ptr(in[2]),
-                                     vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse), BH, T, Dh,
-                                     (float)(1.0 / sqrt((double)Dh))))
+                                     vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse), l, l, BH,
+                                     1, T, Dh, (float)(1.0 / sqrt((double)Dh))))
         ok = !vn__cuda_err("causal_attention backward");
     vn_tensor_release(g);
     vn_tensor_release(dvec);
@@ -490,8 +491,10 @@ static vn_tensor *attention_cuda(const vn_tensor *const in[3], int64_t BH)
     for (int i = 0; i < 3 && ok; i++) ok = (c[i] = vn__plain_contiguous(in[i])) != NULL;
     vn_tensor *lse = ok ? vn__new_on(true, VN_F32, 2, lshape) : NULL;
     vn_tensor *out = lse ? vn__new_on(true, VN_F32, q->ndim, q->shape) : NULL;
+    att_layout l = att_contiguous(1, T, Dh);
     if (out && vnk_attention_forward(vn__ptr(out), vn__ptr(lse), vn__ptr(c[0]), vn__ptr(c[1]),
-                                     vn__ptr(c[2]), BH, T, Dh, (float)(1.0 / sqrt((double)Dh)))) {
+                                     vn__ptr(c[2]), l, l, BH, 1, T, Dh,
+                                     (float)(1.0 / sqrt((double)Dh)))) {
         vn_tensor_release(out);
         out = vn__cuda_errp("causal_attention");
     }

@@ -1,5 +1,6 @@
 /* venom/transformer.h — fused transformer ops beyond venom.h's embedding,
- * layer_norm and causal_attention. Reached only through venom.h. */
+ * layer_norm and causal_attention: bias + GELU, self-attention of a fused
+ * qkv projection. Reached only through venom.h. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/transformer.h>"
 #endif
@@ -18,5 +19,22 @@
  * VN_ERR_SHAPE (x 0-d, bias not (D) for x's last dim D, or D = 0),
  * VN_ERR_DEVICE (x and bias on two devices). */
 vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias);
+
+/* Causal self-attention of a fused projection, as a GPT block calls it:
+ *   q, k, v = qkv[..., 0:C], qkv[..., C:2C], qkv[..., 2C:3C], each split
+ *   into n_head heads of Dh = C / n_head columns (head h: columns h·Dh..),
+ *   out[b, t, h·Dh + d] = (softmax(q_h·k_hᵀ / √Dh, causal) · v_h)[t, d].
+ * qkv (B, T, 3C) f32, CPU or CUDA → out (B, T, C) f32 on the same device;
+ * differentiable in qkv. The same values as splitting the heads out
+ * ((B, H, T, Dh) copies), vn_causal_attention, and merging them back, which
+ * is what the CPU path does (bit for bit). On CUDA the FlashAttention-2
+ * kernels of vn_causal_attention (bf16 tensor cores, f32 accumulation) read
+ * the heads straight out of qkv through strides and write out in (B, T, C)
+ * order, and the backward writes one (B, T, 3C) gradient: no copies around
+ * the attention; Dh must be 32, 64 or 128 there.
+ * Errors: VN_ERR_ARG (NULL or freed tensor; on CUDA another Dh, B·n_head >
+ * 65535 or T > 2^30), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE (qkv not 3-d,
+ * n_head < 1, or the last dim not a multiple of 3·n_head). */
+vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
 
 #endif
