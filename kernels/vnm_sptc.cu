@@ -385,9 +385,9 @@ static __device__ inline uint32_t dx_w(const uint16_t *vs, const uint32_t *ms, i
  * accs, from the kept weights only: the mma also multiplies the zeros of
  * the positions a row does not keep, and 0 · Inf is NaN where the CPU,
  * which reads kept weights only, stays finite. Taken by a warp whose dY
- * fragments hold an Inf or a NaN. It adds into accs directly (the lane owns
- * those elements, as in dx_flush), with loops left rolled, so that the rare
- * path adds no registers to the kernel's loop. */
+ * fragments hold an Inf or a NaN. It adds into accs directly (elements of
+ * the warp's own columns, as in dx_flush), with loops left rolled, so that
+ * the rare path adds no registers to the kernel's loop. */
 template <bool BF16, int BN, int KT>
 static __device__ inline void dx_kept_only(const unsigned char *st, const vnk_vnm &w, int64_t rt,
                                            float *accs, int64_t ld, int64_t kt0, int64_t col0,
@@ -494,9 +494,8 @@ __global__ void __launch_bounds__(VNM_DX_THREADS) k_dx(vnk_vnm w, const uint16_t
             for (int m = 0; m < MTB; m++)
 #pragma unroll
                 for (int j = 0; j < KT; j++) mma_dense<BF16>(d[m][j], a[m], b[j]);
-        /* The block's last row tile: its sums go to accs. Before the next
-         * stage's barrier, so that no warp's flush meets another warp's
-         * writes for the next block (dx_kept_only's or its flush). */
+        /* The block's last row tile: its sums go to accs (the warp's own
+         * columns: see vnm_sptc_index.h). */
         if ((rt + 1) * 16 % w.V == 0 || rt + 1 == rows)
             dx_flush<BN, KT>(d, accs, ld, w.gather + rt * 16 / w.V * ccols, kt0, col0, ccols, lane, warp);
     }

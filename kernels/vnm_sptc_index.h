@@ -236,9 +236,11 @@ static inline VNM_HD int vnm_ldm_b_k(int lane) { return 8 * ((lane >> 3) & 1); }
  * fragments decoded from the packed tile (vnm_dx_b_value), feeding
  * BN/16 · KT mma. The accumulators live in registers for the whole block;
  * when the block ends they are added into the f32 tile accs (BN ×
- * vnm_dx_ld, in shared memory) at the gathered columns. A block's condensed
- * columns map to distinct original columns, so a flush has no two writers
- * per element, and the barrier of every stage orders two blocks' flushes. */
+ * vnm_dx_ld, in shared memory) at the gathered columns. Warp w's columns
+ * are groups 2w and 2w + 1 of each k-tile in every block, and a group's
+ * condensed columns gather from that group's original columns only, so one
+ * warp alone ever writes an element of accs: no atomics, and no barrier
+ * between one block's flush and the next's. */
 #define VNM_DX_THREADS 128
 #define VNM_DX_STAGES 4
 #define VNM_DX_SMEM (100 * 1024) /* two CTAs per SM on sm_90 */
