@@ -1,10 +1,11 @@
 /* The host emulator of the V:N:M Sparse Tensor Core kernels
- * (kernels/vnm_sptc.cu: k_spmm, k_spmm_t, k_sddmm). It replays each
+ * (kernels/vnm_sptc.cu: k_spmm, k_dx, k_sddmm). It replays each
  * kernel's exact tile schedule on the CPU, CTA by CTA, through the same
  * index functions the kernel calls (kernels/vnm_sptc_index.h): the copies
  * thread by thread into a model of shared memory (poisoned first, bounds
  * checked), ldmatrix with the addresses each lane gives, mma.sp and mma with
- * the fragments each lane holds, and the epilogue's writes. The instructions
+ * the fragments each lane holds, and the epilogue's writes (for k_dx, that
+ * one warp alone writes each element of its shared f32 tile). The instructions
  * themselves are software models written here from the PTX ISA's
  * definitions ("Matrix Fragments for sparse mma.m16n8k32 with .f16 and .bf16
  * types", "Sparse matrix storage", "Matrix Fragments for mma.m16n8k16",
