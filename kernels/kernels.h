@@ -324,8 +324,7 @@ int vnk_batch_norm_backward(float *dx, float *dw, float *db, const float *dy, co
 /* A V:N:M matrix packed by vnm_sptc_pack (engine/vnm_sptc.h, which gives
  * the exact layout), its three arrays copied to the device. The kernels
  * need V to be a multiple of 16 (a 16-row mma tile never straddles two
- * blocks); spmm_t also needs V ≤ 128 and M ≤ 128 (its shared-memory
- * accumulator). */
+ * blocks); spmm_t also needs M ≤ 128 (its shared-memory accumulator). */
 typedef struct {
     int64_t R, K, V, M, G, nblocks, row_tiles, k_tiles;
     vn_dtype dtype;         /* VN_BF16 or VN_F16: values and the dense operands */
@@ -337,8 +336,11 @@ typedef struct {
 /* The dense operands are 16-bit (w->dtype). X enters transposed, xt (K × B
  * with row stride ldx ≥ B rounded up to 8, 16-byte aligned), so that a kept
  * column of W selects a contiguous row of xt (the engine's f32 → bf16
- * conversion writes it transposed). dy is B × R row-major. Outputs are f32,
- * written in full.
+ * conversion writes it transposed); its columns B..ldx−1 must hold finite
+ * values (sddmm reads them in 8-wide pieces and multiplies them by 0; the
+ * engine's conversion writes zeros). dy is B × R row-major (rows that are
+ * 16-byte aligned, R % 8 == 0, are copied by cp.async, others element by
+ * element). Outputs are f32, written in full.
  *   spmm:   y (B × R) = X·Wᵀ + bias (bias (R) or NULL), mma.sp;
  *   spmm_t: dx (B × K) = dY·W;
  *   sddmm:  dvalues (R × 2G) = dYᵀ·X at the kept positions (0 at padding). */

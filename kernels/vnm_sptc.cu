@@ -12,22 +12,29 @@
  *           tile read by ldmatrix.trans); bias is added in the epilogue.
  *           Every index is a function of vnm_sptc_index.h, which the host
  *           emulator (tests/c/test_vnm_sptc_emu.c) replays on the CPU.
- *   sddmm   per V-block, the dense product dYᵀ·X over the 32 condensed
- *           columns of one k-tile (mma m16n8k16), kept only where the row's
- *           metadata says a value sits.
- *   spmm_t  dX = dY·W. Wᵀ is not V:N:M, so no mma.sp: per V-block the
- *           dense mma of dY's V columns with the block's condensed V × 32
- *           slice, scatter-added into the original columns. Several blocks
- *           hit the same columns, so one CTA owns a span of groups and loops
- *           over all blocks, accumulating in shared memory (no atomics, a
- *           deterministic sum). Chosen over dense cuBLAS (dY·W_dense) because
- *           it does 4/M of the dense flops and reads only the kept weights,
- *           while a dense W would have to be rebuilt from the values after
- *           every optimizer step; for M = 4 dense cuBLAS is likely faster
- *           and the engine may pick it (bench/vnm_gpu.c measures both). A
- *           block whose dY slice holds Inf or NaN is summed over its kept
- *           weights only, as the CPU does (the mma would multiply the
- *           zeros of unkept positions: 0 · Inf = NaN).
+ *   sddmm   (k_sddmm) dvalues = dYᵀ·X at the kept positions: a CTA owns
+ *           16·MT rows of one V-block × 64 condensed columns and walks the
+ *           batch in 32-row chunks through a 3-stage cp.async ring (dY's
+ *           block columns and X's gathered rows, swizzled, read by
+ *           ldmatrix.x4(.trans)), 2 × 2 warps of mma m16n8k16; each kept
+ *           value written once from the accumulators.
+ *   spmm_t  (k_dx) dX = dY·W. Wᵀ is not V:N:M, so no mma.sp: per V-block
+ *           the dense mma of dY's block columns with the block's condensed
+ *           weights, scatter-added into the original columns. A CTA owns
+ *           BN batch rows × KT k-tiles and walks all row tiles of W through
+ *           a 4-stage cp.async ring (16 dY columns, KT packed tiles), the B
+ *           fragments decoded from the packed tiles in registers; the sums
+ *           stay in registers for a block and are added into an f32 tile in
+ *           shared memory when the block ends (no atomics: a deterministic
+ *           sum). A warp whose dY fragments hold Inf or NaN sums that stage
+ *           over the kept weights only, as the CPU does (the mma would
+ *           multiply the zeros of unkept positions: 0 · Inf = NaN).
+ *           Against dense cuBLAS on a dense bf16 W (dY·W_dense, W rebuilt
+ *           once per optimizer step): this kernel does 4/M of the dense
+ *           flops on mma.sync at a lower fraction of peak than cuBLAS's
+ *           wgmma; the rule, and why the engine keeps this kernel for every
+ *           M until a GPU run says otherwise, is in engine/sparse/
+ *           vnm_cuda.c (input_grad).
  * The three kernels' indices are functions of vnm_sptc_index.h, replayed on
  * the CPU by tests/c/test_vnm_sptc_emu.c. */
 #include "internal.cuh"
@@ -97,9 +104,6 @@ static __device__ inline void mma_dense(float d[4], const uint32_t a[4], const u
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-
-/* Two 16-bit values at p (4-byte aligned) as one register. */
-static __device__ inline uint32_t ld_pair(const uint16_t *p) { return *(const uint32_t *)p; }
 
 /* ---- forward: y = X·Wᵀ + bias ------------------------------------------------- */
 
@@ -206,179 +210,300 @@ __global__ void __launch_bounds__(VNM_FWD_THREADS)
             }
 }
 
-/* ---- SDDMM: dvalues = dYᵀ·X at the kept positions -------------------------------- */
+/* ---- shared by dX and SDDMM ----------------------------------------------------- */
 
-/* Grid: (⌈row_tiles / MT⌉, k_tiles), 128 threads (the schedule of
- * vnm_sptc_index.h). */
-template <int MT, bool BF16>
-__global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, const uint16_t *xt,
-                                                int64_t ldx, int64_t B, float *dvalues)
-{
-    __shared__ __align__(16) uint16_t dyt[16 * MT][VNM_SDDMM_LD]; /* [row][batch] */
-    __shared__ __align__(16) uint16_t xs[32][VNM_SDDMM_LD];       /* [condensed col][batch] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t rt0 = (int64_t)blockIdx.x * MT, kt = blockIdx.y, r0 = rt0 * 16;
-    const int64_t block = r0 / w.V;
-    const int32_t *gather = w.gather + block * w.k_tiles * 32 + kt * 32;
-    float acc[MT][4] = {};
-    for (int64_t n0 = 0; n0 < B; n0 += VNM_SDDMM_CHUNK) {
-        for (int q = threadIdx.x; q < 16 * MT * VNM_SDDMM_CHUNK; q += 128) {
-            int n = q / (16 * MT), r = q % (16 * MT); /* consecutive threads: consecutive rows */
-            bool in = n0 + n < B && r0 + r < w.R;
-            dyt[r][n] = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
-        }
-        for (int q = threadIdx.x; q < 32 * VNM_SDDMM_CHUNK; q += 128) {
-            int c = q / VNM_SDDMM_CHUNK, n = q % VNM_SDDMM_CHUNK;
-            int32_t col = gather[c];
-            xs[c][n] = col >= 0 && n0 + n < B ? xt[(int64_t)col * ldx + n0 + n] : 0;
-        }
-        __syncthreads();
-        for (int kk = 0; kk < VNM_SDDMM_CHUNK; kk += 16) {
-            const uint16_t *xrow = xs[8 * warp + vnm_mma16_b_n(lane)] + kk;
-            uint32_t b[2] = {ld_pair(xrow + vnm_mma16_b_k(lane, 0)), ld_pair(xrow + vnm_mma16_b_k(lane, 1))};
-            for (int m = 0; m < MT; m++) {
-                uint32_t a[4];
-                for (int i = 0; i < 4; i++)
-                    a[i] = ld_pair(&dyt[16 * m + vnm_mma16_a_row(lane, i)][kk + vnm_mma16_a_col(lane, i)]);
-                mma_dense<BF16>(acc[m], a, b);
-            }
-        }
-        __syncthreads();
-    }
-    /* Element (row, condensed column c) is kept when c % 4 is one of the
-     * row's two positions in chunk c / 4; each kept value is written once. */
-    for (int m = 0; m < MT; m++)
-        for (int i = 0; i < 4; i++) {
-            int rr = vnm_c_row(lane, i), c = 8 * warp + vnm_c_col(lane, i), ch = c >> 2;
-            int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
-            if (r >= w.R || g >= w.G) continue;
-            unsigned nib = vnm_meta_nibble(w.meta + ((rt0 + m) * w.k_tiles + kt) * 16, rr, ch);
-            float v = gather[c] >= 0 ? acc[m][i] : 0.0f;
-            if ((int)(nib & 3) == (c & 3)) dvalues[r * 2 * w.G + 2 * g] = v;
-            if ((int)(nib >> 2) == (c & 3)) dvalues[r * 2 * w.G + 2 * g + 1] = v;
-        }
-}
-
-/* ---- input gradient: dx = dY·W --------------------------------------------------- */
-
-/* The block's contribution to the accumulator from its kept weights only,
- * one thread per (batch row, condensed column): the tensor-core path also
- * multiplies the zeros at the positions a row does not keep, and 0 · Inf is
- * NaN where the CPU kernel, which reads kept weights only, stays finite.
- * Used for a block whose dY slice holds an Inf or a NaN. Not inlined: inline,
- * it raised the register pressure of the whole kernel into spills; as a call
- * it costs a stack frame on this rare path only. */
 template <bool BF16> static __device__ inline float half_to_float(uint16_t h)
 {
     return BF16 ? __uint_as_float((uint32_t)h << 16) : __half2float(__ushort_as_half(h));
 }
 
-template <bool BF16>
-static __device__ __noinline__ void spmm_t_kept_only(const vnk_vnm &w, const uint16_t *dys, int ldv,
-                                        const uint16_t *wc, float *accs, int64_t span, int64_t b,
-                                        int64_t kt0, int cols, int BN)
+/* Whether either 16-bit half of x is Inf or NaN (exponent all ones). */
+template <bool BF16> static __device__ inline bool nonfinite_pair(uint32_t x)
 {
-    const int64_t r0 = b * w.V, ccols = w.k_tiles * 32, col0 = kt0 * 8 * w.M;
-    for (int q = threadIdx.x; q < BN * cols; q += blockDim.x) {
-        int n = q / cols, c = q % cols;
-        int64_t cc = kt0 * 32 + c;
-        int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
-        if (col < 0) continue;
-        float sum = 0;
-        for (int r = 0; r < w.V && r0 + r < w.R; r++) {
-            int64_t t = vnm_tile(r0, r / 16, cc / 32, w.k_tiles);
-            unsigned nib = vnm_meta_nibble(w.meta + t * 16, r % 16, (int)(cc % 32) / 4);
-            if (vnm_kept(nib, (int)(cc % 4)))
-                sum += half_to_float<BF16>(dys[n * ldv + r]) * half_to_float<BF16>(wc[c * ldv + r]);
+    const uint32_t e = BF16 ? 0x7f80u : 0x7c00u;
+    return (x & e) == e || ((x >> 16) & e) == e;
+}
+
+/* Eight b16 of dY's row n from column r into shared memory at dst (16-byte
+ * aligned): one cp.async when dY's rows are 16-byte aligned, else plain
+ * loads and one 16-byte store. Columns ≥ R and rows ≥ B read as 0. */
+static __device__ inline void copy_dy8(uint16_t *dst, const uint16_t *dy, int64_t R, int64_t B,
+                                       bool aligned, int64_t n, int64_t r)
+{
+    if (aligned) {
+        bool valid = n < B && r < R; /* R % 8 == 0: the piece is whole */
+        cp_async16(dst, valid ? dy + n * R + r : dy, valid);
+        return;
+    }
+    union { uint4 v; uint16_t h[8]; } u;
+#pragma unroll
+    for (int e = 0; e < 8; e++) u.h[e] = n < B && r + e < R ? dy[n * R + r + e] : 0;
+    *(uint4 *)dst = u.v;
+}
+
+/* Four 8×8 b16 matrices: register m gets, from the matrix whose rows lanes
+ * 8m..8m+7 address, row gid, elements 2·tig and 2·tig + 1. */
+static __device__ inline void ldmatrix_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* ---- SDDMM: dvalues = dYᵀ·X at the kept positions -------------------------------- */
+
+/* One stage of k_sddmm's ring: batch rows n0..n0+31 of dY's BM block
+ * columns and of X's BC gathered columns (vnm_sd_copy lists the pieces). */
+template <int MT>
+static __device__ inline void sd_load_stage(uint16_t *st, const vnk_vnm &w, const uint16_t *dy,
+                                            bool aligned, const uint16_t *xt, int64_t ldx, int64_t B,
+                                            const int32_t *gs, int64_t r0, int64_t n0)
+{
+    uint16_t *xs = st + vnm_sd_dys_elems(MT);
+    for (int q = threadIdx.x; q < vnm_sd_copies(MT); q += 128) {
+        vnm_copy c = vnm_sd_copy(q, MT);
+        if (c.kind == VNM_COPY_A) {
+            copy_dy8(st + vnm_sd_dys_at(c.row, c.piece, MT), dy, w.R, B, aligned, n0 + c.row,
+                     r0 + c.piece);
+        } else {
+            int32_t col = gs[c.row];
+            int64_t n = n0 + c.piece;
+            bool valid = col >= 0 && n < B;
+            cp_async16(xs + vnm_sd_xs_at(c.row, c.piece), valid ? xt + col * ldx + n : xt, valid);
         }
-        accs[n * span + (col - col0)] += sum;
     }
 }
 
-/* Grid: (⌈k_tiles / KT⌉, ⌈B / BN⌉), 128 threads; dynamic shared memory:
- * the f32 accumulator BN × KT·8·M (original columns of the CTA's groups),
- * dY's block columns dys[BN][V] and the condensed weights wc[KT·32][V].
- * For each V-block: wc ← the packed tiles decoded (the same reading as
- * vnm_sptc_decode), D (BN × KT·32) = dys · wcᵀ by mma m16n8k16, and D
- * added into the accumulator at the gathered columns. Warp w owns n-tiles
- * w, w + 4, … of every m-tile, so no two threads add into one place. */
-template <int BN, int KT, bool BF16>
-__global__ void __launch_bounds__(VNM_DXT_THREADS) k_spmm_t(vnk_vnm w, const uint16_t *dy, int64_t B,
-                                                            float *dx)
+/* Grid: (⌈row_tiles / MT⌉, ⌈k_tiles / VNM_SD_KT⌉), 128 threads (the
+ * schedule and every index: vnm_sptc_index.h). */
+template <int MT, bool BF16>
+__global__ void __launch_bounds__(128) k_sddmm(vnk_vnm w, const uint16_t *dy, bool aligned,
+                                                const uint16_t *xt, int64_t ldx, int64_t B,
+                                                float *dvalues)
 {
-    extern __shared__ __align__(16) unsigned char smem[];
-    constexpr int MTB = BN / 16, NTW = KT; /* m-tiles; n-tiles per warp */
-    const int64_t span = (int64_t)KT * 8 * w.M; /* original columns of the CTA */
-    const int V = (int)w.V, ldv = vnm_dxt_ld(w.V);
-    float *accs = (float *)smem;
-    uint16_t *dys = (uint16_t *)(accs + BN * span);
-    uint16_t *wc = dys + BN * ldv;
+    constexpr int BM = 16 * MT, MW = VNM_SD_WM(MT) / 16, NW = VNM_SD_WN(MT) / 8;
+    constexpr int SE = VNM_SD_CHUNK * BM + VNM_SD_BC * VNM_SD_CHUNK; /* vnm_sd_stage_elems */
+    __shared__ __align__(16) uint16_t ring[VNM_SD_STAGES][SE];
+    __shared__ int32_t gs[VNM_SD_BC];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t kt0 = (int64_t)blockIdx.x * KT, n0 = (int64_t)blockIdx.y * BN;
-    const int64_t col0 = kt0 * 8 * w.M, ccols = w.k_tiles * 32;
-    constexpr uint16_t EXP_MASK = BF16 ? 0x7f80 : 0x7c00; /* all ones: Inf or NaN */
+    const int wr = vnm_sd_warp_row(warp, MT), wc = vnm_sd_warp_col(warp, MT);
+    const int64_t rt0 = (int64_t)blockIdx.x * MT, r0 = rt0 * 16, kt0 = (int64_t)blockIdx.y * VNM_SD_KT;
+    const int64_t ccols = w.k_tiles * 32, chunks = (B + VNM_SD_CHUNK - 1) / VNM_SD_CHUNK;
+    const int32_t *gather = w.gather + r0 / w.V * ccols;
+    for (int q = threadIdx.x; q < VNM_SD_BC; q += 128) {
+        int64_t cc = kt0 * 32 + q;
+        gs[q] = cc < ccols ? gather[cc] : -1;
+    }
+    __syncthreads();
+    float acc[MW][NW][4] = {};
+    for (int s = 0; s < VNM_SD_STAGES - 1; s++) {
+        if (s < chunks) sd_load_stage<MT>(ring[s], w, dy, aligned, xt, ldx, B, gs, r0, s * VNM_SD_CHUNK);
+        cp_async_commit();
+    }
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        cp_async_wait<VNM_SD_STAGES - 2>();
+        __syncthreads(); /* chunk ch is in; every warp is done with chunk ch − 1 */
+        const int64_t next = ch + VNM_SD_STAGES - 1;
+        if (next < chunks)
+            sd_load_stage<MT>(ring[next % VNM_SD_STAGES], w, dy, aligned, xt, ldx, B, gs, r0,
+                              next * VNM_SD_CHUNK);
+        cp_async_commit();
+        const uint16_t *dys = ring[ch % VNM_SD_STAGES], *xs = dys + VNM_SD_CHUNK * BM;
+#pragma unroll
+        for (int kk = 0; kk < VNM_SD_CHUNK; kk += 16) {
+            uint32_t a[MW][4], b[NW / 2][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++)
+                ldmatrix_x4_trans(a[mi], dys + vnm_sd_dys_at(kk + vnm_ldm_at_k(lane),
+                                                             wr + 16 * mi + vnm_ldm_at_row(lane), MT));
+#pragma unroll
+            for (int p = 0; p < NW / 2; p++)
+                ldmatrix_x4(b[p], xs + vnm_sd_xs_at(wc + 16 * p + vnm_ldm_b_n(lane), kk + vnm_ldm_b_k(lane)));
+#pragma unroll
+            for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+                for (int j = 0; j < NW; j++) {
+                    const uint32_t bb[2] = {b[j / 2][2 * (j & 1)], b[j / 2][2 * (j & 1) + 1]};
+                    mma_dense<BF16>(acc[mi][j], a[mi], bb);
+                }
+        }
+    }
+    cp_async_wait<0>();
+    /* Element (row, condensed column c) is kept when c % 4 is one of the
+     * row's two positions in chunk c / 4; each kept value is written once,
+     * 0 at a padding column. */
+#pragma unroll
+    for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+        for (int j = 0; j < NW; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int rr = wr + 16 * mi + vnm_c_row(lane, i), c = wc + 8 * j + vnm_c_col(lane, i);
+                const int64_t r = r0 + rr, kt = kt0 + c / 32, g = kt * 8 + (c % 32) / 4;
+                if (r >= w.R || g >= w.G) continue;
+                unsigned nib = vnm_meta_nibble(w.meta + ((rt0 + rr / 16) * w.k_tiles + kt) * 16, rr % 16,
+                                               (c % 32) / 4);
+                float v = gs[c] >= 0 ? acc[mi][j][i] : 0.0f;
+                if ((int)(nib & 3) == (c & 3)) dvalues[r * 2 * w.G + 2 * g] = v;
+                if ((int)(nib >> 2) == (c & 3)) dvalues[r * 2 * w.G + 2 * g + 1] = v;
+            }
+}
 
-    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DXT_THREADS) accs[q] = 0;
-    for (int64_t b = 0; b < w.nblocks; b++) {
-        const int64_t r0 = b * w.V;
-        int inf_or_nan = 0;
-        for (int q = threadIdx.x; q < BN * V; q += VNM_DXT_THREADS) {
-            int n = q / V, r = q % V;
-            bool in = n0 + n < B && r0 + r < w.R;
-            uint16_t h = in ? dy[(n0 + n) * w.R + r0 + r] : 0;
-            inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
-            dys[n * ldv + r] = h;
-        }
-        for (int q = threadIdx.x; q < KT * 32 * ldv; q += VNM_DXT_THREADS) wc[q] = 0;
-        inf_or_nan = __syncthreads_or(inf_or_nan);
-        /* Decode: one thread per (tile, lane, register) of the block's V/16
-         * row tiles and the CTA's KT k-tiles (the reading of vnm_sptc_decode). */
-        for (int q = threadIdx.x; q < (V / 16) * KT * 128; q += VNM_DXT_THREADS) {
-            vnm_dxt_item d = vnm_dxt_decode_item(q, KT);
-            int64_t kt = kt0 + d.kk;
-            if (kt >= w.k_tiles || r0 / 16 + d.mt >= w.row_tiles) continue;
-            int64_t t = vnm_tile(r0, d.mt, kt, w.k_tiles);
-            int rr = vnm_a_row(d.lane, d.i), ch = vnm_a_chunk(d.lane, d.i);
-            unsigned nib = vnm_meta_nibble(w.meta + t * 16, rr, ch);
-            const uint16_t *v = w.values + t * 256 + vnm_a_value(d.lane, d.i, 0);
-            int c = d.kk * 32 + 4 * ch, r = d.mt * 16 + rr;
-            wc[(c + (nib & 3)) * ldv + r] = v[0];
-            wc[(c + (nib >> 2)) * ldv + r] = v[1];
-        }
-        __syncthreads();
-        if (inf_or_nan) { /* rare: dY holds Inf or NaN in this block */
-            spmm_t_kept_only<BF16>(w, dys, ldv, wc, accs, span, b, kt0, KT * 32, BN);
-            __syncthreads();
+/* ---- input gradient: dx = dY·W (k_dx) --------------------------------------------- */
+
+/* One stage of k_dx's ring: row tile rt's 16 dY columns for the CTA's BN
+ * batch rows and its KT packed tiles (zeros past the last k-tile). */
+template <int BN, int KT>
+static __device__ inline void dx_load_stage(unsigned char *st, const vnk_vnm &w, const uint16_t *dy,
+                                            int64_t B, bool aligned, int64_t n0, int64_t kt0, int64_t rt)
+{
+    for (int q = threadIdx.x; q < vnm_dx_copies(BN, KT); q += VNM_DX_THREADS) {
+        vnm_copy c = vnm_dx_copy(q, BN);
+        if (c.kind == VNM_COPY_X) {
+            copy_dy8((uint16_t *)st + vnm_dx_dys_at(c.row, c.piece), dy, w.R, B, aligned, n0 + c.row,
+                     rt * 16 + c.piece);
             continue;
         }
-        float d[MTB][NTW][4] = {};
-        for (int k = 0; k < V; k += 16)
-            for (int m = 0; m < MTB; m++) {
-                uint32_t a[4];
-                for (int i = 0; i < 4; i++)
-                    a[i] = ld_pair(dys + (16 * m + vnm_mma16_a_row(lane, i)) * ldv + k +
-                                   vnm_mma16_a_col(lane, i));
-                for (int j = 0; j < NTW; j++) {
-                    const uint16_t *bcol = wc + (8 * vnm_dxt_ntile(warp, j) + vnm_mma16_b_n(lane)) * ldv + k;
-                    uint32_t bb[2] = {ld_pair(bcol + vnm_mma16_b_k(lane, 0)),
-                                      ld_pair(bcol + vnm_mma16_b_k(lane, 1))};
-                    mma_dense<BF16>(d[m][j], a, bb);
-                }
-            }
-        for (int m = 0; m < MTB; m++)
-            for (int j = 0; j < NTW; j++)
-                for (int i = 0; i < 4; i++) {
-                    int n = 16 * m + vnm_c_row(lane, i);
-                    int c = 8 * vnm_dxt_ntile(warp, j) + vnm_c_col(lane, i);
-                    int64_t cc = kt0 * 32 + c;
-                    int32_t col = cc < ccols ? w.gather[b * ccols + cc] : -1;
-                    if (col >= 0) accs[n * span + (col - col0)] += d[m][j][i];
-                }
-        __syncthreads(); /* dys, wc and the accumulator are reused */
+        const int64_t kt = kt0 + c.row, t = rt * w.k_tiles + kt;
+        const bool in = kt < w.k_tiles;
+        if (c.kind == VNM_COPY_A)
+            cp_async16(st + vnm_dx_vs_at(BN, c.row) + 16 * c.piece, in ? w.values + t * 256 + 8 * c.piece : w.values, in);
+        else
+            cp_async16(st + vnm_dx_ms_at(BN, KT, c.row) + 16 * c.piece, in ? w.meta + t * 16 + 4 * c.piece : w.meta, in);
     }
-    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DXT_THREADS) {
-        int64_t n = q / span, col = col0 + q % span;
-        if (n0 + n < B && col < w.K) dx[(n0 + n) * w.K + col] = accs[q];
+}
+
+/* W[r][c] of a staged packed tile (values vs, metadata ms) as a b16, 0
+ * where row r does not keep condensed column c. */
+static __device__ inline uint32_t dx_w(const uint16_t *vs, const uint32_t *ms, int r, int c)
+{
+    int v = vnm_dx_b_value(r, c, vnm_meta_nibble(ms, r, c >> 2));
+    return v >= 0 ? vs[v] : 0u;
+}
+
+/* The contribution of one stage (row tile rt) to the lane's elements of
+ * accs, from the kept weights only: the mma also multiplies the zeros of
+ * the positions a row does not keep, and 0 · Inf is NaN where the CPU,
+ * which reads kept weights only, stays finite. Taken by a warp whose dY
+ * fragments hold an Inf or a NaN. It adds into accs directly (elements of
+ * the warp's own columns, as in dx_flush), with loops left rolled, so that
+ * the rare path adds no registers to the kernel's loop. */
+template <bool BF16, int BN, int KT>
+static __device__ inline void dx_kept_only(const unsigned char *st, const vnk_vnm &w, int64_t rt,
+                                           float *accs, int64_t ld, int64_t kt0, int64_t col0,
+                                           int lane, int warp)
+{
+    const int64_t ccols = w.k_tiles * 32;
+    const int32_t *gather = w.gather + rt * 16 / w.V * ccols;
+    const uint16_t *dys = (const uint16_t *)st;
+#pragma unroll 1
+    for (int j = 0; j < KT; j++) {
+        const uint16_t *vs = (const uint16_t *)(st + vnm_dx_vs_at(BN, j));
+        const uint32_t *ms = (const uint32_t *)(st + vnm_dx_ms_at(BN, KT, j));
+#pragma unroll 1
+        for (int e = 0; e < BN / 16 * 4; e++) { /* m-tile e / 4, element e % 4 */
+            const int n = 16 * (e / 4) + vnm_c_row(lane, e % 4), c = 8 * warp + vnm_c_col(lane, e % 4);
+            const int64_t cc = (kt0 + j) * 32 + c;
+            const int32_t col = cc < ccols ? gather[cc] : -1;
+            if (col < 0) continue;
+            float sum = 0;
+#pragma unroll 1
+            for (int r = 0; r < 16; r++) {
+                int v = vnm_dx_b_value(r, c, vnm_meta_nibble(ms, r, c >> 2));
+                if (v >= 0) sum += half_to_float<BF16>(dys[vnm_dx_dys_at(n, r)]) * half_to_float<BF16>(vs[v]);
+            }
+            accs[n * ld + (col - col0)] += sum;
+        }
+    }
+}
+
+/* Adds a block's accumulators into accs at the block's gathered columns
+ * (gather: the block's row of the table). */
+template <int BN, int KT>
+static __device__ inline void dx_flush(float (&d)[BN / 16][KT][4], float *accs, int64_t ld,
+                                       const int32_t *gather, int64_t kt0, int64_t col0,
+                                       int64_t ccols, int lane, int warp)
+{
+#pragma unroll
+    for (int m = 0; m < BN / 16; m++)
+#pragma unroll
+        for (int j = 0; j < KT; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int64_t cc = (kt0 + j) * 32 + 8 * warp + vnm_c_col(lane, i);
+                const int32_t col = cc < ccols ? gather[cc] : -1;
+                if (col >= 0) accs[(16 * m + vnm_c_row(lane, i)) * ld + (col - col0)] += d[m][j][i];
+                d[m][j][i] = 0;
+            }
+}
+
+/* Grid: (⌈k_tiles / KT⌉, ⌈B / BN⌉), VNM_DX_THREADS threads; dynamic shared
+ * memory vnm_dx_smem: the f32 tile accs, then the ring (the schedule and
+ * every index: vnm_sptc_index.h). */
+template <int BN, int KT, bool BF16>
+__global__ void __launch_bounds__(VNM_DX_THREADS) k_dx(vnk_vnm w, const uint16_t *dy, bool aligned,
+                                                       int64_t B, float *dx)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    constexpr int MTB = BN / 16;
+    const int SB = vnm_dx_stage_bytes(BN, KT);
+    const int64_t ld = vnm_dx_ld(w.M, KT), span = (int64_t)KT * 8 * w.M, rows = w.row_tiles;
+    float *accs = (float *)smem;
+    unsigned char *ring = smem + BN * ld * 4; /* a multiple of 64 bytes: BN % 16 == 0 */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = vnm_dx_col(lane, warp);
+    const int64_t kt0 = (int64_t)blockIdx.x * KT, n0 = (int64_t)blockIdx.y * BN;
+    const int64_t col0 = kt0 * 8 * w.M, ccols = w.k_tiles * 32;
+
+    for (int64_t q = threadIdx.x; q < BN * ld; q += VNM_DX_THREADS) accs[q] = 0;
+    for (int s = 0; s < VNM_DX_STAGES - 1; s++) {
+        if (s < rows) dx_load_stage<BN, KT>(ring + s * SB, w, dy, B, aligned, n0, kt0, s);
+        cp_async_commit();
+    }
+    float d[MTB][KT][4] = {};
+    for (int64_t rt = 0; rt < rows; rt++) {
+        cp_async_wait<VNM_DX_STAGES - 2>();
+        __syncthreads(); /* row tile rt is in; every warp is done with rt − 1 */
+        const int64_t next = rt + VNM_DX_STAGES - 1;
+        if (next < rows)
+            dx_load_stage<BN, KT>(ring + (next % VNM_DX_STAGES) * SB, w, dy, B, aligned, n0, kt0, next);
+        cp_async_commit();
+
+        const unsigned char *st = ring + (rt % VNM_DX_STAGES) * SB;
+        uint32_t a[MTB][4], b[KT][2];
+        bool bad = false;
+#pragma unroll
+        for (int m = 0; m < MTB; m++) {
+            ldmatrix_x4(a[m], (const uint16_t *)st +
+                                  vnm_dx_dys_at(16 * m + vnm_ldm_a_row(lane), vnm_ldm_a_k(lane)));
+#pragma unroll
+            for (int i = 0; i < 4; i++) bad |= nonfinite_pair<BF16>(a[m][i]);
+        }
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+            const uint16_t *vs = (const uint16_t *)(st + vnm_dx_vs_at(BN, j));
+            const uint32_t *ms = (const uint32_t *)(st + vnm_dx_ms_at(BN, KT, j));
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                b[j][i] = dx_w(vs, ms, vnm_dx_b_row(lane, i, 0), c) |
+                          dx_w(vs, ms, vnm_dx_b_row(lane, i, 1), c) << 16;
+        }
+        if (__any_sync(0xffffffffu, bad)) /* rare: Inf or NaN in this stage of dY */
+            dx_kept_only<BF16, BN, KT>(st, w, rt, accs, ld, kt0, col0, lane, warp);
+        else
+#pragma unroll
+            for (int m = 0; m < MTB; m++)
+#pragma unroll
+                for (int j = 0; j < KT; j++) mma_dense<BF16>(d[m][j], a[m], b[j]);
+        /* The block's last row tile: its sums go to accs (the warp's own
+         * columns: see vnm_sptc_index.h). */
+        if ((rt + 1) * 16 % w.V == 0 || rt + 1 == rows)
+            dx_flush<BN, KT>(d, accs, ld, w.gather + rt * 16 / w.V * ccols, kt0, col0, ccols, lane, warp);
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* every warp's last flush is in */
+    for (int64_t q = threadIdx.x; q < BN * span; q += VNM_DX_THREADS) {
+        const int64_t n = q / span, x = q % span;
+        if (n0 + n < B && col0 + x < w.K) dx[(n0 + n) * w.K + col0 + x] = accs[n * ld + x];
     }
 }
 
@@ -443,17 +568,6 @@ static int check_xt(const char *op, const void *xt, int64_t ldx, int64_t B)
     return 0;
 }
 
-/* k_sddmm<MT, bf16> for MT = vnm_sddmm_mt(V). */
-#define DISPATCH_MT(mt, bf16, KERNEL, ...)                                    \
-    switch (mt * 2 + (bf16 ? 1 : 0)) {                                        \
-    case 8: KERNEL<4, false><<<__VA_ARGS__; break;                            \
-    case 9: KERNEL<4, true><<<__VA_ARGS__; break;                             \
-    case 4: KERNEL<2, false><<<__VA_ARGS__; break;                            \
-    case 5: KERNEL<2, true><<<__VA_ARGS__; break;                             \
-    case 2: KERNEL<1, false><<<__VA_ARGS__; break;                            \
-    default: KERNEL<1, true><<<__VA_ARGS__; break;                            \
-    }
-
 /* Launches k_spmm<BM> (dynamic shared memory: the stages and, when it
  * fits, the gather row). */
 template <int BM>
@@ -493,38 +607,54 @@ int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const 
     }
 }
 
+/* Launches k_sddmm<MT> (static shared memory). */
+template <int MT>
+static void launch_sddmm(float *dvalues, const vnk_vnm *w, const uint16_t *dy, const uint16_t *xt,
+                         int64_t ldx, int64_t B)
+{
+    dim3 grid((unsigned)((w->row_tiles + MT - 1) / MT), (unsigned)((w->k_tiles + VNM_SD_KT - 1) / VNM_SD_KT));
+    bool aligned = vnm_dy_aligned(w->R, (uintptr_t)dy);
+    if (w->dtype == VN_BF16)
+        k_sddmm<MT, true><<<grid, 128>>>(*w, dy, aligned, xt, ldx, B, dvalues);
+    else
+        k_sddmm<MT, false><<<grid, 128>>>(*w, dy, aligned, xt, ldx, B, dvalues);
+}
+
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
                   int64_t B)
 {
     if (check_matrix("vnk_vnm_sddmm", w) || check_xt("vnk_vnm_sddmm", xt, ldx, B)) return 1;
     if (!dy || !dvalues) return vnk__fail("vnk_vnm_sddmm: dy or dvalues is NULL");
-    int mt = vnm_sddmm_mt(w->V);
-    dim3 grid((unsigned)(w->row_tiles + mt - 1) / mt, (unsigned)w->k_tiles);
-    if (w->k_tiles > 65535)
-        return vnk__fail("vnk_vnm_sddmm: %lld k-tiles exceed the grid's 65535", (long long)w->k_tiles);
+    if ((w->k_tiles + VNM_SD_KT - 1) / VNM_SD_KT > 65535)
+        return vnk__fail("vnk_vnm_sddmm: %lld k-tiles exceed the grid's 65535 pairs",
+                         (long long)w->k_tiles);
     const uint16_t *d = (const uint16_t *)dy, *x = (const uint16_t *)xt;
-    DISPATCH_MT(mt, w->dtype == VN_BF16, k_sddmm, grid, 128>>>(*w, d, x, ldx, B, dvalues))
+    switch (vnm_sddmm_mt(w->V)) {
+    case 4: launch_sddmm<4>(dvalues, w, d, x, ldx, B); break;
+    case 2: launch_sddmm<2>(dvalues, w, d, x, ldx, B); break;
+    default: launch_sddmm<1>(dvalues, w, d, x, ldx, B); break;
+    }
     return vnk__launched("vnk_vnm_sddmm (k_sddmm)");
 }
 
-/* Launches k_spmm_t<BN, KT> after raising its shared-memory limit. */
+/* Launches k_dx<BN, KT> after raising its shared-memory limit. */
 template <int BN, int KT>
-static int launch_spmm_t(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
+static int launch_dx(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
 {
-    size_t smem = (size_t)vnm_dxt_smem(w->V, w->M, BN, KT);
+    size_t smem = (size_t)vnm_dx_smem(w->M, BN, KT);
     dim3 grid((unsigned)((w->k_tiles + KT - 1) / KT), (unsigned)((B + BN - 1) / BN));
     if ((B + BN - 1) / BN > 65535)
         return vnk__fail("vnk_vnm_spmm_t: B=%lld needs more than 65535 batch tiles", (long long)B);
-    bool bf16 = w->dtype == VN_BF16;
-    const void *fn = bf16 ? (const void *)k_spmm_t<BN, KT, true> : (const void *)k_spmm_t<BN, KT, false>;
+    bool bf16 = w->dtype == VN_BF16, aligned = vnm_dy_aligned(w->R, (uintptr_t)dy);
+    const void *fn = bf16 ? (const void *)k_dx<BN, KT, true> : (const void *)k_dx<BN, KT, false>;
     if (vnk__cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                   "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
         return 1;
     if (bf16)
-        k_spmm_t<BN, KT, true><<<grid, VNM_DXT_THREADS, smem>>>(*w, dy, B, dx);
+        k_dx<BN, KT, true><<<grid, VNM_DX_THREADS, smem>>>(*w, dy, aligned, B, dx);
     else
-        k_spmm_t<BN, KT, false><<<grid, VNM_DXT_THREADS, smem>>>(*w, dy, B, dx);
-    return vnk__launched("vnk_vnm_spmm_t (k_spmm_t)");
+        k_dx<BN, KT, false><<<grid, VNM_DX_THREADS, smem>>>(*w, dy, aligned, B, dx);
+    return vnk__launched("vnk_vnm_spmm_t (k_dx)");
 }
 
 int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
@@ -532,22 +662,18 @@ int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
     if (check_matrix("vnk_vnm_spmm_t", w)) return 1;
     if (!dy || !dx) return vnk__fail("vnk_vnm_spmm_t: dy or dx is NULL");
     if (B == 0) return 0;
-    if (w->V > 128)
-        return vnk__fail("vnk_vnm_spmm_t: V must be at most 128 (a block's dY columns sit in "
-                         "shared memory), got V=%lld", (long long)w->V);
     int BN = 16, KT = 1;
-    if (!vnm_dxt_config(w->V, w->M, &BN, &KT))
-        return vnk__fail("vnk_vnm_spmm_t: M=%lld with V=%lld needs %lld bytes of shared memory "
-                         "even at 16 batch rows per block, more than the %d budgeted (M <= 128 "
-                         "fits)", (long long)w->M, (long long)w->V,
-                         (long long)vnm_dxt_smem(w->V, w->M, 16, 1), VNM_DXT_SMEM);
+    if (!vnm_dx_config(w->M, &BN, &KT))
+        return vnk__fail("vnk_vnm_spmm_t: M=%lld needs %lld bytes of shared memory even at 16 "
+                         "batch rows per block, more than the %d budgeted (M <= 128 fits)",
+                         (long long)w->M, (long long)vnm_dx_smem(w->M, 16, 1), VNM_DX_SMEM);
     const uint16_t *d = (const uint16_t *)dy;
     switch (BN * 8 + KT) {
-    case 64 * 8 + 4: return launch_spmm_t<64, 4>(w, d, B, dx);
-    case 64 * 8 + 2: return launch_spmm_t<64, 2>(w, d, B, dx);
-    case 64 * 8 + 1: return launch_spmm_t<64, 1>(w, d, B, dx);
-    case 32 * 8 + 1: return launch_spmm_t<32, 1>(w, d, B, dx);
-    default: return launch_spmm_t<16, 1>(w, d, B, dx);
+    case 64 * 8 + 4: return launch_dx<64, 4>(w, d, B, dx);
+    case 64 * 8 + 2: return launch_dx<64, 2>(w, d, B, dx);
+    case 64 * 8 + 1: return launch_dx<64, 1>(w, d, B, dx);
+    case 32 * 8 + 1: return launch_dx<32, 1>(w, d, B, dx);
+    default: return launch_dx<16, 1>(w, d, B, dx);
     }
 }
 

@@ -183,56 +183,182 @@ static inline VNM_HD int vnm_mma16_a_col(int lane, int i) { return 2 * (lane & 3
 static inline VNM_HD int vnm_mma16_b_k(int lane, int i) { return 2 * (lane & 3) + 8 * i; }
 static inline VNM_HD int vnm_mma16_b_n(int lane) { return lane >> 2; }
 
-/* ---- dX (k_spmm_t): dx = dY·W ---------------------------------------------------
- * A CTA (128 threads, 4 warps) owns KT k-tiles from kt0 = bx·KT (original
- * columns col0 = kt0·8·M .. col0 + KT·8·M − 1) and BN batch rows from
- * by·BN, and loops over all V-blocks b: dys[n][r] ← dY (batch n, block row
- * r), wc[c][r] ← the block's packed tiles decoded (c: the CTA's condensed
- * column, 0..32·KT − 1), both with row stride V + 8; D (BN × 32·KT) = dys ·
- * wcᵀ by mma.m16n8k16, warp w owning n-tiles w, w + 4, ...; D added into
- * the f32 accumulator at column gather[b][kt0·32 + c] − col0. */
-#define VNM_DXT_THREADS 128
-#define VNM_DXT_SMEM (96 * 1024) /* every sm_90 part allows it */
-/* Shared memory of a CTA with BN batch rows and KT k-tiles: the f32
- * accumulator, dys and wc. */
-static inline VNM_HD int64_t vnm_dxt_smem(int64_t V, int64_t M, int BN, int KT)
+/* ---- shared by dX and SDDMM --------------------------------------------------- */
+
+/* A swizzled b16 tile of rows of W 16-byte chunks (W = 2, 4 or 8): chunk q
+ * of row n is stored at chunk q ^ s(n), s(n) = (n / (8/W)) % W, so the 8
+ * consecutive rows one ldmatrix matrix reads sit in 8 different 16-byte
+ * bank groups (8 rows × W chunks span 8·W groups; the XOR spreads the 8/W
+ * rows that would share a group over the W chunks of a row). Element
+ * offset of (row n, element e): */
+static inline VNM_HD int vnm_swz_at(int n, int e, int W)
 {
-    return (int64_t)BN * KT * 8 * M * 4 + (int64_t)(BN + KT * 32) * (V + 8) * 2;
+    return n * 8 * W + ((((e >> 3) ^ ((n / (8 / W)) % W))) << 3) + (e & 7);
 }
-/* The (BN, KT) of the CTA: as many k-tiles, then batch rows, as fit
- * VNM_DXT_SMEM (V, M ≤ 128 always fit at 16 rows); 0 when none does. */
-static inline VNM_HD int vnm_dxt_config(int64_t V, int64_t M, int *BN, int *KT)
+
+/* dY's rows are copied with 16-byte cp.async when they are 16-byte aligned
+ * (R % 8 == 0 and an aligned base), else element by element. */
+static inline VNM_HD int vnm_dy_aligned(int64_t R, uintptr_t dy) { return R % 8 == 0 && dy % 16 == 0; }
+
+/* ldmatrix.x4 lane addresses, as (row, element) of a stored tile: lane l
+ * gives row l % 8 of matrix l / 8.
+ *   A of mma.m16n8k16 from a [row][k] tile (no .trans): matrices (rows 0–7,
+ *   k 0–7), (rows 8–15, k 0–7), (rows 0–7, k 8–15), (rows 8–15, k 8–15)
+ *   are registers a0..a3; lane l addresses row (l % 8) + 8·((l / 8) & 1),
+ *   element 8·(l / 16).
+ *   A from a [k][row] tile (.trans): the same matrices, transposed in
+ *   storage: lane l addresses k row (l % 8) + 8·(l / 16), element
+ *   8·((l / 8) & 1).
+ *   B of two n-tiles from an [n][k] tile (no .trans): matrices (n-tile 0,
+ *   k 0–7), (n-tile 0, k 8–15), (n-tile 1, k 0–7), (n-tile 1, k 8–15) are
+ *   b0, b1 of the first and b0, b1 of the second; lane l addresses n row
+ *   (l % 8) + 8·(l / 16), element 8·((l / 8) & 1). */
+static inline VNM_HD int vnm_ldm_a_row(int lane) { return (lane & 7) + 8 * ((lane >> 3) & 1); }
+static inline VNM_HD int vnm_ldm_a_k(int lane) { return 8 * (lane >> 4); }
+static inline VNM_HD int vnm_ldm_at_k(int lane) { return (lane & 7) + 8 * (lane >> 4); }
+static inline VNM_HD int vnm_ldm_at_row(int lane) { return 8 * ((lane >> 3) & 1); }
+static inline VNM_HD int vnm_ldm_b_n(int lane) { return (lane & 7) + 8 * (lane >> 4); }
+static inline VNM_HD int vnm_ldm_b_k(int lane) { return 8 * ((lane >> 3) & 1); }
+
+/* ---- dX (k_dx): dx = dY·W ------------------------------------------------------
+ * Wᵀ is not V:N:M, so no mma.sp: per V-block, the dense mma.m16n8k16 of
+ * dY's block columns with the block's condensed weights (a V × 32 slice per
+ * k-tile), scatter-added into the original columns through gather.
+ *
+ * A CTA (128 threads, 4 warps) owns BN batch rows and KT k-tiles (original
+ * columns col0 = kt0·8M .. col0 + KT·8M − 1) and walks all row tiles of W
+ * (16 rows: a tile never straddles two blocks since V % 16 == 0) through a
+ * VNM_DX_STAGES-deep cp.async ring; a stage holds dY's 16 block columns for
+ * the BN rows (dys, [n][r], 2 chunks per row, swizzled) and the row tile's
+ * KT packed tiles (values and metadata, as stored). Warp w owns n-tile w of
+ * every k-tile of the CTA (condensed columns 8w..8w+7 of tile j, j < KT),
+ * for all BN/16 m-tiles: per stage BN/16 ldmatrix.x4 A fragments and KT B
+ * fragments decoded from the packed tile (vnm_dx_b_value), feeding
+ * BN/16 · KT mma. The accumulators live in registers for the whole block;
+ * when the block ends they are added into the f32 tile accs (BN ×
+ * vnm_dx_ld, in shared memory) at the gathered columns. Warp w's columns
+ * are groups 2w and 2w + 1 of each k-tile in every block, and a group's
+ * condensed columns gather from that group's original columns only, so one
+ * warp alone ever writes an element of accs: no atomics, and no barrier
+ * between one block's flush and the next's. */
+#define VNM_DX_THREADS 128
+#define VNM_DX_STAGES 4
+#define VNM_DX_SMEM (100 * 1024) /* two CTAs per SM on sm_90 */
+/* Row stride of accs: span + 4 floats, so the 8 batch rows of one warp
+ * store start 4 banks apart instead of on one bank (span is a multiple of
+ * 32 for M % 4 == 0). */
+static inline VNM_HD int64_t vnm_dx_ld(int64_t M, int KT) { return (int64_t)KT * 8 * M + 4; }
+static inline VNM_HD int vnm_dx_dys_elems(int BN) { return BN * 16; }
+static inline VNM_HD int vnm_dx_stage_bytes(int BN, int KT) { return 2 * vnm_dx_dys_elems(BN) + KT * (512 + 64); }
+static inline VNM_HD int64_t vnm_dx_smem(int64_t M, int BN, int KT)
+{
+    return (int64_t)BN * vnm_dx_ld(M, KT) * 4 + (int64_t)VNM_DX_STAGES * vnm_dx_stage_bytes(BN, KT);
+}
+/* The (BN, KT) of the CTA: the first of the table that fits VNM_DX_SMEM
+ * (M ≤ 128 always fits at 16 rows); 0 when none does. */
+static inline VNM_HD int vnm_dx_config(int64_t M, int *BN, int *KT)
 {
     static const int configs[5][2] = {{64, 4}, {64, 2}, {64, 1}, {32, 1}, {16, 1}};
     for (int i = 0; i < 5; i++)
-        if (vnm_dxt_smem(V, M, configs[i][0], configs[i][1]) <= VNM_DXT_SMEM) {
+        if (vnm_dx_smem(M, configs[i][0], configs[i][1]) <= VNM_DX_SMEM) {
             *BN = configs[i][0], *KT = configs[i][1];
             return 1;
         }
     return 0;
 }
-static inline VNM_HD int vnm_dxt_ld(int64_t V) { return (int)V + 8; }
-static inline VNM_HD int vnm_dxt_ntile(int warp, int j) { return warp + 4 * j; }
-/* The decode of (tile, lane, register) number q of a CTA with KT k-tiles. */
-typedef struct {
-    int i, lane, kk, mt; /* register, lane, k-tile of the CTA, row tile of the block */
-} vnm_dxt_item;
-static inline VNM_HD vnm_dxt_item vnm_dxt_decode_item(int q, int KT)
+/* dys element of (batch row n, row r of the tile). */
+static inline VNM_HD int vnm_dx_dys_at(int n, int r) { return vnm_swz_at(n, r, 2); }
+
+/* The copies of a stage, q = 0 .. vnm_dx_copies − 1, dealt to threads q =
+ * tid, tid + 128, ...: first 2·BN dY pieces (batch row q / 2, rows 8·(q %
+ * 2)..+7 of the tile), then 36 pieces of each of the KT packed tiles (32
+ * of values: lane piece; 4 of metadata). Kinds as for the forward
+ * (VNM_COPY_X stands for dY). */
+static inline VNM_HD int vnm_dx_copies(int BN, int KT) { return 2 * BN + 36 * KT; }
+static inline VNM_HD vnm_copy vnm_dx_copy(int q, int BN)
 {
-    vnm_dxt_item d;
-    d.i = q & 3, d.lane = (q >> 2) & 31, d.kk = (q >> 7) % KT, d.mt = (q >> 7) / KT;
-    return d;
+    vnm_copy c;
+    if (q < 2 * BN) {
+        c.kind = VNM_COPY_X, c.row = q / 2, c.piece = 8 * (q % 2);
+    } else {
+        q -= 2 * BN;
+        c.row = q / 36, q %= 36; /* row: the k-tile of the CTA */
+        c.kind = q < 32 ? VNM_COPY_A : VNM_COPY_META, c.piece = q < 32 ? q : q - 32;
+    }
+    return c;
+}
+/* Stage offsets (bytes) of the values and metadata of packed tile j. */
+static inline VNM_HD int vnm_dx_vs_at(int BN, int j) { return 2 * vnm_dx_dys_elems(BN) + j * 512; }
+static inline VNM_HD int vnm_dx_ms_at(int BN, int KT, int j) { return 2 * vnm_dx_dys_elems(BN) + KT * 512 + j * 64; }
+
+/* The condensed column (0..31, inside its k-tile) of n-tile column gid of
+ * warp w, and the tile rows of B register i, half h (mma.m16n8k16's B: k =
+ * 2·tig + 8i + h, here a row of W). */
+static inline VNM_HD int vnm_dx_col(int lane, int warp) { return 8 * warp + (lane >> 2); }
+static inline VNM_HD int vnm_dx_b_row(int lane, int i, int h) { return vnm_mma16_b_k(lane, i) + h; }
+/* Where W[r][c] (tile row r, condensed column c) sits in the packed tile,
+ * given nib = row r's nibble for chunk c / 4: the value index (0..255), or
+ * −1 when row r does not keep column c (the value is 0). The inverse of
+ * vnm_a_row / vnm_a_chunk / vnm_a_value: row r, chunk ch is register
+ * (r / 8) + 2·(ch / 4) of lane 4·(r % 8) + ch % 4. */
+static inline VNM_HD int vnm_dx_b_value(int r, int c, unsigned nib)
+{
+    const int ch = c >> 2, lane = 4 * (r & 7) + (ch & 3), i = (r >> 3) + 2 * (ch >> 2);
+    if ((int)(nib & 3) == (c & 3)) return vnm_a_value(lane, i, 0);
+    if ((int)(nib >> 2) == (c & 3)) return vnm_a_value(lane, i, 1);
+    return -1;
 }
 
 /* ---- SDDMM (k_sddmm): dvalues = dYᵀ·X at the kept positions ------------------------
- * A CTA (128 threads, 4 warps) owns MT row tiles (16·MT rows of one V-block:
- * MT = 4, 2 or 1, the most that keeps the CTA in one block) × one k-tile (32
- * condensed columns) and walks the batch in chunks of VNM_SDDMM_CHUNK rows:
- * dyt[r][n] ← dY and xs[c][n] ← X's gathered columns (row stride
- * VNM_SDDMM_LD), then D (16·MT × 32) += dyt · xsᵀ by mma.m16n8k16 (k = batch
- * rows), warp w owning n-tile w (condensed columns 8w..8w + 7). */
-#define VNM_SDDMM_CHUNK 32
-#define VNM_SDDMM_LD (VNM_SDDMM_CHUNK + 8)
+ * A CTA (128 threads, 4 warps) owns BM = 16·MT rows of one V-block (MT = 4,
+ * 2 or 1, the most whose tile stays in the block) × VNM_SD_KT k-tiles
+ * (BC = 32·VNM_SD_KT condensed columns), and walks the batch (the reduction)
+ * in chunks of 32 rows through a VNM_SD_STAGES-deep cp.async ring: dys
+ * ([n][r], 32 × BM, BM/8 chunks per row) and xs (the gathered rows of Xᵀ,
+ * [c][n], BC × 32, 4 chunks per row), both swizzled. The block's BC gather
+ * entries are read once into shared memory. Warps are WARPS_M × WARPS_N
+ * (2 × 2, or 1 × 4 when MT = 1) with warp tiles of WM rows × WN columns;
+ * per 16 batch rows a warp loads WM/16 A fragments (ldmatrix.x4.trans of
+ * dys) and WN/16 B pairs (ldmatrix.x4 of xs) and runs (WM/16)·(WN/8)
+ * mma.m16n8k16. The epilogue writes each kept value once.
+ *
+ * Every condensed column of the tile is computed, kept or not: twice the
+ * products the values need, since which 2 of 4 columns a row keeps changes
+ * from row to row, so no dense product covers only the kept ones. */
+#define VNM_SD_KT 2
+#define VNM_SD_BC (32 * VNM_SD_KT)
+#define VNM_SD_CHUNK 32
+#define VNM_SD_STAGES 3
 static inline VNM_HD int vnm_sddmm_mt(int64_t V) { return V % 64 == 0 ? 4 : V % 32 == 0 ? 2 : 1; }
+#define VNM_SD_WARPS_M(MT) ((MT) >= 2 ? 2 : 1)
+#define VNM_SD_WARPS_N(MT) (4 / VNM_SD_WARPS_M(MT))
+#define VNM_SD_WM(MT) (16 * (MT) / VNM_SD_WARPS_M(MT))
+#define VNM_SD_WN(MT) (VNM_SD_BC / VNM_SD_WARPS_N(MT))
+static inline VNM_HD int vnm_sd_dys_elems(int MT) { return VNM_SD_CHUNK * 16 * MT; }
+static inline VNM_HD int vnm_sd_xs_elems(void) { return VNM_SD_BC * VNM_SD_CHUNK; }
+static inline VNM_HD int vnm_sd_stage_elems(int MT) { return vnm_sd_dys_elems(MT) + vnm_sd_xs_elems(); }
+/* dys element of (batch row n, tile row r); xs element of (column c, batch
+ * row n). */
+static inline VNM_HD int vnm_sd_dys_at(int n, int r, int MT) { return vnm_swz_at(n, r, 2 * MT); }
+static inline VNM_HD int vnm_sd_xs_at(int c, int n) { return vnm_swz_at(c, n, 4); }
+/* The copies of a stage, q = 0 .. vnm_sd_copies − 1: first 32·(BM/8) dY
+ * pieces (batch row q / (BM/8), tile rows 8·(q % (BM/8))..+7), then 4·BC X
+ * pieces (column q / 4, batch rows 8·(q % 4)..+7). */
+static inline VNM_HD int vnm_sd_copies(int MT) { return VNM_SD_CHUNK * 2 * MT + 4 * VNM_SD_BC; }
+static inline VNM_HD vnm_copy vnm_sd_copy(int q, int MT)
+{
+    const int dp = VNM_SD_CHUNK * 2 * MT;
+    vnm_copy c;
+    if (q < dp) {
+        c.kind = VNM_COPY_A, c.row = q / (2 * MT), c.piece = 8 * (q % (2 * MT));
+    } else {
+        q -= dp;
+        c.kind = VNM_COPY_X, c.row = q / 4, c.piece = 8 * (q % 4);
+    }
+    return c;
+}
+/* A warp's first tile row and condensed column inside the CTA tile. */
+static inline VNM_HD int vnm_sd_warp_row(int warp, int MT) { return warp % VNM_SD_WARPS_M(MT) * VNM_SD_WM(MT); }
+static inline VNM_HD int vnm_sd_warp_col(int warp, int MT) { return warp / VNM_SD_WARPS_M(MT) * VNM_SD_WN(MT); }
 
 #endif

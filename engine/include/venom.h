@@ -630,7 +630,7 @@ const char *vn_vnm_isa(void);
  * nearest even), products are summed in f32, and y and every gradient are
  * f32; the values are repacked from `values` at each call, so in-place
  * optimizer updates are always seen. CUDA needs V a multiple of 16, and
- * V ≤ 128 and M ≤ 128 when x needs a gradient (VN_ERR_ARG naming V and M).
+ * M ≤ 128 when x needs a gradient (VN_ERR_ARG naming V and M).
  * Errors: VN_ERR_SHAPE naming the shapes when x's last dim is not K,
  * values are not (R, 2·⌈K/M⌉) or bias is not (R); VN_ERR_DTYPE;
  * VN_ERR_DEVICE when the tensors are on different devices (both named) or
@@ -641,7 +641,7 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
  * shape, device and precision rules: forward SpMM y = x·Wᵀ (..., R); input
  * gradient dx = dy·W (..., K) for dy (..., R); SDDMM dvalues = dyᵀ·x at the
  * kept positions, (R, 2·⌈K/M⌉), for dy and x with the same number of rows.
- * On CUDA spmm_t needs V ≤ 128 and M ≤ 128. */
+ * On CUDA spmm_t needs M ≤ 128. */
 vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x);
 vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
 vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);

@@ -23,17 +23,17 @@
 static vn_dtype operand_dtype(void) { return vn__autocast() == VN_F16 ? VN_F16 : VN_BF16; }
 
 /* What the kernels cannot do, refused before any work with the layout
- * named: V a multiple of 16 always; V ≤ 128 and M ≤ 128 when dX is needed. */
+ * named: V a multiple of 16 always; M ≤ 128 when dX is needed. */
 static vn_status check_layout(const char *op, const vn_vnm *s, bool input_grad)
 {
     if (s->V % VNM_SPTC_ROWS)
         return vn__err(VN_ERR_ARG, "%s: on CUDA, V must be a multiple of 16 (the rows of one "
                        "Sparse Tensor Core tile), got V=%lld; build the layer with V = 16, 32, 64 "
                        "or 128, or run it on the CPU", op, (long long)s->V);
-    if (input_grad && (s->V > 128 || s->M > 128))
-        return vn__err(VN_ERR_ARG, "%s: the input gradient on CUDA needs V <= 128 and M <= 128 "
-                       "(its accumulators live in shared memory), got V=%lld, M=%lld", op,
-                       (long long)s->V, (long long)s->M);
+    if (input_grad && s->M > 128)
+        return vn__err(VN_ERR_ARG, "%s: the input gradient on CUDA needs M <= 128 (its "
+                       "accumulators for 8 groups of M columns live in shared memory), got "
+                       "V=%lld, M=%lld", op, (long long)s->V, (long long)s->M);
     return VN_OK;
 }
 
@@ -234,7 +234,22 @@ static vn_tensor *forward(const vnk_vnm *w, const vn_tensor *xt, int64_t ldx, co
     return y;
 }
 
-/* dX (shaped like `like`, K features) = dY·W from the 16-bit dY. */
+/* dX (shaped like `like`, K features) = dY·W from the 16-bit dY, by the
+ * sparse kernel (k_dx) for every M.
+ *
+ * The rule against cuBLAS on a dense 16-bit W (R × K, rebuilt from the
+ * values once per optimizer step, i.e. per packed-values version):
+ * k_dx does 4/M of the dense product's flops but on mma.sync m16n8k16 with
+ * a per-block scatter, where cuBLAS runs wgmma near its peak; so dense
+ * could win only at small M (M = 4, 5: 1 to 1.25 times the flops dense
+ * would need, at a lower fraction of peak). bench/vnm_gpu.c times both
+ * (its "dX" and "dense dY·W" columns) per (V:N:M, shape); the rule is:
+ * take cuBLAS for an M where that table shows dense faster at the layer's
+ * shape, else k_dx. No GPU run has produced the table yet, so no M takes
+ * cuBLAS today, and the dense path is not built. It would also have to
+ * keep dX finite where the CPU's is: dense W holds the unkept zeros, and
+ * 0 · Inf in dY is NaN there, so a dY with Inf or NaN would have to go to
+ * k_dx (whose kept-only path reads kept weights only). */
 static vn_tensor *input_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_tensor *like,
                              int64_t B)
 {

@@ -94,11 +94,11 @@ function sparse.from_dense(w, opts)
 end
 
 --- nil when a V:2:M layer can train on CUDA, else why not: the Sparse
--- Tensor Core kernels need V a multiple of 16, and V, M <= 128 for the
+-- Tensor Core kernels need V a multiple of 16, and M <= 128 for the
 -- input's gradient (the engine refuses the rest with the same limits).
 function sparse.cuda_layout_error(V, M)
-  if V % 16 ~= 0 or V > 128 or M > 128 then
-    return "training on CUDA needs V a multiple of 16 up to 128 and M <= 128 (the Sparse "
+  if V % 16 ~= 0 or M > 128 then
+    return "training on CUDA needs V a multiple of 16 and M <= 128 (the Sparse "
       .. "Tensor Core kernels)"
   end
 end

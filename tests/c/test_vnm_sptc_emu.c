@@ -1,15 +1,16 @@
 /* The host emulator of the V:N:M Sparse Tensor Core kernels
- * (kernels/vnm_sptc.cu: k_spmm, k_spmm_t, k_sddmm). It replays each
+ * (kernels/vnm_sptc.cu: k_spmm, k_dx, k_sddmm). It replays each
  * kernel's exact tile schedule on the CPU, CTA by CTA, through the same
  * index functions the kernel calls (kernels/vnm_sptc_index.h): the copies
  * thread by thread into a model of shared memory (poisoned first, bounds
  * checked), ldmatrix with the addresses each lane gives, mma.sp and mma with
- * the fragments each lane holds, and the epilogue's writes. The instructions
- * themselves are software models written here from the PTX ISA's
- * definitions ("Matrix Fragments for sparse mma.m16n8k32 with .f16 and .bf16
- * types", "Sparse matrix storage", "Matrix Fragments for mma.m16n8k16",
- * "ldmatrix"), not from the kernels' helpers, so a disagreement between a
- * helper and the ISA shows up as a wrong result. The result is compared
+ * the fragments each lane holds, and the epilogue's writes (for k_dx, that
+ * one warp alone writes each element of its shared f32 tile). The instructions
+ * themselves are software models (tests/c/sptc_emu.h) written from the PTX
+ * ISA's definitions ("Matrix Fragments for sparse mma.m16n8k32 with .f16
+ * and .bf16 types", "Sparse matrix storage", "Matrix Fragments for
+ * mma.m16n8k16", "ldmatrix"), not from the kernels' helpers, so a
+ * disagreement between a helper and the ISA shows up as a wrong result. The result is compared
  * with the CPU V:N:M kernel on the same bf16/f16-rounded operands, for every
  * (V, M) in {16, 32, 64, 128} × {4, 5, 8, 16, 32}, rows, columns and
  * batches that fill no block, group or tile.
@@ -17,6 +18,7 @@
  * What a GPU run still has to prove: that the hardware follows the ISA as
  * modelled here (and its speed). */
 #include "gradcheck.h"
+#include "sptc_emu.h"
 #include "vnm_random.h"
 #include "vnm_sptc.h"
 #include "vnm_sptc_index.h"
@@ -24,155 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- software instructions (PTX ISA) -------------------------------------------- */
-
-static float half_to_f32(uint16_t bits, vn_dtype dt)
-{
-    return dt == VN_BF16 ? vn__bf16_to_f32(bits) : vn__f16_to_f32(bits);
-}
-
-/* Shared memory of one CTA: bytes, poisoned with 0xff (a NaN in bf16 and
- * f16, and an out-of-range gather entry) before each CTA. */
-typedef struct {
-    unsigned char *b;
-    size_t n;
-} emu_smem;
-
-static void *smem_at(const emu_smem *s, size_t off, size_t len, const char *what)
-{
-    if (off + len > s->n) fail_msg("%s: %zu bytes at shared offset %zu, past %zu", what, len, off, s->n);
-    return s->b + off;
-}
-
-/* cp.async.cg.shared.global 16 bytes: src (16-byte aligned) or zeros. */
-static void cp_async16(emu_smem *s, size_t dst, const void *src, bool valid, const void *lo,
-                       const void *hi)
-{
-    if (dst % 16) fail_msg("cp.async: shared offset %zu not 16-byte aligned", dst);
-    unsigned char *d = smem_at(s, dst, 16, "cp.async");
-    if (!valid) {
-        memset(d, 0, 16);
-        return;
-    }
-    const unsigned char *p = src;
-    if ((uintptr_t)p % 16 || p < (const unsigned char *)lo || p + 16 > (const unsigned char *)hi)
-        fail_msg("cp.async: global source out of its array or misaligned");
-    memcpy(d, p, 16);
-}
-
-/* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane 8m + i gives the
- * address (byte offset) of row i of matrix m, 8 b16 elements, 16-byte
- * aligned. Without .trans, lane l receives row l / 4, elements 2(l % 4) and
- * 2(l % 4) + 1 of each matrix; .trans delivers the transpose, so lane l
- * receives, in register m, elements (row 2(l % 4), column l / 4) and (row
- * 2(l % 4) + 1, column l / 4) of matrix m, the first in the low half. */
-static void sw_ldmatrix_x4_trans(const emu_smem *s, const size_t addr[32], uint32_t out[32][4])
-{
-    for (int l = 0; l < 32; l++)
-        if (addr[l] % 16) fail_msg("ldmatrix: lane %d address %zu not 16-byte aligned", l, addr[l]);
-    /* Each 8×8 matrix is one shared-memory wavefront when its 8 rows sit in
-     * 8 different groups of 4 banks (16 bytes of the 128-byte bank line):
-     * what the swizzle of the X tile is for. */
-    for (int m = 0; m < 4; m++) {
-        unsigned seen = 0;
-        for (int i = 0; i < 8; i++) seen |= 1u << (addr[8 * m + i] / 16 % 8);
-        if (seen != 0xff) fail_msg("ldmatrix: matrix %d's rows share banks (groups 0x%02x)", m, seen);
-    }
-    for (int m = 0; m < 4; m++)
-        for (int l = 0; l < 32; l++) {
-            uint16_t v[2];
-            for (int h = 0; h < 2; h++) {
-                const uint16_t *row = smem_at(s, addr[8 * m + 2 * (l % 4) + h], 16, "ldmatrix");
-                v[h] = row[l / 4];
-            }
-            out[l][m] = (uint32_t)v[0] | (uint32_t)v[1] << 16;
-        }
-}
-
-/* mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.{bf16,f16}.f32,
- * sparsity selector 0: d[l] += A·B for the warp's fragments.
- *   A: lane l's 4 registers hold a0..a7 (two per register, low half
- *      first) of the 16 × 16 compressed A: row gid for a0, a1, a4, a5 and
- *      gid + 8 otherwise; compressed column 2·tig + (k & 1), + 8 for k ≥ 4.
- *      Compressed columns 2c, 2c + 1 are the two kept values of the 4-wide
- *      chunk c of the row.
- *   metadata: with selector 0, lanes with tig 0 and 1 hold it: lane (gid,
- *      0) chunks 0..3, lane (gid, 1) chunks 4..7; bits 0–15 row gid, 16–31
- *      row gid + 8; within a half, chunk c % 4 in bits 4(c % 4)..+3, the
- *      position (0..3) of its first kept value in the low 2 bits, of the
- *      second in the high 2; ordered metadata wants them ascending.
- *   B: lane l's 4 registers hold b0..b7: row 2·tig + (k & 1) + 8·(k / 2),
- *      column gid.
- *   C/D: c0..c3: row gid (+8 for c2, c3), column 2·tig + (k & 1).
- * Products are exact in f32 (16-bit inputs); sums are f32 in k order. */
-static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][4],
-                      const uint32_t e[32], vn_dtype dt)
-{
-    float A[16][32] = {{0}}, Bm[32][8];
-    for (int l = 0; l < 32; l++) {
-        int gid = l >> 2, tig = l & 3;
-        for (int k = 0; k < 8; k++) {
-            int row = (k % 4 < 2) ? gid : gid + 8;
-            int ccol = 2 * tig + (k & 1) + (k >= 4 ? 8 : 0), chunk = ccol / 2;
-            uint32_t word = e[4 * gid + chunk / 4];
-            unsigned nib = (word >> ((row >= 8 ? 16 : 0) + 4 * (chunk % 4))) & 0xf;
-            unsigned p0 = nib & 3, p1 = nib >> 2;
-            if (p0 >= p1) fail_msg("mma.sp: row %d chunk %d: metadata nibble 0x%x is not two "
-                                   "ascending positions", row, chunk, nib);
-            uint16_t bits = (uint16_t)(a[l][k / 2] >> (16 * (k & 1)));
-            A[row][4 * chunk + ((ccol & 1) ? p1 : p0)] = half_to_f32(bits, dt);
-            Bm[2 * tig + (k & 1) + 8 * (k / 2)][gid] = half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
-        }
-    }
-    for (int l = 0; l < 32; l++) {
-        int gid = l >> 2, tig = l & 3;
-        for (int k = 0; k < 4; k++) {
-            int row = gid + (k >= 2 ? 8 : 0), col = 2 * tig + (k & 1);
-            float sum = d[l][k];
-            for (int kk = 0; kk < 32; kk++) sum += A[row][kk] * Bm[kk][col];
-            d[l][k] = sum;
-        }
-    }
-}
-
-/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32: d[l] += A·B.
- *   A (16 × 16): lane l's registers hold a0..a7 (two per register, low half
- *      first): row gid for a0, a1, a4, a5, else gid + 8; column 2·tig +
- *      (k & 1), + 8 for k ≥ 4.
- *   B (16 × 8): b0..b3: row 2·tig + (k & 1), + 8 for k ≥ 2; column gid.
- *   C/D: as for mma.sp. */
-static void sw_mma16(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2], vn_dtype dt)
-{
-    float A[16][16], Bm[16][8];
-    for (int l = 0; l < 32; l++) {
-        int gid = l >> 2, tig = l & 3;
-        for (int k = 0; k < 8; k++) {
-            int row = (k % 4 < 2) ? gid : gid + 8, col = 2 * tig + (k & 1) + (k >= 4 ? 8 : 0);
-            A[row][col] = half_to_f32((uint16_t)(a[l][k / 2] >> (16 * (k & 1))), dt);
-        }
-        for (int k = 0; k < 4; k++)
-            Bm[2 * tig + (k & 1) + (k >= 2 ? 8 : 0)][gid] =
-                half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
-    }
-    for (int l = 0; l < 32; l++) {
-        int gid = l >> 2, tig = l & 3;
-        for (int k = 0; k < 4; k++) {
-            int row = gid + (k >= 2 ? 8 : 0), col = 2 * tig + (k & 1);
-            float sum = d[l][k];
-            for (int kk = 0; kk < 16; kk++) sum += A[row][kk] * Bm[kk][col];
-            d[l][k] = sum;
-        }
-    }
-}
-
-/* Two b16 at element offset off of a shared array of n elements, as one
- * register (ld_pair: 4-byte aligned). */
-static uint32_t pair_at(const uint16_t *base, size_t n, size_t off)
-{
-    if (off % 2 || off + 2 > n) fail_msg("ld_pair at %zu of %zu: misaligned or out of range", off, n);
-    return (uint32_t)base[off] | (uint32_t)base[off + 1] << 16;
-}
 
 /* ---- k_spmm replayed ---------------------------------------------------------------- */
 
@@ -255,7 +108,7 @@ static void emu_spmm(const spmm_args *g)
                     for (int j = 0; j < NT; j++) {
                         size_t addr[32];
                         for (int l = 0; l < 32; l++) addr[l] = st + 2 * (size_t)vnm_fwd_ldm_at(l, warp, j, BM);
-                        sw_ldmatrix_x4_trans(&s, addr, bf[j]);
+                        sw_ldmatrix_x4(&s, addr, bf[j], true);
                     }
                     int wr = vnm_fwd_warp_row(warp, BM);
                     int64_t left = p->row_tiles - (r0 + wr) / 16;
@@ -289,169 +142,310 @@ static void emu_spmm(const spmm_args *g)
     free(s.b);
 }
 
-/* ---- k_spmm_t replayed ---------------------------------------------------------------- */
+/* ---- shared by k_dx and k_sddmm replayed ----------------------------------------------- */
 
-/* k_spmm_t<BN, KT> over its whole grid: dx (B × K) = dY (B × R, 16-bit) · W. */
-static void emu_spmm_t(const vnm_sptc *p, const uint16_t *dy, int64_t B, float *dx)
+/* copy_dy8 of the kernels: 8 b16 of dY's row n from column r to shared
+ * offset dst, by cp.async when aligned, else element by element. */
+static void emu_copy_dy8(emu_smem *s, size_t dst, const uint16_t *dy, int64_t R, int64_t B,
+                         bool aligned, int64_t n, int64_t r)
+{
+    if (aligned) {
+        bool valid = n < B && r < R;
+        cp_async16(s, dst, valid ? dy + n * R + r : dy, valid, dy, dy + B * R);
+        return;
+    }
+    if (dst % 16) fail_msg("copy_dy8: shared offset %zu not 16-byte aligned", dst);
+    uint16_t *d = smem_at(s, dst, 16, "copy_dy8");
+    for (int e = 0; e < 8; e++) d[e] = n < B && r + e < R ? dy[n * R + r + e] : 0;
+}
+
+/* Checks that one warp alone writes each element of a CTA's f32 tile, the
+ * reason the kernel needs no atomics and no barrier between flushes. */
+typedef struct {
+    int *warp; /* the element's writer, −1 before the first write */
+    int64_t n;
+} owner_check;
+
+static void owned_write(owner_check *oc, int64_t i, int warp)
+{
+    if (i < 0 || i >= oc->n) fail_msg("accs: element %lld outside %lld", (long long)i, (long long)oc->n);
+    if (oc->warp[i] >= 0 && oc->warp[i] != warp)
+        fail_msg("accs[%lld]: written by warps %d and %d", (long long)i, oc->warp[i], warp);
+    oc->warp[i] = warp;
+}
+
+static uint16_t smem_u16(const emu_smem *s, size_t off) { return *(const uint16_t *)smem_at(s, off, 2, "b16"); }
+static uint32_t smem_u32(const emu_smem *s, size_t off) { return *(const uint32_t *)smem_at(s, off, 4, "b32"); }
+
+/* ---- k_dx replayed -------------------------------------------------------------------- */
+
+/* dx_w of the kernel: W[r][c] of the packed tile staged at byte offsets vs,
+ * ms, as a b16 (0 where row r does not keep column c). */
+static uint32_t emu_dx_w(const emu_smem *s, size_t vs, size_t ms, int r, int c)
+{
+    uint32_t words[16];
+    for (int k = 0; k < 16; k++) words[k] = smem_u32(s, ms + 4 * (size_t)k);
+    int v = vnm_dx_b_value(r, c, vnm_meta_nibble(words, r, c >> 2));
+    return v >= 0 ? smem_u16(s, vs + 2 * (size_t)v) : 0u;
+}
+
+/* dx_load_stage of the kernel, thread by thread: row tile rt into ring slot. */
+typedef struct {
+    const vnm_sptc *p;
+    const uint16_t *dy;
+    int64_t B;
+    bool aligned;
+    int64_t n0, kt0;
+    size_t ring;
+    int SB, BN, KT;
+} dx_ctx;
+
+static void emu_dx_load_stage(emu_smem *s, const dx_ctx *x, int slot, int64_t rt)
+{
+    const vnm_sptc *p = x->p;
+    const int64_t ntiles = p->row_tiles * p->k_tiles;
+    const size_t st = x->ring + (size_t)slot * x->SB;
+    for (int q = 0; q < vnm_dx_copies(x->BN, x->KT); q++) {
+        vnm_copy c = vnm_dx_copy(q, x->BN);
+        if (c.kind == VNM_COPY_X) {
+            emu_copy_dy8(s, st + 2 * (size_t)vnm_dx_dys_at(c.row, c.piece), x->dy, p->R, x->B, x->aligned,
+                         x->n0 + c.row, rt * 16 + c.piece);
+            continue;
+        }
+        int64_t kt = x->kt0 + c.row, t = rt * p->k_tiles + kt;
+        bool in = kt < p->k_tiles;
+        if (c.kind == VNM_COPY_A)
+            cp_async16(s, st + (size_t)vnm_dx_vs_at(x->BN, c.row) + 16 * (size_t)c.piece,
+                       in ? p->values + t * 256 + 8 * c.piece : p->values, in, p->values,
+                       p->values + ntiles * 256);
+        else
+            cp_async16(s, st + (size_t)vnm_dx_ms_at(x->BN, x->KT, c.row) + 16 * (size_t)c.piece,
+                       in ? p->meta + t * 16 + 4 * c.piece : p->meta, in, p->meta, p->meta + ntiles * 16);
+    }
+}
+
+/* k_dx<BN, KT> over its whole grid: dx (B × K) = dY (B × R, 16-bit) · W. */
+static void emu_dx(const vnm_sptc *p, const uint16_t *dy, int64_t B, float *dx)
 {
     int BN = 16, KT = 1;
-    assert_true(vnm_dxt_config(p->V, p->M, &BN, &KT));
-    const int V = (int)p->V, ldv = vnm_dxt_ld(p->V), MTB = BN / 16;
-    const int64_t span = (int64_t)KT * 8 * p->M, ccols = p->k_tiles * 32;
-    const uint16_t EXP_MASK = p->dtype == VN_BF16 ? 0x7f80 : 0x7c00;
-    const size_t ndys = (size_t)BN * ldv, nwc = (size_t)KT * 32 * ldv;
-    float *accs = malloc((size_t)(BN * span) * sizeof *accs);
-    uint16_t *dys = malloc(ndys * 2), *wc = malloc(nwc * 2);
+    assert_true(vnm_dx_config(p->M, &BN, &KT));
+    const int MTB = BN / 16, SB = vnm_dx_stage_bytes(BN, KT), S = VNM_DX_STAGES;
+    const int64_t ld = vnm_dx_ld(p->M, KT), span = (int64_t)KT * 8 * p->M, ccols = p->k_tiles * 32;
+    const int64_t rows = p->row_tiles;
+    const bool aligned = vnm_dy_aligned(p->R, (uintptr_t)dy);
+    const size_t ring = (size_t)BN * (size_t)ld * 4;
+    const uint16_t EXP = p->dtype == VN_BF16 ? 0x7f80 : 0x7c00;
+    emu_smem s = {.n = (size_t)vnm_dx_smem(p->M, BN, KT)};
+    s.b = malloc(s.n);
+    owner_check oc = {.n = BN * ld};
+    oc.warp = malloc((size_t)oc.n * sizeof *oc.warp);
     float(*d)[32][4] = malloc(sizeof *d * 4 * MTB * KT); /* [warp][m][j] */
+    uint32_t(*a)[32][4] = malloc(sizeof *a * MTB);
+    assert_true(s.b && oc.warp && d && a);
+    assert_true(ring % 16 == 0);
+    float *accs = (float *)s.b;
     for (int64_t bx = 0; bx < (p->k_tiles + KT - 1) / KT; bx++)
         for (int64_t by = 0; by < (B + BN - 1) / BN; by++) {
             const int64_t kt0 = bx * KT, n0 = by * BN, col0 = kt0 * 8 * p->M;
-            for (int64_t q = 0; q < BN * span; q++) accs[q] = 0;
-            for (int64_t b = 0; b < p->nblocks; b++) {
-                const int64_t r0 = b * p->V;
-                memset(dys, 0xff, ndys * 2);
-                memset(wc, 0xff, nwc * 2);
-                int inf_or_nan = 0;
-                for (int q = 0; q < BN * V; q++) {
-                    int n = q / V, r = q % V;
-                    bool in = n0 + n < B && r0 + r < p->R;
-                    uint16_t h = in ? dy[(n0 + n) * p->R + r0 + r] : 0;
-                    inf_or_nan |= (h & EXP_MASK) == EXP_MASK;
-                    dys[n * ldv + r] = h;
-                }
-                memset(wc, 0, nwc * 2);
-                for (int q = 0; q < (V / 16) * KT * 128; q++) {
-                    vnm_dxt_item it = vnm_dxt_decode_item(q, KT);
-                    int64_t kt = kt0 + it.kk;
-                    if (kt >= p->k_tiles || r0 / 16 + it.mt >= p->row_tiles) continue;
-                    int64_t t = vnm_tile(r0, it.mt, kt, p->k_tiles);
-                    int rr = vnm_a_row(it.lane, it.i), ch = vnm_a_chunk(it.lane, it.i);
-                    unsigned nib = vnm_meta_nibble(p->meta + t * 16, rr, ch);
-                    const uint16_t *v = p->values + t * 256 + vnm_a_value(it.lane, it.i, 0);
-                    int c = it.kk * 32 + 4 * ch, r = it.mt * 16 + rr;
-                    wc[(c + (nib & 3)) * ldv + r] = v[0];
-                    wc[(c + (nib >> 2)) * ldv + r] = v[1];
-                }
-                if (inf_or_nan) { /* spmm_t_kept_only */
-                    for (int q = 0; q < BN * KT * 32; q++) {
-                        int n = q / (KT * 32), c = q % (KT * 32);
-                        int64_t cc = kt0 * 32 + c;
-                        int32_t col = cc < ccols ? p->gather[b * ccols + cc] : -1;
-                        if (col < 0) continue;
-                        float sum = 0;
-                        for (int r = 0; r < V && r0 + r < p->R; r++) {
-                            int64_t t = vnm_tile(r0, r / 16, cc / 32, p->k_tiles);
-                            unsigned nib = vnm_meta_nibble(p->meta + t * 16, r % 16, (int)(cc % 32) / 4);
-                            if (vnm_kept(nib, (int)(cc % 4)))
-                                sum += half_to_f32(dys[n * ldv + r], p->dtype) *
-                                       half_to_f32(wc[c * ldv + r], p->dtype);
-                        }
-                        accs[n * span + (col - col0)] += sum;
+            memset(s.b, 0xff, s.n);
+            memset(d, 0, sizeof *d * 4 * MTB * KT);
+            for (int64_t q = 0; q < oc.n; q++) oc.warp[q] = -1;
+            for (int64_t q = 0; q < BN * ld; q++) accs[q] = 0;
+            /* dx_load_stage, thread by thread */
+            dx_ctx cx = {p, dy, B, aligned, n0, kt0, ring, SB, BN, KT};
+            for (int k = 0; k < S - 1; k++)
+                if (k < rows) emu_dx_load_stage(&s, &cx, k, k);
+            for (int64_t rt = 0; rt < rows; rt++) {
+                const int64_t next = rt + S - 1;
+                if (next < rows) emu_dx_load_stage(&s, &cx, (int)(next % S), next);
+                const size_t st = ring + (size_t)(rt % S) * SB;
+                for (int warp = 0; warp < 4; warp++) {
+                    bool bad = false;
+                    for (int m = 0; m < MTB; m++) {
+                        size_t addr[32];
+                        for (int l = 0; l < 32; l++)
+                            addr[l] = st + 2 * (size_t)vnm_dx_dys_at(16 * m + vnm_ldm_a_row(l), vnm_ldm_a_k(l));
+                        sw_ldmatrix_x4(&s, addr, a[m], false);
+                        for (int l = 0; l < 32; l++)
+                            for (int i = 0; i < 4; i++)
+                                for (int h = 0; h < 2; h++)
+                                    bad |= ((a[m][l][i] >> (16 * h)) & EXP) == EXP;
                     }
-                    continue;
-                }
-                memset(d, 0, sizeof *d * 4 * MTB * KT);
-                for (int warp = 0; warp < 4; warp++)
-                    for (int k = 0; k < V; k += 16)
-                        for (int m = 0; m < MTB; m++) {
-                            uint32_t a[32][4], bb[32][2];
+                    if (bad) { /* dx_kept_only */
+                        const int32_t *gather = p->gather + rt * 16 / p->V * ccols;
+                        for (int j = 0; j < KT; j++) {
+                            size_t vs = st + (size_t)vnm_dx_vs_at(BN, j), ms = st + (size_t)vnm_dx_ms_at(BN, KT, j);
                             for (int l = 0; l < 32; l++)
-                                for (int i = 0; i < 4; i++)
-                                    a[l][i] = pair_at(dys, ndys, (size_t)((16 * m + vnm_mma16_a_row(l, i)) * ldv + k +
-                                                                          vnm_mma16_a_col(l, i)));
-                            for (int j = 0; j < KT; j++) {
-                                for (int l = 0; l < 32; l++) {
-                                    size_t col = (size_t)(8 * vnm_dxt_ntile(warp, j) + vnm_mma16_b_n(l)) * ldv + k;
-                                    bb[l][0] = pair_at(wc, nwc, col + vnm_mma16_b_k(l, 0));
-                                    bb[l][1] = pair_at(wc, nwc, col + vnm_mma16_b_k(l, 1));
+                                for (int e = 0; e < MTB * 4; e++) {
+                                    int n = 16 * (e / 4) + vnm_c_row(l, e % 4), c = 8 * warp + vnm_c_col(l, e % 4);
+                                    int64_t cc = (kt0 + j) * 32 + c;
+                                    int32_t col = cc < ccols ? gather[cc] : -1;
+                                    if (col < 0) continue;
+                                    uint32_t words[16];
+                                    for (int k = 0; k < 16; k++) words[k] = smem_u32(&s, ms + 4 * (size_t)k);
+                                    float sum = 0;
+                                    for (int r = 0; r < 16; r++) /* kept weights only */
+                                        if (vnm_dx_b_value(r, c, vnm_meta_nibble(words, r, c >> 2)) >= 0)
+                                            sum += half_to_f32(smem_u16(&s, st + 2 * (size_t)vnm_dx_dys_at(n, r)), p->dtype) *
+                                                   half_to_f32((uint16_t)emu_dx_w(&s, vs, ms, r, c), p->dtype);
+                                    int64_t at = n * ld + (col - col0);
+                                    owned_write(&oc, at, warp);
+                                    accs[at] += sum;
                                 }
-                                sw_mma16(d[(warp * MTB + m) * KT + j], a, bb, p->dtype);
-                            }
                         }
-                for (int warp = 0; warp < 4; warp++)
-                    for (int m = 0; m < MTB; m++)
-                        for (int j = 0; j < KT; j++)
-                            for (int l = 0; l < 32; l++)
-                                for (int i = 0; i < 4; i++) {
-                                    int n = 16 * m + vnm_c_row(l, i);
-                                    int c = 8 * vnm_dxt_ntile(warp, j) + vnm_c_col(l, i);
-                                    int64_t cc = kt0 * 32 + c;
-                                    int32_t col = cc < ccols ? p->gather[b * ccols + cc] : -1;
-                                    if (col >= 0) accs[n * span + (col - col0)] += d[(warp * MTB + m) * KT + j][l][i];
-                                }
+                    } else {
+                        for (int j = 0; j < KT; j++) {
+                            size_t vs = st + (size_t)vnm_dx_vs_at(BN, j), ms = st + (size_t)vnm_dx_ms_at(BN, KT, j);
+                            uint32_t b[32][2];
+                            for (int l = 0; l < 32; l++) {
+                                int c = vnm_dx_col(l, warp);
+                                for (int i = 0; i < 2; i++)
+                                    b[l][i] = emu_dx_w(&s, vs, ms, vnm_dx_b_row(l, i, 0), c) |
+                                              emu_dx_w(&s, vs, ms, vnm_dx_b_row(l, i, 1), c) << 16;
+                            }
+                            for (int m = 0; m < MTB; m++) sw_mma16(d[(warp * MTB + m) * KT + j], a[m], b, p->dtype);
+                        }
+                    }
+                    if ((rt + 1) * 16 % p->V == 0 || rt + 1 == rows) { /* dx_flush */
+                        const int32_t *gather = p->gather + rt * 16 / p->V * ccols;
+                        for (int m = 0; m < MTB; m++)
+                            for (int j = 0; j < KT; j++)
+                                for (int l = 0; l < 32; l++)
+                                    for (int i = 0; i < 4; i++) {
+                                        int64_t cc = (kt0 + j) * 32 + 8 * warp + vnm_c_col(l, i);
+                                        int32_t col = cc < ccols ? gather[cc] : -1;
+                                        float *dv = &d[(warp * MTB + m) * KT + j][l][i];
+                                        if (col >= 0) {
+                                            int64_t at = (16 * m + vnm_c_row(l, i)) * ld + (col - col0);
+                                            owned_write(&oc, at, warp);
+                                            accs[at] += *dv;
+                                        }
+                                        *dv = 0;
+                                    }
+                    }
+                }
             }
             for (int64_t q = 0; q < BN * span; q++) {
-                int64_t n = q / span, col = col0 + q % span;
-                if (n0 + n < B && col < p->K) dx[(n0 + n) * p->K + col] = accs[q];
+                int64_t n = q / span, x = q % span;
+                if (n0 + n < B && col0 + x < p->K) dx[(n0 + n) * p->K + col0 + x] = accs[n * ld + x];
             }
         }
+    free(a);
     free(d);
-    free(wc);
-    free(dys);
-    free(accs);
+    free(oc.warp);
+    free(s.b);
 }
 
 /* ---- k_sddmm replayed ------------------------------------------------------------------ */
+
+/* sd_load_stage of the kernel, thread by thread: batch rows n0.. into ring slot. */
+typedef struct {
+    const vnm_sptc *p;
+    const uint16_t *dy;
+    bool aligned;
+    const uint16_t *xt;
+    int64_t ldx, B;
+    const int32_t *gs;
+    int64_t r0;
+    size_t SB;
+    int MT;
+} sd_ctx;
+
+static void emu_sd_load_stage(emu_smem *s, const sd_ctx *x, int slot, int64_t n0)
+{
+    const vnm_sptc *p = x->p;
+    const size_t st = (size_t)slot * x->SB;
+    for (int q = 0; q < vnm_sd_copies(x->MT); q++) {
+        vnm_copy c = vnm_sd_copy(q, x->MT);
+        if (c.kind == VNM_COPY_A) {
+            emu_copy_dy8(s, st + 2 * (size_t)vnm_sd_dys_at(c.row, c.piece, x->MT), x->dy, p->R, x->B,
+                         x->aligned, n0 + c.row, x->r0 + c.piece);
+        } else {
+            int32_t col = x->gs[c.row];
+            int64_t n = n0 + c.piece;
+            bool valid = col >= 0 && n < x->B;
+            cp_async16(s, st + 2 * (size_t)(vnm_sd_dys_elems(x->MT) + vnm_sd_xs_at(c.row, c.piece)),
+                       valid ? x->xt + col * x->ldx + n : x->xt, valid, x->xt, x->xt + p->K * x->ldx);
+        }
+    }
+}
 
 /* k_sddmm<MT> over its whole grid: dv (R × 2G) = dYᵀ·X at the kept positions. */
 static void emu_sddmm(const vnm_sptc *p, const uint16_t *dy, const uint16_t *xt, int64_t ldx,
                       int64_t B, float *dv)
 {
-    const int MT = vnm_sddmm_mt(p->V), LD = VNM_SDDMM_LD, CH = VNM_SDDMM_CHUNK;
-    const size_t ndyt = (size_t)16 * MT * LD, nxs = (size_t)32 * LD;
-    uint16_t *dyt = malloc(ndyt * 2), *xs = malloc(nxs * 2);
-    float(*acc)[32][4] = malloc(sizeof *acc * 4 * MT); /* [warp][m] */
+    const int MT = vnm_sddmm_mt(p->V), S = VNM_SD_STAGES, CH = VNM_SD_CHUNK;
+    const int MW = VNM_SD_WM(MT) / 16, NW = VNM_SD_WN(MT) / 8;
+    const size_t SB = 2 * (size_t)vnm_sd_stage_elems(MT);
+    const int64_t ccols = p->k_tiles * 32, chunks = (B + CH - 1) / CH;
+    const bool aligned = vnm_dy_aligned(p->R, (uintptr_t)dy);
+    emu_smem s = {.n = S * SB};
+    s.b = malloc(s.n);
+    float(*acc)[32][4] = malloc(sizeof *acc * 4 * MW * NW); /* [warp][mi][j] */
+    assert_true(s.b && acc);
+    int32_t gs[VNM_SD_BC];
     for (int64_t bx = 0; bx < (p->row_tiles + MT - 1) / MT; bx++)
-        for (int64_t kt = 0; kt < p->k_tiles; kt++) {
-            const int64_t rt0 = bx * MT, r0 = rt0 * 16;
-            const int32_t *gather = p->gather + r0 / p->V * p->k_tiles * 32 + kt * 32;
-            memset(acc, 0, sizeof *acc * 4 * MT);
-            for (int64_t n0 = 0; n0 < B; n0 += CH) {
-                memset(dyt, 0xff, ndyt * 2);
-                memset(xs, 0xff, nxs * 2);
-                for (int q = 0; q < 16 * MT * CH; q++) {
-                    int n = q / (16 * MT), r = q % (16 * MT);
-                    bool in = n0 + n < B && r0 + r < p->R;
-                    dyt[r * LD + n] = in ? dy[(n0 + n) * p->R + r0 + r] : 0;
-                }
-                for (int q = 0; q < 32 * CH; q++) {
-                    int c = q / CH, n = q % CH;
-                    int32_t col = gather[c];
-                    if (col >= p->K) fail_msg("gather entry %d beyond K=%lld", col, (long long)p->K);
-                    xs[c * LD + n] = col >= 0 && n0 + n < B ? xt[col * ldx + n0 + n] : 0;
-                }
-                for (int warp = 0; warp < 4; warp++)
+        for (int64_t by = 0; by < (p->k_tiles + VNM_SD_KT - 1) / VNM_SD_KT; by++) {
+            const int64_t rt0 = bx * MT, r0 = rt0 * 16, kt0 = by * VNM_SD_KT;
+            const int32_t *gather = p->gather + r0 / p->V * ccols;
+            memset(s.b, 0xff, s.n);
+            memset(acc, 0, sizeof *acc * 4 * MW * NW);
+            for (int q = 0; q < VNM_SD_BC; q++) {
+                int64_t cc = kt0 * 32 + q;
+                gs[q] = cc < ccols ? gather[cc] : -1;
+                if (gs[q] >= p->K) fail_msg("gather entry %d beyond K=%lld", gs[q], (long long)p->K);
+            }
+            sd_ctx cx = {p, dy, aligned, xt, ldx, B, gs, r0, SB, MT};
+            for (int k = 0; k < S - 1; k++)
+                if (k < chunks) emu_sd_load_stage(&s, &cx, k, (int64_t)k * CH);
+            for (int64_t ch = 0; ch < chunks; ch++) {
+                const int64_t next = ch + S - 1;
+                if (next < chunks) emu_sd_load_stage(&s, &cx, (int)(next % S), next * CH);
+                const size_t dys = (size_t)(ch % S) * SB, xs = dys + 2 * (size_t)vnm_sd_dys_elems(MT);
+                for (int warp = 0; warp < 4; warp++) {
+                    const int wr = vnm_sd_warp_row(warp, MT), wc = vnm_sd_warp_col(warp, MT);
                     for (int kk = 0; kk < CH; kk += 16) {
-                        uint32_t a[32][4], b[32][2];
-                        for (int l = 0; l < 32; l++)
-                            for (int i = 0; i < 2; i++)
-                                b[l][i] = pair_at(xs, nxs, (size_t)((8 * warp + vnm_mma16_b_n(l)) * LD + kk +
-                                                                    vnm_mma16_b_k(l, i)));
-                        for (int m = 0; m < MT; m++) {
+                        uint32_t a[4][32][4], b[4][32][4];
+                        size_t addr[32];
+                        for (int mi = 0; mi < MW; mi++) {
                             for (int l = 0; l < 32; l++)
-                                for (int i = 0; i < 4; i++)
-                                    a[l][i] = pair_at(dyt, ndyt, (size_t)((16 * m + vnm_mma16_a_row(l, i)) * LD +
-                                                                          kk + vnm_mma16_a_col(l, i)));
-                            sw_mma16(acc[warp * MT + m], a, b, p->dtype);
+                                addr[l] = dys + 2 * (size_t)vnm_sd_dys_at(kk + vnm_ldm_at_k(l),
+                                                                          wr + 16 * mi + vnm_ldm_at_row(l), MT);
+                            sw_ldmatrix_x4(&s, addr, a[mi], true);
                         }
+                        for (int q = 0; q < NW / 2; q++) {
+                            for (int l = 0; l < 32; l++)
+                                addr[l] = xs + 2 * (size_t)vnm_sd_xs_at(wc + 16 * q + vnm_ldm_b_n(l), kk + vnm_ldm_b_k(l));
+                            sw_ldmatrix_x4(&s, addr, b[q], false);
+                        }
+                        for (int mi = 0; mi < MW; mi++)
+                            for (int j = 0; j < NW; j++) {
+                                uint32_t bb[32][2];
+                                for (int l = 0; l < 32; l++)
+                                    bb[l][0] = b[j / 2][l][2 * (j & 1)], bb[l][1] = b[j / 2][l][2 * (j & 1) + 1];
+                                sw_mma16(acc[(warp * MW + mi) * NW + j], a[mi], bb, p->dtype);
+                            }
                     }
+                }
             }
             for (int warp = 0; warp < 4; warp++)
-                for (int m = 0; m < MT; m++)
-                    for (int l = 0; l < 32; l++)
-                        for (int i = 0; i < 4; i++) {
-                            int rr = vnm_c_row(l, i), c = 8 * warp + vnm_c_col(l, i), ch = c >> 2;
-                            int64_t r = r0 + 16 * m + rr, g = kt * 8 + ch;
-                            if (r >= p->R || g >= p->G) continue;
-                            unsigned nib = vnm_meta_nibble(p->meta + ((rt0 + m) * p->k_tiles + kt) * 16, rr, ch);
-                            float v = gather[c] >= 0 ? acc[warp * MT + m][l][i] : 0.0f;
-                            if ((int)(nib & 3) == (c & 3)) dv[r * 2 * p->G + 2 * g] = v;
-                            if ((int)(nib >> 2) == (c & 3)) dv[r * 2 * p->G + 2 * g + 1] = v;
-                        }
+                for (int mi = 0; mi < MW; mi++)
+                    for (int j = 0; j < NW; j++)
+                        for (int l = 0; l < 32; l++)
+                            for (int i = 0; i < 4; i++) {
+                                int rr = vnm_sd_warp_row(warp, MT) + 16 * mi + vnm_c_row(l, i);
+                                int c = vnm_sd_warp_col(warp, MT) + 8 * j + vnm_c_col(l, i);
+                                int64_t r = r0 + rr, kt = kt0 + c / 32, g = kt * 8 + (c % 32) / 4;
+                                if (r >= p->R || g >= p->G) continue;
+                                unsigned nib = vnm_meta_nibble(p->meta + ((rt0 + rr / 16) * p->k_tiles + kt) * 16,
+                                                               rr % 16, (c % 32) / 4);
+                                float v = gs[c] >= 0 ? acc[(warp * MW + mi) * NW + j][l][i] : 0.0f;
+                                if ((int)(nib & 3) == (c & 3)) dv[r * 2 * p->G + 2 * g] = v;
+                                if ((int)(nib >> 2) == (c & 3)) dv[r * 2 * p->G + 2 * g + 1] = v;
+                            }
         }
     free(acc);
-    free(xs);
-    free(dyt);
+    free(s.b);
 }
 
 /* ---- the comparison ------------------------------------------------------------------- */
@@ -573,7 +567,7 @@ static void check_spmm_t(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, 
     for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(dyv[i], dt);
     float *dx = malloc((size_t)(B * K) * sizeof *dx);
     for (int64_t i = 0; i < B * K; i++) dx[i] = NAN;
-    emu_spmm_t(p, dy16, B, dx);
+    emu_dx(p, dy16, B, dx);
     vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
     CHECK_PTR(want);
     CHECK_PTR(bound);
@@ -610,14 +604,20 @@ static void test_spmm_t_all_layouts(void **state)
         }
 }
 
-/* An Inf in dY (row 2, output row 5 of W): the tensor-core path would give
- * 0 · Inf = NaN at every column of the block; the kept-only path gives the
- * CPU's values. Also f16 and a 32-row CTA (M = 128: KT = 1, BN = 32). */
+/* An Inf in dY (batch row 2, output row 5 of W): the tensor-core path would
+ * give 0 · Inf = NaN at every column of the block; the kept-only path gives
+ * the CPU's values. The second Inf sits in the first row tile of block 1
+ * (row 35, V = 32), the stage after block 0's sums were flushed.
+ * Also f16, M = 128 (BN = 16), V = 256 (no limit on V), and R % 8 == 0
+ * (dY copied by cp.async; R = V + 23 elsewhere takes the plain loads). */
 static void test_spmm_t_inf_and_edges(void **state)
 {
     check_spmm_t(40, 100, 16, 8, 7, VN_BF16, 31, 2 * 40 + 5);
-    check_spmm_t(40, 100, 32, 5, 7, VN_F16, 32, 2 * 40 + 5);
+    check_spmm_t(40, 100, 32, 5, 7, VN_F16, 32, 2 * 40 + 35);
     check_spmm_t(70, 300, 64, 128, 40, VN_BF16, 33, -1);
+    check_spmm_t(272, 77, 256, 8, 19, VN_BF16, 34, -1);
+    check_spmm_t(96, 131, 32, 8, 70, VN_BF16, 35, -1);
+    check_spmm_t(96, 131, 32, 8, 70, VN_F16, 36, 64 * 96 + 70);
 }
 
 /* The emulated SDDMM against vn_vnm_sddmm on the CPU with the same rounded
@@ -668,6 +668,8 @@ static void test_sddmm_all_layouts(void **state)
             check_sddmm(Vs[iv] + 23, 12 * Ms[im] + 3, Vs[iv], Ms[im], 75, VN_BF16,
                         (uint32_t)(500 + 10 * iv + im));
     check_sddmm(300, 64, 48, 8, 33, VN_F16, 77); /* V = 48: MT = 1 */
+    check_sddmm(128, 203, 64, 8, 40, VN_BF16, 78); /* R % 8 == 0: dY by cp.async */
+    check_sddmm(96, 40, 32, 5, 1, VN_F16, 79);     /* one batch row; 2 k-tiles */
 }
 
 /* The emulator has teeth: one changed metadata nibble changes the result. */

@@ -72,6 +72,8 @@ check_layer(64, 8, 300, 1000, 300, "bf16") -- several batch tiles and V-blocks
 check_layer(32, 8, 48, 64, 1, "bf16")      -- one row
 check_layer(64, 8, 133, 203, 41, "f16")
 check_layer(16, 5, 40, 47, 9, "f16")
+check_layer(256, 8, 300, 203, 37, "bf16") -- V = 256: the input gradient has no limit on V
+check_layer(64, 8, 128, 203, 70, "bf16")  -- R % 8 == 0: dY's rows go by cp.async, not plain loads
 
 -- The plain calls ---------------------------------------------------------------
 do

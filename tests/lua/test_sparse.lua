@@ -198,10 +198,11 @@ do
   tap.error_like(function() sparse.sparsify(tied, { V = 4, M = 4 }) end,
     "layers '1' and '3' share one weight", "sparsify refuses tied weights (they would untie)")
   tap.ok(getmetatable(tied[1]) == nn.Linear, "... and leaves them dense")
-  tap.ok(sparse.cuda_layout_error(64, 8) == nil and sparse.cuda_layout_error(128, 128) == nil,
-    "cuda_layout_error: 64:2:8 and 128:2:128 train on CUDA")
-  tap.ok(sparse.cuda_layout_error(8, 8) and sparse.cuda_layout_error(256, 8) and
-    sparse.cuda_layout_error(64, 256), "cuda_layout_error: V=8, V=256 and M=256 do not")
+  tap.ok(sparse.cuda_layout_error(64, 8) == nil and sparse.cuda_layout_error(128, 128) == nil
+    and sparse.cuda_layout_error(256, 8) == nil,
+    "cuda_layout_error: 64:2:8, 128:2:128 and 256:2:8 train on CUDA")
+  tap.ok(sparse.cuda_layout_error(8, 8) and sparse.cuda_layout_error(48 + 1, 8) and
+    sparse.cuda_layout_error(64, 256), "cuda_layout_error: V=8, V=49 and M=256 do not")
   tap.error_like(function() nn.SparseLinear.from_linear(nil) end,
     "from_linear: expected an nn.Linear, got nil", "from_linear(nil)")
   tap.error_like(function() sparse.sparsify(m, { M = "8" }) end,
