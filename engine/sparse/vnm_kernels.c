@@ -167,13 +167,14 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
             for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
                 k->spmm_tile(p, values, xt + pn * p->Kp * VNM_PANEL, rb, g0,
                              min64(p->G, g0 + SPMM_GROUPS), g0 == 0, tile);
-            /* The tile holds Yᵀ for these rows: write it back transposed. */
+            /* The tile holds Yᵀ for these rows: add the bias along its rows
+             * (contiguous, in L1), then write it back transposed in 8 × 8
+             * blocks; an element-by-element transpose here cost about a
+             * tenth of the forward. */
             int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
-            for (int64_t l = 0; l < nb; l++) {
-                float *out = y + (pn * VNM_PANEL + l) * p->R + r0;
-                for (int64_t v = 0; v < rows; v++)
-                    out[v] = tile[v * VNM_PANEL + l] + (bias ? bias[r0 + v] : 0.0f);
-            }
+            for (int64_t v = 0; v < rows && bias; v++)
+                for (int64_t l = 0; l < nb; l++) tile[v * VNM_PANEL + l] += bias[r0 + v];
+            transpose_block(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0, p->R, rows, nb);
         }
         if (tile) vn__mem_free(tile, tile_bytes);
     }
