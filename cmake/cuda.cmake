@@ -6,7 +6,10 @@
 # vn_cuda_device_count() is 0 and moving a tensor to CUDA is a clear error.
 # Code is generated for sm_90 (H200/H100) plus compute_90 PTX, which the
 # driver can compile for newer GPUs. The CUDA runtime is linked statically
-# (no libcudart at run time); cuBLAS/cuBLASLt dynamically.
+# (no libcudart at run time). cuBLAS (with cuBLASLt) and cuSPARSE are not
+# linked: kernels/gemm.cu and csr.cu dlopen them on first use, so that a
+# CPU-only run does not load them (~180 MB resident at start-up); their
+# sonames and the toolkit's copies are found here.
 set(VENOM_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (if nvcc is found), ON or OFF")
 set_property(CACHE VENOM_CUDA PROPERTY STRINGS AUTO ON OFF)
 
@@ -60,7 +63,22 @@ if(VENOM_HAVE_CUDA)
   set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu
                               ${PROJECT_SOURCE_DIR}/kernels/attention.cu PROPERTIES
                               COMPILE_OPTIONS "-Xptxas=-v,-warn-spills,-Werror")
-  target_link_libraries(venom PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt CUDA::cusparse)
+  target_link_libraries(venom PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
+  # The soname is what libX.so links to (libcublas.so -> libcublas.so.13),
+  # the name the loader searches; the full path is the fallback.
+  foreach(lib cublas cusparse)
+    get_target_property(path CUDA::${lib} IMPORTED_LOCATION)
+    get_filename_component(soname "${path}" NAME)
+    if(IS_SYMLINK "${path}")
+      file(READ_SYMLINK "${path}" soname)
+      get_filename_component(soname "${soname}" NAME)
+    endif()
+    get_filename_component(dir "${path}" DIRECTORY)
+    string(TOUPPER ${lib} LIB)
+    list(APPEND lib_defs VNK_${LIB}_SONAME="${soname}" VNK_${LIB}_PATH="${dir}/${soname}")
+  endforeach()
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/kernels/gemm.cu ${PROJECT_SOURCE_DIR}/kernels/csr.cu
+               APPEND PROPERTY COMPILE_DEFINITIONS ${lib_defs})
   message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}")
   # GPU benchmarks (tables, never pass/fail; tests/gpu/device-check.sh runs
   # them): bench/cuda_ops (GEMM against cuBLAS, launch overhead, bandwidth)

@@ -2,7 +2,8 @@
  * values' gradient, and an index gather for the transpose's values.
  *
  * One cuSPARSE handle serves the process, created on first use under a
- * mutex; every call is made under that mutex on the legacy default stream,
+ * mutex (libcusparse itself is opened then: vnk__dlopen in internal.cuh
+ * says why); every call is made under that mutex on the legacy default stream,
  * ordered with every other kernel of the backend. The algorithm is
  * CUSPARSE_SPMM_CSR_ALG2 (row-major dense operands, deterministic). */
 #include "internal.cuh"
@@ -15,9 +16,37 @@ static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *workspace;
 static size_t workspace_bytes;
 
+/* The cuSPARSE entry points this file calls, resolved when the library is opened. */
+#define CUSPARSE_FNS(X)                                                                   \
+    X(create, cusparseCreate, decltype(&cusparseCreate))                                  \
+    X(set_stream, cusparseSetStream, decltype(&cusparseSetStream))                        \
+    X(create_csr, cusparseCreateCsr, decltype(&cusparseCreateCsr))                        \
+    X(create_dn_mat, cusparseCreateDnMat, decltype(&cusparseCreateDnMat))                 \
+    X(destroy_sp_mat, cusparseDestroySpMat, decltype(&cusparseDestroySpMat))              \
+    X(destroy_dn_mat, cusparseDestroyDnMat, decltype(&cusparseDestroyDnMat))              \
+    X(spmm_buffer_size, cusparseSpMM_bufferSize, decltype(&cusparseSpMM_bufferSize))      \
+    X(spmm, cusparseSpMM, decltype(&cusparseSpMM))                                        \
+    X(error_string, cusparseGetErrorString, decltype(&cusparseGetErrorString))
+static struct { CUSPARSE_FNS(VNK_FN_FIELD) } cusparse;
+
+/* Opens libcusparse and fills `cusparse`; 0 on success. Called with
+ * handle_lock held, so a failed attempt is simply retried by the next call. */
+static int load_cusparse(void)
+{
+    static bool loaded;
+    if (loaded) return 0;
+    const char *soname = VNK_CUSPARSE_SONAME;
+    void *lib = vnk__dlopen(soname, VNK_CUSPARSE_PATH);
+    if (!lib) return 1;
+    auto &fns = cusparse;
+    CUSPARSE_FNS(VNK_DLSYM_FIELD)
+    loaded = true;
+    return 0;
+}
+
 static int sparse_fail(cusparseStatus_t s, const char *what)
 {
-    return vnk__fail("%s: %s", what, cusparseGetErrorString(s));
+    return vnk__fail("%s: %s", what, cusparse.error_string(s));
 }
 
 #define SP_CHECK(call, what)                                                    \
@@ -37,18 +66,19 @@ static int spmm_locked(float *y, const int64_t *row_ptr, const int64_t *col_idx,
     float one = 1.0f, zero = 0.0f;
     size_t need = 0;
     if (!handle) {
-        SP_CHECK(cusparseCreate(&handle), "vnk_csr_spmm: cusparseCreate");
-        SP_CHECK(cusparseSetStream(handle, 0), "vnk_csr_spmm: cusparseSetStream");
+        if (load_cusparse()) return 1;
+        SP_CHECK(cusparse.create(&handle), "vnk_csr_spmm: cusparseCreate");
+        SP_CHECK(cusparse.set_stream(handle, 0), "vnk_csr_spmm: cusparseSetStream");
     }
-    SP_CHECK(cusparseCreateCsr(&A, rows, cols, nnz, (void *)row_ptr, (void *)col_idx,
+    SP_CHECK(cusparse.create_csr(&A, rows, cols, nnz, (void *)row_ptr, (void *)col_idx,
                                (void *)vals, CUSPARSE_INDEX_64I, CUSPARSE_INDEX_64I,
                                CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F),
              "vnk_csr_spmm: cusparseCreateCsr");
-    SP_CHECK(cusparseCreateDnMat(&X, cols, F, F, (void *)x, CUDA_R_32F, CUSPARSE_ORDER_ROW),
+    SP_CHECK(cusparse.create_dn_mat(&X, cols, F, F, (void *)x, CUDA_R_32F, CUSPARSE_ORDER_ROW),
              "vnk_csr_spmm: cusparseCreateDnMat(x)");
-    SP_CHECK(cusparseCreateDnMat(&Y, rows, F, F, y, CUDA_R_32F, CUSPARSE_ORDER_ROW),
+    SP_CHECK(cusparse.create_dn_mat(&Y, rows, F, F, y, CUDA_R_32F, CUSPARSE_ORDER_ROW),
              "vnk_csr_spmm: cusparseCreateDnMat(y)");
-    SP_CHECK(cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+    SP_CHECK(cusparse.spmm_buffer_size(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
                                      CUSPARSE_OPERATION_NON_TRANSPOSE, &one, A, X, &zero, Y,
                                      CUDA_R_32F, CUSPARSE_SPMM_CSR_ALG2, &need),
              "vnk_csr_spmm: cusparseSpMM_bufferSize");
@@ -61,14 +91,14 @@ static int spmm_locked(float *y, const int64_t *row_ptr, const int64_t *col_idx,
         }
         workspace_bytes = need;
     }
-    SP_CHECK(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+    SP_CHECK(cusparse.spmm(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
                           CUSPARSE_OPERATION_NON_TRANSPOSE, &one, A, X, &zero, Y, CUDA_R_32F,
                           CUSPARSE_SPMM_CSR_ALG2, workspace),
              "vnk_csr_spmm: cusparseSpMM");
 done:
-    if (A) cusparseDestroySpMat(A);
-    if (X) cusparseDestroyDnMat(X);
-    if (Y) cusparseDestroyDnMat(Y);
+    if (A) cusparse.destroy_sp_mat(A);
+    if (X) cusparse.destroy_dn_mat(X);
+    if (Y) cusparse.destroy_dn_mat(Y);
     return rc;
 }
 

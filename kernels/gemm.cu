@@ -9,7 +9,8 @@
  * One cuBLAS handle serves the process, created on first use under a mutex.
  * Every call is made under that mutex and goes to the legacy default
  * stream, so GEMMs are serialized with each other and ordered with every
- * other kernel of the backend. */
+ * other kernel of the backend. libcublas itself is opened then too
+ * (vnk__dlopen in internal.cuh says why). */
 #include "internal.cuh"
 
 #include <cublas_v2.h>
@@ -19,23 +20,58 @@
 static cublasHandle_t handle;
 static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int cublas_fail(cublasStatus_t s, const char *what)
+/* cublasGemmStridedBatchedEx with the cublasComputeType_t argument
+ * (cublas_api.h overloads it for C++ with the legacy cudaDataType). */
+typedef cublasStatus_t (*gemm_strided_batched_fn)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
+    cudaDataType, int, long long, const void *, cudaDataType, int, long long, const void *, void *,
+    cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+/* (unevaluated: overload resolution checks the type, nothing is linked) */
+static_assert(sizeof(static_cast<gemm_strided_batched_fn>(&cublasGemmStridedBatchedEx)) > 0,
+              "cublasGemmStridedBatchedEx has no overload of this type");
+
+/* The cuBLAS entry points this file calls, resolved when the library is opened. */
+#define CUBLAS_FNS(X)                                                                     \
+    X(create, cublasCreate_v2, decltype(&cublasCreate_v2))                                \
+    X(destroy, cublasDestroy_v2, decltype(&cublasDestroy_v2))                             \
+    X(set_stream, cublasSetStream_v2, decltype(&cublasSetStream_v2))                      \
+    X(gemm_strided_batched, cublasGemmStridedBatchedEx, gemm_strided_batched_fn)          \
+    X(status_string, cublasGetStatusString, decltype(&cublasGetStatusString))
+static struct { CUBLAS_FNS(VNK_FN_FIELD) } cublas;
+
+/* Opens libcublas and fills `cublas`; 0 on success. Called with handle_lock
+ * held, so a failed attempt is simply retried by the next call. */
+static int load_cublas(void)
 {
-    return vnk__fail("%s: %s", what, cublasGetStatusString(s));
+    static bool loaded;
+    if (loaded) return 0;
+    const char *soname = VNK_CUBLAS_SONAME;
+    void *lib = vnk__dlopen(soname, VNK_CUBLAS_PATH);
+    if (!lib) return 1;
+    auto &fns = cublas;
+    CUBLAS_FNS(VNK_DLSYM_FIELD)
+    loaded = true;
+    return 0;
 }
 
-/* Creates the handle if needed; called with handle_lock held. */
+static int cublas_fail(cublasStatus_t s, const char *what)
+{
+    return vnk__fail("%s: %s", what, cublas.status_string(s));
+}
+
+/* Opens cuBLAS and creates the handle if needed; called with handle_lock held. */
 static int ensure_handle(void)
 {
     if (handle) return 0;
-    cublasStatus_t s = cublasCreate(&handle);
+    if (load_cublas()) return 1;
+    cublasStatus_t s = cublas.create(&handle);
     if (s != CUBLAS_STATUS_SUCCESS) {
         handle = NULL;
         return cublas_fail(s, "vnk_gemm: cublasCreate");
     }
-    s = cublasSetStream(handle, 0);
+    s = cublas.set_stream(handle, 0);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        cublasDestroy(handle);
+        cublas.destroy(handle);
         handle = NULL;
         return cublas_fail(s, "vnk_gemm: cublasSetStream(default stream)");
     }
@@ -105,7 +141,7 @@ int vnk_gemm(float *C, int64_t ldc, int64_t strideC, const void *A, int64_t lda,
     int rc = ensure_handle();
     if (!rc) {
         /* column-major Cᵀ (n × m) = op(B)ᵀ (n × k) · op(A)ᵀ (k × m) */
-        cublasStatus_t s = cublasGemmStridedBatchedEx(
+        cublasStatus_t s = cublas.gemm_strided_batched(
             handle, opb, opa, (int)n, (int)m, (int)k, &alpha, B, ab_type, (int)ldb, strideB, A,
             ab_type, (int)lda, strideA, &beta, C, CUDA_R_32F, (int)ldc, strideC, (int)batch,
             compute, CUBLAS_GEMM_DEFAULT);

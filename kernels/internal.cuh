@@ -21,6 +21,30 @@ int vnk__fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * returns 1. `what` is printf-style, to name sizes and directions. */
 int vnk__cuda(cudaError_t e, const char *what, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- libraries opened on first use ------------------------------------------ */
+
+/* cuBLAS (with cuBLASLt) and cuSPARSE are not linked into libvenom but opened
+ * with dlopen the first time a GEMM or a CSR product runs on the GPU:
+ * loading them costs about 180 MB of resident memory at start-up (cuBLASLt's
+ * relocations and constructors alone ~150 MB), which a CPU-only run should
+ * not pay. vnk__dlopen tries `soname` through the usual search path, then
+ * `fallback` (the toolkit's copy found at configure time); vnk__dlsym looks
+ * up one entry point. Both return NULL with the message set ("cannot load
+ * libcublas.so.13 ..."); callers hold their own lock. */
+void *vnk__dlopen(const char *soname, const char *fallback);
+void *vnk__dlsym(void *lib, const char *soname, const char *name);
+
+/* For a file's X-macro list of entry points, entries X(field, symbol, type):
+ * LIST(VNK_FN_FIELD) declares the fields of its struct of function pointers,
+ * and LIST(VNK_DLSYM_FIELD), in a loader with `lib`, `soname` and `fns` (that
+ * struct) in scope, fills them, returning 1 (message set) at the first
+ * symbol missing. The type is decltype(&symbol), from the library's own
+ * header, so a wrong signature cannot compile; an overloaded name needs its
+ * type spelled out, checked against the header with a static_assert. */
+#define VNK_DLSYM_FIELD(field, sym, type)                                        \
+    if (!(fns.field = reinterpret_cast<type>(vnk__dlsym(lib, soname, #sym)))) return 1;
+#define VNK_FN_FIELD(field, sym, type) type field;
+
 /* After a kernel launch: picks up a launch failure (bad configuration, no
  * device) through cudaGetLastError() and names the kernel. Execution errors
  * surface later, at the next synchronizing call. */

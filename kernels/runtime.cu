@@ -2,6 +2,7 @@
  * allocator and host/device copies. */
 #include "internal.cuh"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +37,27 @@ int vnk__cuda(cudaError_t e, const char *what, ...)
     vsnprintf(buf, sizeof buf, what, ap);
     va_end(ap);
     return vnk__fail("%s: %s (%s)", buf, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* ---- libraries opened on first use (internal.cuh) ------------------------------ */
+
+void *vnk__dlopen(const char *soname, const char *fallback)
+{
+    /* RTLD_LOCAL: the library's symbols stay out of the global scope, where
+     * they could interpose on another copy a host program loaded itself. */
+    void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+    if (!lib && fallback) lib = dlopen(fallback, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        vnk__fail("cannot load %s (the CUDA toolkit's library, opened on first use; also tried "
+                  "%s): %s", soname, fallback ? fallback : "nothing else", dlerror());
+    return lib;
+}
+
+void *vnk__dlsym(void *lib, const char *soname, const char *name)
+{
+    void *f = dlsym(lib, name);
+    if (!f) vnk__fail("%s has no %s: a CUDA toolkit other than the one venom was built with?", soname, name);
+    return f;
 }
 
 /* ---- devices ------------------------------------------------------------------ */

@@ -263,23 +263,25 @@ static inline __attribute__((always_inline)) void VNM_ISA(sddmm_acc)(
         for (int q = 0; q < nv; q++) STOREV(d4 + j * ld4 + q * VNM_VL, acc[j][q]);
 }
 
-/* dvalues of block rb, groups g0..g1−1 = dYᵀ·X at the kept positions, from
- * the block's slice of dY (B × Vp: its rows, padded to Vp) and the panels of
- * Xt. For each group, all 4 kept columns against all the block's rows: twice
- * the products needed, but each is a broadcast of X times a contiguous
- * vector of dY, with no reduction across lanes. The sums gather in d4
- * (scratch of 4·Vp floats per group) panel after panel — the panel's dY
- * rows stay in L1 across the groups — and each row picks its 2 at the end. */
+/* dvalues of block rb, groups g0..g1−1 (+)= dYᵀ·X at the kept positions over
+ * batch rows b_lo..b_hi−1 (b_lo a multiple of VNM_PANEL; `add` adds to
+ * dvalues instead of overwriting), from the block's slice of dY (B × Vp:
+ * its rows, padded to Vp) and the panels of Xt. For each group, all 4 kept
+ * columns against all the block's rows: twice the products needed, but
+ * each is a broadcast of X times a contiguous vector of dY, with no
+ * reduction across lanes. The sums gather in d4 (scratch of 4·Vp floats
+ * per group) panel after panel — the panel's dY rows stay in L1 across the
+ * groups — and each row picks its 2 at the end. */
 static void VNM_ISA(sddmm_rows)(const vnm_pattern *p, const float *dy, int64_t Vp,
-                                const float *xt, int64_t B, int64_t rb, int64_t g0, int64_t g1,
-                                float *d4, float *dvalues)
+                                const float *xt, int64_t b_lo, int64_t b_hi, int64_t rb,
+                                int64_t g0, int64_t g1, bool add, float *d4, float *dvalues)
 {
     int64_t r0 = rb * p->V, rows = p->R - r0 < p->V ? p->R - r0 : p->V;
     const uint16_t *cl = p->cols + rb * p->G * 4;
     int64_t nvec = Vp / VNM_VL;
     memset(d4, 0, sizeof(float) * (size_t)(4 * Vp * (g1 - g0)));
-    for (int64_t b0 = 0; b0 < B; b0 += VNM_PANEL) {
-        int64_t nl = B - b0 < VNM_PANEL ? B - b0 : VNM_PANEL;
+    for (int64_t b0 = b_lo; b0 < b_hi; b0 += VNM_PANEL) {
+        int64_t nl = b_hi - b0 < VNM_PANEL ? b_hi - b0 : VNM_PANEL;
         const float *xp = xt + b0 / VNM_PANEL * p->Kp * VNM_PANEL, *dyp = dy + b0 * Vp;
         for (int64_t g = g0; g < g1; g++) {
             const float *xj[4];
@@ -298,9 +300,11 @@ static void VNM_ISA(sddmm_rows)(const vnm_pattern *p, const float *dy, int64_t V
     }
     for (int64_t g = g0; g < g1; g++)
         for (int64_t v = 0; v < rows; v++)
-            for (int slot = 0; slot < 2; slot++)
-                dvalues[(r0 + v) * 2 * p->G + 2 * g + slot] =
-                    d4[((g - g0) * 4 + vnm__index(p, r0 + v, g, slot)) * Vp + v];
+            for (int slot = 0; slot < 2; slot++) {
+                float *out = dvalues + (r0 + v) * 2 * p->G + 2 * g + slot;
+                float sum = d4[((g - g0) * 4 + vnm__index(p, r0 + v, g, slot)) * Vp + v];
+                *out = add ? *out + sum : sum;
+            }
 }
 
 #undef NROW

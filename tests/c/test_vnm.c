@@ -316,6 +316,7 @@ static const int64_t kernel_shapes[][5] = {
     {64, 70, 32, 13, 17}, {33, 45, 3, 5, 129},   {16, 68, 16, 17, 4},    {1, 8, 64, 8, 1},
     {96, 256, 64, 8, 64}, {150, 200, 128, 4, 2}, {70, 300, 16, 32, 96},  {9, 40, 2, 6, 200},
     {24, 1100, 8, 8, 2000}, /* X over 8 MiB: the SDDMM by dot products */
+    {24, 2048, 8, 8, 600},  /* the SDDMM by rows (AVX-512) in three slices of the batch */
 };
 
 static void run_kernel_grid(void)
