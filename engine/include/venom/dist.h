@@ -99,6 +99,16 @@ vn_tensor *vn_dist_all_to_all(const vn_tensor *t, const int64_t *send_counts,
 vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_counts,
                                        int64_t *recv_counts, double grad_scale);
 
+/* An identity whose backward multiplies the gradient by `scale`: the output
+ * is a new header over t's data (no copy); dL/dt = scale · dL/dout. FlexMoE
+ * expert replicas (venom.nn_moe_parallel) use it so that each of R replicas
+ * of an expert holds R × its share of the expert's gradient and their
+ * average (the all-reduce among them) is the whole gradient, as DataParallel
+ * averages gradients that are P × a rank's share. CPU or CUDA; not a
+ * collective (built with and without MPI). Errors: VN_ERR_ARG for a NULL
+ * or freed t and for a scale that is not finite. */
+vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
+
 /* ---- data parallel: the gradient reducer --------------------------------- */
 
 /* Averages the gradients of n parameters over the ranks during the backward
