@@ -69,7 +69,9 @@ local function run(rebalance)
     opt:step()
     ratios[step] = moe.stats.rank_balance
     if rebalance and step % opts.every == 0 then
-      for _, mv in ipairs(moe:rebalance(opt, rebalance).moves) do kinds[mv.kind] = kinds[mv.kind] + 1 end
+      for _, mv in ipairs(moe:rebalance(opt, rebalance).moves) do
+        kinds[mv.kind] = kinds[mv.kind] + 1
+      end
     end
   end
   local seconds = dist.all_reduce_number(venom.clock() - t0, "max") / opts.steps
@@ -82,7 +84,8 @@ end
 local entries = { { name = "fixed placement", rebalance = false },
                   { name = ("Migrate only, every %d steps"):format(opts.every),
                     rebalance = { expand = false } },
-                  { name = ("Expand/Shrink/Migrate, every %d"):format(opts.every), rebalance = {} } }
+                  { name = ("Expand/Shrink/Migrate, every %d"):format(opts.every),
+                    rebalance = {} } }
 for _ = 1, opts.rounds do
   for _, en in ipairs(entries) do
     local ratios, moves, replicas, seconds = run(en.rebalance)

@@ -149,8 +149,9 @@ function MoE:__init(d_model, d_hidden, opts)
   for e = 1, c.experts do -- all are built (the same random draws on every rank), the local ones kept
     local m = self:build_expert(e)
     if self.replicas then
-      self.expert_numel[e] = 0
-      for _, p in ipairs(m:parameters()) do self.expert_numel[e] = self.expert_numel[e] + p:numel() end
+      local n = 0
+      for _, p in ipairs(m:parameters()) do n = n + p:numel() end
+      self.expert_numel[e] = n
     end
     if not self.replicas or parallel.holds(self.replicas, e, me) then experts:add_module(e, m) end
   end

@@ -149,7 +149,9 @@ function M.plan(load, replicas, P, opts)
       end
       if #ranks > 1 then
         for _, at in ipairs(ranks) do -- Shrink: at keeps another expert
-          if held[at] > 1 then try({ kind = "shrink", expert = e, from = at }, 0, with(place, e, nil, at)) end
+          if held[at] > 1 then
+            try({ kind = "shrink", expert = e, from = at }, 0, with(place, e, nil, at))
+          end
         end
       end
     end
@@ -239,7 +241,9 @@ end
 --- Plans (M.plan on the calls since the last rebalance) and applies the
 -- moves; resets the window. Returns the plan.
 function M.rebalance(moe, opt, opts)
-  if not moe.replicas then fail("nn.MoE:rebalance: the layer is not expert-parallel (expert_parallel)") end
+  if not moe.replicas then
+    fail("nn.MoE:rebalance: the layer is not expert-parallel (expert_parallel)")
+  end
   if moe.pending_sync then
     fail("nn.MoE:rebalance: a forward of this layer has not had its backward yet (its replicas' "
       .. "gradients are not reduced); rebalance between opt:step() and the next forward")

@@ -220,7 +220,8 @@ do
     function(m) venom.no_grad(function() m[2].router.weight:narrow(1, 1, 1):add_(2) end) end,
     function(step, m, opt)
       if step == 2 then
-        local plan = m[2]:rebalance(opt, { threshold = 1, a2a_cost = 0, move_cost = 0, sync_cost = 0 })
+        local plan = m[2]:rebalance(opt, { threshold = 1, a2a_cost = 0, move_cost = 0,
+                                           sync_cost = 0 })
         for _, mv in ipairs(plan.moves) do kinds[#kinds + 1] = mv.kind .. " " .. mv.expert end
       elseif step == 5 then
         spread = replica_spread(m[2], 1)
@@ -317,8 +318,10 @@ tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { 0, 0,
   "rank 1 owns none of the 4 experts", "a rank without experts is refused")
 tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { 0, 2, 1, 0 } }) end,
   "expert_parallel%[2%] must be a rank in 0..1", "an owner rank outside the world is refused")
-tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { { 1, 0 }, 0, 1, 1 } }) end,
-  "expert_parallel%[1%] must list distinct ranks in ascending order", "replicas out of order are refused")
+tap.error_like(function()
+  nn.MoE(H, 24, { experts = 4, expert_parallel = { { 1, 0 }, 0, 1, 1 } })
+end, "expert_parallel%[1%] must list distinct ranks in ascending order",
+  "replicas out of order are refused")
 tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { {}, 0, 1, 1 } }) end,
   "expert_parallel%[1%] lists no rank", "an expert with no replica is refused")
 tap.error_like(function()
