@@ -234,8 +234,9 @@ end
 -- the whole model and trains on its own share of each batch. At wrap time
 -- rank 0's parameters (and buffers) are broadcast, so all ranks start from
 -- the same weights. Then each backward averages the gradients over the
--- ranks as it runs: the parameters are split into buckets of about
--- opts.bucket_mb megabytes (default 25), last layers first, and a bucket
+-- ranks as it runs: the gradients are laid into buckets of at most
+-- opts.bucket_mb megabytes (default 25; a large one cut across several),
+-- last layers first, and a bucket
 -- whose gradients are all final starts a non-blocking all-reduce
 -- (MPI_Iallreduce) while the backward goes on; when the backward is done,
 -- each .grad holds the mean over the ranks, so opt:step() moves every

@@ -114,12 +114,14 @@ vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
 /* Averages the gradients of n parameters over the ranks during the backward
  * (data parallelism, as PyTorch's DistributedDataParallel; Li et al., VLDB
  * 2020). The parameters (leaf f32 CPU tensors that require grad; the same
- * list, shapes and order on every rank) are split into buckets of about
- * bucket_bytes, in reverse order (the backward reaches the last layers
- * first). A grad-ready hook on each parameter notes when its gradient is
- * final; once a bucket is complete, and all buckets before it have started,
- * its gradients are copied into one flat buffer and a non-blocking
- * MPI_Iallreduce starts, overlapping the rest of the backward. When the last
+ * list, shapes and order on every rank) are laid, in reverse order (the
+ * backward reaches the last layers first), into buckets of at most
+ * bucket_bytes, a large gradient cut into pieces across several. A
+ * grad-ready hook on each parameter notes when its gradient is final; once
+ * a bucket is complete, and all buckets before it have started, its
+ * gradients are copied into one flat buffer and a non-blocking
+ * MPI_Iallreduce starts, overlapping the rest of the backward (which gives
+ * MPI a turn after each node and between slices of each large GEMM). When the last
  * bucket has started the reducer waits for all of them and writes the means
  * back into the gradients. A parameter that got no gradient counts as zeros.
  * The shapes are checked across ranks here (VN_ERR_SHAPE on every rank).
