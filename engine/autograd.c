@@ -347,6 +347,7 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
         vn_tensor_release(g);
         node_drop_tensors(n);
         n->released = true;
+        vn__progress(); /* a gradient all-reduce in flight gets a turn */
     }
     vn_set_grad_enabled(was);
     for (size_t k = 0; k < count; k++) vn__node_release(order[k]);

@@ -5,6 +5,7 @@
  * pools took cores from each other. So OpenBLAS runs single-threaded and the
  * split into threads is done here, with OpenMP. */
 #include "blas.h"
+#include "internal.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -16,8 +17,47 @@
 /* Each thread takes at least this many rows (or columns) of C. */
 #define MIN_BLOCK 16
 
+_Thread_local void (*vn__progress_fn)(void *ud);
+_Thread_local void *vn__progress_ud;
+
+/* With a progress hook set, a product of at least SPLIT_WORK runs as up to
+ * PROGRESS_SLICES consecutive slices with a progress call after each. */
+#define PROGRESS_SLICES 8
+
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_threaded(void) { openblas_set_num_threads(1); }
+
+/* The product's rows lo..hi of C (by_rows) or its columns lo..hi. */
+static void gemm_block(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc, int by_rows, int lo, int hi)
+{
+    if (by_rows) /* rows lo..hi of op(A): row i of A, or column i when transposed */
+        cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, n, k, alpha,
+                    ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta,
+                    C + (size_t)lo * ldc, ldc);
+    else /* columns lo..hi of op(B): column j of B, or row j when transposed */
+        cblas_sgemm(CblasRowMajor, ta, tb, m, hi - lo, k, alpha, A, lda,
+                    tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, C + lo, ldc);
+}
+
+/* Rows (or columns) lo..hi of C, split over up to `parts` OpenMP threads. */
+static void gemm_range(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc, int by_rows, int lo, int hi, int parts)
+{
+    if (parts > (hi - lo) / MIN_BLOCK) parts = (hi - lo) / MIN_BLOCK;
+    if (parts <= 1) {
+        gemm_block(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, by_rows, lo, hi);
+        return;
+    }
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int p = 0; p < parts; p++) {
+        int a = lo + (int)((int64_t)(hi - lo) * p / parts);
+        int b = lo + (int)((int64_t)(hi - lo) * (p + 1) / parts);
+        gemm_block(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, by_rows, a, b);
+    }
+}
 
 void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
@@ -26,24 +66,20 @@ void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, floa
     /* split the longer side of C; each block is the same product on a
      * slice of op(A)'s rows or op(B)'s columns. Not bit for bit the
      * unsplit product (OpenBLAS picks its kernels by block shape), but
-     * deterministic for a given thread count. */
+     * deterministic for a given thread count (and progress hook). */
     int by_rows = m >= n, len = by_rows ? m : n;
-    int parts = omp_in_parallel() || (double)m * n * k < SPLIT_WORK ? 1 : omp_get_max_threads();
-    if (parts > len / MIN_BLOCK) parts = len / MIN_BLOCK;
-    if (parts <= 1) {
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
+    bool large = !omp_in_parallel() && (double)m * n * k >= SPLIT_WORK;
+    int parts = large ? omp_get_max_threads() : 1;
+    /* With an all-reduce in flight, consecutive slices (each split over the
+     * threads), MPI getting a turn after each. */
+    int slices = 1;
+    if (large && vn__progress_fn) {
+        slices = len / MIN_BLOCK < PROGRESS_SLICES ? len / MIN_BLOCK : PROGRESS_SLICES;
+        if (slices < 1) slices = 1;
     }
-#pragma omp parallel for num_threads(parts) schedule(static)
-    for (int p = 0; p < parts; p++) {
-        int lo = (int)((int64_t)len * p / parts), hi = (int)((int64_t)len * (p + 1) / parts);
-        if (by_rows) /* rows lo..hi of op(A): row i of A, or column i when transposed */
-            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, n, k, alpha,
-                        ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta,
-                        C + (size_t)lo * ldc, ldc);
-        else /* columns lo..hi of op(B): column j of B, or row j when transposed */
-            cblas_sgemm(CblasRowMajor, ta, tb, m, hi - lo, k, alpha, A, lda,
-                        tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb, ldb, beta, C + lo,
-                        ldc);
+    for (int s = 0; s < slices; s++) {
+        int lo = (int)((int64_t)len * s / slices), hi = (int)((int64_t)len * (s + 1) / slices);
+        gemm_range(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, by_rows, lo, hi, parts);
+        if (slices > 1) vn__progress();
     }
 }

@@ -9,8 +9,9 @@
  * spin between calls, fighting OpenMP's for the cores), and a large product
  * is split into blocks of C rows (or columns) that OpenMP's threads compute
  * with one single-threaded call each. Called inside a parallel region, it
- * runs on the calling thread alone. */
+ * runs on the calling thread alone. With a progress hook set (internal.h),
+ * a large product runs as consecutive slices with vn__progress() after
+ * each. */
 void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-
 #endif

@@ -232,6 +232,20 @@ bool vn__needs_grad(const vn_tensor *t);
  * vn__profile_now() / vn__profile_backward(name, start). Work that records
  * no node but should not be charged to the next op (the optimizer steps)
  * calls vn__profile_forward with a name of its own. */
+/* The progress hook: while this thread has a non-blocking gradient
+ * all-reduce in flight (engine/dist/dist_reducer.c), fn is set, and long
+ * computations call vn__progress() now and then: vn_backward after each
+ * node, vn__sgemm between slices of a large product. Open MPI moves a
+ * non-blocking collective's data only inside MPI calls (no progress
+ * thread), so without these calls the transfer waits for the backward's
+ * end. Never called inside an OpenMP parallel region. */
+extern _Thread_local void (*vn__progress_fn)(void *ud);
+extern _Thread_local void *vn__progress_ud;
+static inline void vn__progress(void)
+{
+    if (vn__progress_fn) vn__progress_fn(vn__progress_ud);
+}
+
 extern _Thread_local bool vn__profiling;
 double vn__profile_now(void);
 void vn__profile_forward(const char *op);

@@ -1,13 +1,55 @@
 /* lv_autograd.c — autograd in the venom.core Lua module: t:backward(),
  * requires_grad, grad_fn, detach, t.grad (read by the __index of
- * lv_tensor.c) and the grad mode (set_grad_enabled, no_grad). */
+ * lv_tensor.c), the grad mode (set_grad_enabled, no_grad) and the functions
+ * run at the end of the next backward (after_backward). */
 #include "lv.h"
 
-/* t:backward([grad]) */
+/* The functions queued by after_backward(fn): a table in the registry under
+ * this key's address, taken out (and so emptied) by each backward. */
+static const char after_backward_key = 0;
+
+/* after_backward(fn): fn() runs once, at the end of the next successful
+ * t:backward() (then the queue is empty again; a failed backward drops it).
+ * What PyTorch's queue_callback gives DistributedDataParallel: the FlexMoE
+ * expert replicas all-reduce their gradients there, once every gradient of
+ * the backward is final. */
+static int l_after_backward(lua_State *L)
+{
+    lv_checktype(L, 1, LUA_TFUNCTION, "fn");
+    lua_pushlightuserdata(L, (void *)&after_backward_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushlightuserdata(L, (void *)&after_backward_key);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, LUA_REGISTRYINDEX);
+    }
+    lua_pushvalue(L, 1);
+    lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+    return 0;
+}
+
+/* t:backward([grad]), then the functions after_backward queued, in order
+ * (an error in one is raised from here; the rest are dropped). */
 static int l_backward(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1), *g = lv_optcheck(L, 2);
-    lv_status(L, vn_backward(t, g));
+    vn_status s = vn_backward(t, g);
+    lua_pushlightuserdata(L, (void *)&after_backward_key);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    int queue = lua_gettop(L);
+    lua_pushlightuserdata(L, (void *)&after_backward_key);
+    lua_pushnil(L);
+    lua_rawset(L, LUA_REGISTRYINDEX); /* taken out first: a callback may queue for the next one */
+    lv_status(L, s);
+    if (lua_istable(L, queue)) {
+        int n = (int)lua_objlen(L, queue);
+        for (int i = 1; i <= n; i++) {
+            lua_rawgeti(L, queue, i);
+            lua_call(L, 0, 0);
+        }
+    }
     return 0;
 }
 
@@ -91,6 +133,6 @@ const luaL_Reg lv_autograd_methods[] = {
 };
 
 const luaL_Reg lv_autograd_functions[] = {
-    LV_REG(set_grad_enabled) LV_REG(is_grad_enabled) LV_REG(no_grad)
+    LV_REG(set_grad_enabled) LV_REG(is_grad_enabled) LV_REG(no_grad) LV_REG(after_backward)
     {NULL, NULL},
 };

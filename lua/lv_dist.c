@@ -10,6 +10,7 @@
  *   core.dist_all_gather(t), dist_reduce_scatter(t, op)
  *   core.dist_all_to_all(t, counts, grad_scale) → received rows, their per-rank
  *                                        counts; differentiable (grad_scale default 1)
+ *   core.dist_scale_grad(t, scale)       identity; its backward multiplies by scale
  *   core.dist_reducer(params, bytes)     → the gradient reducer of DataParallel
  *   core.dist_reducer_finish(r), dist_reducer_stats(r), dist_reducer_free(r) */
 #include "lv.h"
@@ -116,6 +117,13 @@ static int l_dist_all_to_all(lua_State *L)
     return 2;
 }
 
+/* scale_grad(t, scale): the identity whose backward multiplies by scale. */
+static int l_dist_scale_grad(lua_State *L)
+{
+    vn_tensor *t = lv_check(L, 1);
+    return lv_push(L, vn_dist_scale_grad(t, lv_number(L, 2, "scale")));
+}
+
 /* ---- the gradient reducer: a box with a __gc ----------------------------- */
 
 static int reducer_gc(lua_State *L)
@@ -191,7 +199,7 @@ const luaL_Reg lv_dist_functions[] = {
     LV_DIST_BOOLS(LV_DIST_REG) LV_DIST_INTS(LV_DIST_REG) LV_DIST_CALLS(LV_DIST_REG)
     LV_REG(dist_finalize) LV_REG(dist_abort)
     LV_REG(dist_all_reduce) LV_REG(dist_broadcast) LV_REG(dist_all_gather)
-    LV_REG(dist_reduce_scatter) LV_REG(dist_all_to_all)
+    LV_REG(dist_reduce_scatter) LV_REG(dist_all_to_all) LV_REG(dist_scale_grad)
     LV_REG(dist_reducer) LV_REG(dist_reducer_finish) LV_REG(dist_reducer_stats)
     LV_REG(dist_reducer_free)
     {NULL, NULL},

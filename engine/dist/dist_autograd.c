@@ -1,6 +1,7 @@
 /* dist_autograd.c — the all_to_all that autograd goes back through, for MoE
  * expert parallelism (tokens travel to the rank of their expert and the
- * expert's outputs travel back). Only public vn_dist_* calls, so the file is
+ * expert's outputs travel back), and the gradient scaling of expert
+ * replicas (vn_dist_scale_grad). Only public vn_dist_* calls, so the file is
  * the same with and without MPI (without it vn_dist_all_to_all says so). */
 #include "internal.h"
 
@@ -53,5 +54,31 @@ vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_c
         VN_SAVED_STATE(n, struct all_to_all_saved)->grad_scale = grad_scale;
     }
     vn_tensor_release(counts);
+    return out;
+}
+
+struct scale_grad_saved {
+    double scale;
+};
+
+static vn_status scale_grad_backward(vn_node *n, const vn_tensor *g)
+{
+    double scale = VN_SAVED_STATE(n, struct scale_grad_saved)->scale;
+    vn_tensor *factor = vn_full(VN_F32, 0, NULL, scale); /* a 0-d CPU scalar joins CUDA too */
+    vn_tensor *scaled = factor ? vn_mul(g, factor) : NULL;
+    vn_tensor_release(factor);
+    return scaled ? vn__accum(n, 0, scaled) : vn_last_status();
+}
+
+vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale)
+{
+    vn_status s = vn__check_arg(t, "scale_grad", "input", VN_ALLOW_CUDA);
+    if (s) return NULL;
+    if (!isfinite(scale))
+        return vn__errp(VN_ERR_ARG, "scale_grad: scale = %g; expected a finite number", scale);
+    vn_tensor *out = vn__alias(t);
+    if (!out) return NULL; /* vn__alias said why */
+    vn_node *n = vn__record(out, "scale_grad", scale_grad_backward, 1, &t);
+    if (n) VN_SAVED_STATE(n, struct scale_grad_saved)->scale = scale;
     return out;
 }

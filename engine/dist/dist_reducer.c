@@ -6,7 +6,12 @@
  * handed to MPI_Iallreduce, which runs while the backward goes on through
  * the earlier layers. Buckets start strictly in index order, so every rank
  * posts the same all-reduces in the same order even if its hooks came in
- * another order. */
+ * another order. A bucket holds bucket_bytes at most: a large gradient is
+ * cut into pieces across several buckets, so that the buckets before it
+ * stay small and its own all-reduce runs as several that Open MPI can move
+ * one after another. While all-reduces are in flight, the engine's
+ * progress hook (internal.h) gives MPI a turn after each backward node and
+ * between slices of each large GEMM. */
 #include "dist_internal.h"
 
 #include <stdlib.h>
@@ -14,25 +19,32 @@
 #include <time.h>
 
 struct bucket {
-    int first, count; /* its parameters: slots [first, first + count) */
+    int first, count; /* its pieces: [first, first + count) */
     int ready;        /* how many of them have a final gradient this step */
     int64_t numel;
     float *flat;
     MPI_Request request;
 };
 
+/* A run of one parameter's gradient that lies in one bucket. */
+struct piece {
+    int slot, bucket;
+    int64_t from, numel; /* elements [from, from + numel) of the gradient */
+    int64_t offset;      /* where they lie in the bucket's flat buffer */
+};
+
 /* What each parameter's hook gets: its reducer and its place. */
 struct slot {
     vn_dist_reducer *r;
     vn_tensor *param; /* retained */
-    int bucket;
-    int64_t offset; /* in its bucket's flat buffer */
+    int first, count; /* its pieces */
     bool ready;
 };
 
 struct vn_dist_reducer {
-    int n, nbuckets;
-    struct slot *slots; /* parameters in reverse order: the backward reaches them so */
+    int n, nbuckets, npieces;
+    struct slot *slots;   /* parameters in reverse order: the backward reaches them so */
+    struct piece *pieces; /* in bucket order, each bucket's in slot order */
     struct bucket *buckets;
     int next; /* the first bucket not started this step */
     vn_dist_reducer_stats stats;
@@ -45,27 +57,51 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The progress hook while buckets are in flight: one MPI_Test each (an
+ * error shows at the final wait). */
+static void progress(void *ud)
+{
+    vn_dist_reducer *r = ud;
+    for (int i = 0; i < r->next; i++) {
+        int done = 0;
+        MPI_Test(&r->buckets[i].request, &done, MPI_STATUS_IGNORE);
+    }
+}
+
 /* Copies the bucket's gradients (zeros for a parameter without one) into
  * its buffer and starts the all-reduce. */
 static vn_status start_bucket(vn_dist_reducer *r, struct bucket *b)
 {
     for (int k = b->first; k < b->first + b->count; k++) {
-        const struct slot *sl = &r->slots[k];
-        float *dst = b->flat + sl->offset;
-        int64_t n = vn_tensor_numel(sl->param);
-        const vn_tensor *g = sl->param->grad;
-        if (g && g->storage) memcpy(dst, vn__ptr(g), (size_t)n * sizeof *dst);
-        else memset(dst, 0, (size_t)n * sizeof *dst);
+        const struct piece *pc = &r->pieces[k];
+        float *dst = b->flat + pc->offset;
+        const vn_tensor *g = r->slots[pc->slot].param->grad;
+        if (g && g->storage) memcpy(dst, (const float *)vn__ptr(g) + pc->from, (size_t)pc->numel * sizeof *dst);
+        else memset(dst, 0, (size_t)pc->numel * sizeof *dst);
     }
     int rc = MPI_Iallreduce(MPI_IN_PLACE, b->flat, (int)b->numel, MPI_FLOAT, MPI_SUM,
                             MPI_COMM_WORLD, &b->request);
+    if (rc == MPI_SUCCESS && !vn__progress_fn) { /* MPI gets turns until the step completes */
+        vn__progress_fn = progress;
+        vn__progress_ud = r;
+    }
     return rc == MPI_SUCCESS ? VN_OK : vn__mpi_err(rc, "DataParallel: gradient all-reduce");
+}
+
+/* Removes this reducer's progress hook (another reducer's stays). */
+static void stop_progress(vn_dist_reducer *r)
+{
+    if (vn__progress_ud == r) {
+        vn__progress_fn = NULL;
+        vn__progress_ud = NULL;
+    }
 }
 
 /* Waits for every bucket, writes sum / world_size into the gradients and
  * gets ready for the next step (whatever happened). */
 static vn_status complete_step(vn_dist_reducer *r, vn_status s)
 {
+    stop_progress(r);
     double t0 = now_seconds();
     for (int i = 0; i < r->next; i++) {
         int rc = MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
@@ -74,8 +110,7 @@ static vn_status complete_step(vn_dist_reducer *r, vn_status s)
     r->stats.wait_seconds += now_seconds() - t0;
     float world = (float)vn_dist_world_size();
     for (int k = 0; k < r->n && !s; k++) {
-        struct slot *sl = &r->slots[k];
-        vn_tensor *p = sl->param;
+        vn_tensor *p = r->slots[k].param;
         if (!p->grad || !p->grad->storage) { /* it got none here: it gets the others' mean */
             vn_tensor *g = vn__new(VN_F32, p->ndim, p->shape);
             if (!g) {
@@ -85,10 +120,12 @@ static vn_status complete_step(vn_dist_reducer *r, vn_status s)
             vn_tensor_release(p->grad);
             p->grad = g;
         }
-        float *dst = vn__ptr(p->grad);
-        const float *src = r->buckets[sl->bucket].flat + sl->offset;
-        int64_t n = vn_tensor_numel(p);
-        for (int64_t i = 0; i < n; i++) dst[i] = src[i] / world;
+    }
+    for (int k = 0; k < r->npieces && !s; k++) {
+        const struct piece *pc = &r->pieces[k];
+        float *dst = (float *)vn__ptr(r->slots[pc->slot].param->grad) + pc->from;
+        const float *src = r->buckets[pc->bucket].flat + pc->offset;
+        for (int64_t i = 0; i < pc->numel; i++) dst[i] = src[i] / world;
     }
     for (int k = 0; k < r->n; k++) r->slots[k].ready = false;
     for (int i = 0; i < r->nbuckets; i++) r->buckets[i].ready = 0;
@@ -124,7 +161,7 @@ static vn_status on_grad_ready(vn_tensor *t, void *ud)
                                      "reduced; call finish() (dp:sync()) between them",
                        vn__shape(t->ndim, t->shape));
     sl->ready = true;
-    r->buckets[sl->bucket].ready++;
+    for (int k = sl->first; k < sl->first + sl->count; k++) r->buckets[r->pieces[k].bucket].ready++;
     return advance(r);
 }
 
@@ -196,6 +233,44 @@ static vn_status check_same_params(vn_tensor *const *params, int n, vn_status lo
     return VN_OK;
 }
 
+/* Lays the parameters, in reverse order, into buckets of at most cap
+ * floats, cutting a gradient into pieces where a bucket fills up. Counts
+ * the pieces and buckets; with r, also fills its slots (retaining the
+ * parameters), pieces and the buckets' extents (allocated to those counts). */
+static void layout(vn_dist_reducer *r, vn_tensor *const *params, int n, int64_t cap,
+                   int *npieces, int *nbuckets)
+{
+    int np = 0, nb = 0;
+    int64_t fill = 0; /* floats in bucket nb so far */
+    bool open = false; /* bucket nb has a piece (one of 0 floats, for an empty parameter, too) */
+    for (int k = 0; k < n; k++) {
+        vn_tensor *p = params[n - 1 - k];
+        int64_t numel = vn_tensor_numel(p), from = 0;
+        if (r) r->slots[k] = (struct slot){r, vn_tensor_retain(p), np, 0, false};
+        do {
+            int64_t take = numel - from < cap - fill ? numel - from : cap - fill;
+            if (r) {
+                struct bucket *b = &r->buckets[nb];
+                r->pieces[np] = (struct piece){k, nb, from, take, fill};
+                r->slots[k].count++;
+                if (b->count++ == 0) b->first = np;
+                b->numel += take;
+            }
+            np++;
+            from += take;
+            fill += take;
+            open = true;
+            if (fill == cap) { /* full: the next piece opens a new bucket */
+                nb++;
+                fill = 0;
+                open = false;
+            }
+        } while (from < numel);
+    }
+    *npieces = np;
+    *nbuckets = nb + (open ? 1 : 0);
+}
+
 vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t bucket_bytes)
 {
     if (vn__dist_ready("DataParallel")) return NULL;
@@ -204,27 +279,23 @@ vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t buc
         s = vn__err(VN_ERR_ARG, "DataParallel: bucket size %zu bytes; expected at least 4",
                     bucket_bytes);
     if (check_same_params(params, n, s)) return NULL;
+    int64_t cap = (int64_t)(bucket_bytes / sizeof(float));
+    int npieces, nbuckets;
+    layout(NULL, params, n, cap, &npieces, &nbuckets); /* count first */
     vn_dist_reducer *r = calloc(1, sizeof *r);
     if (r) {
         r->slots = calloc((size_t)n, sizeof *r->slots);
-        r->buckets = calloc((size_t)n, sizeof *r->buckets);
+        r->pieces = calloc((size_t)npieces, sizeof *r->pieces);
+        r->buckets = calloc((size_t)nbuckets, sizeof *r->buckets);
     }
-    if (!r || !r->slots || !r->buckets) {
+    if (!r || !r->slots || !r->pieces || !r->buckets) {
         vn_dist_reducer_free(r);
         return vn__errp(VN_ERR_MEMORY, "DataParallel: out of memory");
     }
     r->n = n;
-    /* Buckets of consecutive slots, closed once they reach bucket_bytes. */
-    for (int k = 0; k < n; k++) {
-        vn_tensor *p = params[n - 1 - k];
-        struct bucket *b = &r->buckets[r->nbuckets];
-        if (b->count == 0) b->first = k;
-        r->slots[k] = (struct slot){r, vn_tensor_retain(p), r->nbuckets, b->numel, false};
-        b->count++;
-        b->numel += vn_tensor_numel(p);
-        r->stats.bytes_per_step += vn_tensor_numel(p) * (int64_t)sizeof(float);
-        if ((size_t)b->numel * sizeof(float) >= bucket_bytes || k == n - 1) r->nbuckets++;
-    }
+    layout(r, params, n, cap, &r->npieces, &r->nbuckets);
+    for (int k = 0; k < n; k++)
+        r->stats.bytes_per_step += vn_tensor_numel(params[k]) * (int64_t)sizeof(float);
     r->stats.nbuckets = r->nbuckets;
     for (int i = 0; i < r->nbuckets; i++) r->buckets[i].request = MPI_REQUEST_NULL;
     for (int i = 0; i < r->nbuckets; i++) {
@@ -251,6 +322,7 @@ vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r)
 void vn_dist_reducer_free(vn_dist_reducer *r)
 {
     if (!r) return;
+    stop_progress(r);
     for (int i = 0; i < r->nbuckets; i++) {
         if (r->buckets[i].request != MPI_REQUEST_NULL) MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
         free(r->buckets[i].flat);
@@ -265,6 +337,7 @@ void vn_dist_reducer_free(vn_dist_reducer *r)
         vn_tensor_release(p);
     }
     free(r->slots);
+    free(r->pieces);
     free(r->buckets);
     free(r);
 }

@@ -110,6 +110,12 @@ function dist.all_to_all(t, counts, grad_scale)
   return call(core.dist_all_to_all, t, counts, grad_scale)
 end
 
+--- The identity whose backward multiplies the gradient by `scale` (a
+-- finite number): dist.scale_grad(x, s) has x's values (no copy), and
+-- x.grad gets s · the gradient that reaches it. Expert replicas use it
+-- (venom.nn_moe_parallel); not a collective.
+function dist.scale_grad(t, scale) return call(core.dist_scale_grad, t, scale) end
+
 -- A double and its two 32-bit halves, to move Lua numbers exactly.
 local bits = ffi.new("union { double d; uint32_t w[2]; }")
 
@@ -198,7 +204,7 @@ local live = {}
 local function rank_own(model)
   local params, prefixes = {}, {}
   local function walk(m, prefix)
-    if m.owner and m.experts then
+    if m.replicas and m.experts then
       for _, p in ipairs(m.experts:parameters()) do params[p] = true end
       prefixes[#prefixes + 1] = prefix .. "experts."
     end
@@ -228,8 +234,9 @@ end
 -- the whole model and trains on its own share of each batch. At wrap time
 -- rank 0's parameters (and buffers) are broadcast, so all ranks start from
 -- the same weights. Then each backward averages the gradients over the
--- ranks as it runs: the parameters are split into buckets of about
--- opts.bucket_mb megabytes (default 25), last layers first, and a bucket
+-- ranks as it runs: the gradients are laid into buckets of at most
+-- opts.bucket_mb megabytes (default 25; a large one cut across several),
+-- last layers first, and a bucket
 -- whose gradients are all final starts a non-blocking all-reduce
 -- (MPI_Iallreduce) while the backward goes on; when the backward is done,
 -- each .grad holds the mean over the ranks, so opt:step() moves every

@@ -46,7 +46,8 @@ local fail = util.fail
 -- new_expert = function(e) → module to build the experts yourself,
 -- expert_parallel = true | {owner rank of each expert} (in a distributed
 -- run: each rank keeps only its experts and exchanges tokens with the
--- others; see venom.nn_moe_parallel).
+-- others; an entry may be a list of ranks, the expert's replicas, which
+-- split its tokens; see venom.nn_moe_parallel).
 -- After each call, self.stats = {load (tokens routed to each expert, a
 -- list), kept (after the capacity drop), balance (max load / mean load),
 -- experts_per_token, dropped_fraction, capacity, tau (DTS in training)};
@@ -54,7 +55,8 @@ local fail = util.fail
 -- loss (nil in eval). With expert_parallel, stats also has rank_load (rows
 -- the experts of each rank processed, a list over ranks 0..P-1) and
 -- rank_balance (its max / mean: FlexMoE's balance ratio), and
--- self.owner[e] is expert e's rank; self.experts holds this rank's only.
+-- self.replicas[e] lists the ranks that hold expert e (ascending);
+-- self.experts holds this rank's only.
 local MoE = nn.Module:extend("MoE")
 
 local DEFAULTS = { experts = 8, k = 1, gate = "topk", capacity_factor = 1.25, alpha = 0.01,
@@ -138,12 +140,20 @@ function MoE:__init(d_model, d_hidden, opts)
   self.d_model, self.d_hidden, self.config = d_model, d_hidden, c
   self.steps = 0 -- training calls so far: the DTS temperature schedule
   self:add_module("router", nn.Linear(d_model, c.experts, { bias = false }))
-  if c.expert_parallel then self.owner = parallel.placement(c.expert_parallel, c.experts, "nn.MoE") end
-  local me = self.owner and require("venom.distributed").rank()
+  if c.expert_parallel then
+    self.replicas = parallel.placement(c.expert_parallel, c.experts, "nn.MoE")
+    self.expert_numel = {} -- each expert's parameter count (known on every rank)
+  end
+  local me = self.replicas and require("venom.distributed").rank()
   local experts = nn.Module()
   for e = 1, c.experts do -- all are built (the same random draws on every rank), the local ones kept
     local m = self:build_expert(e)
-    if not self.owner or self.owner[e] == me then experts:add_module(e, m) end
+    if self.replicas then
+      local n = 0
+      for _, p in ipairs(m:parameters()) do n = n + p:numel() end
+      self.expert_numel[e] = n
+    end
+    if not self.replicas or parallel.holds(self.replicas, e, me) then experts:add_module(e, m) end
   end
   self:add_module("experts", experts)
 end
@@ -156,10 +166,11 @@ end
 
 --- Expert-parallel layers: FlexMoE's dynamic placement. From the rows each
 -- rank sent each expert in the training calls since the last rebalance,
--- plans Migrate moves when the balance ratio is above opts.threshold and
--- moves those experts (weights, and their state in optimizer `opt`) to
--- their new ranks; every rank must call it at the same point. Returns the
--- plan {moves, ratio, planned_ratio, cost, planned_cost}; see
+-- plans Expand (a new replica of a hot expert), Shrink (drop a replica)
+-- and Migrate moves when the balance ratio is above opts.threshold and
+-- applies them (weights, and their state in optimizer `opt`); every rank
+-- must call it at the same point, between a step and the next forward.
+-- Returns the plan {moves, ratio, planned_ratio, cost, planned_cost}; see
 -- venom.nn_moe_placement for the cost model and the options.
 function MoE:rebalance(opt, opts)
   return require("venom.nn_moe_placement").rebalance(self, opt, opts)
@@ -243,7 +254,7 @@ function MoE:forward(x)
   local weights, r, tau = self:route(logits)
   local w = weights:reshape(-1):index_select(1, r.slots)
   local out, rank_load
-  if self.owner then -- the experts on several ranks: venom.nn_moe_parallel
+  if self.replicas then -- the experts on several ranks: venom.nn_moe_parallel
     out, rank_load = parallel.forward(self, xf, r, w, T)
   else
     out = self:dispatch(xf, r, w, T)

@@ -3,7 +3,11 @@
  * and backward, as soon as the leaf's gradient is final (equal, when the
  * hook runs, to its value after the backward), also for a leaf used by
  * several ops; the backward reaches the last layer's weight first; a hook
- * that fails fails the backward; leaves without a hook are left alone. */
+ * that fails fails the backward; leaves without a hook are left alone.
+ * Also the progress hook (vn__progress, what DataParallel's in-flight
+ * all-reduces get turns from): vn_backward calls it after each node, and a
+ * large GEMM runs in slices with a call after each, computing the same
+ * product. */
 #include "gradcheck.h"
 #include "internal.h"
 
@@ -101,12 +105,51 @@ static void test_failing_hook_fails_backward(void **state)
     vn_tensor_release(w2);
 }
 
+static int progress_calls;
+static void count_progress(void *ud)
+{
+    (void)ud;
+    progress_calls++;
+}
+
+static void test_progress_hook(void **state)
+{
+    vn_manual_seed(5);
+    /* A product large enough to be sliced: (96, 200) × (200, 128). */
+    vn_tensor *a = vn_randn(2, (int64_t[]){96, 200}), *b = vn_randn(2, (int64_t[]){200, 128});
+    vn_tensor *plain = vn_matmul(a, b);
+    progress_calls = 0;
+    vn__progress_fn = count_progress;
+    vn_tensor *sliced = vn_matmul(a, b);
+    int gemm_calls = progress_calls;
+    /* A backward of 7 nodes calls it after each. */
+    vn_tensor *x = vn_randn(2, (int64_t[]){3, 4}), *w1 = param(4, 2), *w2 = param(2, 2);
+    vn_tensor *loss = loss_of(x, w1, w2);
+    progress_calls = 0;
+    CHECK_OK(vn_backward(loss, NULL));
+    int backward_calls = progress_calls;
+    vn__progress_fn = NULL;
+    assert_true(gemm_calls >= 2);
+    assert_true(backward_calls >= 7);
+    const float *p = vn_tensor_data(plain), *q = vn_tensor_data(sliced);
+    for (int64_t i = 0; i < 96 * 128; i++) assert_true(fabsf(p[i] - q[i]) <= 1e-4f * (1 + fabsf(p[i])));
+    vn_tensor_release(loss);
+    vn_tensor_release(x);
+    vn_tensor_release(w1);
+    vn_tensor_release(w2);
+    vn_tensor_release(a);
+    vn_tensor_release(b);
+    vn_tensor_release(plain);
+    vn_tensor_release(sliced);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hook_sees_final_gradient),
         cmocka_unit_test(test_failing_hook_fails_backward),
+        cmocka_unit_test(test_progress_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

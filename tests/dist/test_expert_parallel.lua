@@ -106,8 +106,6 @@ end
 
 do
   local wl, wg, model = equivalence({ k = 1, capacity_factor = 1.25, placement = true }, 10)
-  local n = 0
-  for _ in pairs(model[2].owner) do n = n + 1 end
   local local_experts = #model[2].experts:children()
   tap.ok(wl < TOL and wg < TOL and local_experts == E / P, ("Switch (k = 1, capacity 1.25), "
     .. "experts 1-2 on rank 0, 3-4 on rank 1: 2 ranks give the 1-process losses over 10 steps "
@@ -179,21 +177,110 @@ do
     .. "4 give the 1-process losses over 5 steps (max relative difference %.2g)"):format(worst))
 end
 
+-- An expert with replicas (FlexMoE's Expand): expert 1 on both ranks, which
+-- split its rows and average their gradients after each backward. The
+-- numbers stay the 1-process ones, and the two replicas stay bitwise
+-- equal (same gradient, same AdamW step).
+local parallel = require "venom.nn_moe_parallel"
+local placement = require "venom.nn_moe_placement"
+
+-- The largest difference between this rank's and the other ranks'
+-- parameters of expert e (0 when they are bit for bit the same).
+local function replica_spread(moe, e)
+  local flat = {}
+  for _, p in ipairs(moe.experts[e]:parameters()) do flat[#flat + 1] = p:detach():reshape(-1) end
+  local mine = venom.cat(flat, 1)
+  local all = dist.all_gather(mine)
+  local n, worst = mine:size(1), 0
+  for q = 1, P - 1 do
+    worst = math.max(worst, (all:narrow(1, q * n + 1, n) - all:narrow(1, 1, n)):abs():max():item())
+  end
+  return worst
+end
+
+do
+  local split_rows
+  local wl, wg, model = equivalence({ k = 2, capacity_factor = math.huge,
+    placement = { { 0, 1 }, 0, 1, 1 } }, 10, nil, function(step, m)
+      if step == 1 then split_rows = m[2].stats.rank_load end
+    end)
+  tap.ok(wl < TOL and wg < TOL and replica_spread(model[2], 1) == 0,
+    ("expert 1 replicated on both ranks (placement {{0, 1}, 0, 1, 1}), k = 2: the 1-process "
+      .. "losses (%.2g) and gradients (%.2g), replicas bitwise equal after 10 steps; rows per "
+      .. "rank in step 1: %d, %d"):format(wl, wg, split_rows[1], split_rows[2]))
+end
+
+-- Expert 1 (rank 0) takes almost every token (a router that prefers it):
+-- after step 2 rebalance replicates it (Expand, with its AdamW state), after
+-- step 5 rank 0 drops its replica again (Shrink); the numbers stay the
+-- 1-process ones throughout.
+do
+  local kinds, spread = {}, -1
+  local wl, wg, model = equivalence({ k = 1, capacity_factor = math.huge, placement = true }, 8,
+    function(m) venom.no_grad(function() m[2].router.weight:narrow(1, 1, 1):add_(2) end) end,
+    function(step, m, opt)
+      if step == 2 then
+        local plan = m[2]:rebalance(opt, { threshold = 1, a2a_cost = 0, move_cost = 0,
+                                           sync_cost = 0 })
+        for _, mv in ipairs(plan.moves) do kinds[#kinds + 1] = mv.kind .. " " .. mv.expert end
+      elseif step == 5 then
+        spread = replica_spread(m[2], 1)
+        placement.shrink(m[2], 1, 0, opt)
+        kinds[#kinds + 1] = "shrink 1"
+      end
+    end)
+  local held = 0
+  for e = 1, E do if parallel.holds(model[2].replicas, e, r) then held = held + 1 end end
+  local expanded = kinds[1] and kinds[1]:match("^expand 1") ~= nil
+  tap.ok(expanded and wl < TOL and wg < TOL and spread == 0 and #model[2].replicas[1] == 1
+    and held == #model[2].experts:children(), ("Expand of the hot expert after step 2 (%s), "
+      .. "Shrink after step 5: the losses (%.2g) and gradients (%.2g) stay the 1-process ones, "
+      .. "the replicas were bitwise equal (%g)"):format(table.concat(kinds, ", "), wl, wg, spread))
+end
+
 -- The FlexMoE scheduler's plan on a skewed load: experts 1 and 2 (rank 0)
 -- get 80 and 60 rows, 3 and 4 (rank 1) 10 each: ratio 140 / 80 = 1.75.
 -- Moving expert 2 to rank 1 gives 80 / 80 (ratio 1); moving expert 1 only
--- 100 / 80.
+-- 100 / 80; replicating expert 1 on rank 1 100 / 80 too.
 do
-  local placement = require "venom.nn_moe_placement"
   local load = { 40, 30, 5, 5, 40, 30, 5, 5 }
-  local plan = placement.plan(load, { 0, 0, 1, 1 }, 2, { a2a_cost = 0, move_cost = 0 })
+  local blocks = { { 0 }, { 0 }, { 1 }, { 1 } }
+  local plan = placement.plan(load, blocks, 2, { a2a_cost = 0, move_cost = 0 })
   local mv = plan.moves[1] or {}
-  tap.ok(#plan.moves == 1 and mv.expert == 2 and mv.from == 0 and mv.to == 1 and plan.ratio == 1.75
-    and plan.planned_ratio == 1, ("the scheduler moves expert 2 to rank 1 (%d moves, ratio %g → %g)")
+  tap.ok(#plan.moves == 1 and mv.kind == "migrate" and mv.expert == 2 and mv.from == 0
+    and mv.to == 1 and plan.ratio == 1.75 and plan.planned_ratio == 1,
+    ("the scheduler moves expert 2 to rank 1 (%d moves, ratio %g → %g)")
       :format(#plan.moves, plan.ratio, plan.planned_ratio))
-  local dear = placement.plan(load, { 0, 0, 1, 1 }, 2, { a2a_cost = 0, move_cost = 1000 })
+  local dear = placement.plan(load, blocks, 2, { a2a_cost = 0, move_cost = 1000 })
   tap.ok(#dear.moves == 0 and dear.planned_ratio == 1.75,
     "a move that costs more than it saves is not planned")
+  -- Three hot experts (40 rows from each rank each) on two ranks: Migrate
+  -- alone stays at 160 / 120 = 4/3; a replica of expert 1 on rank 1 splits
+  -- its 80 rows 40 / 40 (each replica its own rank's rows): 120 / 120.
+  local hot = { 40, 40, 40, 0, 40, 40, 40, 0 }
+  local only = placement.plan(hot, blocks, 2, { a2a_cost = 0, move_cost = 0, expand = false })
+  local rep = placement.plan(hot, blocks, 2, { a2a_cost = 0, move_cost = 0, sync_cost = 0 })
+  mv = rep.moves[1] or {}
+  tap.ok(math.abs(only.planned_ratio - 4 / 3) < 1e-12 and #rep.moves == 1 and mv.kind == "expand"
+    and mv.expert == 1 and mv.from == 0 and mv.to == 1 and rep.planned_ratio == 1
+    and rep.replicas[1][1] == 0 and rep.replicas[1][2] == 1,
+    ("3 hot experts on 2 ranks: Migrate alone reaches ratio %.4g, Expand of expert 1 onto rank "
+      .. "1 reaches %g"):format(only.planned_ratio, rep.planned_ratio))
+  -- A replica whose expert gets no row only costs its gradient all-reduce:
+  -- Shrink drops it (on the first holder) when sync_cost > 0.
+  local cold = placement.plan({ 0, 40, 0, 0, 0, 0, 20, 20 }, { { 0, 1 }, { 0 }, { 1 }, { 1 } }, 2,
+    { threshold = 0, a2a_cost = 0, move_cost = 0, sync_cost = 5 })
+  mv = cold.moves[1] or {}
+  tap.ok(#cold.moves == 1 and mv.kind == "shrink" and mv.expert == 1 and mv.from == 0
+    and cold.planned_cost == 40, ("a cold replica is shrunk (%d moves: %s %s, cost %g → %g)")
+      :format(#cold.moves, tostring(mv.kind), tostring(mv.expert), cold.cost, cold.planned_cost))
+  -- The split of an expert's rows among its replicas: each takes its quota
+  -- (⌈N/R⌉ first), its own rank's rows first.
+  local c = parallel.assign({ 7, 0, 2, 0 }, { { 0, 1 }, { 1 } }, 2)
+  tap.ok(c[1][1][1] == 5 and c[1][1][2] == 2 and c[1][2][2] == 2 and c[1][2][1] == 0
+    and c[2][1][2] == 0, ("expert 1 with 7 + 2 rows on replicas 0 and 1: 5 stay on rank 0, 2 "
+      .. "go to rank 1, rank 1 keeps its 2 (%d %d %d %d)"):format(c[1][1][1], c[1][1][2],
+        c[1][2][1], c[1][2][2]))
 end
 
 -- Rebalancing during training: after step 3 the scheduler moves experts
@@ -206,15 +293,16 @@ do
       venom.no_grad(function() m[2].router.weight:narrow(1, 1, 1):add_(0.5) end)
     end, function(step, m, opt)
       if step == 3 then
-        local plan = m[2]:rebalance(opt, { threshold = 1, a2a_cost = 0, move_cost = 0 })
+        local plan = m[2]:rebalance(opt, { threshold = 1, a2a_cost = 0, move_cost = 0,
+                                           expand = false })
         moves = #plan.moves
       end
     end)
   local held = 0
-  for e = 1, E do if model[2].owner[e] == r then held = held + 1 end end
+  for e = 1, E do if parallel.holds(model[2].replicas, e, r) then held = held + 1 end end
   tap.ok(moves > 0 and wl < TOL and wg < TOL and held == #model[2].experts:children(),
-    ("rebalance after step 3 moved %d experts; the losses (%.2g) and gradients (%.2g) stay the "
-      .. "1-process ones"):format(moves, wl, wg))
+    ("rebalance (Migrate only) after step 3 moved %d experts; the losses (%.2g) and gradients "
+      .. "(%.2g) stay the 1-process ones"):format(moves, wl, wg))
 end
 
 tap.error_like(function()
@@ -230,6 +318,12 @@ tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { 0, 0,
   "rank 1 owns none of the 4 experts", "a rank without experts is refused")
 tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { 0, 2, 1, 0 } }) end,
   "expert_parallel%[2%] must be a rank in 0..1", "an owner rank outside the world is refused")
+tap.error_like(function()
+  nn.MoE(H, 24, { experts = 4, expert_parallel = { { 1, 0 }, 0, 1, 1 } })
+end, "expert_parallel%[1%] must list distinct ranks in ascending order",
+  "replicas out of order are refused")
+tap.error_like(function() nn.MoE(H, 24, { experts = 4, expert_parallel = { {}, 0, 1, 1 } }) end,
+  "expert_parallel%[1%] lists no rank", "an expert with no replica is refused")
 tap.error_like(function()
   nn.MoE(H, 24, { experts = 4, expert_parallel = r == 0 and { 0, 1, 0, 1 } or { 0, 1, 1, 0 } })
 end, "the ranks passed different expert placements", "ranks that disagree on the placement all fail")

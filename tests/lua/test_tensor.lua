@@ -197,6 +197,34 @@ do
   tap.ok((w * 2):grad_fn() ~= nil, "set_grad_enabled(true) records again")
 end
 
+-- after_backward and scale_grad ------------------------------------------------------------
+do
+  local calls = {}
+  venom.after_backward(function() calls[#calls + 1] = "a" end)
+  venom.after_backward(function() calls[#calls + 1] = "b" end)
+  local w = venom.tensor({ 1, -2, 3 }, { requires_grad = true })
+  tap.is(#calls, 0, "after_backward: nothing runs before the backward")
+  local function square_sum(t) return (t * t):sum() end
+  square_sum(w):backward()
+  square_sum(w):backward()
+  tap.is(table.concat(calls, ","), "a,b", "after_backward: each function once, in order, after the next backward")
+  venom.after_backward(function() calls[#calls + 1] = "c" end)
+  local ok = pcall(function() venom.tensor({ 1, 2 }):sum():backward() end) -- no graph: fails
+  square_sum(w):backward()
+  tap.ok(not ok and #calls == 2, "a failed backward drops the queue")
+  tap.error_like(function() venom.after_backward(3) end, "fn", "after_backward takes a function")
+  -- y = scale_grad(x, s) is x in the forward, s · dL/dy in the backward:
+  -- d/dx Σ y² = 2·s·x (exact for s = 3 and these small integers).
+  local dist = require "venom.distributed"
+  local x = venom.tensor({ 1, -2, 3 }, { requires_grad = true })
+  local y = dist.scale_grad(x, 3)
+  tap.ok(y:grad_fn() == "scale_grad" and (y - x):abs():max():item() == 0, "scale_grad: the same values")
+  square_sum(y):backward()
+  same(x.grad, { 6, -12, 18 }, 0, "scale_grad: the gradient times the scale")
+  tap.error_like(function() dist.scale_grad(x, 0 / 0) end, "scale = %-?nan; expected a finite number",
+    "scale_grad refuses a scale that is not finite")
+end
+
 -- free and memory ------------------------------------------------------------------------
 do
   local t = venom.ones(100)

@@ -99,17 +99,29 @@ vn_tensor *vn_dist_all_to_all(const vn_tensor *t, const int64_t *send_counts,
 vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_counts,
                                        int64_t *recv_counts, double grad_scale);
 
+/* An identity whose backward multiplies the gradient by `scale`: the output
+ * is a new header over t's data (no copy); dL/dt = scale · dL/dout. FlexMoE
+ * expert replicas (venom.nn_moe_parallel) use it so that each of R replicas
+ * of an expert holds R × its share of the expert's gradient and their
+ * average (the all-reduce among them) is the whole gradient, as DataParallel
+ * averages gradients that are P × a rank's share. CPU or CUDA; not a
+ * collective (built with and without MPI). Errors: VN_ERR_ARG for a NULL
+ * or freed t and for a scale that is not finite. */
+vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
+
 /* ---- data parallel: the gradient reducer --------------------------------- */
 
 /* Averages the gradients of n parameters over the ranks during the backward
  * (data parallelism, as PyTorch's DistributedDataParallel; Li et al., VLDB
  * 2020). The parameters (leaf f32 CPU tensors that require grad; the same
- * list, shapes and order on every rank) are split into buckets of about
- * bucket_bytes, in reverse order (the backward reaches the last layers
- * first). A grad-ready hook on each parameter notes when its gradient is
- * final; once a bucket is complete, and all buckets before it have started,
- * its gradients are copied into one flat buffer and a non-blocking
- * MPI_Iallreduce starts, overlapping the rest of the backward. When the last
+ * list, shapes and order on every rank) are laid, in reverse order (the
+ * backward reaches the last layers first), into buckets of at most
+ * bucket_bytes, a large gradient cut into pieces across several. A
+ * grad-ready hook on each parameter notes when its gradient is final; once
+ * a bucket is complete, and all buckets before it have started, its
+ * gradients are copied into one flat buffer and a non-blocking
+ * MPI_Iallreduce starts, overlapping the rest of the backward (which gives
+ * MPI a turn after each node and between slices of each large GEMM). When the last
  * bucket has started the reducer waits for all of them and writes the means
  * back into the gradients. A parameter that got no gradient counts as zeros.
  * The shapes are checked across ranks here (VN_ERR_SHAPE on every rank).
