@@ -172,6 +172,17 @@ vn_status vn__accum(vn_node *n, int i, vn_tensor *g)
     return add_into(&x->grad, g);
 }
 
+vn_status vn__accum_all(vn_node *node, int n, vn_tensor **d)
+{
+    vn_status s = VN_OK;
+    for (int i = 0; i < n; i++) {
+        if (!d[i]) continue;
+        if (s) vn_tensor_release(d[i]);
+        else s = vn__accum(node, i, d[i]);
+    }
+    return s;
+}
+
 /* Depth-first post-order of the nodes reachable from root (iterative, so a
  * deep graph cannot overflow the C stack). order[] ends with root. */
 static vn_status topo_order(vn_node *root, vn_node ***order_out, size_t *count_out)

@@ -101,16 +101,10 @@ end
 
 -- x (B, T, C) → (B, T, C).
 function Attention:forward(x)
-  local shape = x:shape()
-  local B, T, C, H = shape[1], shape[2], shape[3], self.n_head
-  local qkv = self.qkv(x)
-  -- (B, T, C) slice of the fused projection → (B, H, T, C/H) heads.
-  local function heads(i)
-    return qkv:narrow(3, (i - 1) * C + 1, C):reshape(B, T, H, C / H):transpose(2, 3)
-      :contiguous()
-  end
-  local y = venom.causal_attention(heads(1), heads(2), heads(3))
-  return self.drop(self.proj(y:transpose(2, 3):reshape(B, T, C)))
+  -- The heads are read straight out of the fused (B, T, 3C) projection and
+  -- the output comes back as (B, T, C): no slicing or transposing copies.
+  local y = venom.causal_self_attention(self.qkv(x), self.n_head)
+  return self.drop(self.proj(y))
 end
 
 function Attention:extra_repr()

@@ -1,4 +1,5 @@
-/* embedding, layer_norm and causal_attention: values against double
+/* embedding, layer_norm, causal_attention and causal_self_attention (against
+ * the composition of views and causal_attention it replaces): values against double
  * reference loops, gradients by finite differences, the causal property
  * (future keys and values cannot change earlier outputs), and the errors
  * for bad ids, shapes and dtypes. */
@@ -414,6 +415,86 @@ static void test_attention_errors(void **state)
     RELEASE(a, b, one, ai, e, r);
 }
 
+/* ---- causal_self_attention ---------------------------------------------------- */
+
+/* The composition the op replaces: q, k, v sliced out of qkv (B, T, 3C),
+ * split into heads, attention, heads merged back into (B, T, C). */
+static vn_tensor *composed_self_attention(vn_tensor *qkv, int64_t H)
+{
+    int64_t B = vn_tensor_shape(qkv)[0], T = vn_tensor_shape(qkv)[1],
+            C = vn_tensor_shape(qkv)[2] / 3;
+    vn_tensor *h[3], *tmp[6];
+    for (int i = 0; i < 3; i++) {
+        tmp[2 * i] = vn_narrow(qkv, 2, i * C, C);
+        tmp[2 * i + 1] = vn_reshape(tmp[2 * i], 4, (int64_t[]){B, T, H, C / H});
+        h[i] = vn_transpose(tmp[2 * i + 1], 1, 2);
+    }
+    vn_tensor *y = vn_causal_attention(h[0], h[1], h[2]), *yt = vn_transpose(y, 1, 2);
+    vn_tensor *out = vn_reshape(yt, 3, (int64_t[]){B, T, C});
+    RELEASE(h[0], h[1], h[2], tmp[0], tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], y, yt);
+    return out;
+}
+
+/* Values and the gradient of qkv against the composition, at a size that
+ * runs one thread and at one that runs the parallel loop (odd T and Dh). */
+static void test_self_attention_values(void **state)
+{
+    (void)state;
+    const int64_t sizes[2][4] = {{2, 5, 3, 4}, {2, 37, 2, 17}}; /* B, T, H, Dh */
+    for (int c = 0; c < 2; c++) {
+        int64_t B = sizes[c][0], T = sizes[c][1], H = sizes[c][2], C = H * sizes[c][3];
+        int64_t shape[3] = {B, T, 3 * C}, oshape[3] = {B, T, C};
+        vn_tensor *x1 = param(3, shape, -2, 2, 50 + (unsigned)c),
+                  *x2 = param(3, shape, -2, 2, 50 + (unsigned)c); /* the same values */
+        vn_tensor *w = trand(3, oshape, -1, 1, 60 + (unsigned)c);
+        vn_tensor *y1 = vn_causal_self_attention(x1, H), *y2 = composed_self_attention(x2, H);
+        CHECK_PTR(y1);
+        CHECK_PTR(y2);
+        assert_int_equal(vn_tensor_ndim(y1), 3);
+        assert_int_equal(vn_tensor_shape(y1)[2], C);
+        if (max_rel_diff(y1, y2) > 1e-6) fail_msg("size %d: output differs", c);
+        CHECK_OK(vn_backward(y1, w));
+        CHECK_OK(vn_backward(y2, w));
+        if (max_rel_diff(vn_tensor_grad(x1), vn_tensor_grad(x2)) > 1e-6)
+            fail_msg("size %d: dqkv differs", c);
+        RELEASE(x1, x2, w, y1, y2);
+    }
+}
+
+static vn_tensor *f_self_attention(vn_tensor **in, void *ctx)
+{
+    return vn_causal_self_attention(in[0], *(const int64_t *)ctx);
+}
+
+static void test_self_attention_grad(void **state)
+{
+    (void)state;
+    int64_t H = 2;
+    vn_tensor *in[1] = {param(3, (int64_t[]){2, 4, 3 * 2 * 3}, -1, 1, 55)};
+    gradcheck(f_self_attention, in, 1, &H, 1e-3, 1e-2);
+    RELEASE(in[0]);
+}
+
+static void test_self_attention_errors(void **state)
+{
+    (void)state;
+    vn_tensor *a = trand(3, (int64_t[]){2, 4, 12}, 0, 1, 56);
+    EXPECT_ERROR(vn_causal_self_attention(a, 0), VN_ERR_ARG, "n_head must be at least 1");
+    EXPECT_ERROR(vn_causal_self_attention(a, 3), VN_ERR_SHAPE, "causal_self_attention",
+                 "n_head = 3", "(2, 4, 12)");
+    EXPECT_ERROR(vn_causal_self_attention(a, 5), VN_ERR_SHAPE, "n_head = 5");
+    vn_tensor *one = trand(1, (int64_t[]){12}, 0, 1, 57);
+    EXPECT_ERROR(vn_causal_self_attention(one, 1), VN_ERR_SHAPE, "(12,)");
+    vn_tensor *ai = vn_zeros(VN_I32, 3, (int64_t[]){2, 4, 12});
+    EXPECT_ERROR(vn_causal_self_attention(ai, 2), VN_ERR_DTYPE, "causal_self_attention: qkv");
+    EXPECT_ERROR(vn_causal_self_attention(NULL, 2), VN_ERR_ARG, "NULL");
+    /* empty sequences are fine */
+    vn_tensor *e = vn_zeros(VN_F32, 3, (int64_t[]){2, 0, 12}), *r = vn_causal_self_attention(e, 2);
+    CHECK_PTR(r);
+    assert_int_equal(vn_tensor_shape(r)[2], 4);
+    RELEASE(a, one, ai, e, r);
+}
+
 /* ---- bias_gelu ----------------------------------------------------------------- */
 
 static void test_bias_gelu(void **state)
@@ -471,6 +552,9 @@ int main(void)
         cmocka_unit_test(test_bias_gelu),         cmocka_unit_test(test_bias_gelu_grad),
         cmocka_unit_test(test_bias_gelu_errors),
         cmocka_unit_test(test_attention_large),
+        cmocka_unit_test(test_self_attention_values),
+        cmocka_unit_test(test_self_attention_grad),
+        cmocka_unit_test(test_self_attention_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -122,6 +122,18 @@ do
   tap.ok(not ok and tostring(err):find("32, 64 or 128"), "causal_attention: head dim 48 on CUDA is refused by name")
 end
 
+-- the fused qkv form: on CUDA the same views around causal_attention
+do
+  local x = venom.randn(2, 37, 3 * 64)
+  local xc, xg = pair(x)
+  local yc, yg = venom.causal_self_attention(xc, 2), venom.causal_self_attention(xg, 2)
+  close(yg, yc, TOL.bf16, "causal_self_attention: forward")
+  local c = venom.randn(2, 37, 64)
+  ;(yc * c):sum():backward()
+  ;(yg * c:cuda()):sum():backward()
+  close(xg.grad, xc.grad, TOL.bf16, "causal_self_attention: dqkv")
+end
+
 -- A whole GPT: the loss, every parameter's gradient and one AdamW step
 -- (one multi-tensor launch over all parameters) against the CPU.
 do

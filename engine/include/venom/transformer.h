@@ -19,4 +19,23 @@
  * VN_ERR_DEVICE (x and bias on two devices). */
 vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias);
 
+/* Multi-head causal self-attention on the fused output of a qkv projection
+ * (GPT-2's c_attn): qkv f32 (..., T, 3·C) holds q, k and v side by side
+ * along the last dim, each split into n_head heads of Dh = C / n_head
+ * consecutive columns; the result (..., T, C) holds each head's output in
+ * the same columns. For each head,
+ *   out_h = softmax(q_h·k_hᵀ / sqrt(Dh) + mask) · v_h   (vn_causal_attention),
+ * mask −inf above the diagonal. Same values as narrowing qkv into q, k, v,
+ * reshaping each to (..., T, H, Dh), transposing to (..., H, T, Dh),
+ * vn_causal_attention, and transposing and reshaping back; on the CPU
+ * without those copies: the GEMMs read the heads where they lie in qkv and
+ * write the output in place, and the backward writes dq, dk and dv into
+ * one (..., T, 3·C) gradient (no zero-filled slices to add up). CUDA runs
+ * that composition (vn_causal_attention's limits on Dh apply).
+ * Differentiable in qkv. Errors: VN_ERR_ARG (NULL or freed tensor, n_head
+ * < 1, a dim over BLAS's INT_MAX), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE
+ * (fewer than 2 dims, or the last dim not a positive multiple of
+ * 3·n_head), VN_ERR_MEMORY (the per-thread T × T scratch). */
+vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
+
 #endif
