@@ -128,7 +128,9 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
     float *dst = vn_tensor_data(*slot);
     int64_t n = vn_tensor_numel(*slot);
     if (vn_tensor_is_contiguous(g)) {
+        /* the residual stream's gradients meet here: large, worth the threads */
         const float *src = vn_tensor_data(g);
+#pragma omp parallel for simd schedule(static) if (n > VN_OMP_MIN_WORK)
         for (int64_t i = 0; i < n; i++) dst[i] += src[i];
     } else {
         for (int64_t i = 0; i < n; i++) dst[i] += (float)vn__load(g, vn__offset_of(g, i));

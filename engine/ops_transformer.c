@@ -153,41 +153,64 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
     int64_t D = xin->shape[xin->ndim - 1], rows = D ? vn_tensor_numel(xin) / D : 0;
     bool want_x = vn__input_needs_grad(node, 0), want_g = vn__input_needs_grad(node, 1),
          want_b = vn__input_needs_grad(node, 2);
+    /* Rows are split over the threads; each thread sums its rows' dgamma
+     * and dbeta into a partial row of its own, added up in thread order
+     * afterwards (deterministic for a given thread count). */
+    int nt = rows * D > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
+    int64_t pshape[3] = {nt, 2, D};
     vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
     vn_tensor *gamma = g && node->inputs[1] ? vn__plain_contiguous(node->inputs[1]) : NULL;
     vn_tensor *dx = g && want_x ? vn__new(VN_F32, xin->ndim, xin->shape) : NULL;
-    vn_tensor *dgamma = g && want_g ? vn_zeros(VN_F32, 1, &D) : NULL;
-    vn_tensor *dbeta = g && want_b ? vn_zeros(VN_F32, 1, &D) : NULL;
+    vn_tensor *dgamma = g && want_g ? vn__new(VN_F32, 1, &D) : NULL;
+    vn_tensor *dbeta = g && want_b ? vn__new(VN_F32, 1, &D) : NULL;
+    vn_tensor *part = g && (want_g || want_b) ? vn_zeros(VN_F32, 3, pshape) : NULL;
     bool ok = g && (!node->inputs[1] || gamma) && (!want_x || dx) && (!want_g || dgamma) &&
-              (!want_b || dbeta);
+              (!want_b || dbeta) && (!(want_g || want_b) || part);
     if (ok) {
         const float *px = vn_tensor_data(x), *pg = vn_tensor_data(g),
                     *stats = vn_tensor_data(node->saved[0]),
                     *pgam = gamma ? vn_tensor_data(gamma) : NULL;
-        float *pdx = dx ? vn_tensor_data(dx) : NULL, *pdg = dgamma ? vn_tensor_data(dgamma) : NULL,
-              *pdb = dbeta ? vn_tensor_data(dbeta) : NULL;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = px + r * D, *gr = pg + r * D;
-            float mean = stats[2 * r], rstd = stats[2 * r + 1];
-            double s1 = 0, s2 = 0; /* Σ ĝ, Σ ĝ ⊙ x̂ */
-            for (int64_t j = 0; j < D; j++) {
-                float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                s1 += gh;
-                s2 += (double)gh * xh;
-                if (pdg) pdg[j] += gr[j] * xh;
-                if (pdb) pdb[j] += gr[j];
+        float *pdx = dx ? vn_tensor_data(dx) : NULL, *ppart = part ? vn_tensor_data(part) : NULL;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            float *pdg = ppart ? ppart + 2 * D * t : NULL, *pdb = pdg ? pdg + D : NULL;
+            for (int64_t r = rows * t / n; r < rows * (t + 1) / n; r++) {
+                const float *xr = px + r * D, *gr = pg + r * D;
+                float mean = stats[2 * r], rstd = stats[2 * r + 1];
+                double s1 = 0, s2 = 0; /* Σ ĝ, Σ ĝ ⊙ x̂ */
+                for (int64_t j = 0; j < D; j++) {
+                    float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
+                    s1 += gh;
+                    s2 += (double)gh * xh;
+                    if (pdg) {
+                        pdg[j] += gr[j] * xh;
+                        pdb[j] += gr[j];
+                    }
+                }
+                if (!pdx) continue;
+                float m1 = (float)(s1 / D), m2 = (float)(s2 / D);
+                for (int64_t j = 0; j < D; j++) {
+                    float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
+                    pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
+                }
             }
-            if (!pdx) continue;
-            float m1 = (float)(s1 / D), m2 = (float)(s2 / D);
+        }
+        for (int w = 0; w < 2; w++) {
+            float *out = w ? (dbeta ? vn_tensor_data(dbeta) : NULL)
+                           : (dgamma ? vn_tensor_data(dgamma) : NULL);
+            if (!out) continue;
             for (int64_t j = 0; j < D; j++) {
-                float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
+                float sum = 0;
+                for (int t = 0; t < nt; t++) sum += ppart[(2 * t + w) * D + j];
+                out[j] = sum;
             }
         }
     }
     vn_tensor_release(x);
     vn_tensor_release(g);
     vn_tensor_release(gamma);
+    vn_tensor_release(part);
     if (!ok) {
         vn_tensor_release(dx);
         vn_tensor_release(dgamma);

@@ -189,6 +189,54 @@ static void test_layer_norm_grad(void **state)
     RELEASE(in[0], in[1], in[2]);
 }
 
+/* A size whose backward runs on all threads (rows split, dgamma and dbeta
+ * summed per thread): the three gradients of sum(y ⊙ w) against the
+ * formulas in double, dx = (ĝ − mean(ĝ) − x̂·mean(ĝ ⊙ x̂)) / σ with ĝ = w ⊙ gamma,
+ * dgamma = Σ_rows w ⊙ x̂, dbeta = Σ_rows w. */
+static void test_layer_norm_grad_large(void **state)
+{
+    (void)state;
+    int64_t rows = 301, D = 129, n = rows * D;
+    vn_tensor *x = param(2, (int64_t[]){rows, D}, -2, 2, 70), *g = param(1, &D, 0.5, 1.5, 71),
+              *b = param(1, &D, -1, 1, 72), *w = trand(2, (int64_t[]){rows, D}, -1, 1, 73);
+    vn_tensor *y = vn_layer_norm(x, g, b, 1e-5);
+    CHECK_PTR(y);
+    CHECK_OK(vn_backward(y, w));
+    float *px = values(x), *pg = values(g), *pw = values(w);
+    double *dx = calloc((size_t)(n + 2 * D), sizeof(double)), *dg = dx + n, *db = dg + D;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = px + r * D, *wr = pw + r * D;
+        double m = 0, v = 0, m1 = 0, m2 = 0;
+        for (int64_t j = 0; j < D; j++) m += xr[j] / (double)D;
+        for (int64_t j = 0; j < D; j++) v += (xr[j] - m) * (xr[j] - m) / (double)D;
+        double rstd = 1 / sqrt(v + 1e-5);
+        for (int64_t j = 0; j < D; j++) {
+            double xh = (xr[j] - m) * rstd, gh = (double)wr[j] * pg[j];
+            m1 += gh / (double)D;
+            m2 += gh * xh / (double)D;
+            dg[j] += wr[j] * xh;
+            db[j] += wr[j];
+        }
+        for (int64_t j = 0; j < D; j++) {
+            double xh = (xr[j] - m) * rstd;
+            dx[r * D + j] = ((double)wr[j] * pg[j] - m1 - xh * m2) * rstd;
+        }
+    }
+    const double *ref[3] = {dx, dg, db};
+    vn_tensor *in[3] = {x, g, b};
+    const char *name[3] = {"dx", "dgamma", "dbeta"};
+    for (int i = 0; i < 3; i++) {
+        float *got = values(vn_tensor_grad(in[i]));
+        check_close(got, ref[i], i ? D : n, 1e-4, name[i]);
+        free(got);
+    }
+    free(px);
+    free(pg);
+    free(pw);
+    free(dx);
+    RELEASE(x, g, b, w, y);
+}
+
 static void test_layer_norm_errors(void **state)
 {
     (void)state;
@@ -547,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_embedding_values),  cmocka_unit_test(test_embedding_grad),
         cmocka_unit_test(test_embedding_errors),  cmocka_unit_test(test_layer_norm_values),
         cmocka_unit_test(test_layer_norm_grad),   cmocka_unit_test(test_layer_norm_errors),
+        cmocka_unit_test(test_layer_norm_grad_large),
         cmocka_unit_test(test_attention_values),  cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_grad),    cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_bias_gelu),         cmocka_unit_test(test_bias_gelu_grad),
