@@ -10,11 +10,13 @@
  * (B, H, T, T) tensor is kept between forward and backward). The forward
  * saves each query row's max score and 1/Σ exp; the backward recomputes the
  * scores with the same GEMM and turns them into the same probabilities, bit
- * for bit, from those two numbers. The two ops differ only in where each
+ * for bit, from those two numbers (the exp is vec_math.c's polynomial, 8
+ * lanes at a time). The two ops differ only in where each
  * head's rows lie (attn_layout): BLAS reads them with a leading dimension. */
 #include "internal.h"
 
-#include "blas.h" /* vn__sgemm */
+#include "blas.h"     /* vn__sgemm */
+#include "vec_math.h" /* the softmax's exp, vectorized */
 
 #include <limits.h>
 #include <omp.h>
@@ -78,10 +80,8 @@ static void causal_softmax(float *S, int64_t T, float *stats)
     for (int64_t t = 0; t < T; t++) {
         float *row = S + t * T, m = -INFINITY, sum = 0;
         for (int64_t j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
-        for (int64_t j = 0; j <= t; j++) {
-            row[j] = expf(row[j] - m);
-            sum += row[j];
-        }
+        vn__exp_shift_f32(row, t + 1, m, 1.0f);
+        for (int64_t j = 0; j <= t; j++) sum += row[j];
         float inv = 1.0f / sum;
         for (int64_t j = 0; j <= t; j++) row[j] *= inv;
         for (int64_t j = t + 1; j < T; j++) row[j] = 0;
@@ -94,8 +94,8 @@ static void causal_softmax(float *S, int64_t T, float *stats)
 static void causal_probs(float *S, int64_t T, const float *stats)
 {
     for (int64_t t = 0; t < T; t++) {
-        float *row = S + t * T, m = stats[2 * t], inv = stats[2 * t + 1];
-        for (int64_t j = 0; j <= t; j++) row[j] = expf(row[j] - m) * inv;
+        float *row = S + t * T;
+        vn__exp_shift_f32(row, t + 1, stats[2 * t], stats[2 * t + 1]); /* e · 1/Σ, as forward */
         for (int64_t j = t + 1; j < T; j++) row[j] = 0;
     }
 }
