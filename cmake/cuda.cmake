@@ -52,11 +52,13 @@ if(VENOM_HAVE_CUDA)
     list(APPEND cuda_flags -Werror=all-warnings -Xcompiler=-Werror)
   endif()
   target_compile_options(venom PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
-  # The Sparse Tensor Core kernels: ptxas prints each kernel's registers,
-  # shared memory and stack in the build log (-v), and a register spill is a
-  # build error (-warn-spills with ptxas's -Werror), whatever VENOM_WERROR:
-  # a spilling inner loop would lose the speed these kernels exist for.
-  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu PROPERTIES
+  # The tensor-core kernels (Sparse Tensor Core V:N:M, attention): ptxas
+  # prints each kernel's registers, shared memory and stack in the build log
+  # (-v), and a register spill is a build error (-warn-spills with ptxas's
+  # -Werror), whatever VENOM_WERROR: a spilling inner loop would lose the
+  # speed these kernels exist for.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu
+                              ${PROJECT_SOURCE_DIR}/kernels/attention.cu PROPERTIES
                               COMPILE_OPTIONS "-Xptxas=-v,-warn-spills,-Werror")
   target_link_libraries(venom PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt CUDA::cusparse)
   message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}")

@@ -1,18 +1,21 @@
 /* ops_attention.c — causal scaled-dot-product attention, two entry points
- * over one CPU kernel: vn_causal_attention on heads (..., T, Dh), and
- * vn_causal_self_attention on the fused (..., T, 3C) output of a qkv
- * projection, which reads the heads where they lie and writes (..., T, C)
- * (what a GPT block needs: no narrow, transpose or copy around it, and its
- * backward writes dq, dk and dv into one (..., T, 3C) gradient).
+ * over one kernel per device: vn_causal_attention on heads (..., T, Dh), and
+ * vn_causal_self_attention on the fused (B, T, 3C) output of a qkv
+ * projection, which reads the heads where they lie and writes (B, T, C) (what
+ * a GPT block needs: no narrow, transpose or copy around it, and its backward
+ * writes dq, dk and dv into one (B, T, 3C) gradient). Where the heads lie is
+ * an att_layout (kernels/attention_tile.h), for both devices.
  *
  * CPU: each (batch, head) is one task of a parallel loop, computed with
- * single-threaded GEMMs on a T × T score matrix private to the thread (no
- * (B, H, T, T) tensor is kept between forward and backward). The forward
- * saves each query row's max score and 1/Σ exp; the backward recomputes the
- * scores with the same GEMM and turns them into the same probabilities, bit
- * for bit, from those two numbers (the exp is vec_math.c's polynomial, 8
- * lanes at a time). The two ops differ only in where each
- * head's rows lie (attn_layout): BLAS reads them with a leading dimension. */
+ * single-threaded GEMMs (reading the heads with a leading dimension) on a
+ * T × T score matrix private to the thread (no (B, H, T, T) tensor is kept
+ * between forward and backward). The forward saves each query row's max
+ * score and 1/Σ exp; the backward recomputes the scores with the same GEMM
+ * and turns them into the same probabilities, bit for bit, from those two
+ * numbers (the exp is vec_math.c's polynomial, 8 lanes at a time).
+ *
+ * CUDA: the FlashAttention-2 kernels of kernels/attention.cu, through the
+ * same layouts. */
 #include "internal.h"
 
 #include "blas.h"     /* vn__sgemm */
@@ -21,41 +24,20 @@
 #include <limits.h>
 #include <omp.h>
 
-/* Where the rows of one (batch, head) lie. q, k, v and their gradients:
- * T rows of Dh floats, ld floats apart; head bh = b·H + h starts
- * b·batch + h·head floats after each one's base pointer. out and dL/dout:
- * the same with ldo, obatch and ohead. */
-typedef struct {
-    int64_t BH, H, T, Dh;
-    int64_t ld, batch, head;
-    int64_t ldo, obatch, ohead;
-} attn_layout;
-
-/* Separate contiguous (BH, T, Dh) tensors (vn_causal_attention). */
-static attn_layout heads_layout(int64_t BH, int64_t T, int64_t Dh)
+/* The q, k and v parts of a fused qkv (B, T, 3C) as heads ([q | k | v]
+ * along the last dim, head h at columns h·Dh.. of its part; counted from
+ * element 0, C and 2C), and the (B, T, C) output with head h at columns
+ * h·Dh.. */
+static att_layout qkv_layout(int64_t T, int64_t C, int64_t Dh)
 {
-    return (attn_layout){.BH = BH, .H = 1, .T = T, .Dh = Dh, .ld = Dh, .batch = T * Dh,
-                         .ldo = Dh, .obatch = T * Dh};
+    att_layout l = {T * 3 * C, Dh, 3 * C};
+    return l;
 }
 
-/* One contiguous (B, T, 3C) qkv in, (B, T, C) out with C = H·Dh and head h
- * in columns h·Dh.. of each third (vn_causal_self_attention); the q, k and v
- * base pointers are qkv + 0, C and 2C. */
-static attn_layout fused_layout(int64_t B, int64_t H, int64_t T, int64_t Dh)
+static att_layout out_layout(int64_t T, int64_t C, int64_t Dh)
 {
-    int64_t C = H * Dh;
-    return (attn_layout){.BH = B * H, .H = H, .T = T, .Dh = Dh, .ld = 3 * C,
-                         .batch = T * 3 * C, .head = Dh, .ldo = C, .obatch = T * C, .ohead = Dh};
-}
-
-static int64_t in_offset(const attn_layout *a, int64_t bh)
-{
-    return bh / a->H * a->batch + bh % a->H * a->head;
-}
-
-static int64_t out_offset(const attn_layout *a, int64_t bh)
-{
-    return bh / a->H * a->obatch + bh % a->H * a->ohead;
+    att_layout l = {T * C, Dh, C};
+    return l;
 }
 
 /* C (m × n, row stride ldc) = alpha · op(A) · op(B), op(A) m × k, op(B)
@@ -111,32 +93,33 @@ static vn_tensor *scores_scratch(int nt, size_t per)
 
 /* The threads of the loop over (batch, head): all of them when there is
  * enough work to wake them. */
-static int attn_threads(const attn_layout *a)
+static int attn_threads(int64_t BH, int64_t T, int64_t Dh)
 {
-    return (double)a->BH * a->T * a->T * a->Dh > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
+    return (double)BH * T * T * Dh > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
 }
 
 static float attn_scale(int64_t Dh) { return Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f; }
 
-/* out and stats (BH, T, 2) from q, k, v; false (error set) when the scratch
- * cannot be allocated. */
-static bool forward_cpu(const attn_layout *a, const float *Q, const float *K, const float *V,
-                        float *O, float *stats)
+/* out and stats (B·H, T, 2) from q, k, v (read through layout in, out
+ * written through ol); false (error set) when the scratch cannot be
+ * allocated. */
+static bool forward_cpu(float *O, float *stats, const float *Q, const float *K, const float *V,
+                        att_layout in, att_layout ol, int64_t B, int64_t H, int64_t T, int64_t Dh)
 {
-    int64_t T = a->T, Dh = a->Dh;
     float scale = attn_scale(Dh);
-    int nt = attn_threads(a);
+    int nt = attn_threads(B * H, T, Dh);
     size_t per = (size_t)(T * T);
     vn_tensor *scr = scores_scratch(nt, per);
     if (!scr) return false;
     float *scratch = vn_tensor_data(scr);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t bh = 0; bh < a->BH; bh++) {
-        int64_t i = in_offset(a, bh);
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t i = att_head_offset(in, (int)bh, (int)H);
         float *P = scratch + per * (size_t)omp_get_thread_num();
-        mm(false, true, T, T, Dh, scale, Q + i, a->ld, K + i, a->ld, P, T);
+        mm(false, true, T, T, Dh, scale, Q + i, in.row, K + i, in.row, P, T);
         causal_softmax(P, T, stats + 2 * bh * T);
-        mm(false, false, T, Dh, T, 1.0f, P, T, V + i, a->ld, O + out_offset(a, bh), a->ldo);
+        mm(false, false, T, Dh, T, 1.0f, P, T, V + i, in.row, O + att_head_offset(ol, (int)bh, (int)H),
+           ol.row);
     }
     vn_tensor_release(scr);
     return true;
@@ -148,19 +131,20 @@ static bool forward_cpu(const attn_layout *a, const float *Q, const float *K, co
  * Masked entries have P = 0, so they get dS = 0 with no extra test. dQ, dK
  * or dV NULL: not wanted. Every wanted gradient is written whole (no
  * zeroing first). False (error set) when the scratch cannot be allocated. */
-static bool backward_cpu(const attn_layout *a, const float *Q, const float *K, const float *V,
-                         const float *G, const float *stats, float *dQ, float *dK, float *dV)
+static bool backward_cpu(float *dQ, float *dK, float *dV, const float *Q, const float *K,
+                         const float *V, const float *G, const float *stats, att_layout in,
+                         att_layout ol, int64_t B, int64_t H, int64_t T, int64_t Dh)
 {
-    int64_t T = a->T, Dh = a->Dh, ld = a->ld, ldo = a->ldo;
+    int64_t ld = in.row, ldo = ol.row;
     float scale = attn_scale(Dh);
-    int nt = attn_threads(a);
+    int nt = attn_threads(B * H, T, Dh);
     size_t per = (size_t)(2 * T * T); /* P and dP of one (batch, head) */
     vn_tensor *scr = scores_scratch(nt, per);
     if (!scr) return false;
     float *scratch = vn_tensor_data(scr);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t bh = 0; bh < a->BH; bh++) {
-        int64_t i = in_offset(a, bh), o = out_offset(a, bh);
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t i = att_head_offset(in, (int)bh, (int)H), o = att_head_offset(ol, (int)bh, (int)H);
         float *P = scratch + per * (size_t)omp_get_thread_num(), *dP = P + T * T;
         mm(false, true, T, T, Dh, scale, Q + i, ld, K + i, ld, P, T);
         causal_probs(P, T, stats + 2 * bh * T);
@@ -197,7 +181,8 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
     if (vn__is_cuda(node->inputs[0])) return attention_backward_cuda(node, gout);
     const vn_tensor *qi = node->inputs[0];
     int nd = qi->ndim;
-    attn_layout a = heads_layout(node->saved[0]->shape[0], qi->shape[nd - 2], qi->shape[nd - 1]);
+    int64_t BH = node->saved[0]->shape[0], T = qi->shape[nd - 2], Dh = qi->shape[nd - 1];
+    att_layout l = att_contiguous(1, T, Dh); /* BH heads of (T, Dh), one after the other */
     vn_tensor *in[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL};
     vn_tensor *g = vn__plain_contiguous(gout);
     bool ok = g != NULL;
@@ -207,8 +192,9 @@ static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
     }
     float *pd[3];
     for (int i = 0; i < 3; i++) pd[i] = d[i] ? vn_tensor_data(d[i]) : NULL;
-    ok = ok && backward_cpu(&a, vn_tensor_data(in[0]), vn_tensor_data(in[1]), vn_tensor_data(in[2]),
-                            vn_tensor_data(g), vn_tensor_data(node->saved[0]), pd[0], pd[1], pd[2]);
+    ok = ok && backward_cpu(pd[0], pd[1], pd[2], vn_tensor_data(in[0]), vn_tensor_data(in[1]),
+                            vn_tensor_data(in[2]), vn_tensor_data(g), vn_tensor_data(node->saved[0]),
+                            l, l, BH, 1, T, Dh);
     vn_tensor_release(g);
     for (int i = 0; i < 3; i++) vn_tensor_release(in[i]);
     if (!ok) {
@@ -232,10 +218,11 @@ static vn_status attention_backward_cuda(vn_node *node, const vn_tensor *gout)
     for (int i = 0; i < 3 && ok; i++)
         ok = (in[i] = vn__plain_contiguous(node->inputs[i])) &&
              (d[i] = vn__new_on(true, VN_F32, qi->ndim, qi->shape));
+    att_layout l = att_contiguous(1, T, Dh); /* BH heads of (T, Dh), one after the other */
     if (ok && vnk_attention_backward(vn__ptr(d[0]), vn__ptr(d[1]), vn__ptr(d[2]), vn__ptr(dvec),
                                      vn__ptr(in[0]), vn__ptr(in[1]), vn__ptr(in[2]),
-                                     vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse), BH, T, Dh,
-                                     attn_scale(Dh)))
+                                     vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse), l, l, BH,
+                                     1, T, Dh, attn_scale(Dh)))
         ok = !vn__cuda_err("causal_attention backward");
     vn_tensor_release(g);
     vn_tensor_release(dvec);
@@ -266,8 +253,9 @@ static vn_tensor *attention_cuda(const vn_tensor *const in[3], int64_t BH)
     for (int i = 0; i < 3 && ok; i++) ok = (c[i] = vn__plain_contiguous(in[i])) != NULL;
     vn_tensor *lse = ok ? vn__new_on(true, VN_F32, 2, lshape) : NULL;
     vn_tensor *out = lse ? vn__new_on(true, VN_F32, q->ndim, q->shape) : NULL;
+    att_layout l = att_contiguous(1, T, Dh);
     if (out && vnk_attention_forward(vn__ptr(out), vn__ptr(lse), vn__ptr(c[0]), vn__ptr(c[1]),
-                                     vn__ptr(c[2]), BH, T, Dh, attn_scale(Dh))) {
+                                     vn__ptr(c[2]), l, l, BH, 1, T, Dh, attn_scale(Dh))) {
         vn_tensor_release(out);
         out = vn__cuda_errp("causal_attention");
     }
@@ -309,9 +297,9 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
     vn_tensor *vc = kc ? vn__plain_contiguous(v) : NULL;
     vn_tensor *stats = vc ? vn__new(VN_F32, 3, sshape) : NULL;
     vn_tensor *out = stats ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
-    attn_layout a = heads_layout(BH, T, Dh);
-    if (out && !forward_cpu(&a, vn_tensor_data(qc), vn_tensor_data(kc), vn_tensor_data(vc),
-                            vn_tensor_data(out), vn_tensor_data(stats))) {
+    att_layout l = att_contiguous(1, T, Dh);
+    if (out && !forward_cpu(vn_tensor_data(out), vn_tensor_data(stats), vn_tensor_data(qc),
+                            vn_tensor_data(kc), vn_tensor_data(vc), l, l, BH, 1, T, Dh)) {
         vn_tensor_release(out);
         out = NULL;
     }
@@ -326,93 +314,114 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
 
 /* ---- vn_causal_self_attention ---------------------------------------------- */
 
-struct self_attention_saved { int64_t n_head; };
+struct self_attention_saved {
+    int64_t H;
+};
 
-/* dqkv (..., T, 3C) in one buffer: each head's dq, dk and dv land in their
- * columns of it, which together cover it whole. */
+static vn_status self_attention_backward_cuda(vn_node *node, const vn_tensor *gout);
+
+/* dqkv (B, T, 3C) in one buffer: each head's dq, dk and dv land in their
+ * columns of it, which together cover it whole (no zeroing first). CPU from
+ * the saved stats (saved[0]). */
 static vn_status self_attention_backward(vn_node *node, const vn_tensor *gout)
 {
-    const vn_tensor *xin = node->inputs[0];
-    int nd = xin->ndim;
-    int64_t H = VN_SAVED_STATE(node, struct self_attention_saved)->n_head;
-    int64_t T = xin->shape[nd - 2], C = xin->shape[nd - 1] / 3;
-    attn_layout a = fused_layout(leading(xin, 2), H, T, C / H);
-    vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
-    vn_tensor *dx = g ? vn__new(VN_F32, nd, xin->shape) : NULL;
-    bool ok = dx != NULL;
+    if (vn__is_cuda(node->inputs[0])) return self_attention_backward_cuda(node, gout);
+    const int64_t *s = node->inputs[0]->shape;
+    int64_t B = s[0], T = s[1], C = s[2] / 3,
+            H = VN_SAVED_STATE(node, struct self_attention_saved)->H, Dh = C / H;
+    vn_tensor *x = vn__plain_contiguous(node->inputs[0]);
+    vn_tensor *g = x ? vn__plain_contiguous(gout) : NULL;
+    vn_tensor *d = g ? vn__new(VN_F32, 3, s) : NULL;
+    bool ok = d != NULL;
     if (ok) {
         const float *px = vn_tensor_data(x);
-        float *pd = vn_tensor_data(dx);
-        ok = backward_cpu(&a, px, px + C, px + 2 * C, vn_tensor_data(g),
-                          vn_tensor_data(node->saved[0]), pd, pd + C, pd + 2 * C);
+        float *pd = vn_tensor_data(d);
+        ok = backward_cpu(pd, pd + C, pd + 2 * C, px, px + C, px + 2 * C, vn_tensor_data(g),
+                          vn_tensor_data(node->saved[0]), qkv_layout(T, C, Dh),
+                          out_layout(T, C, Dh), B, H, T, Dh);
     }
     vn_tensor_release(x);
     vn_tensor_release(g);
     if (!ok) {
-        vn_tensor_release(dx);
+        vn_tensor_release(d);
         return vn__err(VN_ERR_MEMORY, "causal_self_attention backward: %s", vn_last_error());
     }
-    return vn__accum(node, 0, dx);
+    return vn__accum(node, 0, d);
 }
 
-/* The same op from views and vn_causal_attention (the GPU path): autograd
- * goes back through each of them. */
-static vn_tensor *self_attention_composed(const vn_tensor *qkv, int64_t H)
+/* The same on the GPU from the saved lse (saved[0], (B·H, T)) and output
+ * (saved[1]); the kernels write every element of dqkv. */
+static vn_status self_attention_backward_cuda(vn_node *node, const vn_tensor *gout)
 {
-    int nd = qkv->ndim;
-    int64_t C = qkv->shape[nd - 1] / 3, split[VN_MAX_DIMS], shape[VN_MAX_DIMS];
-    memcpy(split, qkv->shape, sizeof(int64_t) * (size_t)nd);
-    memcpy(shape, qkv->shape, sizeof(int64_t) * (size_t)nd);
-    split[nd - 1] = H; /* (..., T, H, Dh) */
-    split[nd] = C / H;
-    shape[nd - 1] = C;
-    vn_tensor *heads[3] = {NULL, NULL, NULL};
-    bool ok = true;
-    for (int i = 0; i < 3 && ok; i++) {
-        vn_tensor *s = vn_narrow(qkv, nd - 1, i * C, C);
-        vn_tensor *r = s ? vn_reshape(s, nd + 1, split) : NULL;
-        ok = (heads[i] = r ? vn_transpose(r, nd - 2, nd - 1) : NULL) != NULL; /* (..., H, T, Dh) */
-        vn_tensor_release(s);
-        vn_tensor_release(r);
+    const vn_tensor *lse = node->saved[0];
+    const int64_t *s = node->inputs[0]->shape;
+    int64_t B = s[0], T = s[1], C = s[2] / 3,
+            H = VN_SAVED_STATE(node, struct self_attention_saved)->H, Dh = C / H;
+    vn_tensor *x = vn__plain_contiguous(node->inputs[0]);
+    vn_tensor *g = x ? vn__plain_contiguous(gout) : NULL;
+    vn_tensor *dvec = g ? vn__new_on(true, VN_F32, 2, lse->shape) : NULL;
+    vn_tensor *d = dvec ? vn__new_on(true, VN_F32, 3, s) : NULL;
+    bool ok = d != NULL;
+    if (ok) {
+        const float *px = vn__ptr(x);
+        float *pd = vn__ptr(d);
+        if (vnk_attention_backward(pd, pd + C, pd + 2 * C, vn__ptr(dvec), px, px + C, px + 2 * C,
+                                   vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse),
+                                   qkv_layout(T, C, Dh), out_layout(T, C, Dh), B, H, T, Dh,
+                                   attn_scale(Dh)))
+            ok = !vn__cuda_err("causal_self_attention backward");
     }
-    vn_tensor *y = ok ? vn_causal_attention(heads[0], heads[1], heads[2]) : NULL;
-    vn_tensor *yt = y ? vn_transpose(y, nd - 2, nd - 1) : NULL;
-    vn_tensor *out = yt ? vn_reshape(yt, nd, shape) : NULL;
-    for (int i = 0; i < 3; i++) vn_tensor_release(heads[i]);
-    vn_tensor_release(y);
-    vn_tensor_release(yt);
-    return out;
+    vn_tensor_release(x);
+    vn_tensor_release(g);
+    vn_tensor_release(dvec);
+    if (!ok) {
+        vn_tensor_release(d);
+        return vn_last_status();
+    }
+    return vn__accum(node, 0, d);
 }
 
 vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head)
 {
-    if (vn__check_dtype_for(qkv, VN_F32, "causal_self_attention: qkv", VN_ALLOW_CUDA)) return NULL;
-    int nd = qkv->ndim;
-    if (n_head < 1)
-        return vn__errp(VN_ERR_ARG, "causal_self_attention: n_head must be at least 1, found %lld",
-                        (long long)n_head);
-    int64_t last = nd >= 2 ? qkv->shape[nd - 1] : 0; /* 3·C */
-    if (nd < 2 || nd >= VN_MAX_DIMS || last == 0 || n_head > last / 3 || last % (3 * n_head))
-        return vn__errp(VN_ERR_SHAPE, "causal_self_attention: expected qkv (..., T, 3·C) with C a "
-                        "positive multiple of n_head = %lld (2 to %d dims), found %s",
-                        (long long)n_head, VN_MAX_DIMS - 1, vn__shape(nd, qkv->shape));
-    if (vn__is_cuda(qkv)) return self_attention_composed(qkv, n_head);
-    int64_t T = qkv->shape[nd - 2], C = qkv->shape[nd - 1] / 3, B = leading(qkv, 2);
-    if (T > INT_MAX || 3 * C > INT_MAX)
+    if (vn__check_dtype_for(qkv, VN_F32, "causal_self_attention: qkv", VN_ALLOW_CUDA))
+        return NULL;
+    if (qkv->ndim != 3 || n_head < 1 || qkv->shape[2] % (3 * n_head) != 0)
+        return vn__errp(VN_ERR_SHAPE, "causal_self_attention: expected qkv (B, T, 3C) with C a "
+                        "multiple of n_head ≥ 1, found qkv %s and n_head %lld",
+                        vn__shape(qkv->ndim, qkv->shape), (long long)n_head);
+    const int64_t *s = qkv->shape;
+    int64_t B = s[0], T = s[1], C = s[2] / 3, H = n_head, Dh = C / H, oshape[3] = {B, T, C};
+    bool cuda = vn__is_cuda(qkv);
+    if (cuda && Dh != 32 && Dh != 64 && Dh != 128)
+        return vn__errp(VN_ERR_ARG, "causal_self_attention: on CUDA the head dim C / n_head must "
+                        "be 32, 64 or 128 (the tensor-core tiles), found %lld / %lld = %lld",
+                        (long long)C, (long long)H, (long long)Dh);
+    if (cuda && (B * H > 65535 || T > (1 << 30)))
+        return vn__errp(VN_ERR_ARG, "causal_self_attention: on CUDA at most 65535 batch × heads "
+                        "and 2^30 positions, found qkv %s with n_head %lld",
+                        vn__shape(3, s), (long long)H);
+    if (!cuda && (T > INT_MAX || 3 * C > INT_MAX || B * H > INT_MAX))
         return vn__errp(VN_ERR_ARG, "causal_self_attention: qkv %s exceeds BLAS's limit of %d",
-                        vn__shape(nd, qkv->shape), INT_MAX);
-    int64_t sshape[3] = {B * n_head, T, 2}, tt[3] = {2, T, T}, oshape[VN_MAX_DIMS];
-    if (vn__check_shape("causal_self_attention", 3, tt)) return NULL; /* the scratch's size */
-    memcpy(oshape, qkv->shape, sizeof(int64_t) * (size_t)nd);
-    oshape[nd - 1] = C;
+                        vn__shape(3, s), INT_MAX);
+    /* per query row: the lse on CUDA, (max score, 1/Σ exp) on the CPU */
+    int64_t sshape[3] = {B * H, T, cuda ? 1 : 2}, tt[3] = {2, T, T};
+    if (!cuda && vn__check_shape("causal_self_attention", 3, tt)) return NULL; /* the scratch */
 
     vn_tensor *x = vn__plain_contiguous(qkv);
-    vn_tensor *stats = x ? vn__new(VN_F32, 3, sshape) : NULL;
-    vn_tensor *out = stats ? vn__new(VN_F32, nd, oshape) : NULL;
-    attn_layout a = fused_layout(B, n_head, T, C / n_head);
-    if (out) {
+    vn_tensor *stats = x ? vn__new_on(cuda, VN_F32, cuda ? 2 : 3, sshape) : NULL;
+    vn_tensor *out = stats ? vn__new_on(cuda, VN_F32, 3, oshape) : NULL;
+    if (out && cuda) {
+        const float *px = vn__ptr(x);
+        if (vnk_attention_forward(vn__ptr(out), vn__ptr(stats), px, px + C, px + 2 * C,
+                                  qkv_layout(T, C, Dh), out_layout(T, C, Dh), B, H, T, Dh,
+                                  attn_scale(Dh))) {
+            vn_tensor_release(out);
+            out = vn__cuda_errp("causal_self_attention");
+        }
+    } else if (out) {
         const float *px = vn_tensor_data(x);
-        if (!forward_cpu(&a, px, px + C, px + 2 * C, vn_tensor_data(out), vn_tensor_data(stats))) {
+        if (!forward_cpu(vn_tensor_data(out), vn_tensor_data(stats), px, px + C, px + 2 * C,
+                         qkv_layout(T, C, Dh), out_layout(T, C, Dh), B, H, T, Dh)) {
             vn_tensor_release(out);
             out = NULL;
         }
@@ -421,8 +430,9 @@ vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head)
     vn_node *node = out ? vn__record(out, "causal_self_attention", self_attention_backward, 1, &qkv)
                         : NULL;
     if (node) {
+        VN_SAVED_STATE(node, struct self_attention_saved)->H = H;
         node->saved[0] = vn_tensor_retain(stats);
-        VN_SAVED_STATE(node, struct self_attention_saved)->n_head = n_head;
+        if (cuda) node->saved[1] = vn__alias(out);
     }
     vn_tensor_release(stats);
     return out;

@@ -10,14 +10,48 @@
 #ifndef VENOM_KERNELS_ATTENTION_TILE_H
 #define VENOM_KERNELS_ATTENTION_TILE_H
 
+#include <stdint.h>
+
 #include "scalar.h" /* VN_HD, math.h */
 
+/* Where a set of heads lives in memory: element (b, h, t, d) of heads shaped
+ * (B, H, T, D) sits at b·batch + h·head + t·row + d from the first element
+ * (the head dim is contiguous). Contiguous (B, H, T, D) heads are
+ * {H·T·D, T·D, D}; the q, k or v part of a fused (B, T, 3C) projection
+ * (C = H·D, [q | k | v] along the last dim) is {3C·T, D, 3C} counted from
+ * element 0, C or 2C; an output in (B, T, C) layout is {C·T, D, C}. The
+ * kernels read and write through these strides, so no transpose copy is
+ * needed around them. */
+typedef struct {
+    int64_t batch, head, row;
+} att_layout;
+
+/* The layout of contiguous (B, H, T, D) heads. */
+static inline VN_HD att_layout att_contiguous(int64_t H, int64_t T, int64_t D)
+{
+    att_layout l;
+    l.batch = H * T * D, l.head = T * D, l.row = D;
+    return l;
+}
+
+/* Offset of head bh = b·H + h (the kernels' blockIdx.y) in layout l. */
+static inline VN_HD int64_t att_head_offset(att_layout l, int bh, int H)
+{
+    return (int64_t)(bh / H) * l.batch + (int64_t)(bh % H) * l.head;
+}
+
 /* A CTA holds 4 warps; each warp owns 16 rows (queries in the forward and
- * dQ kernels, keys in the dK/dV kernel) and sweeps tiles of 64 columns. */
+ * dQ kernels, keys in the dK/dV kernel) and sweeps tiles of 64 columns.
+ * The backward kernels take a tile's columns 16 at a time (a "chunk", the
+ * k of the second product): their scores need no row max, and keeping one
+ * chunk of scores live instead of the whole 16 × 64 tile is what lets the
+ * D = 128 dK/dV kernel (K, V, dK and dV fragments: 192 registers) fit in
+ * 255 registers without spilling. */
 #define VNK_ATT_WARPS 4
 #define VNK_ATT_ROWS 16                             /* rows per warp: the mma's M */
 #define VNK_ATT_BR (VNK_ATT_WARPS * VNK_ATT_ROWS)   /* rows per CTA */
 #define VNK_ATT_BC 64                               /* columns per tile */
+#define VNK_ATT_CHUNK 16 /* columns of a backward chunk: one mma's K */
 #define VNK_ATT_PAD 8 /* bf16 padding of a shared-memory row (fewer bank conflicts) */
 
 /* ---- fragments of mma.m16n8k16 with .bf16 inputs (PTX ISA 9.7.14.5.8) ----
@@ -34,6 +68,24 @@ static inline VN_HD int att_b_row(int lane, int i) { return 2 * (lane & 3) + (i 
 static inline VN_HD int att_b_col(int lane) { return lane >> 2; }
 static inline VN_HD int att_c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
 static inline VN_HD int att_c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
+
+/* ---- ldmatrix (PTX ISA, "ldmatrix") ------------------------------------------
+ * ldmatrix.x2 loads two 8 × 8 b16 matrices from shared memory: lane 8m + i
+ * (m = 0, 1) gives the address of row i of matrix m (8 consecutive b16,
+ * 16-byte aligned; lanes 16..31 give addresses that are ignored). Register
+ * m of lane l then holds row l/4, elements 2(l%4) and +1, of matrix m; with
+ * .trans it holds elements (row 2(l%4), col l/4) and (row 2(l%4) + 1, col
+ * l/4). So both B fragments of a 16 × 8 block come in one instruction:
+ *   B = Xᵀ (element (k, n) at s[n][k]): matrix m = rows n = 8nb.., columns
+ *       k = 16ks + 8m..; plain ldmatrix gives b[m] = s[n][k], s[n][k + 1]
+ *       with n = 8nb + g, k = 16ks + 8m + 2t, the mma's B layout;
+ *   B = X (element (k, n) at s[k][n]): matrix m = rows k = 16ks + 8m..,
+ *       columns n = 8nb..; .trans gives b[m] = s[k][n], s[k + 1][n].
+ * Below: the (row, column) of s whose address lane l gives. */
+static inline VN_HD int att_ldm_bt_row(int lane, int nb) { return nb * 8 + (lane & 7); }
+static inline VN_HD int att_ldm_bt_col(int lane, int ks) { return ks * 16 + 8 * ((lane >> 3) & 1); }
+static inline VN_HD int att_ldm_b_row(int lane, int ks) { return ks * 16 + 8 * ((lane >> 3) & 1) + (lane & 7); }
+static inline VN_HD int att_ldm_b_col(int nb) { return nb * 8; }
 
 /* The C fragments of two neighbouring 16 × 8 tiles (columns 16j..16j+7 and
  * 16j+8..16j+15) are, element for element, the A fragment of the 16 × 16

@@ -25,6 +25,7 @@
 #define VENOM_KERNELS_H
 
 #include "venom.h"
+#include "attention_tile.h" /* att_layout */
 #include "conv_index.h" /* conv_geom */
 
 #ifdef __cplusplus
@@ -205,16 +206,22 @@ int vnk_bias_gelu(float *y, const float *x, const float *bias, const float *g, i
                   int64_t D);
 
 /* Causal attention, FlashAttention-2 style on bf16 tensor cores (f32 in and
- * out, inputs rounded to bf16, f32 accumulation), for BH independent
- * (T, D) row-major slices, D = 32, 64 or 128, any T:
- *   out = softmax(q·kᵀ·scale, causal) · v,  lse (BH, T) = log Σ exp(scores).
- * The backward takes dout and the forward's out and lse and writes dq, dk,
- * dv (same shape) and dvec (BH, T) = rowsum(dout ⊙ out), a scratch array. */
+ * out, inputs rounded to bf16, f32 accumulation), for B·H independent heads
+ * of T rows × D, D = 32, 64 or 128, any T:
+ *   out = softmax(q·kᵀ·scale, causal) · v,  lse (B·H, T) = log Σ exp(scores).
+ * q, k, v (and dq, dk, dv) are addressed through layout `in`, out and dout
+ * through `ol` (attention_tile.h: strides of batch, head and row, so heads
+ * can be read from a fused (B, T, 3C) projection and written as (B, T, C)).
+ * The backward takes dout and the forward's out and lse and writes every
+ * element of dq, dk, dv and dvec (B·H, T) = rowsum(dout ⊙ out), a scratch
+ * array. */
 int vnk_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          int64_t BH, int64_t T, int64_t D, float scale);
+                          att_layout in, att_layout ol, int64_t B, int64_t H, int64_t T,
+                          int64_t D, float scale);
 int vnk_attention_backward(float *dq, float *dk, float *dv, float *dvec, const float *q,
                            const float *k, const float *v, const float *out, const float *dout,
-                           const float *lse, int64_t BH, int64_t T, int64_t D, float scale);
+                           const float *lse, att_layout in, att_layout ol, int64_t B, int64_t H,
+                           int64_t T, int64_t D, float scale);
 
 /* ---- random numbers (counter-based: element i depends only on key and i) - */
 

@@ -137,13 +137,15 @@ int vnk_bias_gelu(float *y, const float *x, const float *bias, const float *g, i
     NO_CUDA;
 }
 int vnk_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          int64_t BH, int64_t T, int64_t D, float scale)
+                          att_layout in, att_layout ol, int64_t B, int64_t H, int64_t T,
+                          int64_t D, float scale)
 {
     NO_CUDA;
 }
 int vnk_attention_backward(float *dq, float *dk, float *dv, float *dvec, const float *q,
                            const float *k, const float *v, const float *out, const float *dout,
-                           const float *lse, int64_t BH, int64_t T, int64_t D, float scale)
+                           const float *lse, att_layout in, att_layout ol, int64_t B, int64_t H,
+                           int64_t T, int64_t D, float scale)
 {
     NO_CUDA;
 }

@@ -1,5 +1,5 @@
 /* lv_transformer.c — the transformer ops of the venom.core Lua module (engine/
- * ops_transformer.c, ops_attention.c), all differentiable:
+ * ops_transformer.c), all differentiable:
  *
  *   venom.embedding(weight, ids) → out            weight (V, D), ids (...) of
  *       1-based rows 1..V (an integer tensor) → (..., D)
@@ -7,8 +7,9 @@
  *       over the last dim of x; gamma/beta (D) or nil
  *   venom.causal_attention(q, k, v) → out          (B, H, T, Dh) each:
  *       softmax(q·kᵀ/√Dh with future positions masked)·v
- *   venom.causal_self_attention(qkv, n_head) → out  qkv (B, T, 3C) from a fused
- *       projection → (B, T, C), the same per head, without copies
+ *   venom.causal_self_attention(qkv, n_head) → out  qkv (B, T, 3C) = [q | k | v]
+ *       → (B, T, C): the same attention over n_head heads of C / n_head,
+ *       split and merged by the op (on CUDA without copies)
  *   venom.bias_gelu(x, bias) → gelu(x + bias)       x (..., D), bias (D)
  *
  * Ids are 1-based here, like every index on the Lua side, and converted to
@@ -54,7 +55,7 @@ static int l_bias_gelu(lua_State *L)
 }
 
 const luaL_Reg lv_transformer_functions[] = {
-    LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention) LV_REG(causal_self_attention)
-    LV_REG(bias_gelu)
+    LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention)
+    LV_REG(causal_self_attention) LV_REG(bias_gelu)
     {NULL, NULL},
 };

@@ -99,10 +99,10 @@ function Attention:__init(cfg, resid_std)
   self:add_module("drop", nn.Dropout(cfg.dropout))
 end
 
--- x (B, T, C) → (B, T, C).
+-- x (B, T, C) → (B, T, C). The op splits the fused projection into heads
+-- and merges them back itself (on CUDA its kernels read the heads out of
+-- qkv through strides: no transpose copies).
 function Attention:forward(x)
-  -- The heads are read straight out of the fused (B, T, 3C) projection and
-  -- the output comes back as (B, T, C): no slicing or transposing copies.
   local y = venom.causal_self_attention(self.qkv(x), self.n_head)
   return self.drop(self.proj(y))
 end

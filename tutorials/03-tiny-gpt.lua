@@ -42,7 +42,7 @@
 -- underflow: the loss is scaled by venom.amp.GradScaler (steps with inf/NaN
 -- gradients are skipped and the scale halves; the scale is not part of a
 -- --save checkpoint and starts afresh on --resume). On the CPU matmuls stay
--- f32 whatever --amp says.
+-- f32 whatever --amp says (the tutorial prints a note saying so).
 --
 -- The default corpus is the Debian package fortunes (apt-get install fortunes).
 local venom = require "venom"
@@ -185,6 +185,10 @@ local opts = util.parse_cli(arg, {
   end
 end)
 if not dist.is_main() then print = function() end end
+-- Say so rather than let --amp look like it did something on the CPU.
+if opts.amp ~= "" and opts.device ~= "cuda" then
+  print(("note: --amp %s changes only the GPU's matmuls; on the CPU they stay f32"):format(opts.amp))
+end
 
 venom.manual_seed(opts.seed)
 

@@ -484,7 +484,8 @@ static vn_tensor *composed_self_attention(vn_tensor *qkv, int64_t H)
 }
 
 /* Values and the gradient of qkv against the composition, at a size that
- * runs one thread and at one that runs the parallel loop (odd T and Dh). */
+ * runs one thread and at one that runs the parallel loop (odd T and Dh);
+ * tests/lua/test_self_attention.lua checks smaller sizes bit for bit. */
 static void test_self_attention_values(void **state)
 {
     (void)state;
@@ -527,10 +528,9 @@ static void test_self_attention_errors(void **state)
 {
     (void)state;
     vn_tensor *a = trand(3, (int64_t[]){2, 4, 12}, 0, 1, 56);
-    EXPECT_ERROR(vn_causal_self_attention(a, 0), VN_ERR_ARG, "n_head must be at least 1");
+    EXPECT_ERROR(vn_causal_self_attention(a, 0), VN_ERR_SHAPE, "n_head 0");
     EXPECT_ERROR(vn_causal_self_attention(a, 3), VN_ERR_SHAPE, "causal_self_attention",
-                 "n_head = 3", "(2, 4, 12)");
-    EXPECT_ERROR(vn_causal_self_attention(a, 5), VN_ERR_SHAPE, "n_head = 5");
+                 "(2, 4, 12)", "n_head 3");
     vn_tensor *one = trand(1, (int64_t[]){12}, 0, 1, 57);
     EXPECT_ERROR(vn_causal_self_attention(one, 1), VN_ERR_SHAPE, "(12,)");
     vn_tensor *ai = vn_zeros(VN_I32, 3, (int64_t[]){2, 4, 12});

@@ -2,7 +2,9 @@
 -- deterministic scatter-add backward with repeated ids: the same bits),
 -- layer_norm (forward and the three gradients), bias_gelu, and causal
 -- attention (FlashAttention-2 on bf16 tensor cores) for head dims 32, 64,
--- 128 and T = 1, 37, 130 (ragged last tiles), then a whole small GPT: loss,
+-- 128 and T = 1, 37, 130 (ragged last tiles), on separate (B, H, T, Dh)
+-- heads and on a fused (B, T, 3C) projection read through strides
+-- (causal_self_attention), then a whole small GPT: loss,
 -- every gradient, and one AdamW step over all its parameters. Fresh random
 -- inputs; the CUDA cache is filled with NaN before each op, so an output
 -- element a kernel forgets to write shows.
@@ -122,16 +124,38 @@ do
   tap.ok(not ok and tostring(err):find("32, 64 or 128"), "causal_attention: head dim 48 on CUDA is refused by name")
 end
 
--- the fused qkv form: on CUDA the same views around causal_attention
+-- causal self-attention of a fused (B, T, 3C) projection: the kernels read
+-- the heads through strides and write (B, T, C), and the backward writes
+-- dq, dk, dv into their column ranges of one gradient (all poisoned first)
+for _, D in ipairs({ 32, 64, 128 }) do
+  for _, T in ipairs({ 1, 37, 130 }) do
+    local B, H = 2, 3
+    local C = H * D
+    local what = ("causal_self_attention Dh %d, T %d, %d heads"):format(D, T, H)
+    local xc, xg = pair(venom.randn(B, T, 3 * C))
+    poison(B * T * 3 * C, B * T * C, B * H * T)
+    local yc, yg = venom.causal_self_attention(xc, H), venom.causal_self_attention(xg, H)
+    close(yg, yc, TOL.bf16, what .. ": forward (B, T, C)")
+    local c = venom.randn(B, T, C)
+    ;(yc * c):sum():backward()
+    poison(B * T * 3 * C, B * T * C, B * H * T)
+    ;(yg * c:cuda()):sum():backward()
+    local floor = T == 1 and xc.grad:narrow(3, 2 * C + 1, C):abs():max():item() * TOL.bf16 or 0
+    for i, name in ipairs({ "dq", "dk", "dv" }) do
+      local g, cg = xg.grad:narrow(3, (i - 1) * C + 1, C), xc.grad:narrow(3, (i - 1) * C + 1, C)
+      if floor > 0 and i < 3 then
+        local d = (g:cpu() - cg):abs():max():item()
+        tap.ok(d <= floor, what .. ": " .. name .. " (exactly 0 on the CPU)")
+      else
+        close(g, cg, TOL.bf16, what .. ": " .. name)
+      end
+    end
+  end
+end
 do
-  local x = venom.randn(2, 37, 3 * 64)
-  local xc, xg = pair(x)
-  local yc, yg = venom.causal_self_attention(xc, 2), venom.causal_self_attention(xg, 2)
-  close(yg, yc, TOL.bf16, "causal_self_attention: forward")
-  local c = venom.randn(2, 37, 64)
-  ;(yc * c):sum():backward()
-  ;(yg * c:cuda()):sum():backward()
-  close(xg.grad, xc.grad, TOL.bf16, "causal_self_attention: dqkv")
+  local x = venom.randn(1, 8, 3 * 96):cuda()
+  local ok, err = pcall(venom.causal_self_attention, x, 2)
+  tap.ok(not ok and tostring(err):find("32, 64 or 128"), "causal_self_attention: head dim 48 on CUDA is refused by name")
 end
 
 -- A whole GPT: the loss, every parameter's gradient and one AdamW step

@@ -1,5 +1,5 @@
--- venom.embedding, venom.layer_norm, venom.causal_attention,
--- venom.causal_self_attention and venom.bias_gelu from Lua:
+-- venom.embedding, venom.layer_norm, venom.causal_attention and
+-- venom.bias_gelu from Lua:
 -- 1-based ids, optional affine parameters, gradients reaching every input,
 -- and bad arguments raising Lua errors (never crashing).
 package.path = "tests/lua/?.lua;" .. package.path
@@ -48,21 +48,6 @@ tap.error_like(function() venom.causal_attention(q, k, venom.randn(1, 2, 4, 4)) 
   "causal_attention: shapes differ")
 tap.error_like(function() venom.causal_attention(q, k) end, "#3.*expected a tensor",
   "causal_attention: missing v")
-
--- the fused qkv form: the same numbers as the heads split by hand
-local qkv = venom.randn(2, 3, 3 * 8)
-qkv:requires_grad_(true)
-local y = venom.causal_self_attention(qkv, 2)
-tap.is(table.concat(y:shape(), ","), "2,3,8", "causal_self_attention: shape (B, T, C)")
-local function heads(i) return qkv:narrow(3, (i - 1) * 8 + 1, 8):reshape(2, 3, 2, 4):transpose(2, 3) end
-local ref = venom.causal_attention(heads(1), heads(2), heads(3)):transpose(2, 3):reshape(2, 3, 8)
-tap.ok((y - ref):abs():max():item() < 1e-6, "causal_self_attention: matches the split heads")
-y:sum():backward()
-tap.ok(qkv.grad ~= nil, "causal_self_attention: the gradient reaches qkv")
-tap.error_like(function() venom.causal_self_attention(qkv, 5) end, "n_head = 5",
-  "causal_self_attention: 3C not a multiple of 3·n_head")
-tap.error_like(function() venom.causal_self_attention(qkv, 1.5) end, "n_head must be an integer",
-  "causal_self_attention: fractional n_head")
 
 local xb, bb = venom.randn(3, 5), venom.randn(5)
 bb:requires_grad_(true)

@@ -73,6 +73,8 @@ tap.ok(rc == 0 and out:find("f16 loss scale 65536 at the end, 0 steps skipped") 
   "--amp f16 runs and reports its loss scale" .. (rc ~= 0 and ": " .. out or ""))
 tap.ok(losses(plain):find("final val loss %d") ~= nil and losses(out) == losses(plain),
   "--amp f16 on the CPU prints the same losses as the plain run")
+tap.ok(out:find("note: --amp f16 changes only the GPU's matmuls", 1, true) ~= nil
+  and not plain:find("note: --amp", 1, true), "--amp on the CPU says it keeps the matmuls f32")
 out, rc = tutorial("--text " .. tmp .. " --amp f8")
 tap.is(rc, 2, "--amp f8 exits with status 2")
 

@@ -1,5 +1,6 @@
 /* venom/transformer.h — fused transformer ops beyond venom.h's embedding,
- * layer_norm and causal_attention. Reached only through venom.h. */
+ * layer_norm and causal_attention: bias + GELU, self-attention of a fused
+ * qkv projection. Reached only through venom.h. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/transformer.h>"
 #endif
@@ -19,23 +20,23 @@
  * VN_ERR_DEVICE (x and bias on two devices). */
 vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias);
 
-/* Multi-head causal self-attention on the fused output of a qkv projection
- * (GPT-2's c_attn): qkv f32 (..., T, 3·C) holds q, k and v side by side
- * along the last dim, each split into n_head heads of Dh = C / n_head
- * consecutive columns; the result (..., T, C) holds each head's output in
- * the same columns. For each head,
- *   out_h = softmax(q_h·k_hᵀ / sqrt(Dh) + mask) · v_h   (vn_causal_attention),
- * mask −inf above the diagonal. Same values as narrowing qkv into q, k, v,
- * reshaping each to (..., T, H, Dh), transposing to (..., H, T, Dh),
- * vn_causal_attention, and transposing and reshaping back; on the CPU
- * without those copies: the GEMMs read the heads where they lie in qkv and
- * write the output in place, and the backward writes dq, dk and dv into
- * one (..., T, 3·C) gradient (no zero-filled slices to add up). CUDA runs
- * that composition (vn_causal_attention's limits on Dh apply).
- * Differentiable in qkv. Errors: VN_ERR_ARG (NULL or freed tensor, n_head
- * < 1, a dim over BLAS's INT_MAX), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE
- * (fewer than 2 dims, or the last dim not a positive multiple of
- * 3·n_head), VN_ERR_MEMORY (the per-thread T × T scratch). */
+/* Causal self-attention of a fused projection, as a GPT block calls it:
+ *   q, k, v = qkv[..., 0:C], qkv[..., C:2C], qkv[..., 2C:3C], each split
+ *   into n_head heads of Dh = C / n_head columns (head h: columns h·Dh..),
+ *   out[b, t, h·Dh + d] = (softmax(q_h·k_hᵀ / √Dh, causal) · v_h)[t, d].
+ * qkv (B, T, 3C) f32, CPU or CUDA → out (B, T, C) f32 on the same device;
+ * differentiable in qkv. The same values as splitting the heads out
+ * ((B, H, T, Dh) copies), vn_causal_attention, and merging them back (on
+ * the CPU bit for bit), without those copies: vn_causal_attention's kernels
+ * read the heads straight out of qkv through strides (on the CPU, GEMMs
+ * with a leading dimension; on CUDA the FlashAttention-2 kernels, bf16
+ * tensor cores with f32 accumulation) and write out in (B, T, C) order, and
+ * the backward writes one (B, T, 3C) gradient. On CUDA Dh must be 32, 64
+ * or 128. Errors: VN_ERR_ARG (NULL or freed tensor; on CUDA another Dh,
+ * B·n_head > 65535 or T > 2^30; on the CPU a size over BLAS's INT_MAX),
+ * VN_ERR_DTYPE (not f32), VN_ERR_SHAPE (qkv not 3-d, n_head < 1, or the
+ * last dim not a multiple of 3·n_head), VN_ERR_MEMORY (the CPU's per-thread
+ * T × T scratch). */
 vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
 
 #endif
