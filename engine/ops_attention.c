@@ -287,7 +287,7 @@ vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_
     int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1];
     int64_t BH = leading(q, 2); /* the leading dims are independent batches */
     if (cuda) return attention_cuda(inputs, BH);
-    if (T > INT_MAX || Dh > INT_MAX)
+    if (T > INT_MAX || Dh > INT_MAX || BH > INT_MAX) /* BLAS sizes; head numbers are int */
         return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
                         vn__shape(q->ndim, q->shape), INT_MAX);
     int64_t sshape[3] = {BH, T, 2}, tt[3] = {2, T, T}; /* per query row: max score, 1/Σ exp */
