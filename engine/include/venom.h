@@ -800,9 +800,9 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
 /* The Adam/AdamW step for n parameters at once, all at the same step t:
  * param[i], grad[i], exp_avg[i], exp_avg_sq[i] as in vn_adam_step. Every
  * entry is checked before any is updated (the message names the index).
- * When all are CUDA tensors the update is one kernel launch per chunk of up
- * to 48 parameters instead of one per parameter; otherwise it is
- * vn_adam_step on each in turn. */
+ * All CUDA: one kernel launch per chunk of up to 48 parameters; all CPU: one
+ * parallel loop over all their elements (small tensors need no loop of their
+ * own); mixed: vn_adam_step on each in turn. Same values as vn_adam_step. */
 vn_status vn_adam_step_multi(int n, vn_tensor *const *param, const vn_tensor *const *grad,
                              vn_tensor *const *exp_avg, vn_tensor *const *exp_avg_sq, int64_t step,
                              double lr, double beta1, double beta2, double eps,

@@ -312,13 +312,13 @@ function optim.AdamW(params, opts)
   return new_adam("optim.AdamW", params, opts, 0.01, true)
 end
 
--- CUDA parameters at the same step count are updated together by
--- venom.adam_step_multi (one kernel launch for up to 48 of them); the rest
--- one by one.
+-- Parameters on one device at the same step count are updated together by
+-- venom.adam_step_multi (on CUDA one kernel launch for up to 48 of them, on
+-- the CPU one parallel loop over all their elements); the rest one by one.
 function Adam:step()
   local lr, b1, b2 = self.lr, self.betas[1], self.betas[2]
   local batch = { {}, {}, {}, {} } -- params, grads, exp_avgs, exp_avg_sqs
-  local batch_step
+  local batch_step, batch_cuda
   for i, p in ipairs(self.params) do
     local g = live_param(self, i, p, "step").grad
     if g then
@@ -330,8 +330,8 @@ function Adam:step()
         self.state[p] = st
       end
       st.step = st.step + 1
-      if p:is_cuda() and (batch_step == nil or batch_step == st.step) then
-        batch_step = st.step
+      if batch_step == nil or (batch_step == st.step and batch_cuda == p:is_cuda()) then
+        batch_step, batch_cuda = st.step, p:is_cuda()
         local k = #batch[1] + 1
         batch[1][k], batch[2][k], batch[3][k], batch[4][k] = p, g, st.exp_avg, st.exp_avg_sq
       else
