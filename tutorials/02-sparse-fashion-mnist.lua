@@ -53,6 +53,8 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   decay = { 1, "vnm shadow: SR-STE decay lambda of the weights outside the pattern" },
   progression = { "every", "vnm: M stages every (4, 5, 6, ...) or doubling (4, 8, 16)" },
   score = { "magnitude", "vnm: magnitude or fisher (w^2 times Adam's squared-gradient average)" },
+  rewind = { 0, "after the last pruning event restart the cosine at this fraction of --lr "
+    .. "(learning-rate rewinding; 0: the schedule goes on)" },
   save = { "", "write a checkpoint (weights, optimizer, schedules, RNG) to FILE after every epoch" },
   resume = { "", "continue from a checkpoint written by --save (same options), with the next "
     .. "epoch" },
@@ -83,6 +85,10 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     prune.check_target(o.mode, o.target ~= "" and o.target or (o.mode == "nm" and "2:4" or "64:2:8"))
   end
   util.check_arg_number(o, "decay", 0, true)
+  util.check_arg_number(o, "rewind", 0, true)
+  if o.rewind > 0 and not o.cosine then
+    util.fail("--rewind restarts the cosine schedule; it cannot be used with --no-cosine")
+  end
   if o.mode ~= "vnm" and (not o.shadow or o.decay ~= 1 or o.progression ~= "every"
       or o.score ~= "magnitude") then
     util.fail("--no-shadow, --decay, --progression and --score are options of --mode vnm")
@@ -133,11 +139,6 @@ print(model)
 
 local total_steps = opts.epochs * #train_loader
 local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
-local lr_sched
-if opts.cosine then
-  lr_sched = optim.CosineWarmup(opt, { warmup_steps = math.floor(total_steps / 20),
-                                       total_steps = total_steps })
-end
 
 -- 4. The pruning schedule ------------------------------------------------------------
 --
@@ -169,6 +170,27 @@ end
 local ok_gmp, gmp = pcall(prune.GMP, model, gmp_opts)
 if not ok_gmp then -- e.g. --target 64:2:2048, wider than the layers, or too short a run
   util.die(gmp, 2) -- 2: a usage error
+end
+
+-- The learning rate: a linear warm-up over the first 5% of the steps, then a
+-- cosine decay to 0 (as in tutorial 1). --rewind F restarts it at F·lr when
+-- the final pattern is in place and decays it again to 0 by the end
+-- (learning-rate rewinding, Renda et al. 2020): the fine-tuning of the
+-- sparse layers gets a larger step than the tail of the first cosine.
+local t_end = t0 + gmp.n * dt -- the last pruning event
+local lr_sched
+if opts.cosine then
+  local warmup = math.floor(total_steps / 20)
+  local sched_opts = { warmup_steps = warmup, total_steps = total_steps }
+  if opts.rewind > 0 then
+    if t_end < warmup or t_end >= total_steps then
+      util.die(("--rewind restarts the lr at the last pruning event, step %d, which must come "
+        .. "after the warm-up and before the last step (steps %d to %d); move --prune-end")
+        :format(t_end, warmup, total_steps - 1), 2)
+    end
+    sched_opts.restart_step, sched_opts.restart_lr = t_end, opts.rewind * opts.lr
+  end
+  lr_sched = optim.CosineWarmup(opt, sched_opts)
 end
 print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)")
   :format(opts.mode, opts.mode == "unstructured" and ("%g%%"):format(100 * opts.sparsity)
