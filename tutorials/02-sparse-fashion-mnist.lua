@@ -179,8 +179,9 @@ end
 -- again by the end (learning-rate rewinding, Renda et al. 2020): the sparse
 -- layers are fine-tuned with the large steps of a fresh schedule rather
 -- than the small ones of the first cosine's tail, which gains 0.2–0.4
--- points here (bench/RESULTS.md, issue 17). A run whose last event falls
--- on the last step has nothing to restart.
+-- points here (and 0.2 for the dense model given the same restart:
+-- bench/RESULTS.md, issue 17). A run whose last event falls on the last
+-- step has nothing to restart.
 local t_end = t0 + gmp.n * dt -- the last pruning event
 local lr_sched, restart
 if opts.cosine then
