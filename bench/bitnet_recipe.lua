@@ -7,6 +7,7 @@
 --
 -- Variants (--variants, comma-separated):
 --   f32       AdamW 2e-3, 5% warm-up, cosine to 0, weight decay 0.1 (tutorial 5's f32)
+--   f32emb    f32 with the BitNet runs' embedding std (--emb-std)
 --   tutorial  BitNet: peak --peak, 5% warm-up, stage 1 linear to 60% of the peak,
 --             half way a drop to 30% and linear to 0, weight decay 0.1 then 0
 --             (tutorial 5's BitNet run)
@@ -25,12 +26,12 @@
 -- steps (0: λ = 1 throughout); --clip C clips the global gradient norm to C
 -- before every step (0: off). --curve N prints the mean training loss of
 -- every N steps (where a run sits on a plateau, and when it leaves it).
--- --emb-scale X multiplies the BitNet model's initial token and position
--- embeddings by X (the GPT draws them with std 0.02).
+-- --emb-std S is the BitNet models' initial embedding std (the GPT's
+-- emb_std; tutorial 5's --bitnet-emb-std, 0.2; GPT-2's 0.02 before).
 --
 --     venom bench/bitnet_recipe.lua [--variants f32,tutorial,...] [--n-embd 128]
 --         [--steps 400] [--peak 1.5e-2] [--seed 0] [--qwarm 0] [--clip 0] [--curve 0]
---         [--emb-scale 1]
+--         [--emb-std 0.2]
 local venom = require "venom"
 local optim = require "venom.optim"
 local data = require "venom.data"
@@ -44,7 +45,7 @@ local GPT = require "models.gpt"
 -- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
 local opts = util.parse_cli(arg, { variants = "f32,tutorial,keepwd,onestage,split,warm10",
   n_embd = 128, steps = 400, peak = 1.5e-2, seed = 0, eval_batches = 8, qwarm = 0, clip = 0,
-  curve = 0, emb_scale = 1 }, {
+  curve = 0, emb_std = 0.2 }, {
   variants = "comma-separated variant names (see the file's header)",
   n_embd = "width of the residual stream",
   steps = "optimizer steps of each run",
@@ -54,14 +55,14 @@ local opts = util.parse_cli(arg, { variants = "f32,tutorial,keepwd,onestage,spli
   qwarm = "fraction of the steps over which λ ramps from 0 to 1 (0: no ramp)",
   clip = "global gradient norm clip (0: off)",
   curve = "print the mean training loss of every N steps (0: off)",
-  emb_scale = "factor on the BitNet model's initial embeddings",
+  emb_std = "std of the BitNet models' initial embeddings (f32: 0.02)",
 }, function(o)
   for _, k in ipairs({ "n_embd", "steps", "eval_batches" }) do util.check_arg_int(o, k, 1) end
   util.check_arg_int(o, "seed", 0)
   util.check_arg_int(o, "curve", 0)
   util.check_arg_number(o, "peak", 0)
   util.check_arg_number(o, "clip", 0, true)
-  util.check_arg_number(o, "emb_scale", 0)
+  util.check_arg_number(o, "emb_std", 0)
   util.check_arg_number(o, "qwarm", 0, true)
   if o.qwarm > 1 then util.fail("--qwarm must be a fraction in [0, 1], got " .. o.qwarm) end
 end)
@@ -86,6 +87,7 @@ end
 local warm5 = math.max(1, math.floor(opts.steps / 20))
 local variants = {
   f32 = { bitnet = false, lr = function(s) return cosine(s, F32_LR, warm5), WD end },
+  f32emb = { bitnet = false, emb = true, lr = function(s) return cosine(s, F32_LR, warm5), WD end },
   tutorial = { lr = function(s) return two_stage(s, warm5, 0) end },
   keepwd = { lr = function(s) return two_stage(s, warm5, WD) end },
   onestage = { lr = function(s)
@@ -134,13 +136,8 @@ end
 local function run(v)
   venom.manual_seed(opts.seed)
   local model = GPT({ vocab_size = data.TEXT_VOCAB, block_size = T, n_layer = 2, n_head = 4,
-                      n_embd = opts.n_embd, bitnet = v.bitnet ~= false })
-  if v.bitnet ~= false and opts.emb_scale ~= 1 then
-    venom.no_grad(function()
-      model.wte.weight:mul_(opts.emb_scale)
-      model.wpe.weight:mul_(opts.emb_scale)
-    end)
-  end
+                      n_embd = opts.n_embd, bitnet = v.bitnet ~= false,
+                      emb_std = (v.bitnet ~= false or v.emb) and opts.emb_std or nil })
   venom.manual_seed(opts.seed + 1)
   local opts_list
   if v.split then
@@ -192,8 +189,8 @@ local function run(v)
   return sum / opts.eval_batches, secs
 end
 
-print(("tiny GPT n_embd %d, %d steps, BitNet peak lr %g, seed %d, qwarm %g, clip %g, emb-scale %g")
-  :format(opts.n_embd, opts.steps, opts.peak, opts.seed, opts.qwarm, opts.clip, opts.emb_scale))
+print(("tiny GPT n_embd %d, %d steps, BitNet peak lr %g, seed %d, qwarm %g, clip %g, emb-std %g")
+  :format(opts.n_embd, opts.steps, opts.peak, opts.seed, opts.qwarm, opts.clip, opts.emb_std))
 print("| n_embd | variant | val loss | train s |\n|---|---|---|---|")
 for name in tostring(opts.variants):gmatch("[^,]+") do
   local v = variants[name]
