@@ -1,7 +1,8 @@
 # dist.cmake — the distributed tests (tests/dist/test_*.lua), included from
 # the top-level CMakeLists.txt. Each runs as two ranks under mpirun
 # (--oversubscribe: CI machines may have fewer cores than ranks), killed
-# after 150 s (a hang, not a slow run: a loaded machine took over 60 s) so that a hang fails the test instead of stalling CI. Open MPI
+# after 150 s so that a hang fails the test instead of stalling CI (not
+# less: on a loaded machine a passing run took over 60 s). Open MPI
 # refuses to run as root unless told (containers run CI as root); one BLAS
 # and one OpenMP thread per rank. Without MPI they are TAP skips.
 #
