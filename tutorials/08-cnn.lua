@@ -240,7 +240,14 @@ print(("%d parameters; %d training images, %d test images%s%s"):format(model:num
 -- AdamW with a warm-up and cosine decay of the learning rate, as in tutorial 1.
 -- --sparse V:2:M prunes the second convolution and the first linear layer
 -- gradually (GMP, Zhu & Gupta 2017, as in tutorial 2): dense for the first
--- epoch, then up to the V:N:M layout by 60% of the steps, then fine-tuning.
+-- epoch, then up to the V:N:M layout by 60% of the steps (--prune-end), then
+-- fine-tuning. During that window the layers keep their dense weights (the
+-- shadow): at each of 20 events the pattern is chosen afresh from them, the
+-- forward uses the kept weights and all of them train (prune.GMP's
+-- defaults). The cubic ramp passes through 2:4, 2:5, ..., 2:M, and each new
+-- M regroups the columns; --prune-ramp none goes to V:2:M at the first event
+-- and spends the window re-choosing that pattern, as SR-STE (Zhou et al.
+-- 2021) trains at its final N:M pattern from the start.
 -- A convolution is pruned as its im2col matrix: the weight (C_out, C_in, 3,
 -- 3) seen as (C_out, C_in·9), so each block of V filters keeps the same 4 of
 -- every M inputs (window positions × channels) and each filter 2 of those.

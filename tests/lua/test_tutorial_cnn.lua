@@ -41,16 +41,10 @@ tap.ok(out3:find("SparseConv2d") == nil and out3:find("sparse 8:2:8") ~= nil,
 -- --prune-ramp none: the pattern from the first event (the end of epoch 1)
 -- instead of the cubic ramp's 0% there; --prune-end 1 compresses at the end.
 local out3b, rc3b = tutorial("--epochs 2 --sparse 8:2:8 --prune-ramp none --prune-end 1")
-tap.ok(rc3b == 0 and out3:find("epoch 1/2 .* sparsity 0.0%%") ~= nil
-  and out3b:find("epoch 1/2 .* sparsity 75.0%%") ~= nil
+tap.ok(rc3b == 0 and out3:find("epoch 1/2 [^\n]* sparsity 0.0%%") ~= nil
+  and out3b:find("epoch 1/2 [^\n]* sparsity 75.0%%") ~= nil
   and out3b:find("layer 5   8:2:8    288 of 1152 weights kept") ~= nil,
   "--prune-ramp none: 8:2:8 from the first event (cubic: 0% there)" .. (rc3b ~= 0 and ": " .. out3b or ""))
-for _, bad in ipairs({ { "--prune-end 0.4", "--prune-end must be after the first epoch (> 1/2)" },
-                       { "--prune-end 1.5", "at most 1, got 1.5" },
-                       { "--prune-ramp linear", "--prune-ramp must be cubic or none, got linear" } }) do
-  local o, r = tutorial("--epochs 2 --sparse 8:2:8 " .. bad[1])
-  tap.ok(r == 2 and o:find(bad[2], 1, true) ~= nil, bad[1] .. ": exit status 2 and " .. bad[2] .. (r ~= 2 and ": " .. o or ""))
-end
 
 local out4, rc4 = tutorial("--sparse 8:3:8")
 tap.is(rc4, 2, "a bad --sparse exits with status 2")
