@@ -30,7 +30,7 @@ local loss2 = out2:match("epoch 1/1  train loss ([%d.]+)")
 tap.ok(rc2 == 0 and loss2 and loss2 ~= loss, "--augment trains on other images (loss " ..
   tostring(loss2) .. " vs " .. tostring(loss) .. ")")
 
-local out3, rc3 = tutorial("--epochs 2 --sparse 8:2:8")
+local out3, rc3 = tutorial("--epochs 2 --sparse 8:2:8 --prune-ramp cubic")
 tap.is(rc3, 0, "sparse run" .. (rc3 ~= 0 and ": " .. out3 or ""))
 tap.ok(out3:find("layer 5   8:2:8    288 of 1152 weights kept %(75.0%% sparse%)") ~= nil,
   "the second conv (16 × 8·9) is at 8:2:8")
