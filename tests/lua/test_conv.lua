@@ -182,6 +182,17 @@ do
   local x = venom.randn(1, 3, 5, 5)
   tap.error_like(function() nn.Conv2d(3, 4, 7)(x) end, "7×7 kernel.*does not fit.*%(1, 3, 5, 5%)",
     "a kernel larger than the padded input")
+  -- Padding and dilation count: 5 + 2·1 = 7 fits a 7×7 kernel (one output
+  -- pixel) but not an 8×8 one, nor a 3×3 kernel dilated by 4 (extent 9).
+  tap.is(shape_of(nn.Conv2d(3, 4, 7, { padding = 1 })(x)), "1x4x1x1", "a kernel as large as the padded input")
+  tap.error_like(function() nn.Conv2d(3, 4, 8, { padding = 1 })(x) end,
+    "8×8 kernel.*does not fit.*%(1, 3, 5, 5%) padded by %(1, 1%) to 7×7", "a kernel one larger than the padded input")
+  tap.error_like(function() nn.Conv2d(3, 4, 3, { padding = 1, dilation = 4 })(x) end,
+    "3×3 kernel %(dilation 4×4%) does not fit", "a dilated kernel larger than the padded input")
+  tap.error_like(function() nn.SparseConv2d(3, 8, 8, { padding = 1, V = 8 })(x) end,
+    "8×8 kernel.*does not fit.*padded by %(1, 1%) to 7×7", "SparseConv2d: a kernel larger than the padded input")
+  tap.error_like(function() nn.MaxPool2d(6)(x) end, "max_pool2d: a 6×6 kernel.*does not fit",
+    "a pooling window larger than the input")
   tap.error_like(function() nn.Conv2d(3, 4, 3, { stride = 0 }) end,
     "nn.Conv2d: stride must be an integer >= 1", "stride 0 (module)")
   tap.error_like(function() venom.conv2d(x, venom.randn(4, 3, 3, 3), nil, 0) end,

@@ -30,13 +30,21 @@ local loss2 = out2:match("epoch 1/1  train loss ([%d.]+)")
 tap.ok(rc2 == 0 and loss2 and loss2 ~= loss, "--augment trains on other images (loss " ..
   tostring(loss2) .. " vs " .. tostring(loss) .. ")")
 
-local out3, rc3 = tutorial("--epochs 2 --sparse 8:2:8")
+local out3, rc3 = tutorial("--epochs 2 --sparse 8:2:8 --prune-ramp cubic")
 tap.is(rc3, 0, "sparse run" .. (rc3 ~= 0 and ": " .. out3 or ""))
 tap.ok(out3:find("layer 5   8:2:8    288 of 1152 weights kept %(75.0%% sparse%)") ~= nil,
   "the second conv (16 × 8·9) is at 8:2:8")
 tap.ok(out3:find("layer 10  8:2:8 ") ~= nil, "the first linear layer is at 8:2:8")
 tap.ok(out3:find("SparseConv2d") == nil and out3:find("sparse 8:2:8") ~= nil,
   "the final line names the pattern")
+
+-- --prune-ramp none: the pattern from the first event (the end of epoch 1)
+-- instead of the cubic ramp's 0% there; --prune-end 1 compresses at the end.
+local out3b, rc3b = tutorial("--epochs 2 --sparse 8:2:8 --prune-ramp none --prune-end 1")
+tap.ok(rc3b == 0 and out3:find("epoch 1/2 [^\n]* sparsity 0.0%%") ~= nil
+  and out3b:find("epoch 1/2 [^\n]* sparsity 75.0%%") ~= nil
+  and out3b:find("layer 5   8:2:8    288 of 1152 weights kept") ~= nil,
+  "--prune-ramp none: 8:2:8 from the first event (cubic: 0% there)" .. (rc3b ~= 0 and ": " .. out3b or ""))
 
 local out4, rc4 = tutorial("--sparse 8:3:8")
 tap.is(rc4, 2, "a bad --sparse exits with status 2")

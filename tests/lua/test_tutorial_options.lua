@@ -20,6 +20,10 @@ local cases = {
   { "03-tiny-gpt.lua --activation --steps 2", "%-%-activation needs a value, got the option %-%-steps" },
   { "06-moe.lua --experts 2.5", "%-%-experts must be a whole number >= 2 %(top2 needs two%), got 2%.5" },
   { "06-moe.lua --experts 1", "%-%-experts must be a whole number >= 2 %(top2 needs two%), got 1" },
+  { "08-cnn.lua --sparse 64:2:8 --epochs 2 --prune-end 0.4",
+    "%-%-prune%-end must be after the first epoch %(> 1/2%) and at most 1, got 0%.4" },
+  { "08-cnn.lua --sparse 64:2:8 --prune-end 1.5", "at most 1, got 1%.5" },
+  { "08-cnn.lua --sparse 64:2:8 --prune-ramp linear", "%-%-prune%-ramp must be cubic or none, got linear" },
 }
 for _, c in ipairs(cases) do
   local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
