@@ -281,7 +281,14 @@ static void check_kernels(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B,
     CHECK_PTR(dx);
     CHECK_PTR(dv);
     double ey = max_rel_diff(y, y_ref), ex = max_rel_diff(dx, dx_ref), ev = max_rel_diff(dv, dv_ref);
-    if (ey > 1e-5 || ex > 1e-5 || ev > 1e-5)
+    /* The kernels sum in f32 in their own order (blocks of kept columns,
+     * slices of the batch for sddmm), the reference in double: the gap grows
+     * with the number of terms n of each sum, so the bound is 1e-5 up to 256
+     * terms and grows with n beyond (seen: sddmm 1.0e-5 at B = 600). */
+    double G2 = 2.0 * (double)G;
+    double ty = 1e-5 * fmax(1, G2 / 256), tx = 1e-5 * fmax(1, (double)R / 256),
+           tv = 1e-5 * fmax(1, (double)B / 256);
+    if (ey > ty || ex > tx || ev > tv)
         fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld (%s): spmm %.3g, spmm_t %.3g, sddmm %.3g",
                  (long long)R, (long long)K, (long long)V, (long long)M, (long long)B, vn_vnm_isa(),
                  ey, ex, ev);
