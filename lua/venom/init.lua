@@ -49,8 +49,9 @@ venom.no_grad = core.no_grad
 -- final (PyTorch's queue_callback; nn.MoE's expert replicas average their
 -- gradients there). Functions run in the order queued; one queued while
 -- they run waits for the backward after. A backward that fails drops the
--- queue; an error in fn is raised by backward() and drops the functions
--- after it (the gradients already computed stay). fn must be a function.
+-- queue. An error in fn does not stop the functions after it (an expert's
+-- replicas still average their gradients); backward() raises the first
+-- error once all have run. fn must be a function.
 venom.after_backward = core.after_backward
 
 --- venom.get_rng_state() → the engine RNG's state (xoshiro256**) as an i64
