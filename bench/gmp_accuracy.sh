@@ -12,7 +12,9 @@
 #       build/venom and tutorial 2 (e.g. `git archive 09dbc03`, built)
 #
 # VENOM (default build/venom) runs the scripts; EPOCHS (5) and LIMIT (0: all)
-# are passed on. Rows: dense, old, new (the defaults), noshadow, doubling,
+# are passed on. Rows: dense, old, new (the defaults: shadow, SR-STE, and
+# since issue 17's second round learning-rate rewinding), norewind (the
+# defaults with --rewind 0, the "new" row before that), noshadow, doubling,
 # fisher, nodecay, init (tutorial 1 --sparse), nm, unstructured.
 set -eu
 VENOM=${VENOM:-build/venom}
@@ -21,7 +23,7 @@ MS=${MS:-4 8 16}
 EPOCHS=${EPOCHS:-5}
 LIMIT=${LIMIT:-0}
 OLD=${OLD:-}
-ROWS=${ROWS:-dense ${OLD:+old} new noshadow doubling fisher init nm unstructured}
+ROWS=${ROWS:-dense ${OLD:+old} new norewind noshadow doubling fisher init nm unstructured}
 LOG=${LOG:-$(mktemp)}
 T1=tutorials/01-fashion-mnist.lua
 T2=tutorials/02-sparse-fashion-mnist.lua
@@ -34,6 +36,7 @@ run() {
     dense) cmd="$VENOM $T1 $common" ;;
     old) cmd="$OLD/build/venom $OLD/$T2 $common --target 64:2:$M" ;;
     new) cmd="$VENOM $T2 $common --target 64:2:$M" ;;
+    norewind) cmd="$VENOM $T2 $common --target 64:2:$M --rewind 0" ;;
     noshadow) cmd="$VENOM $T2 $common --target 64:2:$M --no-shadow" ;;
     doubling) cmd="$VENOM $T2 $common --target 64:2:$M --progression doubling" ;;
     fisher) cmd="$VENOM $T2 $common --target 64:2:$M --score fisher" ;;

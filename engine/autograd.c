@@ -128,7 +128,9 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
     float *dst = vn_tensor_data(*slot);
     int64_t n = vn_tensor_numel(*slot);
     if (vn_tensor_is_contiguous(g)) {
+        /* the residual stream's gradients meet here: large, worth the threads */
         const float *src = vn_tensor_data(g);
+#pragma omp parallel for simd schedule(static) if (n > VN_OMP_MIN_WORK)
         for (int64_t i = 0; i < n; i++) dst[i] += src[i];
     } else {
         for (int64_t i = 0; i < n; i++) dst[i] += (float)vn__load(g, vn__offset_of(g, i));
@@ -170,6 +172,17 @@ vn_status vn__accum(vn_node *n, int i, vn_tensor *g)
     }
     if (x->grad_fn) return add_into(&x->grad_fn->gacc, g);
     return add_into(&x->grad, g);
+}
+
+vn_status vn__accum_all(vn_node *node, int n, vn_tensor **d)
+{
+    vn_status s = VN_OK;
+    for (int i = 0; i < n; i++) {
+        if (!d[i]) continue;
+        if (s) vn_tensor_release(d[i]);
+        else s = vn__accum(node, i, d[i]);
+    }
+    return s;
 }
 
 /* Depth-first post-order of the nodes reachable from root (iterative, so a

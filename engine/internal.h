@@ -265,6 +265,9 @@ bool vn__input_needs_grad(const vn_node *n, int i);
  * on the input's device (VN_ERR_DEVICE otherwise, for the first gradient
  * too: a backward rule that built it on the wrong device is refused). */
 vn_status vn__accum(vn_node *n, int i, vn_tensor *g);
+/* vn__accum of d[i] into input i for i < n, skipping NULLs (gradients not
+ * wanted); after a failure the remaining ones are released. */
+vn_status vn__accum_all(vn_node *node, int n, vn_tensor **d);
 
 /* ---- loops --------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 
 #include "blas.h" /* vn__sgemm: OpenBLAS on OpenMP's threads */
 #include <limits.h>
+#include <omp.h>
 
 /* How BLAS reads one rows × cols matrix: whether it is stored column-major
  * (pass CblasTrans) and its leading dimension. */
@@ -388,12 +389,21 @@ static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor *db = vn_zeros(VN_F32, 1, &out_f);
         if (db) {
             float *restrict acc = vn_tensor_data(db);
+            /* Each thread sums whole columns, in row order as one thread
+             * would: the same bits for any thread count. */
+            bool par = rows * out_f > VN_OMP_MIN_WORK;
             if (!DY.trans) {
-                for (int64_t i = 0; i < rows; i++) {
-                    const float *restrict row = pdy + i * DY.ld;
-                    for (int64_t j = 0; j < out_f; j++) acc[j] += row[j];
+                int nt = par ? omp_get_max_threads() : 1;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+                for (int c = 0; c < nt; c++) {
+                    int64_t lo = out_f * c / nt, hi = out_f * (c + 1) / nt;
+                    for (int64_t i = 0; i < rows; i++) {
+                        const float *restrict row = pdy + i * DY.ld;
+                        for (int64_t j = lo; j < hi; j++) acc[j] += row[j];
+                    }
                 }
             } else { /* column-major dy: each output column is contiguous */
+#pragma omp parallel for schedule(static) if (par)
                 for (int64_t j = 0; j < out_f; j++) {
                     const float *restrict col = pdy + j * DY.ld;
                     float sum = 0;
@@ -458,6 +468,7 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
         /* Start every row at the bias; sgemm adds x·wᵀ onto it (beta = 1),
          * so the bias costs no extra pass over the result. */
         const float *pb = vn_tensor_data(bv);
+#pragma omp parallel for schedule(static) if (X.rows * out_f > VN_OMP_MIN_WORK)
         for (int64_t i = 0; i < X.rows; i++) memcpy(py + i * out_f, pb, sizeof(float) * (size_t)out_f);
     } else if (bv) { /* the same with a broadcast copy on the GPU */
         vnk_loop L;

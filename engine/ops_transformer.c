@@ -1,29 +1,13 @@
 /* ops_transformer.c — the building blocks of a GPT-style transformer that
  * the generic ops cannot express cheaply: the embedding lookup (backward is
- * a scatter-add), layer normalization over the last dim, and causal
- * scaled-dot-product attention with the mask fused into its softmax. Each
- * op works on row-major copies of its inputs and has its own backward. */
+ * a scatter-add), layer normalization over the last dim and the bias + GELU
+ * of an MLP (attention is ops_attention.c). Each op works on row-major
+ * copies of its inputs and has its own backward. */
 #include "internal.h"
 #include "vec_math.h" /* the CPU gelu, also with a bias */
 
-#include "blas.h" /* vn__sgemm */
-
-#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
-
-/* Accumulates the gradients d[0..2] (NULL: not wanted) into the node's
- * inputs; after a failure the rest are released. */
-static vn_status accum_all(vn_node *node, vn_tensor *d[3])
-{
-    vn_status s = VN_OK;
-    for (int i = 0; i < 3; i++) {
-        if (!d[i]) continue;
-        if (s) vn_tensor_release(d[i]);
-        else s = vn__accum(node, i, d[i]);
-    }
-    return s;
-}
 
 /* ---- embedding ----------------------------------------------------------- */
 
@@ -169,48 +153,71 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
     int64_t D = xin->shape[xin->ndim - 1], rows = D ? vn_tensor_numel(xin) / D : 0;
     bool want_x = vn__input_needs_grad(node, 0), want_g = vn__input_needs_grad(node, 1),
          want_b = vn__input_needs_grad(node, 2);
+    /* Rows are split over the threads; each thread sums its rows' dgamma
+     * and dbeta into a partial row of its own, added up in thread order
+     * afterwards (deterministic for a given thread count). */
+    int nt = rows * D > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
+    int64_t pshape[3] = {nt, 2, D};
     vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
     vn_tensor *gamma = g && node->inputs[1] ? vn__plain_contiguous(node->inputs[1]) : NULL;
     vn_tensor *dx = g && want_x ? vn__new(VN_F32, xin->ndim, xin->shape) : NULL;
-    vn_tensor *dgamma = g && want_g ? vn_zeros(VN_F32, 1, &D) : NULL;
-    vn_tensor *dbeta = g && want_b ? vn_zeros(VN_F32, 1, &D) : NULL;
+    vn_tensor *dgamma = g && want_g ? vn__new(VN_F32, 1, &D) : NULL;
+    vn_tensor *dbeta = g && want_b ? vn__new(VN_F32, 1, &D) : NULL;
+    vn_tensor *part = g && (want_g || want_b) ? vn_zeros(VN_F32, 3, pshape) : NULL;
     bool ok = g && (!node->inputs[1] || gamma) && (!want_x || dx) && (!want_g || dgamma) &&
-              (!want_b || dbeta);
+              (!want_b || dbeta) && (!(want_g || want_b) || part);
     if (ok) {
         const float *px = vn_tensor_data(x), *pg = vn_tensor_data(g),
                     *stats = vn_tensor_data(node->saved[0]),
                     *pgam = gamma ? vn_tensor_data(gamma) : NULL;
-        float *pdx = dx ? vn_tensor_data(dx) : NULL, *pdg = dgamma ? vn_tensor_data(dgamma) : NULL,
-              *pdb = dbeta ? vn_tensor_data(dbeta) : NULL;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = px + r * D, *gr = pg + r * D;
-            float mean = stats[2 * r], rstd = stats[2 * r + 1];
-            double s1 = 0, s2 = 0; /* Σ ĝ, Σ ĝ ⊙ x̂ */
-            for (int64_t j = 0; j < D; j++) {
-                float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                s1 += gh;
-                s2 += (double)gh * xh;
-                if (pdg) pdg[j] += gr[j] * xh;
-                if (pdb) pdb[j] += gr[j];
+        float *pdx = dx ? vn_tensor_data(dx) : NULL, *ppart = part ? vn_tensor_data(part) : NULL;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int t = omp_get_thread_num(), n = omp_get_num_threads();
+            float *pdg = ppart ? ppart + 2 * D * t : NULL, *pdb = pdg ? pdg + D : NULL;
+            for (int64_t r = rows * t / n; r < rows * (t + 1) / n; r++) {
+                const float *xr = px + r * D, *gr = pg + r * D;
+                float mean = stats[2 * r], rstd = stats[2 * r + 1];
+                double s1 = 0, s2 = 0; /* Σ ĝ, Σ ĝ ⊙ x̂ */
+                for (int64_t j = 0; j < D; j++) {
+                    float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
+                    s1 += gh;
+                    s2 += (double)gh * xh;
+                    if (pdg) {
+                        pdg[j] += gr[j] * xh;
+                        pdb[j] += gr[j];
+                    }
+                }
+                if (!pdx) continue;
+                float m1 = (float)(s1 / D), m2 = (float)(s2 / D);
+                for (int64_t j = 0; j < D; j++) {
+                    float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
+                    pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
+                }
             }
-            if (!pdx) continue;
-            float m1 = (float)(s1 / D), m2 = (float)(s2 / D);
+        }
+        for (int w = 0; w < 2; w++) {
+            float *out = w ? (dbeta ? vn_tensor_data(dbeta) : NULL)
+                           : (dgamma ? vn_tensor_data(dgamma) : NULL);
+            if (!out) continue;
             for (int64_t j = 0; j < D; j++) {
-                float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
+                float sum = 0;
+                for (int t = 0; t < nt; t++) sum += ppart[(2 * t + w) * D + j];
+                out[j] = sum;
             }
         }
     }
     vn_tensor_release(x);
     vn_tensor_release(g);
     vn_tensor_release(gamma);
+    vn_tensor_release(part);
     if (!ok) {
         vn_tensor_release(dx);
         vn_tensor_release(dgamma);
         vn_tensor_release(dbeta);
         return vn__err(VN_ERR_MEMORY, "layer_norm backward: %s", vn_last_error());
     }
-    return accum_all(node, (vn_tensor *[]){dx, dgamma, dbeta});
+    return vn__accum_all(node, 3, (vn_tensor *[]){dx, dgamma, dbeta});
 }
 
 /* The same on the GPU: dx by one warp per row, dgamma and dbeta as
@@ -247,7 +254,7 @@ static vn_status layer_norm_backward_cuda(vn_node *node, const vn_tensor *gout)
         for (int i = 0; i < 3; i++) vn_tensor_release(d[i]);
         return vn_last_status();
     }
-    return accum_all(node, d);
+    return vn__accum_all(node, 3, d);
 }
 
 vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_tensor *beta,
@@ -314,260 +321,6 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
     return out;
 }
 
-/* ---- causal attention --------------------------------------------------------- */
-
-/* Each (batch, head) is one task of a parallel loop over the leading dims,
- * computed with single-threaded GEMMs on a T × T score matrix private to
- * the thread (no (B, H, T, T) tensor is kept between forward and
- * backward). The forward saves each query row's max score and 1/Σ exp; the
- * backward recomputes the scores with the same GEMM and turns them into the
- * same probabilities, bit for bit, from those two numbers. */
-
-static void mm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
-               const float *B, float *C)
-{
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        memset(C, 0, sizeof(float) * (size_t)(m * n));
-        return;
-    }
-    vn__sgemm(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-              (int)k, alpha, A, ta ? (int)m : (int)k, B, tb ? (int)k : (int)n, 0.0f, C, (int)n);
-}
-
-/* Row t of S (T × T) becomes softmax over its entries 0..t, the entries
- * above the diagonal 0, as exp(−inf) would be. stats[2t], stats[2t + 1]:
- * the row's max and 1/Σ exp. With stats given as input (recompute), the
- * same probabilities from the saved numbers. */
-static void causal_softmax(float *S, int64_t T, float *stats)
-{
-    for (int64_t t = 0; t < T; t++) {
-        float *row = S + t * T, m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
-        for (int64_t j = 0; j <= t; j++) {
-            row[j] = expf(row[j] - m);
-            sum += row[j];
-        }
-        float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= t; j++) row[j] *= inv;
-        for (int64_t j = t + 1; j < T; j++) row[j] = 0;
-        stats[2 * t] = m;
-        stats[2 * t + 1] = inv;
-    }
-}
-
-static void causal_probs(float *S, int64_t T, const float *stats)
-{
-    for (int64_t t = 0; t < T; t++) {
-        float *row = S + t * T, m = stats[2 * t], inv = stats[2 * t + 1];
-        for (int64_t j = 0; j <= t; j++) row[j] = expf(row[j] - m) * inv;
-        for (int64_t j = t + 1; j < T; j++) row[j] = 0;
-    }
-}
-
-/* nt per-thread blocks of `per` floats, from the caching allocator (so a
- * training step makes no malloc once the first has run); NULL with the
- * error set. */
-static vn_tensor *scores_scratch(int nt, size_t per)
-{
-    int64_t n = (int64_t)(per ? per : 1) * nt;
-    return vn__new(VN_F32, 1, &n);
-}
-
-/* The parallel loop's condition: enough work to wake the threads. */
-static bool attn_parallel(int64_t BH, int64_t T, int64_t Dh)
-{
-    return (double)BH * T * T * Dh > VN_OMP_MIN_WORK;
-}
-
-/* Per (batch, head), with P the recomputed probabilities and G = dL/dout:
- *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
- *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
- * Masked entries have P = 0, so they get dS = 0 with no extra test. */
-static vn_status attention_backward_cuda(vn_node *node, const vn_tensor *gout);
-
-static vn_status attention_backward(vn_node *node, const vn_tensor *gout)
-{
-    if (vn__is_cuda(node->inputs[0])) return attention_backward_cuda(node, gout);
-    const vn_tensor *qi = node->inputs[0];
-    int nd_ = qi->ndim;
-    int64_t T = qi->shape[nd_ - 2], Dh = qi->shape[nd_ - 1];
-    int64_t BH = node->saved[0]->shape[0];
-    float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
-    bool want[3];
-    for (int i = 0; i < 3; i++) want[i] = vn__input_needs_grad(node, i);
-    vn_tensor *in[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL};
-    vn_tensor *g = vn__plain_contiguous(gout);
-    bool ok = g != NULL;
-    for (int i = 0; i < 3 && ok; i++) {
-        ok = (in[i] = vn__plain_contiguous(node->inputs[i])) != NULL;
-        if (ok && want[i]) ok = (d[i] = vn__new(VN_F32, nd_, qi->shape)) != NULL;
-    }
-    int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
-    size_t per = (size_t)(2 * T * T); /* P and dP of one (batch, head) */
-    vn_tensor *scr = ok ? scores_scratch(nt, per) : NULL;
-    float *scratch = scr ? vn_tensor_data(scr) : NULL;
-    if (scratch) {
-        const float *stats = vn_tensor_data(node->saved[0]), *G = vn_tensor_data(g),
-                    *Q = vn_tensor_data(in[0]), *K = vn_tensor_data(in[1]),
-                    *Vv = vn_tensor_data(in[2]);
-        float *dQ = d[0] ? vn_tensor_data(d[0]) : NULL, *dK = d[1] ? vn_tensor_data(d[1]) : NULL,
-              *dV = d[2] ? vn_tensor_data(d[2]) : NULL;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-        for (int64_t b = 0; b < BH; b++) {
-            int64_t o = b * T * Dh;
-            float *P = scratch + per * (size_t)omp_get_thread_num(), *dP = P + T * T;
-            mm(false, true, T, T, Dh, scale, Q + o, K + o, P);
-            causal_probs(P, T, stats + 2 * b * T);
-            if (dV) mm(true, false, T, Dh, T, 1.0f, P, G + o, dV + o);
-            if (!dQ && !dK) continue;
-            mm(false, true, T, T, Dh, 1.0f, G + o, Vv + o, dP);
-            for (int64_t t = 0; t < T; t++) {
-                const float *pr = P + t * T;
-                float *dr = dP + t * T, s = 0;
-                for (int64_t j = 0; j <= t; j++) s += dr[j] * pr[j];
-                for (int64_t j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s);
-            }
-            if (dQ) mm(false, false, T, Dh, T, scale, dP, K + o, dQ + o);
-            if (dK) mm(true, false, T, Dh, T, scale, dP, Q + o, dK + o);
-        }
-    }
-    vn_tensor_release(scr);
-    vn_tensor_release(g);
-    for (int i = 0; i < 3; i++) vn_tensor_release(in[i]);
-    if (!scratch) {
-        for (int i = 0; i < 3; i++) vn_tensor_release(d[i]);
-        return vn__err(VN_ERR_MEMORY, "causal_attention backward: %s", vn_last_error());
-    }
-    return accum_all(node, d);
-}
-
-/* On the GPU (kernels/attention.cu) from the saved lse (saved[0]) and
- * output (saved[1]); the kernels write all three gradients, the unwanted
- * ones are dropped. */
-static vn_status attention_backward_cuda(vn_node *node, const vn_tensor *gout)
-{
-    const vn_tensor *qi = node->inputs[0], *lse = node->saved[0];
-    int64_t T = qi->shape[qi->ndim - 2], Dh = qi->shape[qi->ndim - 1], BH = lse->shape[0];
-    vn_tensor *in[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL};
-    vn_tensor *g = vn__plain_contiguous(gout);
-    vn_tensor *dvec = g ? vn__new_on(true, VN_F32, 2, lse->shape) : NULL;
-    bool ok = dvec != NULL;
-    for (int i = 0; i < 3 && ok; i++)
-        ok = (in[i] = vn__plain_contiguous(node->inputs[i])) &&
-             (d[i] = vn__new_on(true, VN_F32, qi->ndim, qi->shape));
-    att_layout l = att_contiguous(1, T, Dh); /* BH heads of (T, Dh), one after the other */
-    if (ok && vnk_attention_backward(vn__ptr(d[0]), vn__ptr(d[1]), vn__ptr(d[2]), vn__ptr(dvec),
-                                     vn__ptr(in[0]), vn__ptr(in[1]), vn__ptr(in[2]),
-                                     vn__ptr(node->saved[1]), vn__ptr(g), vn__ptr(lse), l, l, BH,
-                                     1, T, Dh, (float)(1.0 / sqrt((double)Dh))))
-        ok = !vn__cuda_err("causal_attention backward");
-    vn_tensor_release(g);
-    vn_tensor_release(dvec);
-    for (int i = 0; i < 3; i++) {
-        vn_tensor_release(in[i]);
-        if (!ok || !vn__input_needs_grad(node, i)) {
-            vn_tensor_release(d[i]);
-            d[i] = NULL;
-        }
-    }
-    return ok ? accum_all(node, d) : vn_last_status();
-}
-
-/* The forward on the GPU: out and lse (BH, T) (kernels/attention.cu). */
-static vn_tensor *attention_cuda(const vn_tensor *const in[3], int64_t BH)
-{
-    const vn_tensor *q = in[0];
-    int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1], lshape[2] = {BH, T};
-    if (Dh != 32 && Dh != 64 && Dh != 128)
-        return vn__errp(VN_ERR_ARG, "causal_attention: on CUDA the head dim must be 32, 64 or "
-                        "128 (the tensor-core tiles), found %lld in q %s", (long long)Dh,
-                        vn__shape(q->ndim, q->shape));
-    if (BH > 65535 || T > (1 << 30))
-        return vn__errp(VN_ERR_ARG, "causal_attention: on CUDA at most 65535 batch × heads and "
-                        "2^30 positions, found q %s", vn__shape(q->ndim, q->shape));
-    vn_tensor *c[3] = {NULL, NULL, NULL};
-    bool ok = true;
-    for (int i = 0; i < 3 && ok; i++) ok = (c[i] = vn__plain_contiguous(in[i])) != NULL;
-    vn_tensor *lse = ok ? vn__new_on(true, VN_F32, 2, lshape) : NULL;
-    vn_tensor *out = lse ? vn__new_on(true, VN_F32, q->ndim, q->shape) : NULL;
-    att_layout l = att_contiguous(1, T, Dh);
-    if (out && vnk_attention_forward(vn__ptr(out), vn__ptr(lse), vn__ptr(c[0]), vn__ptr(c[1]),
-                                     vn__ptr(c[2]), l, l, BH, 1, T, Dh,
-                                     (float)(1.0 / sqrt((double)Dh)))) {
-        vn_tensor_release(out);
-        out = vn__cuda_errp("causal_attention");
-    }
-    for (int i = 0; i < 3; i++) vn_tensor_release(c[i]);
-    vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, in) : NULL;
-    if (node) {
-        node->saved[0] = vn_tensor_retain(lse);
-        node->saved[1] = vn__alias(out);
-    }
-    vn_tensor_release(lse);
-    return out;
-}
-
-vn_tensor *vn_causal_attention(const vn_tensor *q, const vn_tensor *k, const vn_tensor *v)
-{
-    if (vn__check_dtype_for(q, VN_F32, "causal_attention: q", VN_ALLOW_CUDA) ||
-        vn__check_dtype_for(k, VN_F32, "causal_attention: k", VN_ALLOW_CUDA) ||
-        vn__check_dtype_for(v, VN_F32, "causal_attention: v", VN_ALLOW_CUDA))
-        return NULL;
-    const vn_tensor *inputs[3] = {q, k, v};
-    bool cuda;
-    if (vn__same_device_strict("causal_attention", 3, inputs, (const char *[]){"q", "k", "v"},
-                               &cuda))
-        return NULL;
-    if (q->ndim < 2 || !vn__same_shape(q, k) || !vn__same_shape(q, v))
-        return vn__errp(VN_ERR_SHAPE, "causal_attention: q %s, k %s and v %s must have one shape "
-                        "(B, H, T, Dh) (at least 2 dims: T, Dh)", vn__shape(q->ndim, q->shape),
-                        vn__shape(k->ndim, k->shape), vn__shape(v->ndim, v->shape));
-    int64_t T = q->shape[q->ndim - 2], Dh = q->shape[q->ndim - 1];
-    int64_t BH = 1; /* the leading dims are independent batches */
-    for (int i = 0; i < q->ndim - 2; i++) BH *= q->shape[i];
-    if (cuda) return attention_cuda(inputs, BH);
-    if (T > INT_MAX || Dh > INT_MAX)
-        return vn__errp(VN_ERR_ARG, "causal_attention: q %s exceeds BLAS's limit of %d",
-                        vn__shape(q->ndim, q->shape), INT_MAX);
-    int64_t sshape[3] = {BH, T, 2}, tt[3] = {2, T, T}; /* per query row: max score, 1/Σ exp */
-    if (vn__check_shape("causal_attention", 3, tt)) return NULL; /* the scratch's size */
-    float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f;
-
-    vn_tensor *qc = vn__plain_contiguous(q), *kc = qc ? vn__plain_contiguous(k) : NULL;
-    vn_tensor *vc = kc ? vn__plain_contiguous(v) : NULL;
-    vn_tensor *stats = vc ? vn__new(VN_F32, 3, sshape) : NULL;
-    vn_tensor *out = stats ? vn__new(VN_F32, q->ndim, q->shape) : NULL;
-    int nt = attn_parallel(BH, T, Dh) ? omp_get_max_threads() : 1;
-    size_t per = (size_t)(T * T);
-    vn_tensor *scr = out ? scores_scratch(nt, per) : NULL;
-    if (out && !scr) {
-        vn_tensor_release(out);
-        out = NULL;
-    }
-    if (out) {
-        float *scratch = vn_tensor_data(scr);
-        const float *Q = vn_tensor_data(qc), *K = vn_tensor_data(kc), *Vv = vn_tensor_data(vc);
-        float *S = vn_tensor_data(stats), *O = vn_tensor_data(out);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-        for (int64_t b = 0; b < BH; b++) {
-            int64_t o = b * T * Dh;
-            float *P = scratch + per * (size_t)omp_get_thread_num();
-            mm(false, true, T, T, Dh, scale, Q + o, K + o, P);
-            causal_softmax(P, T, S + 2 * b * T);
-            mm(false, false, T, Dh, T, 1.0f, P, Vv + o, O + o);
-        }
-    }
-    vn_tensor_release(scr);
-    vn_tensor_release(qc);
-    vn_tensor_release(kc);
-    vn_tensor_release(vc);
-    vn_node *node = out ? vn__record(out, "causal_attention", attention_backward, 3, inputs) : NULL;
-    if (node) node->saved[0] = vn_tensor_retain(stats);
-    vn_tensor_release(stats);
-    return out;
-}
-
 /* ---- bias + GELU ---------------------------------------------------------------- */
 
 /* u = x + bias:  dx = g ⊙ gelu'(u),  dbias = Σ_rows dx. */
@@ -607,7 +360,7 @@ static vn_status bias_gelu_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(dx);
         dx = NULL;
     }
-    return accum_all(node, (vn_tensor *[]){dx, db, NULL});
+    return vn__accum_all(node, 2, (vn_tensor *[]){dx, db});
 }
 
 vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias)

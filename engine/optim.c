@@ -3,6 +3,7 @@
  * plain so GCC vectorizes them, and split over threads when large. */
 #include "internal.h"
 
+#include <omp.h>
 #include <stdlib.h>
 
 /* Checks that t is a usable contiguous f32 tensor shaped like param and on
@@ -108,6 +109,67 @@ static vn_status adam_check(const vn_tensor *param, const vn_tensor *grad, const
     return VN_OK;
 }
 
+/* Adam's per-step constants, as floats. */
+typedef struct {
+    float step_size, inv_sqrt_bc2, b1, b2, c1, c2, eps, decay, wd;
+} adam_coef;
+
+static adam_coef adam_coefs(int64_t step, double lr, double beta1, double beta2, double eps,
+                            double weight_decay, bool decoupled)
+{
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    /* p − lr·(m/bc1)/(sqrt(v/bc2) + eps) = p − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) */
+    return (adam_coef){.step_size = (float)(lr / bc1), .inv_sqrt_bc2 = (float)(1 / sqrt(bc2)),
+                       .b1 = (float)beta1, .b2 = (float)beta2, .c1 = (float)(1 - beta1),
+                       .c2 = (float)(1 - beta2), .eps = (float)eps,
+                       .decay = decoupled ? (float)(1 - lr * weight_decay) : 1.0f,
+                       .wd = decoupled ? 0.0f : (float)weight_decay};
+}
+
+/* Elements lo..hi−1 of one parameter: the one loop body of both CPU paths. */
+static void adam_update(const adam_coef *k, float *restrict p, const float *restrict g,
+                        float *restrict m, float *restrict v, int64_t lo, int64_t hi)
+{
+#pragma omp simd
+    for (int64_t i = lo; i < hi; i++) {
+        float pi = p[i] * k->decay;
+        float gi = g[i] + k->wd * p[i];
+        float mi = k->b1 * m[i] + k->c1 * gi;
+        float vi = k->b2 * v[i] + k->c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - k->step_size * mi / (sqrtf(vi) * k->inv_sqrt_bc2 + k->eps);
+    }
+}
+
+/* The CPU update of n parameters (checked) as one range of elements split
+ * evenly over the threads, so small tensors need no parallel loop of their
+ * own; every element gets the update vn_adam_step gives it. */
+static void adam_cpu(int n, vn_tensor *const *param, const vn_tensor *const *grad,
+                     vn_tensor *const *exp_avg, vn_tensor *const *exp_avg_sq, const adam_coef *k)
+{
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        vn__written(param[i]); /* a graph still holding the old values must not run */
+        total += vn_tensor_numel(param[i]);
+    }
+    int nt = total > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int t = omp_get_thread_num(), nth = omp_get_num_threads();
+        int64_t lo = total * t / nth, hi = total * (t + 1) / nth, base = 0;
+        for (int i = 0; i < n && base < hi; i++) {
+            int64_t size = vn_tensor_numel(param[i]);
+            int64_t a = lo > base ? lo - base : 0, b = hi < base + size ? hi - base : size;
+            if (a < b)
+                adam_update(k, vn_tensor_data(param[i]), vn_tensor_data(grad[i]),
+                            vn_tensor_data(exp_avg[i]), vn_tensor_data(exp_avg_sq[i]), a, b);
+            base += size;
+        }
+    }
+    if (vn__profiling) vn__profile_forward("adam_step"); /* records no node: time it here */
+}
+
 vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_avg,
                        vn_tensor *exp_avg_sq, int64_t step, double lr, double beta1,
                        double beta2, double eps, double weight_decay, bool decoupled)
@@ -115,10 +177,10 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
     vn_status s = adam_check(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps,
                              weight_decay);
     if (s) return s;
-    int64_t n = vn_tensor_numel(param);
-    vn__written(param); /* a graph still holding the old values must not run */
-    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     if (vn__is_cuda(param)) {
+        int64_t n = vn_tensor_numel(param);
+        double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+        vn__written(param); /* a graph still holding the old values must not run */
         float *p = vn__ptr(param), *m = vn__ptr(exp_avg), *v = vn__ptr(exp_avg_sq);
         const float *g = vn__ptr(grad);
         if (vnk_adam_step(&p, &m, &v, &g, &n, 1, (float)lr, (float)beta1, (float)beta2,
@@ -126,27 +188,8 @@ vn_status vn_adam_step(vn_tensor *param, const vn_tensor *grad, vn_tensor *exp_a
             return vn__cuda_err("adam_step");
         return VN_OK;
     }
-    float *restrict p = vn_tensor_data(param);
-    const float *restrict g = vn_tensor_data(grad);
-    float *restrict m = vn_tensor_data(exp_avg);
-    float *restrict v = vn_tensor_data(exp_avg_sq);
-    /* p − lr·(m/bc1)/(sqrt(v/bc2) + eps) = p − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) */
-    const float step_size = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1 / sqrt(bc2));
-    const float b1 = (float)beta1, b2 = (float)beta2, c1 = (float)(1 - beta1),
-                c2 = (float)(1 - beta2), feps = (float)eps;
-    const float decay = decoupled ? (float)(1 - lr * weight_decay) : 1.0f,
-                wd = decoupled ? 0.0f : (float)weight_decay;
-#pragma omp parallel for simd schedule(static) if (n > VN_OMP_MIN_WORK)
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i] * decay;
-        float gi = g[i] + wd * p[i];
-        float mi = b1 * m[i] + c1 * gi;
-        float vi = b2 * v[i] + c2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + feps);
-    }
-    if (vn__profiling) vn__profile_forward("adam_step"); /* records no node: time it here */
+    adam_coef k = adam_coefs(step, lr, beta1, beta2, eps, weight_decay, decoupled);
+    adam_cpu(1, &param, &grad, &exp_avg, &exp_avg_sq, &k);
     return VN_OK;
 }
 
@@ -158,14 +201,19 @@ vn_status vn_adam_step_multi(int n, vn_tensor *const *param, const vn_tensor *co
     if (n < 0 || (n > 0 && (!param || !grad || !exp_avg || !exp_avg_sq)))
         return vn__err(VN_ERR_ARG, "adam_step_multi: expected n >= 0 and four arrays of n "
                        "tensors, got n = %d%s", n, n > 0 ? " and a NULL array" : "");
-    bool all_cuda = n > 0;
+    int ncuda = 0;
     for (int i = 0; i < n; i++) { /* every check first: a bad entry leaves all unchanged */
         vn_status s = adam_check(param[i], grad[i], exp_avg[i], exp_avg_sq[i], step, lr, beta1,
                                  beta2, eps, weight_decay);
         if (s) return vn__err(s, "adam_step_multi: parameter %d: %s", i, vn_last_error());
-        all_cuda = all_cuda && vn__is_cuda(param[i]);
+        ncuda += vn__is_cuda(param[i]);
     }
-    if (!all_cuda) {
+    if (ncuda == 0) { /* all on the CPU: one parallel loop over all their elements */
+        adam_coef k = adam_coefs(step, lr, beta1, beta2, eps, weight_decay, decoupled);
+        if (n > 0) adam_cpu(n, param, grad, exp_avg, exp_avg_sq, &k);
+        return VN_OK;
+    }
+    if (ncuda < n) { /* mixed devices: one by one */
         for (int i = 0; i < n; i++) {
             vn_status s = vn_adam_step(param[i], grad[i], exp_avg[i], exp_avg_sq[i], step, lr,
                                        beta1, beta2, eps, weight_decay, decoupled);

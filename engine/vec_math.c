@@ -79,3 +79,8 @@ void vn__bias_gelu_backward_f32(float *restrict out, const float *restrict g,
         for (int64_t j = 0; j < D; j++)
             out[r * D + j] = g[r * D + j] * gelu_grad_poly(x[r * D + j] + b[j]);
 }
+
+void vn__exp_shift_f32(float *restrict x, int64_t n, float shift, float scale)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = exp_poly(x[i] - shift) * scale;
+}

@@ -20,4 +20,8 @@ void vn__bias_gelu_f32(float *out, const float *x, const float *b, int64_t rows,
 void vn__bias_gelu_backward_f32(float *out, const float *g, const float *x, const float *b,
                                 int64_t rows, int64_t D);
 
+/* x[i] = e^(x[i] − shift) · scale, in place: the rows of a softmax (shift
+ * the row's max, so every exponent is <= 0). */
+void vn__exp_shift_f32(float *x, int64_t n, float shift, float scale);
+
 #endif

@@ -17,7 +17,11 @@
 --
 -- Weights start as in GPT-2: N(0, 0.02) for embeddings and projections,
 -- N(0, 0.02/√(2·n_layer)) for the projections that write into the residual
--- stream, zero biases. With `mlp`, each block's two MLP projections are
+-- stream, zero biases. emb_std = 0.02 is the embeddings' std (token and
+-- position): a BitNet block writes into the residual stream at a scale set
+-- by its RMSNorm and γ, not by its input (at width 128, 0.08–0.15 RMS per
+-- block against 0.028 for the embeddings at 0.02), so BitNet models train
+-- better with larger embeddings (tutorial 5 uses 0.2; bench/RESULTS.md). With `mlp`, each block's two MLP projections are
 -- nn.SparseLinear layers (venom.sparse) holding the V:2:M magnitude pruning
 -- of those initial weights; without it they are nn.Linear, which
 -- venom.prune.GMP can prune during training (gpt:mlp_layers() names them).
@@ -190,13 +194,13 @@ end
 local GPT = nn.Module:extend("GPT")
 
 local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, n_embd = 256,
-                   dropout = 0, activation = "gelu" }
+                   dropout = 0, activation = "gelu", emb_std = 0.02 }
 
 local function check_config(opts)
   local who = "GPT"
   opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
                                     "dropout", "mlp", "moe", "activation",
-                                    "bitnet" }, who)
+                                    "bitnet", "emb_std" }, who)
   local cfg = {}
   for k, v in pairs(DEFAULTS) do
     if opts[k] == nil then cfg[k] = v else cfg[k] = opts[k] end
@@ -217,6 +221,9 @@ local function check_config(opts)
   if opts.mlp ~= nil then
     local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
     cfg.mlp = { V = m.V or 64, M = m.M or 8 }
+  end
+  if type(cfg.emb_std) ~= "number" or not (cfg.emb_std > 0 and cfg.emb_std < math.huge) then
+    fail(("%s: emb_std must be a positive number, got %s"):format(who, tostring(cfg.emb_std)))
   end
   if opts.bitnet ~= nil and type(opts.bitnet) ~= "boolean" then
     fail(("%s: bitnet must be true or false, got %s"):format(who, tostring(opts.bitnet)))
@@ -250,8 +257,8 @@ function GPT:__init(opts)
   self:add_module("wte", nn.Embedding(cfg.vocab_size, cfg.n_embd))
   self:add_module("wpe", nn.Embedding(cfg.block_size, cfg.n_embd))
   venom.no_grad(function()
-    self.wte.weight:mul_(0.02)
-    self.wpe.weight:mul_(0.02)
+    self.wte.weight:mul_(cfg.emb_std)
+    self.wpe.weight:mul_(cfg.emb_std)
   end)
   self:add_module("drop", nn.Dropout(cfg.dropout))
   local blocks = nn.Sequential()

@@ -85,6 +85,7 @@ local opts = util.parse_cli(arg, {
   activation = "gelu",
   prune_start = 0.2,
   prune_end = 0.6,
+  rewind = 0,
   sample = 300,
   prompt = "The ",
   temperature = 0.8,
@@ -116,6 +117,8 @@ local opts = util.parse_cli(arg, {
   activation = "the MLPs' activation: gelu, relu or relu2 (the last two run activation-sparse)",
   prune_start = "fraction of the steps after which pruning starts",
   prune_end = "fraction of the steps at which the final pattern is reached",
+  rewind = "with --sparse: restart the cosine at this fraction of --lr after the last pruning "
+    .. "event (learning-rate rewinding, as tutorial 2; 0: off)",
   sample = "bytes of text generated at the end",
   prompt = "start of the generated text",
   temperature = "sampling temperature",
@@ -145,6 +148,10 @@ local opts = util.parse_cli(arg, {
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
+  util.check_arg_number(o, "rewind", 0, true)
+  if o.rewind > 0 and o.sparse == "" then
+    util.fail("--rewind restarts the lr after pruning; give --sparse too")
+  end
   if not (o.dropout >= 0 and o.dropout < 1) then
     util.fail("--dropout must be in [0, 1), got " .. tostring(o.dropout))
   end
@@ -218,11 +225,6 @@ print(model)
 print(("%d parameters"):format(model:num_parameters()))
 
 local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
-local warmup = opts.warmup > 0 and opts.warmup or math.floor(opts.steps / 20)
-local sched
-if opts.steps > warmup then
-  sched = optim.CosineWarmup(opt, { warmup_steps = warmup, total_steps = opts.steps })
-end
 
 -- 4. Pruning the MLPs (with --sparse) ------------------------------------------------
 --
@@ -240,6 +242,21 @@ if opts.sparse ~= "" then
   gmp = g
   print(("pruning the MLPs towards %s: steps %d to %d, every %d steps"):format(opts.sparse,
     t0, t0 + gmp.n * dt, dt))
+end
+
+-- The learning rate: warm-up, then a cosine decay to 0; with --sparse and
+-- --rewind F a second cosine from F·lr starts after the last pruning event
+-- (tutorial 2 explains why).
+local warmup = opts.warmup > 0 and opts.warmup or math.floor(opts.steps / 20)
+local sched
+if opts.steps > warmup then
+  local sched_opts = { warmup_steps = warmup, total_steps = opts.steps }
+  local restart = gmp and math.max(gmp.t0 + gmp.n * gmp.dt, warmup)
+  if opts.rewind > 0 and restart and restart < opts.steps then
+    sched_opts.restart_step, sched_opts.restart_lr = restart, opts.rewind * opts.lr
+    print(("the lr restarts at %g after step %d"):format(opts.rewind * opts.lr, restart))
+  end
+  sched = optim.CosineWarmup(opt, sched_opts)
 end
 
 -- Checkpoints. --save FILE writes the whole training state every

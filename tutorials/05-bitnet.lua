@@ -13,7 +13,12 @@
 -- batches: in f32, as BitNet b1.58, and as "BitNet 2:8", printing the
 -- validation loss at every evaluation. The BitNet runs follow the authors'
 -- recipe: a higher peak learning rate, two stages (the rate drops half way)
--- and weight decay switched off in the second stage. The 2:8 run is the
+-- and weight decay switched off in the second stage. Their embeddings start
+-- 10× larger than the f32 run's (N(0, 0.2), --bitnet-emb-std): a BitLinear
+-- normalises its input, so each block writes into the residual stream at a
+-- fixed scale, several times that of GPT-2's 0.02 embeddings, which then
+-- hardly tell the tokens apart and the loss stalls near 3.3 for a long
+-- time (bench/RESULTS.md, "Closing the BitNet loss gap"). The 2:8 run is the
 -- BitNet run whose MLP layers are also pruned, by gradual magnitude pruning
 -- (venom.prune) from 20% to 60% of the steps, to ternary weights in the
 -- V:N:M layout (--sparse, 64:2:8: 2 of every 8 weights kept, as in
@@ -52,6 +57,7 @@ local opts = util.parse_cli(arg, {
   n_embd = 128,
   lr = 2e-3,
   bitnet_lr = 1.5e-2,
+  bitnet_emb_std = 0.2,
   weight_decay = 0.1,
   seed = 0,
   text = "",
@@ -70,6 +76,7 @@ local opts = util.parse_cli(arg, {
   n_embd = "width of the residual stream",
   lr = "peak AdamW learning rate of the f32 run (cosine schedule)",
   bitnet_lr = "peak learning rate of the BitNet run (two-stage schedule)",
+  bitnet_emb_std = "std of the BitNet runs' initial embeddings (f32: 0.02, GPT-2's)",
   weight_decay = "AdamW weight decay (the BitNet run's second stage uses 0)",
   seed = "seed of the engine RNG (weights, batches, sampling)",
   text = "train on this text file instead of the fortunes corpus",
@@ -87,6 +94,7 @@ local opts = util.parse_cli(arg, {
   util.check_arg_int(o, "seed", 0)
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "bitnet_lr", 0)
+  util.check_arg_number(o, "bitnet_emb_std", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
   if o.block_size > 4096 then util.fail("--block-size must be at most 4096, got " .. o.block_size) end
   if o.n_embd % o.n_head ~= 0 then
@@ -108,7 +116,8 @@ print(("corpus: %s, %d bytes for training, %d for validation"):format(corpus, tr
 
 local function new_model(bitnet)
   return GPT({ vocab_size = data.TEXT_VOCAB, block_size = opts.block_size, n_layer = opts.n_layer,
-               n_head = opts.n_head, n_embd = opts.n_embd, bitnet = bitnet })
+               n_head = opts.n_head, n_embd = opts.n_embd, bitnet = bitnet,
+               emb_std = bitnet and opts.bitnet_emb_std or nil })
 end
 
 -- Mean loss over eval_batches random batches, without a graph.
@@ -159,7 +168,9 @@ local function run(name, bitnet, pattern)
   local model = new_model(bitnet)
   venom.manual_seed(opts.seed + 1)
   local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.weight_decay })
-  print(("\n%s: %d parameters"):format(name, model:num_parameters()))
+  local wte = model.wte.weight:detach()
+  print(("\n%s: %d parameters, token embeddings of std %.3f"):format(name, model:num_parameters(),
+    math.sqrt((wte * wte):mean():item())))
   local gmp
   if pattern then
     -- GMP on the MLPs' BitLinears as in tutorial 3: from 20% to 60% of the steps

@@ -77,6 +77,7 @@ function BitLinear:__init(in_features, out_features, opts)
   util.check_int(out_features, "out_features", { min = 1, who = "nn.BitLinear" })
   opts = check_opts(opts, { "norm", "std" }, "nn.BitLinear")
   self.in_features, self.out_features = in_features, out_features
+  self.quant_mix = 1 -- see BitLinear:set_quant_mix
   local w
   if opts.std ~= nil then
     if type(opts.std) ~= "number" or not (opts.std > 0 and opts.std < math.huge) then
@@ -105,16 +106,40 @@ local function normed_input(who, self, x)
   return self.norm and self.norm(x) or x
 end
 
+-- a + λ·(q − a): the quantised q blended with its input a. The gradient
+-- w.r.t. a is the identity for every λ (q's backward is the STE), so this
+-- only changes the forward.
+local function blend(a, q, lam)
+  if lam >= 1 then return q end
+  return a + (q - a) * lam
+end
+
 function BitLinear:forward(x)
   local h = normed_input("nn.BitLinear", self, x)
   if self.packed then return venom.ternary_matmul(h, self.packed, self.in_features, self.gamma) end
+  local lam = self.quant_mix
   -- Under GMP's V:N:M shadow (venom.prune_vnm) the weight arrives masked and
   -- γ averages over the _gmp_kept weights of the pattern, as it will in the
   -- nn.SparseBitLinear the layer becomes.
-  if self._gmp_kept then
-    return venom.linear(venom.int8_fake_quant(h), venom.ternary_fake_quant(self.weight, self._gmp_kept))
+  if self._gmp_kept or lam < 1 then
+    local w = self.weight
+    return venom.linear(blend(h, venom.int8_fake_quant(h), lam),
+      blend(w, venom.ternary_fake_quant(w, self._gmp_kept or w:numel()), lam))
   end
   return venom.bitlinear(h, self.weight)
+end
+
+--- layer:set_quant_mix(λ): the forward uses a + λ·(Q(a) − a) for the
+-- weights and the normed input instead of their quantised Q(a): λ = 1 (the
+-- default) is BitNet b1.58, λ = 0 the same layer in f32, and values
+-- between blend the two ("quantisation warm-up": ramp λ from 0 to 1
+-- early in training). The backward stays the STE. Returns the layer.
+function BitLinear:set_quant_mix(lam)
+  if type(lam) ~= "number" or not (lam >= 0 and lam <= 1) then
+    fail("nn.BitLinear:set_quant_mix: expected λ in [0, 1], got " .. tostring(lam))
+  end
+  rawset(self, "quant_mix", lam)
+  return self
 end
 
 function BitLinear:extra_repr()

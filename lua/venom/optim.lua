@@ -312,13 +312,13 @@ function optim.AdamW(params, opts)
   return new_adam("optim.AdamW", params, opts, 0.01, true)
 end
 
--- CUDA parameters at the same step count are updated together by
--- venom.adam_step_multi (one kernel launch for up to 48 of them); the rest
--- one by one.
+-- Parameters on one device at the same step count are updated together by
+-- venom.adam_step_multi (on CUDA one kernel launch for up to 48 of them, on
+-- the CPU one parallel loop over all their elements); the rest one by one.
 function Adam:step()
   local lr, b1, b2 = self.lr, self.betas[1], self.betas[2]
   local batch = { {}, {}, {}, {} } -- params, grads, exp_avgs, exp_avg_sqs
-  local batch_step
+  local batch_step, batch_cuda
   for i, p in ipairs(self.params) do
     local g = live_param(self, i, p, "step").grad
     if g then
@@ -330,8 +330,8 @@ function Adam:step()
         self.state[p] = st
       end
       st.step = st.step + 1
-      if p:is_cuda() and (batch_step == nil or batch_step == st.step) then
-        batch_step = st.step
+      if batch_step == nil or (batch_step == st.step and batch_cuda == p:is_cuda()) then
+        batch_step, batch_cuda = st.step, p:is_cuda()
         local k = #batch[1] + 1
         batch[1][k], batch[2][k], batch[3][k], batch[4][k] = p, g, st.exp_avg, st.exp_avg_sq
       else
@@ -427,19 +427,37 @@ end
 --   lr(t) = min_lr + (base_lr − min_lr) · ½ · (1 + cos(π · (t − W) / (T − W)))   W ≤ t ≤ T
 --   lr(t) = min_lr                                                  t > T
 -- Construction sets opt.lr = lr(0); call sched:step() after each opt:step().
--- opts: warmup_steps (≥ 0), total_steps (> warmup_steps), min_lr = 0.
+-- opts: warmup_steps (≥ 0), total_steps (> warmup_steps), min_lr = 0, and
+-- one optional warm restart (SGDR's restart; after pruning it is the
+-- learning-rate rewinding of Renda et al. 2020, "Comparing rewinding and
+-- fine-tuning in neural network pruning"): restart_step S (W ≤ S < T) and
+-- restart_lr L (≥ min_lr), from which on a new half cosine runs to T,
+--   lr(t) = min_lr + (L − min_lr) · ½ · (1 + cos(π · (t − S) / (T − S)))   S ≤ t ≤ T.
 local CosineWarmup = schedule_class()
 
 function optim.CosineWarmup(opt, opts)
   local who = "optim.CosineWarmup"
   check_optimizer(who, opt)
-  opts = util.check_options(opts, { "warmup_steps", "total_steps", "min_lr" }, who)
+  opts = util.check_options(opts, { "warmup_steps", "total_steps", "min_lr", "restart_step",
+                                    "restart_lr" }, who)
   local w = util.check_int(opts.warmup_steps, "warmup_steps", { min = 0, who = who })
   local T = util.check_int(opts.total_steps, "total_steps", { min = w + 1, who = who,
     what = ("an integer greater than warmup_steps (%d)"):format(w) })
   local self = setmetatable({ opt = opt, base_lr = opt.lr, warmup_steps = w,
                               total_steps = T, t = 0 }, CosineWarmup)
   self.min_lr = check_number(who, "min_lr", opts.min_lr or 0, 0, opt.lr)
+  if (opts.restart_step == nil) ~= (opts.restart_lr == nil) then
+    fail(who .. ": give restart_step and restart_lr together (a warm restart), or neither")
+  end
+  if opts.restart_step ~= nil then
+    self.restart_step = util.check_int(opts.restart_step, "restart_step", { min = w, max = T - 1,
+      who = who, what = ("an integer in [warmup_steps, total_steps) = [%d, %d)"):format(w, T) })
+    self.restart_lr = check_number(who, "restart_lr", opts.restart_lr, self.min_lr)
+    -- restart_lr = math.huge would give inf − inf = NaN in get_lr
+    if self.restart_lr == math.huge then
+      fail(who .. ": restart_lr must be finite, got inf")
+    end
+  end
   opt.lr = self:get_lr()
   return self
 end
@@ -450,6 +468,11 @@ function CosineWarmup:get_lr()
     return self.base_lr * t / w
   elseif t > T then
     return self.min_lr
+  end
+  local S = self.restart_step
+  if S and t >= S then -- the restart's own half cosine
+    local c = 0.5 * (1 + math.cos(math.pi * (t - S) / (T - S)))
+    return self.min_lr + (self.restart_lr - self.min_lr) * c
   end
   local c = 0.5 * (1 + math.cos(math.pi * (t - w) / (T - w)))
   return self.min_lr + (self.base_lr - self.min_lr) * c

@@ -212,12 +212,58 @@ static void test_large(void **state)
     vn_tensor_release(p0);
 }
 
+/* Four parameters of uneven sizes, enough elements for the threads: the
+ * split between threads falls inside a tensor. adam_step_multi's one loop
+ * over all elements gives the bits of adam_step on each. */
+static void test_adam_multi_large(void **state)
+{
+    (void)state;
+    const int64_t size[4] = {7, 40000, 13, 25001};
+    vn_tensor *p[4], *q[4], *g[4], *m[8], *v[8];
+    for (int k = 0; k < 4; k++) {
+        p[k] = vn_zeros(VN_F32, 1, &size[k]);
+        q[k] = vn_zeros(VN_F32, 1, &size[k]);
+        g[k] = vn_zeros(VN_F32, 1, &size[k]);
+        float *pp = vn_tensor_data(p[k]), *pq = vn_tensor_data(q[k]), *pg = vn_tensor_data(g[k]);
+        for (int64_t i = 0; i < size[k]; i++) {
+            pp[i] = pq[i] = (float)sin(0.1 * (double)i + k);
+            pg[i] = (float)cos(0.37 * (double)i - k);
+        }
+        for (int j = 0; j < 2; j++) {
+            m[2 * k + j] = vn_zeros(VN_F32, 1, &size[k]);
+            v[2 * k + j] = vn_zeros(VN_F32, 1, &size[k]);
+        }
+    }
+    vn_tensor *ms[4] = {m[0], m[2], m[4], m[6]}, *vs[4] = {v[0], v[2], v[4], v[6]};
+    for (int t = 1; t <= 2; t++) {
+        CHECK_OK(vn_adam_step_multi(4, p, (const vn_tensor *const *)g, ms, vs, t, 1e-2, 0.9, 0.99,
+                                    1e-8, 0.1, true));
+        for (int k = 0; k < 4; k++)
+            CHECK_OK(vn_adam_step(q[k], g[k], m[2 * k + 1], v[2 * k + 1], t, 1e-2, 0.9, 0.99, 1e-8,
+                                  0.1, true));
+    }
+    for (int k = 0; k < 4; k++) {
+        assert_memory_equal(vn_tensor_data(p[k]), vn_tensor_data(q[k]),
+                            sizeof(float) * (size_t)size[k]);
+        assert_memory_equal(vn_tensor_data(m[2 * k]), vn_tensor_data(m[2 * k + 1]),
+                            sizeof(float) * (size_t)size[k]);
+        vn_tensor_release(p[k]);
+        vn_tensor_release(q[k]);
+        vn_tensor_release(g[k]);
+        for (int j = 0; j < 2; j++) {
+            vn_tensor_release(m[2 * k + j]);
+            vn_tensor_release(v[2 * k + j]);
+        }
+    }
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd), cmocka_unit_test(test_adam), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_large), cmocka_unit_test(test_adam_multi),
+        cmocka_unit_test(test_adam_multi_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,5 @@
-/* embedding, layer_norm and causal_attention: values against double
+/* embedding, layer_norm, causal_attention and causal_self_attention (against
+ * the composition of views and causal_attention it replaces): values against double
  * reference loops, gradients by finite differences, the causal property
  * (future keys and values cannot change earlier outputs), and the errors
  * for bad ids, shapes and dtypes. */
@@ -186,6 +187,54 @@ static void test_layer_norm_grad(void **state)
     CHECK_OK(vn_tensor_set_requires_grad(in[2], false));
     gradcheck(f_layer_norm, in, 3, (void *)&cases[0], 1e-3, 1e-2);
     RELEASE(in[0], in[1], in[2]);
+}
+
+/* A size whose backward runs on all threads (rows split, dgamma and dbeta
+ * summed per thread): the three gradients of sum(y ⊙ w) against the
+ * formulas in double, dx = (ĝ − mean(ĝ) − x̂·mean(ĝ ⊙ x̂)) / σ with ĝ = w ⊙ gamma,
+ * dgamma = Σ_rows w ⊙ x̂, dbeta = Σ_rows w. */
+static void test_layer_norm_grad_large(void **state)
+{
+    (void)state;
+    int64_t rows = 301, D = 129, n = rows * D;
+    vn_tensor *x = param(2, (int64_t[]){rows, D}, -2, 2, 70), *g = param(1, &D, 0.5, 1.5, 71),
+              *b = param(1, &D, -1, 1, 72), *w = trand(2, (int64_t[]){rows, D}, -1, 1, 73);
+    vn_tensor *y = vn_layer_norm(x, g, b, 1e-5);
+    CHECK_PTR(y);
+    CHECK_OK(vn_backward(y, w));
+    float *px = values(x), *pg = values(g), *pw = values(w);
+    double *dx = calloc((size_t)(n + 2 * D), sizeof(double)), *dg = dx + n, *db = dg + D;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = px + r * D, *wr = pw + r * D;
+        double m = 0, v = 0, m1 = 0, m2 = 0;
+        for (int64_t j = 0; j < D; j++) m += xr[j] / (double)D;
+        for (int64_t j = 0; j < D; j++) v += (xr[j] - m) * (xr[j] - m) / (double)D;
+        double rstd = 1 / sqrt(v + 1e-5);
+        for (int64_t j = 0; j < D; j++) {
+            double xh = (xr[j] - m) * rstd, gh = (double)wr[j] * pg[j];
+            m1 += gh / (double)D;
+            m2 += gh * xh / (double)D;
+            dg[j] += wr[j] * xh;
+            db[j] += wr[j];
+        }
+        for (int64_t j = 0; j < D; j++) {
+            double xh = (xr[j] - m) * rstd;
+            dx[r * D + j] = ((double)wr[j] * pg[j] - m1 - xh * m2) * rstd;
+        }
+    }
+    const double *ref[3] = {dx, dg, db};
+    vn_tensor *in[3] = {x, g, b};
+    const char *name[3] = {"dx", "dgamma", "dbeta"};
+    for (int i = 0; i < 3; i++) {
+        float *got = values(vn_tensor_grad(in[i]));
+        check_close(got, ref[i], i ? D : n, 1e-4, name[i]);
+        free(got);
+    }
+    free(px);
+    free(pg);
+    free(pw);
+    free(dx);
+    RELEASE(x, g, b, w, y);
 }
 
 static void test_layer_norm_errors(void **state)
@@ -414,6 +463,86 @@ static void test_attention_errors(void **state)
     RELEASE(a, b, one, ai, e, r);
 }
 
+/* ---- causal_self_attention ---------------------------------------------------- */
+
+/* The composition the op replaces: q, k, v sliced out of qkv (B, T, 3C),
+ * split into heads, attention, heads merged back into (B, T, C). */
+static vn_tensor *composed_self_attention(vn_tensor *qkv, int64_t H)
+{
+    int64_t B = vn_tensor_shape(qkv)[0], T = vn_tensor_shape(qkv)[1],
+            C = vn_tensor_shape(qkv)[2] / 3;
+    vn_tensor *h[3], *tmp[6];
+    for (int i = 0; i < 3; i++) {
+        tmp[2 * i] = vn_narrow(qkv, 2, i * C, C);
+        tmp[2 * i + 1] = vn_reshape(tmp[2 * i], 4, (int64_t[]){B, T, H, C / H});
+        h[i] = vn_transpose(tmp[2 * i + 1], 1, 2);
+    }
+    vn_tensor *y = vn_causal_attention(h[0], h[1], h[2]), *yt = vn_transpose(y, 1, 2);
+    vn_tensor *out = vn_reshape(yt, 3, (int64_t[]){B, T, C});
+    RELEASE(h[0], h[1], h[2], tmp[0], tmp[1], tmp[2], tmp[3], tmp[4], tmp[5], y, yt);
+    return out;
+}
+
+/* Values and the gradient of qkv against the composition, at a size that
+ * runs one thread and at one that runs the parallel loop (odd T and Dh);
+ * tests/lua/test_self_attention.lua checks smaller sizes bit for bit. */
+static void test_self_attention_values(void **state)
+{
+    (void)state;
+    const int64_t sizes[2][4] = {{2, 5, 3, 4}, {2, 37, 2, 17}}; /* B, T, H, Dh */
+    for (int c = 0; c < 2; c++) {
+        int64_t B = sizes[c][0], T = sizes[c][1], H = sizes[c][2], C = H * sizes[c][3];
+        int64_t shape[3] = {B, T, 3 * C}, oshape[3] = {B, T, C};
+        vn_tensor *x1 = param(3, shape, -2, 2, 50 + (unsigned)c),
+                  *x2 = param(3, shape, -2, 2, 50 + (unsigned)c); /* the same values */
+        vn_tensor *w = trand(3, oshape, -1, 1, 60 + (unsigned)c);
+        vn_tensor *y1 = vn_causal_self_attention(x1, H), *y2 = composed_self_attention(x2, H);
+        CHECK_PTR(y1);
+        CHECK_PTR(y2);
+        assert_int_equal(vn_tensor_ndim(y1), 3);
+        assert_int_equal(vn_tensor_shape(y1)[2], C);
+        if (max_rel_diff(y1, y2) > 1e-6) fail_msg("size %d: output differs", c);
+        CHECK_OK(vn_backward(y1, w));
+        CHECK_OK(vn_backward(y2, w));
+        if (max_rel_diff(vn_tensor_grad(x1), vn_tensor_grad(x2)) > 1e-6)
+            fail_msg("size %d: dqkv differs", c);
+        RELEASE(x1, x2, w, y1, y2);
+    }
+}
+
+static vn_tensor *f_self_attention(vn_tensor **in, void *ctx)
+{
+    return vn_causal_self_attention(in[0], *(const int64_t *)ctx);
+}
+
+static void test_self_attention_grad(void **state)
+{
+    (void)state;
+    int64_t H = 2;
+    vn_tensor *in[1] = {param(3, (int64_t[]){2, 4, 3 * 2 * 3}, -1, 1, 55)};
+    gradcheck(f_self_attention, in, 1, &H, 1e-3, 1e-2);
+    RELEASE(in[0]);
+}
+
+static void test_self_attention_errors(void **state)
+{
+    (void)state;
+    vn_tensor *a = trand(3, (int64_t[]){2, 4, 12}, 0, 1, 56);
+    EXPECT_ERROR(vn_causal_self_attention(a, 0), VN_ERR_SHAPE, "n_head 0");
+    EXPECT_ERROR(vn_causal_self_attention(a, 3), VN_ERR_SHAPE, "causal_self_attention",
+                 "(2, 4, 12)", "n_head 3");
+    vn_tensor *one = trand(1, (int64_t[]){12}, 0, 1, 57);
+    EXPECT_ERROR(vn_causal_self_attention(one, 1), VN_ERR_SHAPE, "(12,)");
+    vn_tensor *ai = vn_zeros(VN_I32, 3, (int64_t[]){2, 4, 12});
+    EXPECT_ERROR(vn_causal_self_attention(ai, 2), VN_ERR_DTYPE, "causal_self_attention: qkv");
+    EXPECT_ERROR(vn_causal_self_attention(NULL, 2), VN_ERR_ARG, "NULL");
+    /* empty sequences are fine */
+    vn_tensor *e = vn_zeros(VN_F32, 3, (int64_t[]){2, 0, 12}), *r = vn_causal_self_attention(e, 2);
+    CHECK_PTR(r);
+    assert_int_equal(vn_tensor_shape(r)[2], 4);
+    RELEASE(a, one, ai, e, r);
+}
+
 /* ---- bias_gelu ----------------------------------------------------------------- */
 
 static void test_bias_gelu(void **state)
@@ -466,11 +595,15 @@ int main(void)
         cmocka_unit_test(test_embedding_values),  cmocka_unit_test(test_embedding_grad),
         cmocka_unit_test(test_embedding_errors),  cmocka_unit_test(test_layer_norm_values),
         cmocka_unit_test(test_layer_norm_grad),   cmocka_unit_test(test_layer_norm_errors),
+        cmocka_unit_test(test_layer_norm_grad_large),
         cmocka_unit_test(test_attention_values),  cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_grad),    cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_bias_gelu),         cmocka_unit_test(test_bias_gelu_grad),
         cmocka_unit_test(test_bias_gelu_errors),
         cmocka_unit_test(test_attention_large),
+        cmocka_unit_test(test_self_attention_values),
+        cmocka_unit_test(test_self_attention_grad),
+        cmocka_unit_test(test_self_attention_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

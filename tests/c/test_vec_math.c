@@ -1,7 +1,8 @@
-/* The vectorized gelu loops of engine/vec_math.c against gelu computed in
+/* The vectorized loops of engine/vec_math.c: gelu against gelu computed in
  * double (tanh form), and against kernels/scalar.h's float formulas (what
  * the strided path and the CUDA kernels compute): within a few float ulps
- * over [-12, 12] on a fine grid, lengths that leave a vector tail, NaN kept. */
+ * over [-12, 12] on a fine grid, lengths that leave a vector tail, NaN kept;
+ * the softmax's shifted exp against exp in double. */
 #include "gradcheck.h"
 #include "scalar.h"
 #include "vec_math.h"
@@ -77,9 +78,32 @@ static void test_gelu_special(void **state)
     assert_true(fabsf(y[4]) < 1e-30f && fabsf(d[4]) < 1e-30f);
 }
 
+/* The softmax rows' exp: e^(x − shift)·scale over [−87, 0] (scores minus
+ * their row max) within 3e-7 relative of exp in double (the rounding of
+ * x − shift is exact here: both within a factor 2 or shift = 0). */
+static void test_exp_shift(void **state)
+{
+    (void)state;
+    enum { n = 8701 }; /* odd: a vector tail */
+    float *x = malloc(sizeof(float) * n);
+    assert_non_null(x);
+    for (int i = 0; i < n; i++) x[i] = (float)(-87.0 + 1e-2 * i);
+    vn__exp_shift_f32(x, n, 0.0f, 0.25f);
+    for (int i = 0; i < n; i++) {
+        double want = 0.25 * exp((double)(float)(-87.0 + 1e-2 * i));
+        if (!(fabs(x[i] - want) <= 3e-7 * want))
+            fail_msg("exp_shift[%d] = %.9g, expected %.9g", i, (double)x[i], want);
+    }
+    float y[3] = {5.0f, 3.0f, NAN};
+    vn__exp_shift_f32(y, 3, 5.0f, 1.0f);
+    assert_true(y[0] == 1.0f && fabsf(y[1] - expf(-2.0f)) < 2e-7f && isnan(y[2]));
+    free(x);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gelu), cmocka_unit_test(test_gelu_special)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_gelu), cmocka_unit_test(test_gelu_special),
+                                       cmocka_unit_test(test_exp_shift)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,7 +155,7 @@ do
       "'gama' %(known options: gamma, step_size%)" },
     { "optim.CosineWarmup", function()
         local r = optim.CosineWarmup(optim.SGD({ p }, { lr = 1 }), { warmup = 1, total_steps = 9 }) return r end,
-      "'warmup' %(known options: min_lr, total_steps, warmup_steps%)" },
+      "'warmup' %(known options: min_lr, restart_lr, restart_step, total_steps, warmup_steps%)" },
     { "data.DataLoader", function() local r = data.DataLoader({ venom.ones(4) }, { batchsize = 2 }) return r end,
       "'batchsize' %(known options: batch_size, device, drop_last, sampler, shuffle, transform, workers%)" },
     { "data.fashion_mnist", function() local r = data.fashion_mnist("test", { dir = "/x" }) return r end, "'dir'" },

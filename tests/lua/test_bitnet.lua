@@ -65,6 +65,31 @@ do
   tap.ok(out:abs():sum():item() == 0, "a zero weight matrix (γ = 0) and a zero row give zeros, not NaN")
 end
 
+-- the quantisation mix λ (BitLinear:set_quant_mix) --------------------------------------
+do
+  local layer = nn.BitLinear(10, 6)
+  local x = venom.randn(3, 10)
+  local h, w = layer.norm(x):detach(), layer.weight:detach()
+  local full = layer(x)
+  tap.ok(max_abs_diff(layer:set_quant_mix(1)(x), full) == 0, "λ = 1 is BitNet b1.58, the default")
+  tap.ok(max_abs_diff(layer:set_quant_mix(0)(x), venom.linear(h, w)) < 1e-5,
+    "λ = 0 is the same layer unquantised: RMSNorm(x)·Wᵀ")
+  -- λ = 0.25 by hand from the quantised operands: h + λ(Q(h) − h), w + λ(Q(w) − w)
+  local lam = 0.25
+  local hq, wq = venom.int8_fake_quant(h), venom.ternary_fake_quant(w, w:numel())
+  local hl, wl = h + (hq - h) * lam, w + (wq - w) * lam
+  local y = layer:set_quant_mix(lam)(x)
+  tap.ok(max_abs_diff(y, venom.linear(hl, wl)) < 1e-5, "λ = 0.25 blends inputs and weights: h + λ(Q(h) − h)")
+  -- the STE: dL/dW is the gradient w.r.t. the blended weight, gᵀ·h_λ, for L = Σ y·r
+  local r = venom.randn(3, 6)
+  local loss = (y * r):sum()
+  loss:backward()
+  tap.ok(max_abs_diff(layer.weight.grad, r:transpose(1, 2):matmul(hl)) < 1e-4,
+    "the backward is the STE at every λ: dL/dW = rᵀ·h_λ")
+  tap.error_like(function() layer:set_quant_mix(1.5) end, "λ in %[0, 1%], got 1.5", "λ outside [0, 1] is an error")
+  tap.error_like(function() layer:set_quant_mix("a") end, "got a", "λ must be a number")
+end
+
 -- a bitnet GPT trains ------------------------------------------------------------------
 local cfg = { vocab_size = 16, block_size = 8, n_layer = 1, n_head = 2, n_embd = 32, bitnet = true }
 do

@@ -128,6 +128,22 @@ tap.error_like(function() data.fortunes({ root = "/nonexistent/fortunes" }) end,
 -- The model ----------------------------------------------------------------------------
 local cfg = { vocab_size = 32, block_size = 8, n_layer = 2, n_head = 2, n_embd = 16 }
 
+do -- emb_std: the embeddings' init std (GPT-2's 0.02 by default)
+  local function std(t) return math.sqrt((t * t):mean():item()) end
+  venom.manual_seed(1)
+  local base = GPT({ vocab_size = 256, block_size = 64, n_layer = 1, n_head = 2, n_embd = 32 })
+  venom.manual_seed(1)
+  local big = GPT({ vocab_size = 256, block_size = 64, n_layer = 1, n_head = 2, n_embd = 32, emb_std = 0.2 })
+  local s1, s2 = std(base.wte.weight:detach()), std(big.wte.weight:detach())
+  tap.ok(math.abs(s1 - 0.02) < 0.002 and math.abs(s2 - 0.2) < 0.02
+    and math.abs(std(big.wpe.weight:detach()) - 0.2) < 0.02,
+    ("emb_std sets the token and position embeddings' std (%.4f by default, %.4f at 0.2)"):format(s1, s2))
+  tap.ok(max_abs_diff(big.blocks[1].attn.qkv.weight, base.blocks[1].attn.qkv.weight) == 0,
+    "and nothing else: the other weights are drawn as before")
+  tap.error_like(function() GPT({ vocab_size = 8, block_size = 4, n_layer = 1, n_head = 1, n_embd = 4, emb_std = 0 }) end,
+    "emb_std must be a positive number, got 0", "emb_std = 0 is refused by name")
+end
+
 do -- causality: a later token never changes an earlier position's logits.
   venom.manual_seed(1)
   local model = GPT(cfg)

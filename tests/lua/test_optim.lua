@@ -213,6 +213,47 @@ do
     "CosineWarmup: total_steps ≤ warmup_steps")
 end
 
+-- A warm restart (learning-rate rewinding): the first cosine until S, then a
+-- new one from restart_lr that also ends at min_lr at T.
+do
+  local base, min_lr, W, T, S, L = 1e-3, 1e-5, 10, 110, 70, 6e-4
+  local opt = optim.AdamW({ make_param() }, { lr = base })
+  local sched = optim.CosineWarmup(opt, { warmup_steps = W, total_steps = T, min_lr = min_lr,
+                                          restart_step = S, restart_lr = L })
+  local plain = optim.CosineWarmup(optim.AdamW({ make_param() }, { lr = base }),
+    { warmup_steps = W, total_steps = T, min_lr = min_lr })
+  local at, same = {}, true
+  for t = 1, 120 do
+    sched:step()
+    plain:step()
+    at[t] = opt.lr
+    if t < S and opt.lr ~= plain.opt.lr then same = false end
+  end
+  tap.ok(same, "CosineWarmup restart: the plain schedule before restart_step")
+  tap.ok(at[S - 1] < L * 0.9, "CosineWarmup restart: the lr jumps up at restart_step")
+  tap.near(at[S], L, 1e-15, "CosineWarmup restart: restart_lr at restart_step")
+  local c = 0.5 * (1 + math.cos(math.pi * (95 - S) / (T - S)))
+  tap.near(at[95], min_lr + (L - min_lr) * c, 1e-15, "CosineWarmup restart: t = 95 follows the formula")
+  tap.near(at[T], min_lr, 1e-15, "CosineWarmup restart: min_lr at total_steps")
+  tap.is(at[120], min_lr, "CosineWarmup restart: min_lr after total_steps")
+  -- a resumed schedule (state_dict: t) gives the same lr
+  local opt2 = optim.AdamW({ make_param() }, { lr = base })
+  local again = optim.CosineWarmup(opt2, { warmup_steps = W, total_steps = T, min_lr = min_lr,
+                                           restart_step = S, restart_lr = L })
+  again:load_state_dict({ t = 80, base_lr = base })
+  tap.is(opt2.lr, at[80], "CosineWarmup restart: loading t = 80 sets lr(80)")
+  tap.error_like(function() optim.CosineWarmup(opt, { warmup_steps = W, total_steps = T,
+      restart_step = S }) end, "give restart_step and restart_lr together",
+    "CosineWarmup: restart_step without restart_lr")
+  tap.error_like(function() optim.CosineWarmup(opt, { warmup_steps = W, total_steps = T,
+      restart_step = T, restart_lr = L }) end,
+    "restart_step must be an integer in %[warmup_steps, total_steps%) = %[10, 110%), got 110",
+    "CosineWarmup: restart_step at total_steps")
+  tap.error_like(function() optim.CosineWarmup(opt, { warmup_steps = W, total_steps = T,
+      restart_step = S, restart_lr = -1 }) end, "restart_lr must be a number in",
+    "CosineWarmup: negative restart_lr")
+end
+
 -- add_parameter / remove_parameter (an expert migrating between ranks):
 -- the state travels with the parameter, and a step updates the added one
 -- exactly as it would have in the optimizer it came from.

@@ -26,6 +26,10 @@ local bit, packed = out:match("BitNet b1%.58 ([%d.]+) %([^)]*%), packed ([%d.]+)
 tap.ok(bit and math.abs(tonumber(bit) - tonumber(packed)) < 1e-3 * tonumber(bit),
   "the packed model's val loss is the BitNet model's on the same batches")
 tap.ok(out:find("bitnet2:8 step +8 .* val loss %d") ~= nil, "validation losses of the BitNet 2:8 run")
+-- the BitNet runs start from larger embeddings (--bitnet-emb-std 0.2), the f32 run from 0.02
+local e32, ebit = out:match("f32: %d+ parameters, token embeddings of std ([%d.]+)\n.-\nbitnet: %d+ parameters, token embeddings of std ([%d.]+)")
+tap.ok(e32 and math.abs(tonumber(e32) - 0.02) < 0.003 and math.abs(tonumber(ebit) - 0.2) < 0.03,
+  ("the BitNet runs' embeddings start at --bitnet-emb-std 0.2, f32's at 0.02 (%s, %s)"):format(tostring(e32), tostring(ebit)))
 local sp, spacked = out:match("BitNet 64:2:8 %(ternary V:N:M MLPs%) ([%d.]+) %([^)]*%), packed ([%d.]+)")
 tap.ok(sp and math.abs(tonumber(sp) - tonumber(spacked)) < 1e-3 * tonumber(sp),
   "the 2:8 model with packed MLPs has the val loss it trained to")
@@ -37,6 +41,8 @@ if ef then ef:close() end
 os.remove(export)
 out, rc = tutorial("--text " .. tmp .. " --sparse 2:8")
 tap.is(rc, 2, "--sparse that is not V:2:M exits with status 2")
+out, rc = tutorial("--text " .. tmp .. " --bitnet-emb-std 0")
+tap.is(rc, 2, "--bitnet-emb-std 0 exits with status 2")
 out, rc = tutorial("--text " .. tmp .. " --n-embd 15")
 tap.is(rc, 2, "--n-embd not a multiple of --n-head exits with status 2")
 out, rc = tutorial("--text " .. tmp .. ".missing")

@@ -36,14 +36,17 @@ out, rc = tutorial("--text " .. tmp .. ".missing")
 tap.ok(rc == 1 and out:find("cannot open .*missing") ~= nil,
   "a missing text file exits with status 1 and is named")
 -- --save / --resume with --sparse, stopped at step 5, mid-way through the
--- pruning schedule (steps 2 to 7): the resumed run prints the same losses
--- and ends with the same checkpoint, byte for byte, as the run never stopped.
+-- pruning schedule (steps 2 to 7), with the lr restarting after step 7
+-- (--rewind): the resumed run prints the same losses and ends with the
+-- same checkpoint, byte for byte, as the run never stopped.
 local slurp = testutil.slurp
 local full, stopped, resumed = tmp .. ".full", tmp .. ".stopped", tmp .. ".resumed"
-local sp = " --sparse 16:2:8 --text " .. tmp
+local sp = " --sparse 16:2:8 --rewind 1 --text " .. tmp
 local want
 want, rc = tutorial(sp .. " --save " .. full)
 tap.is(rc, 0, "--sparse with --save" .. (rc ~= 0 and ": " .. want or ""))
+tap.ok(want:find("the lr restarts at 0.002 after step 7\n") ~= nil, "--rewind 1 restarts the lr "
+  .. "at --lr after the last pruning event")
 out, rc = tutorial(sp .. " --save " .. stopped .. " --stop-after 5")
 tap.ok(rc == 0 and out:find("stopped after step 5 of 12") ~= nil
   and not out:find("step    12"), "--stop-after 5 saves and stops" .. (rc ~= 0 and ": " .. out or ""))

@@ -36,6 +36,30 @@ tap.ok(out:find("\n1      16:2:8 ") ~= nil and out:find("\n3      16:2:8 ") ~= n
   "the report lists both layers at 16:2:8")
 tap.ok(out:find("vnm 16:2:8: test accuracy") ~= nil, "the final line names the pattern")
 
+-- --rewind 0.5: the lr restarts at 0.5·lr after the last event (step 12), so
+-- step 13 trains with 5e-4 (the log's lr is the rate the step used), while
+-- step 12 still has the first cosine's; the layers end at exactly 2 of 8
+-- (layer 1: 64 rows · 98 groups · 2, layer 3: 64 · 8 · 2).
+local log = os.tmpname() .. ".csv"
+out, rc = tutorial("--target 16:2:8 --every 1 --rewind 0.5 --log " .. log)
+tap.is(rc, 0, "vnm run with --rewind" .. (rc ~= 0 and ": " .. out or ""))
+local lr_at = {}
+for line in (testutil.slurp(log) or ""):gmatch("[^\n]+") do
+  local step, lr = line:match("^(%d+),%d+,[^,]*,([^,]+),")
+  if step then lr_at[tonumber(step)] = tonumber(lr) end
+end
+os.remove(log)
+local first = 0.5 * (1 + math.cos(math.pi * (11 - 1) / (20 - 1))) * 1e-3 -- warm-up: 1 step
+tap.near(lr_at[12] or 0, first, 1e-12, "--rewind: step 12 trains on the first cosine's lr")
+tap.near(lr_at[13] or 0, 5e-4, 1e-12, "--rewind 0.5: step 13 trains with 5e-4")
+tap.ok(out:find("\n1      16:2:8 +12544 of 50176 ") ~= nil
+  and out:find("\n3      16:2:8 +1024 of 4096 ") ~= nil,
+  "--rewind: both layers end with exactly 2 of every 8 weights")
+tap.ok(out:find("the lr restarts at 0.0005 after step 12") ~= nil, "--rewind: the restart is announced")
+out, rc = tutorial("--prune-end 1")
+tap.ok(rc == 0 and out:find("pruning vnm towards 64:2:8: steps 4 to 20, every 1 steps %(20 steps "
+  .. "in all%)\n") ~= nil, "no step after the last event: no restart")
+
 out, rc = tutorial("--mode nm --target 2:4")
 tap.is(rc, 0, "nm run" .. (rc ~= 0 and ": " .. out or ""))
 tap.ok(out:find("\n1      2:4 +25088 of 50176 +50.00%%") ~= nil, "nm: layer 1 keeps 2 of 4")

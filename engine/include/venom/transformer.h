@@ -26,15 +26,17 @@ vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias);
  *   out[b, t, h·Dh + d] = (softmax(q_h·k_hᵀ / √Dh, causal) · v_h)[t, d].
  * qkv (B, T, 3C) f32, CPU or CUDA → out (B, T, C) f32 on the same device;
  * differentiable in qkv. The same values as splitting the heads out
- * ((B, H, T, Dh) copies), vn_causal_attention, and merging them back, which
- * is what the CPU path does (bit for bit). On CUDA the FlashAttention-2
- * kernels of vn_causal_attention (bf16 tensor cores, f32 accumulation) read
- * the heads straight out of qkv through strides and write out in (B, T, C)
- * order, and the backward writes one (B, T, 3C) gradient: no copies around
- * the attention; Dh must be 32, 64 or 128 there.
- * Errors: VN_ERR_ARG (NULL or freed tensor; on CUDA another Dh, B·n_head >
- * 65535 or T > 2^30), VN_ERR_DTYPE (not f32), VN_ERR_SHAPE (qkv not 3-d,
- * n_head < 1, or the last dim not a multiple of 3·n_head). */
+ * ((B, H, T, Dh) copies), vn_causal_attention, and merging them back (on
+ * the CPU bit for bit), without those copies: vn_causal_attention's kernels
+ * read the heads straight out of qkv through strides (on the CPU, GEMMs
+ * with a leading dimension; on CUDA the FlashAttention-2 kernels, bf16
+ * tensor cores with f32 accumulation) and write out in (B, T, C) order, and
+ * the backward writes one (B, T, 3C) gradient. On CUDA Dh must be 32, 64
+ * or 128. Errors: VN_ERR_ARG (NULL or freed tensor; on CUDA another Dh,
+ * B·n_head > 65535 or T > 2^30; on the CPU a size over BLAS's INT_MAX),
+ * VN_ERR_DTYPE (not f32), VN_ERR_SHAPE (qkv not 3-d, n_head < 1, or the
+ * last dim not a multiple of 3·n_head), VN_ERR_MEMORY (the CPU's per-thread
+ * T × T scratch). */
 vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
 
 #endif
