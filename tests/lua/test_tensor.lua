@@ -234,6 +234,8 @@ do
   same(x.grad, { 6, -12, 18 }, 0, "scale_grad: the gradient times the scale")
   tap.error_like(function() dist.scale_grad(x, 0 / 0) end, "scale = %-?nan; expected a finite number",
     "scale_grad refuses a scale that is not finite")
+  tap.error_like(function() dist.scale_grad(nil, 2) end, "bad argument #1 to 'dist%.scale_grad' %(expected a tensor",
+    "scale_grad: a bad argument names dist.scale_grad, the function the user called")
 end
 
 -- free and memory ------------------------------------------------------------------------
