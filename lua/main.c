@@ -551,6 +551,14 @@ static void repl(lua_State *L)
         lua_settop(L, base);
         fflush(stdout);
     }
+    /* Piped input that ends inside an unfinished chunk ("print(1 +"): its
+     * syntax error, rather than nothing at all (at a terminal, Ctrl-D at
+     * the ">>" prompt just leaves). */
+    if (!tty && len > 0) {
+        int base = lua_gettop(L);
+        report(L, load_chunk(L, chunk, len), "");
+        lua_settop(L, base);
+    }
     free(chunk);
     while (g_next < g_nmatches) free(g_matches[g_next++]);
     free(g_matches);

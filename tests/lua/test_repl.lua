@@ -43,6 +43,12 @@ do
   tap.ok(not has(out, "> "), "no prompts when stdin is not a terminal")
 end
 
+do -- piped input that ends inside an unfinished chunk reports it instead of dropping it
+  local out, rc = run("", "print('before')\nprint(1 +\n")
+  tap.ok(rc == 0 and has(out, "before\n") and has(out, "stdin:2: unexpected symbol near '<eof>'"),
+    "an unfinished chunk at the end of piped input gives its syntax error: " .. out)
+end
+
 do -- Lua compares a tensor with a number without asking the tensor: the executable adds the hint
   local out = run("-e 'local x = venom.ones(2); return x > 0'")
   tap.ok(has(out, "attempt to compare number with userdata (a tensor and a number? comparisons are "
