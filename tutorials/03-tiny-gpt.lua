@@ -144,6 +144,9 @@ local opts = util.parse_cli(arg, {
     util.fail(("--block-size must be at most 4096 (attention holds block² scores per head), got %d")
       :format(o.block_size))
   end
+  if o.stop_after > o.steps then
+    util.fail(("--stop-after %d is past --steps %d"):format(o.stop_after, o.steps))
+  end
   util.check_arg_file(o, "resume")
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "temperature", 0)
