@@ -9,7 +9,8 @@
 static const char after_backward_key = 0;
 
 /* after_backward(fn): fn() runs once, at the end of the next successful
- * t:backward() (then the queue is empty again; a failed backward drops it).
+ * t:backward() (then the queue is empty again; a failed backward drops it;
+ * an error in one function does not stop the others, see l_backward).
  * What PyTorch's queue_callback gives DistributedDataParallel: the FlexMoE
  * expert replicas all-reduce their gradients there, once every gradient of
  * the backward is final. */
@@ -30,8 +31,11 @@ static int l_after_backward(lua_State *L)
     return 0;
 }
 
-/* t:backward([grad]), then the functions after_backward queued, in order
- * (an error in one is raised from here; the rest are dropped). */
+/* t:backward([grad]), then the functions after_backward queued, in order.
+ * Every one runs even when an earlier one fails, and then the first error is
+ * raised from here: a user's function that fails must not skip the
+ * all-reduce of an expert's replicas queued behind it, or the replicas'
+ * gradients (and so their weights) would silently differ between ranks. */
 static int l_backward(lua_State *L)
 {
     vn_tensor *t = lv_check(L, 1), *g = lv_optcheck(L, 2);
@@ -44,10 +48,17 @@ static int l_backward(lua_State *L)
     lua_rawset(L, LUA_REGISTRYINDEX); /* taken out first: a callback may queue for the next one */
     lv_status(L, s);
     if (lua_istable(L, queue)) {
-        int n = (int)lua_objlen(L, queue);
+        int n = (int)lua_objlen(L, queue), first_error = 0;
         for (int i = 1; i <= n; i++) {
             lua_rawgeti(L, queue, i);
-            lua_call(L, 0, 0);
+            if (lua_pcall(L, 0, 0, 0) != 0) {
+                if (first_error) lua_pop(L, 1); /* a later error: the first one is raised */
+                else first_error = lua_gettop(L);
+            }
+        }
+        if (first_error) {
+            lua_pushvalue(L, first_error);
+            return lua_error(L);
         }
     }
     return 0;

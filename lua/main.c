@@ -132,6 +132,13 @@ static int traceback(lua_State *L)
         else
             msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     }
+    /* x > 0 on a tensor: Lua compares a number with a userdata without
+     * asking the tensor's metatable, so the hint that x > y gets from the
+     * binding's __lt has to be added here. */
+    if (strstr(msg, "attempt to compare number with userdata") ||
+        strstr(msg, "attempt to compare userdata with number"))
+        msg = lua_pushfstring(L, "%s (a tensor and a number? comparisons are methods: x:gt(0), "
+                                 "x:ge(0), x:lt(0), x:le(0) give an elementwise u8 mask)", msg);
     if (g_interrupted) lua_pushstring(L, msg);
     else luaL_traceback(L, L, msg, 1);
     return 1;
@@ -543,6 +550,14 @@ static void repl(lua_State *L)
         report(L, rc, "");
         lua_settop(L, base);
         fflush(stdout);
+    }
+    /* Piped input that ends inside an unfinished chunk ("print(1 +"): its
+     * syntax error, rather than nothing at all (at a terminal, Ctrl-D at
+     * the ">>" prompt just leaves). */
+    if (!tty && len > 0) {
+        int base = lua_gettop(L);
+        report(L, load_chunk(L, chunk, len), "");
+        lua_settop(L, base);
     }
     free(chunk);
     while (g_next < g_nmatches) free(g_matches[g_next++]);

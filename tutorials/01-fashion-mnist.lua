@@ -173,11 +173,18 @@ end
 -- crash mid-save leaves the previous checkpoint intact). --resume FILE
 -- restores all of it and carries on with the next epoch; on the CPU the
 -- resumed run computes the same losses, bit for bit, as one never stopped.
+-- It needs the same options, except --epochs (a run may be extended), the
+-- output files, the device and the seed (the RNG state is in the
+-- checkpoint): the checkpoint records them and a resume that changes one
+-- is an error.
+local RUN_OPTIONS = { "batch_size", "cosine", "hidden", "limit", "lr", "sparse", "weight_decay" }
 local parts = { model = model, optim = opt, sched = sched }
 local first_epoch = 1
 if opts.resume ~= "" then
   local ok, meta = pcall(checkpoint.load, opts.resume, parts)
   if not ok then util.die(meta) end
+  local changed = checkpoint.check_options(meta, opts, opts.resume)
+  if changed then util.die(changed) end
   first_epoch = tonumber(meta.epoch) + 1
   if first_epoch > opts.epochs then
     util.die(("%s is from the end of epoch %d; --epochs %d leaves nothing to train (raise "
@@ -261,7 +268,8 @@ for epoch = first_epoch, opts.epochs do
     if not ok_plot then util.die(err) end
   end
   if opts.save ~= "" then
-    checkpoint.save(opts.save, parts, { epoch = epoch })
+    local meta = { epoch = epoch, options = checkpoint.options_meta(opts, RUN_OPTIONS) }
+    checkpoint.save(opts.save, parts, meta)
   end
 end
 

@@ -144,6 +144,9 @@ local opts = util.parse_cli(arg, {
     util.fail(("--block-size must be at most 4096 (attention holds block² scores per head), got %d")
       :format(o.block_size))
   end
+  if o.stop_after > o.steps then
+    util.fail(("--stop-after %d is past --steps %d"):format(o.stop_after, o.steps))
+  end
   util.check_arg_file(o, "resume")
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "temperature", 0)
@@ -267,16 +270,20 @@ end
 -- --resume FILE restores all of it (rebuilding the pruned layers first) and
 -- continues with the next step; on the CPU the resumed run computes the
 -- same losses, bit for bit, as one never stopped. The schedules depend on
--- --steps, so a resumed run must be given the same options.
+-- --steps and the rest of the options, so a resumed run must be given the
+-- same ones: the checkpoint records those below and a resume that changes
+-- one is an error (the outputs, the sampling, the device and the seed may
+-- change: the RNG state comes from the checkpoint).
+local RUN_OPTIONS = { "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
+  "lr", "weight_decay", "warmup", "text", "eval_every", "eval_batches", "sparse", "activation",
+  "prune_start", "prune_end", "rewind", "amp" }
 local parts = { model = model, optim = opt, sched = sched, gmp = gmp }
 local first_step = 1
 if opts.resume ~= "" then
   local ok_load, meta = pcall(checkpoint.load, opts.resume, parts)
   if not ok_load then die(meta) end
-  if tonumber(meta.steps) ~= opts.steps then
-    die(("%s was written by a run of %s steps, not --steps %d; resume with the same options")
-      :format(opts.resume, tostring(meta.steps), opts.steps))
-  end
+  local changed = checkpoint.check_options(meta, opts, opts.resume)
+  if changed then die(changed) end
   first_step = tonumber(meta.step) + 1
   if first_step > opts.steps then
     die(("%s is from the end of the run (step %d of %d); nothing left to train")
@@ -430,7 +437,7 @@ for step = first_step, last do
   end
   if opts.save ~= "" and (step % opts.eval_every == 0 or step == last) then
     local ok_save, err = pcall(checkpoint.save, opts.save, parts,
-                               { step = step, steps = opts.steps })
+                               { step = step, options = checkpoint.options_meta(opts, RUN_OPTIONS) })
     if not ok_save then
       bar:close()
       die(err)

@@ -43,9 +43,9 @@
  *    optimizer steps runs on CUDA tensors too (with autograd), as do
  *    item/get/set, copy_ and fill_ (whose destination must then be
  *    contiguous: VN_ERR_DEVICE otherwise), vn_save and vn_tensor_copy_out.
- *    CPU only so far, VN_ERR_DEVICE for a CUDA tensor: the transformer
- *    building blocks (embedding, layer_norm, causal_attention) and the V:N:M
- *    functions. Without a CUDA build or device, vn_cuda_device_count() is 0
+ *    A few refuse CUDA tensors (VN_ERR_DEVICE) and say so in their comments:
+ *    MoE rows, the graph's SAGA stages, dynamic sparsity, images.
+ *    Without a CUDA build or device, vn_cuda_device_count() is 0
  *    and moving to VN_CUDA is a VN_ERR_DEVICE error.
  *  - Indices are 0-based. Negative dims count from the end (-1 = last).
  *  - dtypes: VN_F32 (default, all arithmetic), VN_I32, VN_I64 (indices,

@@ -197,4 +197,38 @@ function checkpoint.load(path, parts)
   return meta
 end
 
+--- checkpoint.options_meta(opts, names) → a string recording the values of
+-- the command-line options `names` (a list of keys of opts, as
+-- util.parse_cli gives them) for a training script's checkpoint metadata,
+-- {options = ...}, so that checkpoint.check_options can refuse a resumed run
+-- whose options would make it a different run (its losses not those of the
+-- run never stopped). Leave out the options a resume may change (output
+-- files, the device, the seed: the RNG state comes from the checkpoint).
+function checkpoint.options_meta(opts, names)
+  local lines = {}
+  for i, k in ipairs(names) do lines[i] = k .. "=" .. tostring(opts[k]) end
+  return table.concat(lines, "\n")
+end
+
+--- checkpoint.check_options(meta, opts, path) → nil when every option that
+-- meta.options (checkpoint.options_meta, in the metadata checkpoint.load
+-- returns) records has the same value in opts, else a message naming the
+-- differences ("run.st: the run that wrote it had --lr 0.001; this one has
+-- --lr 0.5 (...)"). A checkpoint written without meta.options is not checked.
+function checkpoint.check_options(meta, opts, path)
+  if type(meta.options) ~= "string" then return nil end
+  local had, has = {}, {}
+  local function shown(v) return v == "" and "''" or v end
+  for k, saved in meta.options:gmatch("([%w_]+)=([^\n]*)") do
+    local now = tostring(opts[k])
+    if now ~= saved then
+      local flag = "--" .. k:gsub("_", "-")
+      had[#had + 1], has[#has + 1] = flag .. " " .. shown(saved), flag .. " " .. shown(now)
+    end
+  end
+  if #had == 0 then return nil end
+  return ("%s: the run that wrote it had %s; this one has %s (resume with the same options)")
+    :format(path, table.concat(had, " "), table.concat(has, " "))
+end
+
 return checkpoint

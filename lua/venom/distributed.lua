@@ -25,10 +25,12 @@ local fail = util.fail
 
 local dist = {}
 
--- Calls a venom.core function and re-raises its error at the user's line.
+-- Calls a venom.core function and re-raises its error at the user's line,
+-- under the name the user called ('dist.scale_grad', not the binding's
+-- 'dist_scale_grad').
 local function call(fn, ...)
   local res = { pcall(fn, ...) }
-  if not res[1] then fail(util.error_text(res[2])) end
+  if not res[1] then fail((util.error_text(res[2]):gsub("'dist_([%w_]+)'", "'dist.%1'"))) end
   return unpack(res, 2, table.maxn(res))
 end
 

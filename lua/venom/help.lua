@@ -95,7 +95,9 @@ local function lua_docs(module)
           docs[name:gsub("^[%w_]+[.:]", "")] = docs[name:gsub("^[%w_]+[.:]", "")] or text_block
         end
       end
-      block = nil
+      -- one comment may cover a run of one-line functions right below it
+      -- (venom.from_torch_names and venom.to_torch_names)
+      if not line:match("^function [%w_.:]+%(.*%).* end$") then block = nil end
     end
   end
   return docs
@@ -185,7 +187,9 @@ local function doc_of(qualified)
   name = qualified:match("([%w_]+)$")
   if ldocs.init["venom." .. name] then return ldocs.init["venom." .. name] end
   local d = cdocs[name] or cdocs["tensor_" .. name] or (mod == "graph" and cdocs["csr_" .. name]) or nil
-  return d, d ~= nil
+  if d then return d, true end
+  -- a function of a table that one comment documents whole (venom.cuda)
+  return mod and ldocs.init["venom." .. mod] or nil, false
 end
 
 -- Edit distance, for "did you mean".

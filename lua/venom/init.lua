@@ -23,6 +23,45 @@ venom.core = core
 -- a dtype on x's device (x:type("i64")); x itself when it is that already.
 venom.type = core.type
 
+-- Functions of the binding that venom.h does not document, documented here
+-- for help() (the assignments only give the `---` comments a name).
+
+--- venom.tensor(data, [dtype | opts]) → a new tensor holding `data`: a
+-- number (a 0-d tensor), a tensor (copied, converted to dtype) or a
+-- rectangular nested table of numbers (its nesting is the shape:
+-- {{1, 2}, {3, 4}} is (2, 2)). dtype "f32" (default), "i64", "i32", "u8",
+-- "bf16" or "f16"; opts {dtype =, device = "cpu"|"cuda", requires_grad =}.
+-- Errors: a ragged table, a non-number entry, or a value the dtype cannot
+-- hold exactly (0.5 or NaN for i64, 300 for u8).
+venom.tensor = core.tensor
+
+--- venom.is_tensor(v) → true when v is a venom tensor.
+venom.is_tensor = core.is_tensor
+
+--- venom.no_grad(fn, ...) → fn(...)'s results, with autograd off while fn
+-- runs (no graph is recorded; results do not require grad). The previous
+-- mode comes back when fn returns or fails. venom.set_grad_enabled(on) sets
+-- it for the rest of the thread and returns the previous mode.
+venom.no_grad = core.no_grad
+
+--- venom.after_backward(fn): queues fn() to run once, at the end of the
+-- next successful t:backward(), after every gradient of that backward is
+-- final (PyTorch's queue_callback; nn.MoE's expert replicas average their
+-- gradients there). Functions run in the order queued; one queued while
+-- they run waits for the backward after. A backward that fails drops the
+-- queue. An error in fn does not stop the functions after it (an expert's
+-- replicas still average their gradients); backward() raises the first
+-- error once all have run. fn must be a function.
+venom.after_backward = core.after_backward
+
+--- venom.get_rng_state() → the engine RNG's state (xoshiro256**) as an i64
+-- tensor of 4 elements; venom.set_rng_state(t) puts such a tensor back, so
+-- the random draws that follow repeat (checkpoints store it).
+venom.get_rng_state = core.get_rng_state
+--- venom.set_rng_state(t): the engine RNG's state from t, an i64 tensor of
+-- 4 elements as venom.get_rng_state() returns it (anything else is an error).
+venom.set_rng_state = core.set_rng_state
+
 --- venom.cuda: the CUDA device.
 --   is_available()  → true when a CUDA device and driver are present and
 --                     venom was built with CUDA (VENOM_CUDA, see README)

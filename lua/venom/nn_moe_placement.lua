@@ -248,6 +248,24 @@ function M.rebalance(moe, opt, opts)
     fail("nn.MoE:rebalance: a forward of this layer has not had its backward yet (its replicas' "
       .. "gradients are not reduced); rebalance between opt:step() and the next forward")
   end
+  -- opt is checked before any move: a move is a collective, and an
+  -- optimizer that lacks the experts' parameters would fail on one rank
+  -- half-way (remove_parameter) or silently drop their state.
+  if opt ~= nil then
+    if type(opt) ~= "table" or type(opt.params) ~= "table"
+      or type(opt.add_parameter) ~= "function" then
+      fail(("nn.MoE:rebalance: opt must be the optimizer that holds the experts' parameters "
+        .. "(optim.SGD, Adam, AdamW) or nil, got a %s"):format(type(opt)))
+    end
+    local held = {}
+    for _, p in ipairs(opt.params) do held[p] = true end
+    for _, p in ipairs(moe.experts:parameters()) do
+      if not held[p] then
+        fail("nn.MoE:rebalance: opt does not hold this rank's expert parameters; pass the "
+          .. "optimizer built over them (or nil to move weights without optimizer state)")
+      end
+    end
+  end
   local dist = require "venom.distributed"
   local E, P = moe.config.experts, dist.world_size()
   local window = moe.window or {}

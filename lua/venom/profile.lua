@@ -58,6 +58,9 @@ end
 -- kinds, all by default): calls and milliseconds forward and backward, and
 -- each kind's share of the wall time.
 function Report:format(n)
+  if n ~= nil then
+    require("venom.util").check_int(n, "n", { min = 0, who = "profile report:format" })
+  end
   local lines = { ("%-24s %8s %10s %8s %10s %10s %6s"):format("op", "fwd n", "fwd ms",
     "bwd n", "bwd ms", "total ms", "%") }
   local function pct(s) return 100 * s / math.max(self.wall_s, 1e-12) end

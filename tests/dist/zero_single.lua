@@ -47,4 +47,14 @@ local xx = venom.randn(6, 4)
 tap.is((p(xx) - q(xx)):abs():max():item(), 0, "MoE expert_parallel in a world of one: the plain layer's output")
 tap.error_like(function() nn.MoE(4, 8, { experts = 4, expert_parallel = { 0, 1, 0, 0 } }) end,
   "expert_parallel%[2%] must be a rank in 0%.%.0, got 1", "MoE: an owner rank past the world is refused")
+-- rebalance's optimizer must hold the experts' parameters (on 2 ranks an
+-- Expand added the new replica's parameters to the wrong one, which the
+-- training loop never steps), checked before any move
+local qopt = optim.AdamW(q:parameters(), { lr = 1e-3 })
+tap.ok(pcall(q.rebalance, q, qopt) and pcall(q.rebalance, q, nil),
+  "MoE:rebalance takes the model's optimizer or nil")
+tap.error_like(function() q:rebalance(optim.AdamW(nn.Linear(2, 2):parameters(), { lr = 1e-3 })) end,
+  "opt does not hold this rank's expert parameters", "MoE:rebalance refuses an optimizer without the experts")
+tap.error_like(function() q:rebalance(3) end, "opt must be the optimizer .* or nil, got a number",
+  "MoE:rebalance refuses an opt that is not an optimizer")
 tap.done()

@@ -314,6 +314,22 @@ do
     "meta keys must be strings without dots", "save: a dotted meta key")
 end
 
+-- A script's options in the metadata: a resume that changes one is named.
+do
+  local m = nn.Linear(2, 2)
+  local opts = { lr = 0.001, batch_size = 128, sparse = "", save = "a.st" }
+  local names = { "lr", "batch_size", "sparse" }
+  checkpoint.save(path("opts.st"), { model = m }, { options = checkpoint.options_meta(opts, names) })
+  local meta = checkpoint.load(path("opts.st"), { model = m })
+  tap.is(checkpoint.check_options(meta, { lr = 0.001, batch_size = 128, sparse = "", save = "b.st" },
+    "opts.st"), nil, "check_options: the same options (an output file left out may differ)")
+  tap.is(checkpoint.check_options(meta, { lr = 0.01, batch_size = 128, sparse = "64:2:8" }, "opts.st"),
+    "opts.st: the run that wrote it had --lr 0.001 --sparse ''; this one has --lr 0.01 "
+      .. "--sparse 64:2:8 (resume with the same options)", "check_options names each difference")
+  tap.is(checkpoint.check_options({ epoch = "1" }, { lr = 1 }, "old.st"), nil,
+    "check_options: a checkpoint without recorded options is not checked")
+end
+
 -- A refused checkpoint.load changes nothing: not the parts loaded before the
 -- refusal (the model, a pruning scheduler that rebuilt layers), nor the RNG.
 do

@@ -37,6 +37,8 @@ tap.ok(sum <= report.wall_s + 1e-6, "profile: the rows add up to no more than th
 tap.ok(tostring(report):match("matmul") and tostring(report):match("wall"),
   "profile: tostring draws the table")
 tap.is(select(2, report:format(1):gsub("\n", "\n")), 3, "profile: format(1) keeps one op row")
+tap.error_like(function() report:format("x") end, "format: n must be a non%-negative integer, got",
+  "profile: format(n) refuses a non-number n by name")
 
 tap.error_like(function() venom.profile(function() error("boom", 0) end) end, "^boom$",
   "profile: fn's error propagates")

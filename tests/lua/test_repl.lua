@@ -43,6 +43,18 @@ do
   tap.ok(not has(out, "> "), "no prompts when stdin is not a terminal")
 end
 
+do -- piped input that ends inside an unfinished chunk reports it instead of dropping it
+  local out, rc = run("", "print('before')\nprint(1 +\n")
+  tap.ok(rc == 0 and has(out, "before\n") and has(out, "stdin:2: unexpected symbol near '<eof>'"),
+    "an unfinished chunk at the end of piped input gives its syntax error: " .. out)
+end
+
+do -- Lua compares a tensor with a number without asking the tensor: the executable adds the hint
+  local out = run("-e 'local x = venom.ones(2); return x > 0'")
+  tap.ok(has(out, "attempt to compare number with userdata (a tensor and a number? comparisons are "
+    .. "methods: x:gt(0)"), "x > 0 gets the hint that names the comparison methods: " .. out:match("^[^\n]*"))
+end
+
 do
   local out = run("", "for i = 1, 2 do\n  print(i * 10)\nend\nlocal t = {\n  7,\n}\n=1 + 2\n")
   tap.ok(out:match("^10\n20\n"), "multi-line input runs once complete")

@@ -213,6 +213,17 @@ do
   square_sum(w):backward()
   tap.ok(not ok and #calls == 2, "a failed backward drops the queue")
   tap.error_like(function() venom.after_backward(3) end, "fn", "after_backward takes a function")
+  -- a function that fails does not skip the ones queued after it (nn.MoE's
+  -- replica all-reduce may be one), and backward raises the first error
+  calls = {}
+  venom.after_backward(function() error("first failure") end)
+  venom.after_backward(function() calls[#calls + 1] = "after" end)
+  venom.after_backward(function() error("second failure") end)
+  tap.error_like(function() square_sum(w):backward() end, "first failure",
+    "after_backward: backward raises the first function's error")
+  tap.is(table.concat(calls, ","), "after", "after_backward: the functions after a failing one still run")
+  square_sum(w):backward()
+  tap.is(#calls, 1, "after_backward: the queue is empty after a backward whose functions failed")
   -- y = scale_grad(x, s) is x in the forward, s · dL/dy in the backward:
   -- d/dx Σ y² = 2·s·x (exact for s = 3 and these small integers).
   local dist = require "venom.distributed"
@@ -223,6 +234,8 @@ do
   same(x.grad, { 6, -12, 18 }, 0, "scale_grad: the gradient times the scale")
   tap.error_like(function() dist.scale_grad(x, 0 / 0) end, "scale = %-?nan; expected a finite number",
     "scale_grad refuses a scale that is not finite")
+  tap.error_like(function() dist.scale_grad(nil, 2) end, "bad argument #1 to 'dist%.scale_grad' %(expected a tensor",
+    "scale_grad: a bad argument names dist.scale_grad, the function the user called")
 end
 
 -- free and memory ------------------------------------------------------------------------

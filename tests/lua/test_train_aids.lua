@@ -140,6 +140,16 @@ do
   local tdoc, terr = help.text(require("venom.data").transforms)
   tap.ok(tdoc and tdoc:find("^venom%.data%.transforms\n") and tdoc:find("RandomHorizontalFlip", 1, true),
     "help(data.transforms) gives the table's docstring: " .. tostring(tdoc or terr))
+  -- functions of the binding that venom.h does not declare, a comment over
+  -- two one-line functions, and a function of a table documented whole
+  for name, word in pairs({ after_backward = "next successful", no_grad = "autograd off",
+                            tensor = "nested table", set_rng_state = "get_rng_state",
+                            to_torch_names = "PyTorch", load_ternary = "load_ternary",
+                            ["cuda.is_available"] = "CUDA device" }) do
+    local doc, err = help.text("venom." .. name)
+    tap.ok(doc and doc:find(word, 1, true), "help(venom." .. name .. ") has a docstring: "
+      .. tostring(doc and doc:sub(1, 60) or err))
+  end
   local none, msg = help.text("venom.mtmul")
   tap.ok(none == nil and msg:find("did you mean venom.matmul"), "an unknown name gets a suggestion: " .. tostring(msg))
 end

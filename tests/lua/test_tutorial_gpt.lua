@@ -64,8 +64,11 @@ tap.ok(losses(want):find("step    12  train loss %d.*final val loss %d") ~= nil
 local a, b = slurp(full), slurp(resumed)
 tap.ok(a and a == b, "its final checkpoint equals the uninterrupted run's, byte for byte")
 out, rc = tutorial(sp .. " --steps 13 --resume " .. stopped)
-tap.ok(rc == 1 and out:find("a run of 12 steps, not %-%-steps 13") ~= nil,
+tap.ok(rc == 1 and out:find("the run that wrote it had %-%-steps 12; this one has %-%-steps 13 ") ~= nil,
   "resuming with other --steps is refused")
+out, rc = tutorial(sp .. " --steps 12 --lr 0.01 --resume " .. stopped)
+tap.ok(rc == 1 and out:find("had %-%-lr 0%.002; this one has %-%-lr 0%.01 ") ~= nil,
+  "resuming with another --lr is refused (it was ignored: the schedule came from the checkpoint)")
 os.remove(full); os.remove(stopped); os.remove(resumed)
 
 -- The loss scaler's wiring: scaling by 2^16 and unscaling is exact, so the

@@ -9,6 +9,7 @@ local cases = {
   { "02-sparse-fashion-mnist.lua --mode nm --target 64:2:8", "pattern must be N:M" },
   { "02-sparse-fashion-mnist.lua --target 64:2:3", "pattern must be V:2:M" },
   { "02-sparse-fashion-mnist.lua --stop-after 9 --epochs 2", "%-%-stop%-after 9 is past %-%-epochs 2" },
+  { "03-tiny-gpt.lua --stop-after 9 --steps 8", "%-%-stop%-after 9 is past %-%-steps 8" },
   { "02-sparse-fashion-mnist.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
   { "01-fashion-mnist.lua --resume /nonexistent/run.st", "%-%-resume: cannot read" },
   { "01-fashion-mnist.lua --resume /", "is not a file" },

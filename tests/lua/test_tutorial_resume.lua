@@ -46,6 +46,9 @@ tap.ok(out:find("resumed from .* after epoch 1") and not out:find("epoch 1/2  tr
 tap.is(out:match("epoch 2/2  train loss (%S+)"), want_loss, "epoch 2 prints the same train loss")
 local a, b = slurp(full), slurp(resumed)
 tap.ok(a and a == b, "the resumed run's final checkpoint equals the uninterrupted run's, byte for byte")
+out, rc = tutorial(("--epochs 2 --lr 0.01 --resume %s"):format(stopped))
+tap.ok(rc == 1 and out:find("the run that wrote it had %-%-lr 0%.001; this one has %-%-lr 0%.01 "),
+  "a resume with another --lr is refused, naming both values: " .. (out:match("error: [^\n]*") or out))
 
 local ck = venom.load(full)
 local weights = venom.load(dense)
