@@ -255,7 +255,10 @@ for epoch = first_epoch, last do
   local function after_step(bar)
     local lr = opt.lr -- the rate this step was trained with
     if lr_sched then lr_sched:step() end
-    local ev = gmp:step()
+    -- A pruning event refuses non-finite weights (a diverged run): an
+    -- error line, not a traceback.
+    local ok_step, ev = pcall(gmp.step, gmp)
+    if not ok_step then util.die(ev) end
     step = step + 1
     if curves then
       record({ step = step, epoch = epoch, loss = step_loss:item(), lr = lr,

@@ -69,6 +69,12 @@ tap.is(rc, 0, "unstructured run" .. (rc ~= 0 and ": " .. out or ""))
 tap.ok(out:find("\n3      90.0%% +410 of 4096 +89.99%%") ~= nil,
   "unstructured: ⌊0.9·4096⌋ = 3686 weights pruned in layer 3, 410 kept")
 
+-- A rewind so large that the weights overflow: the pruning event that meets
+-- them ends the run with an error line and status 1, not a traceback.
+out, rc = tutorial("--rewind 1e308")
+tap.ok(rc == 1 and out:find("error: GMP:step: layer '1': weight %(%d+, %d+%) is %-?inf") ~= nil
+  and not out:find("stack traceback", 1, true), "a diverged run at a pruning event: an error line, status 1")
+
 out, rc = tutorial("--mode nm --target 64:2:8")
 tap.ok(rc == 2 and out:find("pattern must be N:M") ~= nil, "a vnm pattern with --mode nm: status 2")
 out, rc = tutorial("--prune-start 0.7 --prune-end 0.5")
