@@ -210,6 +210,11 @@ print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)%
 -- those of a run never stopped, bit for bit. Both schedules depend on
 -- --epochs, so resume with the same options (--stop-after stops early
 -- without changing them).
+-- The options that make a different run (the checkpoint records them, and
+-- a resume that changes one is refused by name).
+local RUN_OPTIONS = { "batch_size", "cosine", "decay", "every", "hidden", "limit", "lr", "mode",
+  "progression", "prune_end", "prune_start", "rewind", "score", "shadow", "sparsity", "target",
+  "weight_decay" }
 local parts = { model = model, optim = opt, sched = lr_sched, gmp = gmp }
 local first_epoch, step = 1, 0
 if opts.resume ~= "" then
@@ -222,6 +227,8 @@ if opts.resume ~= "" then
       .. "train"):format(opts.resume, tostring(meta.epoch), opts.epochs)
   end
   if not ok_load then util.die(meta) end
+  local changed = checkpoint.check_options(meta, opts, opts.resume)
+  if changed then util.die(changed) end
   first_epoch, step = tonumber(meta.epoch) + 1, tonumber(meta.step)
   print(("resumed from %s after epoch %d"):format(opts.resume, first_epoch - 1))
 end
@@ -289,7 +296,8 @@ for epoch = first_epoch, last do
     if not ok_plot then util.die(err) end
   end
   if opts.save ~= "" then
-    checkpoint.save(opts.save, parts, { epoch = epoch, step = step, epochs = opts.epochs })
+    checkpoint.save(opts.save, parts, { epoch = epoch, step = step, epochs = opts.epochs,
+      options = checkpoint.options_meta(opts, RUN_OPTIONS) })
   end
 end
 if log then log:close() end

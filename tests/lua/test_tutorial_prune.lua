@@ -105,6 +105,9 @@ tap.ok(a and a == b, "the final checkpoint equals the uninterrupted run's, byte 
 out, rc = tutorial("--epochs 3 --target 16:2:8 --every 1 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("a run of 2 epochs, not %-%-epochs 3") ~= nil,
   "resuming with other --epochs is refused")
+out, rc = tutorial("--target 64:2:16 --every 1 --resume " .. stopped)
+tap.ok(rc == 1 and out:find("had %-%-target 16:2:8; this one has %-%-target 64:2:16") ~= nil,
+  "resuming with another --target is refused by name")
 os.remove(base); os.remove(full); os.remove(stopped); os.remove(resumed)
 
 tap.done()
