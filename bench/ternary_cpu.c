@@ -7,7 +7,11 @@
  * each block's gathered kept columns, 4 bits per kept weight). Variants
  * whose ISA this CPU lacks are left out of the table. For each
  * weight shape N × K and batch B, the variants run in turn (A B C D A B C
- * D ...) --reps times after one warm-up each; the table gives the median
+ * D ...) --reps times, each timed call right after an untimed call of the
+ * same variant: every variant finds its own data in the caches as far as
+ * they hold it (the 4 MiB of packed 4096×4096 weights fit in L3), instead
+ * of the first ternary variant after the f32 ones paying for their eviction
+ * (30–50% at B = 1 on an AMD EPYC); the table gives the median
  * time in µs, the spread (min–max) and ×f32 = median f32 time / median
  * time. A table, never a pass/fail.
  *
@@ -106,11 +110,10 @@ static void bench(int64_t N, int64_t K, const int64_t *batches, int nb, int reps
         if (!j.tx || !y) die("allocating x, y");
         j.x = vn_tensor_data(j.tx), j.y = vn_tensor_data(y);
         double t[NVARIANTS][MAX_REPS];
-        for (int v = 0; v < NVARIANTS; v++)
-            if (available(v)) run(v, &j); /* warm-up */
         for (int r = 0; r < reps; r++)
             for (int v = 0; v < NVARIANTS; v++) {
                 if (!available(v)) continue;
+                run(v, &j); /* untimed: see the top of the file */
                 double t0 = now();
                 run(v, &j);
                 t[v][r] = now() - t0;
