@@ -154,7 +154,7 @@ static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, cons
                     const int8_t *xr = xq + (b0 + j) * Kp + g * VNQ_GROUP;
                     /* The group's sum starts from zero so that the chain
                      * carried from group to group is one vpaddd, not two
-                     * vpdpbusd (several cycles each: the B = 1 bottleneck). */
+                     * vpdpbusd (several cycles of latency each). */
                     __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w01, _mm512_loadu_si512(xr));
                     t = _mm512_dpbusd_epi32(t, w23, _mm512_loadu_si512(xr + 64));
                     acc[j] = _mm512_add_epi32(acc[j], t);
@@ -169,7 +169,7 @@ static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, cons
 #pragma GCC pop_options
 #endif
 
-/* The kernels by name, best first; NULL where the build or CPU lacks one. */
+/* The kernels by name; NULL where the build or the CPU lacks one. */
 static vnq_kernel by_name(const char *isa)
 {
 #ifdef VNQ_HAVE_AVX2
