@@ -7,7 +7,7 @@
  *   core.ternary_unpack(packed, K) → W̃        f32 in {−1, 0, 1}
  *   core.ternary_check(packed, K)             raises on corrupt data
  *   core.ternary_matmul(x, packed, K, γ) → y  int8 × ternary inference
- *   core.ternary_isa() → "avx2" | "portable"
+ *   core.ternary_isa() → "avx512vnni" | "avx2" | "portable"
  *   core.ternary_fake_quant(w, count) → γ·W̃  differentiable (STE)
  *   core.int8_fake_quant(x) → x̃/s             differentiable (STE)
  *   core.ternary_vnm_pack(S) → packed, γ       S a V:N:M matrix

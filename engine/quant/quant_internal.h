@@ -46,7 +46,8 @@ vn_tensor *vnq__quantize_input_ops(const vn_tensor *x);
 typedef void (*vnq_kernel)(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
                            const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
                            int64_t ldy);
-/* By name: "portable" or "avx2" (NULL where the build or CPU lacks it);
+/* By name: "portable", "avx2" or "avx512vnni" (NULL where the build or
+ * CPU lacks it);
  * NULL picks as vn_ternary_isa does. */
 vnq_kernel vnq__kernel(const char *isa);
 

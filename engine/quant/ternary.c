@@ -1,11 +1,12 @@
 /* ternary.c — packed ternary weights (2 bits each, layout in venom/quant.h)
  * and the inference product with int8 activations: integer dot products,
- * one scale per output. Two instantiations of the kernel: portable C, and
- * AVX2 with vpmaddubsw (u8 × s8 → pairwise s16 sums), picked at run time by
- * the CPU like the V:N:M kernels (engine/sparse/vnm_kernels.c).
+ * one scale per output. Three instantiations of the kernel: portable C,
+ * AVX2 with vpmaddubsw (u8 × s8 → pairwise s16 sums), and AVX-512 VNNI with
+ * vpdpbusd (u8 × s8 → s32 sums of four), picked at run time by the CPU like
+ * the V:N:M kernels (engine/sparse/vnm_kernels.c).
  *
  * The weights are stored as codes c = W̃ + 1 ∈ {0, 1, 2}, which are unsigned
- * as vpmaddubsw wants its first operand: Σ c·x̃ = Σ W̃·x̃ + Σ x̃, so the
+ * as vpmaddubsw and vpdpbusd want their first operand: Σ c·x̃ = Σ W̃·x̃ + Σ x̃, so the
  * kernel subtracts Σ x̃ of the row (computed once per row) at the end. */
 #include "quant_internal.h"
 
@@ -116,28 +117,96 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
     }
 }
 #pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vnni")
+
+/* Activation rows per pass over a weight row, as AVX2_ROWS: 32 zmm
+ * registers hold the accumulators, the two weight vectors and the loads. */
+#define VNNI_ROWS 8
+
+/* AVX-512 VNNI: vpdpbusd adds the four u8 × s8 products of each 32-bit
+ * lane straight into an s32 accumulator (no s16 step, no saturation). One
+ * 128-column group is two 64-byte vectors: the group's 32 packed bytes are
+ * broadcast to both halves of a zmm and shifted by 0 | 2 bits (columns
+ * 0–63 of the group, in x̃'s order) and by 4 | 6 bits (columns 64–127). */
+static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                              const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                              int64_t ldy)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP;
+    const __m512i mask = _mm512_set1_epi8(3);
+    /* Per-16-bit-lane shift counts: the low 256 bits by a, the high by b. */
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = packed + n * rb;
+        for (int64_t b0 = 0; b0 < B; b0 += VNNI_ROWS) {
+            int nb = B - b0 < VNNI_ROWS ? (int)(B - b0) : VNNI_ROWS;
+            __m512i acc[VNNI_ROWS];
+            for (int j = 0; j < VNNI_ROWS; j++) acc[j] = _mm512_setzero_si512();
+            for (int64_t g = 0; g < G; g++) {
+                __m512i p = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + g * 32)));
+                /* As in AVX2, the mask keeps each byte's own two bits. */
+                __m512i w01 = _mm512_and_si512(_mm512_srlv_epi16(p, sh01), mask);
+                __m512i w23 = _mm512_and_si512(_mm512_srlv_epi16(p, sh23), mask);
+                for (int j = 0; j < nb; j++) {
+                    const int8_t *xr = xq + (b0 + j) * Kp + g * VNQ_GROUP;
+                    /* The group's sum starts from zero so that the chain
+                     * carried from group to group is one vpaddd, not two
+                     * vpdpbusd (several cycles of latency each). */
+                    __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w01, _mm512_loadu_si512(xr));
+                    t = _mm512_dpbusd_epi32(t, w23, _mm512_loadu_si512(xr + 64));
+                    acc[j] = _mm512_add_epi32(acc[j], t);
+                }
+            }
+            for (int j = 0; j < nb; j++)
+                y[(b0 + j) * ldy + n] =
+                    finish(_mm512_reduce_add_epi32(acc[j]), xsum[b0 + j], s[b0 + j], gamma);
+        }
+    }
+}
+#pragma GCC pop_options
 #endif
+
+/* The kernels by name; NULL where the build or the CPU lacks one. */
+static vnq_kernel by_name(const char *isa)
+{
+#ifdef VNQ_HAVE_AVX2
+    if (!strcmp(isa, "avx512vnni") && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        return kernel_avx512vnni;
+    if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2")) return kernel_avx2;
+#endif
+    return !strcmp(isa, "portable") ? kernel_portable : NULL;
+}
+
+/* VENOM_NO_AVX512 (as for the V:N:M kernels) and VENOM_NO_AVX2, when set
+ * (non-empty), skip the kernels of that ISA and above: to test and time
+ * the others on one machine. */
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
 
 vnq_kernel vnq__kernel(const char *isa)
 {
-    bool avx2 = false;
-#ifdef VNQ_HAVE_AVX2
-    avx2 = __builtin_cpu_supports("avx2");
-#endif
-    if (!isa) {
-        const char *off = getenv("VENOM_NO_AVX2");
-        isa = avx2 && !(off && *off) ? "avx2" : "portable";
-    }
-    if (!strcmp(isa, "portable")) return kernel_portable;
-#ifdef VNQ_HAVE_AVX2
-    if (!strcmp(isa, "avx2") && avx2) return kernel_avx2;
-#endif
-    return NULL;
+    if (isa) return by_name(isa);
+    if (env_set("VENOM_NO_AVX2")) return kernel_portable;
+    vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
+    if (!k) k = by_name("avx2");
+    return k ? k : kernel_portable;
 }
 
 const char *vn_ternary_isa(void)
 {
-    return vnq__kernel(NULL) == kernel_portable ? "portable" : "avx2";
+    vnq_kernel k = vnq__kernel(NULL);
+#ifdef VNQ_HAVE_AVX2
+    if (k == kernel_avx512vnni) return "avx512vnni";
+    if (k == kernel_avx2) return "avx2";
+#endif
+    return "portable";
 }
 
 /* ---- packing ---------------------------------------------------------------------- */

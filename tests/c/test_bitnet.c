@@ -3,7 +3,8 @@
  * reference loops and against central finite differences of the surrogate
  * (the product with the other operand's quantiser frozen), γ = 0 and zero
  * rows, the quantisers of the CUDA path (public ops) against the loops, the 2-bit packing byte for byte against a plain packer, the packed
- * kernels (portable and AVX2) against a plain integer loop for odd sizes,
+ * kernels (portable, AVX2, AVX-512 VNNI: those this CPU has) against a
+ * plain integer loop for odd sizes and bit for bit against each other,
  * corrupt packed data, and bad arguments. */
 #include "gradcheck.h"
 #include "ref_quant.h"
@@ -245,7 +246,9 @@ static uint8_t *ref_pack(const float *trits, int64_t N, int64_t K, int64_t *rb)
 static void test_pack_and_kernels(void **state)
 {
     (void)state;
-    const int64_t Ks[] = {1, 37, 128, 129, 300}, Bs[] = {1, 3, 6};
+    /* K odd, or not a multiple of 64 or 128 (padded groups); B below, at
+     * and past the 4 and 8 rows the SIMD kernels take per pass. */
+    const int64_t Ks[] = {1, 37, 128, 129, 300}, Bs[] = {1, 3, 8, 64};
     for (int ik = 0; ik < 5; ik++) {
         int64_t K = Ks[ik], N = 7, rb;
         vn_tensor *w = trand(2, (int64_t[]){N, K}, -1, 1, 10 + (unsigned)ik);
@@ -261,13 +264,15 @@ static void test_pack_and_kernels(void **state)
         vn_tensor *u = vn_ternary_unpack(p, K);
         CHECK_PTR(u);
         assert_memory_equal(f32(u), trits, sizeof(float) * (size_t)(N * K));
-        for (int ib = 0; ib < 3; ib++) {
+        for (int ib = 0; ib < 4; ib++) {
             int64_t B = Bs[ib], Kp = rb * 4;
             vn_tensor *x = trand(2, (int64_t[]){B, K}, -3, 3, 20 + (unsigned)(ib + ik));
-            if (B > 1) memset(f32(x) + K, 0, sizeof(float) * (size_t)K); /* a zero row */
+            if (B > 1) memset(f32(x) + K, 0, sizeof(float) * (size_t)K); /* zero rows */
+            if (B > 8) memset(f32(x) + 9 * K, 0, sizeof(float) * (size_t)K);
             int8_t *xq = calloc((size_t)(B * Kp), 1);
             int32_t *sum = calloc((size_t)B, sizeof *sum);
             float *s = calloc((size_t)B, sizeof *s), *y = calloc((size_t)(B * N), sizeof *y);
+            float *y0 = calloc((size_t)(B * N), sizeof *y0); /* the portable kernel's */
             float *q = malloc(sizeof(float) * (size_t)K);
             double *ref = calloc((size_t)(B * N), sizeof *ref);
             for (int64_t b = 0; b < B; b++) {
@@ -279,13 +284,16 @@ static void test_pack_and_kernels(void **state)
                     ref[b * N + n] = s[b] > 0 ? (double)acc * g / s[b] : 0;
                 }
             }
-            const char *isas[] = {"portable", "avx2"};
-            for (int i = 0; i < 2; i++) {
+            const char *isas[] = {"portable", "avx2", "avx512vnni"};
+            for (int i = 0; i < 3; i++) {
                 vnq_kernel kern = vnq__kernel(isas[i]);
-                if (!kern) continue; /* no AVX2 on this CPU */
+                if (!kern) continue; /* not on this CPU */
                 memset(y, 0xff, sizeof(float) * (size_t)(B * N));
                 kern(vn_tensor_data(p), N, Kp, xq, sum, s, B, g, y, N);
                 for (int64_t j = 0; j < B * N; j++) assert_close(y[j], ref[j], 1e-6, isas[i], j);
+                /* Integer sums, one scaling: every ISA gives the same bits. */
+                if (i == 0) memcpy(y0, y, sizeof(float) * (size_t)(B * N));
+                else assert_memory_equal(y, y0, sizeof(float) * (size_t)(B * N));
             }
             /* The public product matches the training forward. */
             vn_tensor *yt = vn_ternary_matmul(x, p, K, g), *yb = vn_bitlinear(x, w);
@@ -295,7 +303,7 @@ static void test_pack_and_kernels(void **state)
             vn_tensor_release(yt);
             vn_tensor_release(yb);
             vn_tensor_release(x);
-            free(xq), free(sum), free(s), free(y), free(q), free(ref);
+            free(xq), free(sum), free(s), free(y), free(y0), free(q), free(ref);
         }
         free(trits);
         free(want);

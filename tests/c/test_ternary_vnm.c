@@ -4,8 +4,8 @@
  * vnm_linear(int8_fake_quant(x), S, ternary_fake_quant(values, nnz)) with
  * its gradients against central finite differences of the STE surrogate;
  * the packing byte for byte against a plain packer of the compact columns;
- * the product (AVX2 and portable) against double loops over the dense
- * ternary matrix on odd sizes with padding; γ = 0, zero rows; bad input
+ * the product (with each kernel ISA the CPU has) against double loops
+ * over the dense ternary matrix on odd sizes with padding; γ = 0, zero rows; bad input
  * and corrupt packed data. */
 #include "gradcheck.h"
 #include "ref_quant.h"
@@ -215,10 +215,11 @@ static void test_pack_and_product(void **state)
             vn_tensor *x = trand(2, (int64_t[]){B, K}, -3, 3, 20 + (unsigned)(ib + 3 * c));
             if (B > 1) memset(f32(x) + K, 0, sizeof(float) * (size_t)K); /* a zero row */
             double *ref = ref_product(f32(x), trits, g, B, R, K);
-            const char *isas[] = {"portable", "avx2"};
-            for (int i = 0; i < 2; i++) {
-                if (!vnq__kernel(isas[i])) continue; /* no AVX2 on this CPU */
+            const char *isas[] = {"portable", "avx2", "avx512vnni"};
+            for (int i = 0; i < 3; i++) {
+                if (!vnq__kernel(isas[i])) continue; /* not on this CPU */
                 setenv("VENOM_NO_AVX2", i == 0 ? "1" : "", 1);
+                setenv("VENOM_NO_AVX512", i == 1 ? "1" : "", 1);
                 assert_string_equal(vn_ternary_isa(), isas[i]);
                 vn_tensor *y = vn_ternary_vnm_matmul(x, s, p, g);
                 CHECK_PTR(y);
@@ -226,6 +227,7 @@ static void test_pack_and_product(void **state)
                 vn_tensor_release(y);
             }
             unsetenv("VENOM_NO_AVX2");
+            unsetenv("VENOM_NO_AVX512");
             /* the packed product is the training forward */
             vn_tensor *xq = vn_int8_fake_quant(x), *yt = xq ? vn_vnm_spmm(s, wq, xq) : NULL;
             vn_tensor *y = vn_ternary_vnm_matmul(x, s, p, g);

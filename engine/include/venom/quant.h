@@ -66,16 +66,19 @@ vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K);
 
 /* Inference with packed weights: y f32 (..., N) = (x̃·W̃ᵀ)·γ/s for x f32
  * (..., K), the activations quantised to int8 per row as above and the dot
- * products done in integers (AVX2 vpmaddubsw, or portable C; see
- * vn_ternary_isa). Equal to vn_bitlinear's forward up to f32 rounding. Not
+ * products done in integers (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw, or
+ * portable C; see vn_ternary_isa). Equal to vn_bitlinear's forward up to f32 rounding. Not
  * recorded on the tape. packed must be valid (made by vn_ternary_pack, or
  * passed by vn_ternary_check): a code 3 would count as 2. Errors: the shape
  * errors of vn_ternary_check, VN_ERR_SHAPE when x's last dim is not K, VN_ERR_ARG for a γ that is
  * negative or not finite. */
 vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_t K, float gamma);
 
-/* The instruction set the packed kernels use: "avx2" when the CPU has it,
- * else "portable"; VENOM_NO_AVX2 (non-empty) forces "portable". */
+/* The instruction set the packed kernels use: "avx512vnni" when the CPU
+ * has AVX-512 F, BW and VNNI, else "avx2" when it has AVX2, else
+ * "portable". All three give the same integer sums, so the same outputs
+ * bit for bit. VENOM_NO_AVX512 (non-empty) skips "avx512vnni";
+ * VENOM_NO_AVX2 (non-empty) forces "portable". */
 const char *vn_ternary_isa(void);
 
 /* ---- fake quantisation (the quantisers as ops, for layers that compose them) ---- */
@@ -120,7 +123,7 @@ vn_status vn_ternary_vnm_check(const vn_tensor *packed, const vn_vnm *s);
  * x quantised to int8 per row as above; for each block of V rows the kernel
  * gathers the block's 4·G columns of x̃ into a compact row, then takes
  * integer dot products with the packed rows (the kernels of
- * vn_ternary_matmul, AVX2 or portable by vn_ternary_isa). Equal to
+ * vn_ternary_matmul, chosen as vn_ternary_isa says). Equal to
  * vn_vnm_linear(vn_int8_fake_quant(x), s, γ·W̃ values, NULL) up to f32
  * rounding. Not recorded on the tape. packed must be valid (from
  * vn_ternary_vnm_pack(s), or passed by vn_ternary_vnm_check). Errors:
