@@ -33,7 +33,9 @@ static float *ref_trits(const vn_vnm *s, int64_t R, int64_t K, float *gamma)
     double sum = 0;
     int64_t kept = 0;
     for (int64_t i = 0; i < R * K; i++) sum += mk[i] ? fabs((double)f32(d)[i]) : 0, kept += mk[i];
-    float g = (float)(sum / (double)kept), *t = calloc((size_t)(R * K), sizeof *t);
+    /* max(.., 1): gcc -O2 with the sanitizers otherwise warns that a
+     * non-positive R·K would ask calloc for more than SIZE_MAX/2 bytes. */
+    float g = (float)(sum / (double)kept), *t = calloc(R * K > 0 ? (size_t)(R * K) : 1, sizeof *t);
     for (int64_t i = 0; i < R * K; i++) t[i] = mk[i] ? ref_trit(f32(d)[i], g) + 0.0f : 0.0f;
     vn_tensor_release(d);
     vn_tensor_release(m);
