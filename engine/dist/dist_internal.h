@@ -16,7 +16,8 @@ vn_status vn__dist_ready(const char *op);
  * after its checks and the shape exchange; all_to_all takes MPI_Alltoallv's
  * four arrays (send counts, send displacements, receive counts, receive
  * displacements, in elements) end to end. Without NCCL dist.c refuses CUDA
- * tensors before it gets here, and these are stubs. */
+ * tensors before it gets here, and these return "venom was built without
+ * NCCL" (VN_ERR_DEVICE) as a second line of defence. */
 #ifdef VENOM_HAVE_NCCL
 bool vn__nccl_built(void);
 void vn__nccl_finalize(void);
