@@ -14,6 +14,10 @@
 -- (median of 5) times the steps (no overlap at all), and the bytes
 -- all-reduced per step against the gradient's size.
 --
+-- Without --distributed it also times the epoch's GEMMs alone (same shapes,
+-- same BLAS) and prints the arithmetic floor (the epoch's GEMM work at that
+-- rate) and, with --epochs > 1, each epoch's time and their spread.
+--
 -- Loading and normalizing the data happens before the clock starts; a few
 -- warm-up steps (allocator caches, BLAS threads) run untimed. Prints a table;
 -- never fails on time.
@@ -76,8 +80,10 @@ for e = 1, opts.epochs do
   end
   times[e] = dist.all_reduce_number(venom.clock() - t0, "max")
 end
-table.sort(times)
-local secs = times[math.floor((#times + 1) / 2)] -- median
+local sorted = {}
+for i, t in ipairs(times) do sorted[i] = t end
+table.sort(sorted)
+local secs = sorted[math.floor((#sorted + 1) / 2)] -- median
 
 local function cpu_model()
   local f = io.open("/proc/cpuinfo")
@@ -106,6 +112,42 @@ print(("%-28s %d (%d steps)"):format("samples per epoch", n, #loader))
 print(("%-28s %.2f"):format("seconds per epoch", secs))
 print(("%-28s %.0f"):format("samples per second", n / secs))
 print(("%-28s %.1f"):format("GEMM GFLOP/s", flop / secs / 1e9))
+if #times > 1 then
+  local parts = {}
+  for i, t in ipairs(times) do parts[i] = ("%.2f"):format(t) end
+  print(("%-28s %s; spread (max - min) %.1f%% of the median"):format("seconds, epoch by epoch",
+    table.concat(parts, " "), 100 * (sorted[#sorted] - sorted[1]) / secs))
+end
+
+-- The arithmetic floor: the epoch's GEMM work at the rate the same BLAS calls
+-- reach alone, timed now (the same shapes: per layer Y = X·Wᵀ, dX = dY·W and
+-- dW = dYᵀ·X at this batch size; transposed views go to sgemm without copies).
+-- A run that is far above it spends its time outside the GEMMs.
+local function gemm_rate()
+  local B, ops, work = opts.batch_size, {}, 0
+  for i = 1, 3 do
+    local x, w, dy = venom.randn(B, dims[i]), venom.randn(dims[i + 1], dims[i]), venom.randn(B, dims[i + 1])
+    ops[#ops + 1] = function() return venom.matmul(x, w:transpose(1, 2)) end
+    ops[#ops + 1] = function() return venom.matmul(dy, w) end
+    ops[#ops + 1] = function() return venom.matmul(dy:transpose(1, 2), x) end
+    work = work + 3 * 2 * B * dims[i] * dims[i + 1]
+  end
+  local best = math.huge
+  for _ = 1, 5 do
+    local t0 = venom.clock()
+    for _ = 1, 20 do
+      for _, op in ipairs(ops) do op():free() end
+    end
+    best = math.min(best, (venom.clock() - t0) / 20)
+  end
+  return work / best
+end
+if not dp then
+  local rate = venom.no_grad(gemm_rate)
+  local floor = flop / rate
+  print(("%-28s %.1f GFLOP/s (the epoch's shapes, best of 5)"):format("sgemm alone", rate / 1e9))
+  print(("%-28s %.2f s; the epoch is %.2f × it"):format("arithmetic floor", floor, secs / floor))
+end
 print(("%-28s %s"):format("cores (nproc)", nproc()))
 print(("%-28s %s"):format("CPU", cpu_model()))
 
