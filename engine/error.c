@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 static _Thread_local vn_status last_status;
@@ -25,6 +26,9 @@ static vn_status set_error(vn_status s, const char *fmt, va_list ap)
      * format into a copy so the source is not overwritten while read. */
     char msg[sizeof last_error];
     vsnprintf(msg, sizeof msg, fmt ? fmt : "(no message)", ap);
+    /* glibc prints a NaN with its sign bit ("-nan", e.g. 0/0); the sign of a
+     * NaN means nothing to a user, so every message says "nan". */
+    for (char *p = strstr(msg, "-nan"); p; p = strstr(p, "-nan")) memmove(p, p + 1, strlen(p));
     memcpy(last_error, msg, sizeof msg);
     last_status = s;
     return s;

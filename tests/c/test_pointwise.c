@@ -458,6 +458,14 @@ static void test_dropout(void **state)
     assert_null(vn_dropout(x, 1, true));
     assert_non_null(strstr(vn_last_error(), "p = 1"));
     assert_null(vn_dropout(x, -0.1, true));
+    /* a NaN p is refused, and the message says "nan" whatever its sign bit
+     * (glibc's printf writes "-nan" for the NaN that 0/0 gives) */
+    volatile double zero = 0;
+    double nan_neg = -(zero / zero);
+    if (!signbit(nan_neg)) nan_neg = -nan_neg;
+    assert_null(vn_dropout(x, nan_neg, true));
+    assert_non_null(strstr(vn_last_error(), "p = nan"));
+    assert_null(strstr(vn_last_error(), "-nan"));
     vn_tensor *all[] = {x, y, y2, y3, l, e, z, le};
     release_all(all, 8);
 }
