@@ -95,9 +95,12 @@ local function lua_docs(module)
           docs[name:gsub("^[%w_]+[.:]", "")] = docs[name:gsub("^[%w_]+[.:]", "")] or text_block
         end
       end
-      -- one comment may cover a run of one-line functions right below it
-      -- (venom.from_torch_names and venom.to_torch_names)
-      if not line:match("^function [%w_.:]+%(.*%).* end$") then block = nil end
+      -- one comment may cover a run of one-line functions or assignments
+      -- right below it (venom.from_torch_names and venom.to_torch_names;
+      -- venom.add_ = core.add_, venom.sub_ = core.sub_, ...)
+      if not (line:match("^function [%w_.:]+%(.*%).* end$") or line:match("^[%w_]+%.[%w_]+ = [%w_.]+$")) then
+        block = nil
+      end
     end
   end
   return docs

@@ -26,6 +26,77 @@ venom.type = core.type
 -- Functions of the binding that venom.h does not document, documented here
 -- for help() (the assignments only give the `---` comments a name).
 
+--- x:dim() → the number of dimensions (0 for a scalar). x:size() → the
+-- shape as a table {d1, d2, ...} (as x:shape()); x:size(d) → dimension d's
+-- size (d counts from 1; negative d from the end; an error names the range).
+venom.dim = core.dim
+venom.size = core.size
+
+--- x:t() → the transpose of a matrix (a view, no copy: x:transpose(1, 2));
+-- a vector or a scalar comes back as is.
+venom.t = core.t
+
+--- x:to(dtype | device) → x converted to a dtype ("f32", "i32", "i64",
+-- "u8", "bf16", "f16") or moved to a device ("cpu", "cuda"); one argument.
+-- x:float(), x:int(), x:long(), x:byte() are x:to("f32" | "i32" | "i64" |
+-- "u8"); x:cpu() is x:to("cpu"), x:is_cuda() → true for a CUDA tensor.
+-- Float to integer conversions truncate toward zero (as C casts); a value
+-- the integer dtype cannot hold is an error.
+venom.to = core.to
+venom.float = core.float
+venom.int = core.int
+venom.long = core.long
+venom.byte = core.byte
+venom.cpu = core.cpu
+venom.is_cuda = core.is_cuda
+
+--- x:add_(y), x:sub_(y), x:mul_(y), x:div_(y) → x, updated in place with
+-- x + y, x − y, x · y, x / y (y a tensor that broadcasts to x's shape, or a
+-- number). In place: refused on a leaf that requires grad and on a tensor
+-- the graph saved for a backward (the error says which).
+venom.add_ = core.add_
+venom.sub_ = core.sub_
+venom.mul_ = core.mul_
+venom.div_ = core.div_
+
+--- x:totable() → x's values as nested Lua tables (the shape's nesting;
+-- a number for a 0-d tensor), copied to the CPU and to numbers.
+venom.totable = core.totable
+
+--- x:requires_grad_([on = true]) → x, marked (or unmarked) as a leaf whose
+-- gradient backward() accumulates in x.grad. x:grad_fn() → the name of the
+-- op that made x ("matmul", "relu", ...) for a result inside the graph, nil
+-- for a leaf or a tensor made without autograd.
+venom.requires_grad_ = core.requires_grad_
+venom.grad_fn = core.grad_fn
+
+--- venom.clock() → seconds (a double) on a monotonic clock, for timing
+-- (differences only: the origin is arbitrary).
+venom.clock = core.clock
+
+--- venom.isatty([fd = 1 | file]) → true when the file descriptor (or Lua
+-- file handle) is a terminal; progress bars redraw in place only then.
+venom.isatty = core.isatty
+
+--- venom.is_graph(v) → true when v is a graph (venom.graph: a CSR sparse
+-- adjacency). venom.graph_from_edges(src, dst, n [, values]) → the n-node
+-- graph with the edges src[k] → dst[k] (1-based i64 tensors), the engine
+-- call behind venom.graph.from_edges (which documents the checks).
+venom.is_graph = core.is_graph
+venom.graph_from_edges = core.graph_from_edges
+
+--- Engine calls behind Lua modules, not meant for scripts:
+-- venom.profile_entries() → the per-op timer's rows {op, calls, forward_s,
+-- backward_s, ...} (venom.profile reports them); venom.dist_reducer(params,
+-- bucket_bytes) and venom.dist_reducer_stats(r) → the gradient bucket
+-- all-reducer of distributed.DataParallel and its counters;
+-- venom.vnm_shadow_decay_(W, S, f) → W with the weights outside the V:N:M
+-- pattern S multiplied by f (prune.GMP's dense-shadow decay, SR-STE).
+venom.profile_entries = core.profile_entries
+venom.dist_reducer = core.dist_reducer
+venom.dist_reducer_stats = core.dist_reducer_stats
+venom.vnm_shadow_decay_ = core.vnm_shadow_decay_
+
 --- venom.tensor(data, [dtype | opts]) → a new tensor holding `data`: a
 -- number (a 0-d tensor), a tensor (copied, converted to dtype) or a
 -- rectangular nested table of numbers (its nesting is the shape:
@@ -115,7 +186,7 @@ end
 -- names ("1.V" = "64"). venom.load gives them back as strings, which
 -- load_state_dict accepts where a number is expected.
 
--- Marks table t as a state dict: venom.save writes its non-tensor entries to
+--- venom._state_dict(t, meta) → t marked as a state dict: venom.save writes its non-tensor entries to
 -- the metadata, and a read of a name t lacks falls back to `meta` (the
 -- file's metadata, for venom.load). Used by Module:state_dict().
 function venom._state_dict(t, meta)
