@@ -117,8 +117,9 @@ local opts = util.parse_cli(arg, {
   activation = "the MLPs' activation: gelu, relu or relu2 (the last two run activation-sparse)",
   prune_start = "fraction of the steps after which pruning starts",
   prune_end = "fraction of the steps at which the final pattern is reached",
-  rewind = "with --sparse: restart the cosine at this fraction of --lr after the last pruning "
-    .. "event (learning-rate rewinding, as tutorial 2; 0: off)",
+  rewind = "restart the cosine at this fraction of --lr after the last pruning event "
+    .. "(learning-rate rewinding, as tutorial 2; without --sparse at the step where that "
+    .. "event would be: the dense control; 0: off)",
   sample = "bytes of text generated at the end",
   prompt = "start of the generated text",
   temperature = "sampling temperature",
@@ -152,9 +153,6 @@ local opts = util.parse_cli(arg, {
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
   util.check_arg_number(o, "rewind", 0, true)
-  if o.rewind > 0 and o.sparse == "" then
-    util.fail("--rewind restarts the lr after pruning; give --sparse too")
-  end
   if not (o.dropout >= 0 and o.dropout < 1) then
     util.fail("--dropout must be in [0, 1), got " .. tostring(o.dropout))
   end
@@ -234,28 +232,31 @@ local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.
 -- prune.GMP replaces each MLP projection (model:mlp_layers(): blocks.i.mlp.fc
 -- and blocks.i.mlp.proj) by an nn.SparseLinear when it first turns sparse,
 -- and recompresses it as M grows; attention and embeddings stay dense.
+-- The schedule: 20 events (or one per step) from --prune-start to --prune-end.
+local prune_t0 = math.floor(opts.prune_start * opts.steps)
+local prune_span = math.floor(opts.prune_end * opts.steps) - prune_t0
+local prune_dt = math.max(1, math.floor(prune_span / 20))
+local prune_n = math.max(1, math.floor(prune_span / prune_dt))
 local gmp
 if opts.sparse ~= "" then
-  local t0 = math.floor(opts.prune_start * opts.steps)
-  local span = math.floor(opts.prune_end * opts.steps) - t0
-  local dt = math.max(1, math.floor(span / 20))
   local ok_gmp, g = pcall(prune.GMP, model, { optimizer = opt, pattern = opts.sparse,
-    layers = model:mlp_layers(), t0 = t0, n = math.max(1, math.floor(span / dt)), dt = dt })
+    layers = model:mlp_layers(), t0 = prune_t0, n = prune_n, dt = prune_dt })
   if not ok_gmp then die(g) end
   gmp = g
   print(("pruning the MLPs towards %s: steps %d to %d, every %d steps"):format(opts.sparse,
-    t0, t0 + gmp.n * dt, dt))
+    prune_t0, prune_t0 + prune_n * prune_dt, prune_dt))
 end
 
--- The learning rate: warm-up, then a cosine decay to 0; with --sparse and
--- --rewind F a second cosine from F·lr starts after the last pruning event
--- (tutorial 2 explains why).
+-- The learning rate: warm-up, then a cosine decay to 0; with --rewind F a
+-- second cosine from F·lr starts after the last pruning event (tutorial 2
+-- explains why). Without --sparse it starts at the same step: a dense run to
+-- compare a rewound sparse one with, since the restart alone changes the loss.
 local warmup = opts.warmup > 0 and opts.warmup or math.floor(opts.steps / 20)
 local sched
 if opts.steps > warmup then
   local sched_opts = { warmup_steps = warmup, total_steps = opts.steps }
-  local restart = gmp and math.max(gmp.t0 + gmp.n * gmp.dt, warmup)
-  if opts.rewind > 0 and restart and restart < opts.steps then
+  local restart = math.max(prune_t0 + prune_n * prune_dt, warmup)
+  if opts.rewind > 0 and restart < opts.steps then
     sched_opts.restart_step, sched_opts.restart_lr = restart, opts.rewind * opts.lr
     print(("the lr restarts at %g after step %d"):format(opts.rewind * opts.lr, restart))
   end

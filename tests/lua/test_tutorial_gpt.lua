@@ -24,6 +24,18 @@ tap.ok(out:find("step     6  train loss %d") ~= nil and out:find("step    12  tr
 tap.ok(out:find("final val loss %d") ~= nil and out:find("tokens/s") ~= nil
   and out:find("--- sample ---\nThe ") ~= nil, "final loss, tokens/s and a sample after the prompt")
 
+-- --rewind without --sparse: the dense control restarts the lr where the
+-- sparse schedule's last event would be (after step 7): the same losses up
+-- to step 6, other ones at step 12.
+local dense = out
+local rewound
+rewound, rc = tutorial("--text " .. tmp .. " --rewind 1")
+local function loss_at(s, step) return s:match(("step +%d  train loss ([%%d.]+)"):format(step)) end
+tap.ok(rc == 0 and rewound:find("the lr restarts at 0.002 after step 7\n") ~= nil
+  and loss_at(rewound, 6) == loss_at(dense, 6) and loss_at(rewound, 12) ~= loss_at(dense, 12),
+  "dense --rewind 1 restarts the lr after step 7: step 6 as the dense run, step 12 not"
+  .. (rc ~= 0 and ": " .. rewound or ""))
+
 out, rc = tutorial("--text " .. tmp .. " --sparse 16:2:8")
 tap.is(rc, 0, "--sparse run" .. (rc ~= 0 and ": " .. out or ""))
 local pruned = 0
