@@ -100,6 +100,51 @@ static int attn_threads(int64_t BH, int64_t T, int64_t Dh)
 
 static float attn_scale(int64_t Dh) { return Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f; }
 
+/* The causal mask lets the products skip what lies above the diagonal: the
+ * queries go in blocks of this many rows, and query block [r0, r1) meets
+ * only keys 0..r1−1 (key block [c0, c1) only queries c0..T−1). At T = 64 the
+ * GEMMs do 3/4 of the full T × T work, at T = 128 5/8. Smaller blocks skip
+ * more but make more, smaller calls. */
+#define ATT_BLOCK 32
+
+/* The end of the block that starts at r0. */
+static int64_t block_end(int64_t r0, int64_t T) { return r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T; }
+
+/* P (T × T, row stride T) = scale · A·Bᵀ (A, B: T × Dh) on and below the
+ * diagonal's blocks; what lies right of a row block's last key is left
+ * unwritten. */
+static void causal_scores(float *P, const float *A, int64_t lda, const float *B, int64_t ldb,
+                          int64_t T, int64_t Dh, float scale)
+{
+    for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int64_t r1 = block_end(r0, T);
+        mm(false, true, r1 - r0, r1, Dh, scale, A + r0 * lda, lda, B, ldb, P + r0 * T, T);
+    }
+}
+
+/* Out (T × Dh, row stride ldo) = P·B over the keys each row block meets,
+ * P (T × T) zero above the diagonal. */
+static void causal_pv(float *Out, int64_t ldo, const float *P, const float *B, int64_t ldb,
+                      int64_t T, int64_t Dh, float alpha)
+{
+    for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+        int64_t r1 = block_end(r0, T);
+        mm(false, false, r1 - r0, Dh, r1, alpha, P + r0 * T, T, B, ldb, Out + r0 * ldo, ldo);
+    }
+}
+
+/* Out (T × Dh) = Pᵀ·B over the queries each key block meets (rows c0..T−1
+ * of B for keys c0..c1−1). */
+static void causal_ptb(float *Out, int64_t ldo, const float *P, const float *B, int64_t ldb,
+                       int64_t T, int64_t Dh, float alpha)
+{
+    for (int64_t c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+        int64_t c1 = block_end(c0, T);
+        mm(true, false, c1 - c0, Dh, T - c0, alpha, P + c0 * T + c0, T, B + c0 * ldb, ldb,
+           Out + c0 * ldo, ldo);
+    }
+}
+
 /* out and stats (B·H, T, 2) from q, k, v (read through layout in, out
  * written through ol); false (error set) when the scratch cannot be
  * allocated. */
@@ -116,10 +161,9 @@ static bool forward_cpu(float *O, float *stats, const float *Q, const float *K, 
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t i = att_head_offset(in, (int)bh, (int)H);
         float *P = scratch + per * (size_t)omp_get_thread_num();
-        mm(false, true, T, T, Dh, scale, Q + i, in.row, K + i, in.row, P, T);
+        causal_scores(P, Q + i, in.row, K + i, in.row, T, Dh, scale);
         causal_softmax(P, T, stats + 2 * bh * T);
-        mm(false, false, T, Dh, T, 1.0f, P, T, V + i, in.row, O + att_head_offset(ol, (int)bh, (int)H),
-           ol.row);
+        causal_pv(O + att_head_offset(ol, (int)bh, (int)H), ol.row, P, V + i, in.row, T, Dh, 1.0f);
     }
     vn_tensor_release(scr);
     return true;
@@ -128,7 +172,8 @@ static bool forward_cpu(float *O, float *stats, const float *Q, const float *K, 
 /* Per (batch, head), with P the recomputed probabilities and G = dL/dout:
  *   dV = Pᵀ·G,  dP = G·Vᵀ,  dS = P ⊙ (dP − rowsum(dP ⊙ P)),
  *   dQ = dS·K / √Dh,  dK = dSᵀ·Q / √Dh.
- * Masked entries have P = 0, so they get dS = 0 with no extra test. dQ, dK
+ * Masked entries have P = 0 and dS = 0; the products run over the blocks
+ * on and below the diagonal only (causal_scores). dQ, dK
  * or dV NULL: not wanted. Every wanted gradient is written whole (no
  * zeroing first). False (error set) when the scratch cannot be allocated. */
 static bool backward_cpu(float *dQ, float *dK, float *dV, const float *Q, const float *K,
@@ -146,19 +191,22 @@ static bool backward_cpu(float *dQ, float *dK, float *dV, const float *Q, const 
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t i = att_head_offset(in, (int)bh, (int)H), o = att_head_offset(ol, (int)bh, (int)H);
         float *P = scratch + per * (size_t)omp_get_thread_num(), *dP = P + T * T;
-        mm(false, true, T, T, Dh, scale, Q + i, ld, K + i, ld, P, T);
+        causal_scores(P, Q + i, ld, K + i, ld, T, Dh, scale);
         causal_probs(P, T, stats + 2 * bh * T);
-        if (dV) mm(true, false, T, Dh, T, 1.0f, P, T, G + o, ldo, dV + i, ld);
+        if (dV) causal_ptb(dV + i, ld, P, G + o, ldo, T, Dh, 1.0f);
         if (!dQ && !dK) continue;
-        mm(false, true, T, T, Dh, 1.0f, G + o, ldo, V + i, ld, dP, T);
+        causal_scores(dP, G + o, ldo, V + i, ld, T, Dh, 1.0f);
         for (int64_t t = 0; t < T; t++) {
             const float *pr = P + t * T;
             float *dr = dP + t * T, s = 0;
             for (int64_t j = 0; j <= t; j++) s += dr[j] * pr[j];
-            for (int64_t j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s);
+            for (int64_t j = 0; j <= t; j++) dr[j] = pr[j] * (dr[j] - s);
+            /* above the diagonal dS = 0 (P = 0 there); past the row block's
+             * keys dP was never written, so no product with it */
+            for (int64_t j = t + 1; j < T; j++) dr[j] = 0;
         }
-        if (dQ) mm(false, false, T, Dh, T, scale, dP, T, K + i, ld, dQ + i, ld);
-        if (dK) mm(true, false, T, Dh, T, scale, dP, T, Q + i, ld, dK + i, ld);
+        if (dQ) causal_pv(dQ + i, ld, dP, K + i, ld, T, Dh, scale);
+        if (dK) causal_ptb(dK + i, ld, dP, Q + i, ld, T, Dh, scale);
     }
     vn_tensor_release(scr);
     return true;

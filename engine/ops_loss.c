@@ -3,6 +3,7 @@
  * contiguous tensor; another dim is first swapped to the end. Every exp is
  * taken of x − max(x), so large logits cannot overflow. */
 #include "internal.h"
+#include "vec_math.h" /* vn__exp_shift_f32: the vectorised exp */
 
 #include <stdlib.h>
 
@@ -252,7 +253,8 @@ static vn_status cross_entropy_backward(vn_node *node, const vn_tensor *gout)
         for (int64_t n = 0; n < N; n++) {
             const float *xr = px + n * C;
             float *dr = pd + n * C, s = scale[n];
-            for (int64_t c = 0; c < C; c++) dr[c] = expf(xr[c] - pl[n]) * s;
+            memcpy(dr, xr, sizeof(float) * (size_t)C);
+            vn__exp_shift_f32(dr, C, pl[n], s); /* exp(x − lse) · s, vectorised */
             dr[target_at(target, n)] -= s;
         }
     }
@@ -363,6 +365,9 @@ static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
     return out;
 }
 
+/* The forward's exps go through a stack buffer of this many floats. */
+#define CE_CHUNK 256
+
 vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
                             vn_reduction reduction)
 {
@@ -381,7 +386,14 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
             const float *xr = px + n * C;
             float m = -INFINITY, s = 0;
             for (int64_t c = 0; c < C; c++) m = xr[c] > m ? xr[c] : m;
-            for (int64_t c = 0; c < C; c++) s += expf(xr[c] - m);
+            /* Σ exp(x − m) in row order, the exps vectorised a chunk at a time */
+            float e[CE_CHUNK];
+            for (int64_t c0 = 0; c0 < C; c0 += CE_CHUNK) {
+                int64_t len = C - c0 < CE_CHUNK ? C - c0 : CE_CHUNK;
+                memcpy(e, xr + c0, sizeof(float) * (size_t)len);
+                vn__exp_shift_f32(e, len, m, 1.0f);
+                for (int64_t c = 0; c < len; c++) s += e[c];
+            }
             pl[n] = m + logf(s);
             /* (m − x_t) + log s in double keeps its digits when x_t ≈ m is large */
             per[n] = (double)(m - xr[target_at(target, n)]) + log((double)s);

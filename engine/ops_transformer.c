@@ -140,6 +140,37 @@ static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, c
     return VN_OK;
 }
 
+/* Row sums in f32 over LN_LANES partial sums, which GCC keeps in vector
+ * registers (a single running sum is a serial chain it may not reorder);
+ * the lanes are added in a fixed order, so a row gives the same bits on
+ * every run. f32 is enough at these widths: the rows are centred before
+ * the squares are summed. */
+#define LN_LANES 16
+
+static float lanes_total(const float *a, float tail)
+{
+    for (int l = 0; l < LN_LANES; l++) tail += a[l];
+    return tail;
+}
+
+/* Σ x_j and then Σ (x_j − mean)²: the row's mean and 1/sqrt(var + eps). */
+static void row_stats(const float *restrict x, int64_t D, double eps, float *mean, float *rstd)
+{
+    float a[LN_LANES] = {0}, tail = 0;
+    int64_t body = D - D % LN_LANES, j;
+    for (j = 0; j < body; j += LN_LANES)
+        for (int l = 0; l < LN_LANES; l++) a[l] += x[j + l];
+    for (; j < D; j++) tail += x[j];
+    float m = lanes_total(a, tail) / (float)D;
+    float b[LN_LANES] = {0};
+    tail = 0;
+    for (j = 0; j < body; j += LN_LANES)
+        for (int l = 0; l < LN_LANES; l++) b[l] += (x[j + l] - m) * (x[j + l] - m);
+    for (; j < D; j++) tail += (x[j] - m) * (x[j] - m);
+    *mean = m;
+    *rstd = (float)(1.0 / sqrt((double)lanes_total(b, tail) / (double)D + eps));
+}
+
 /* From the saved per-row (mean, 1/σ) and x̂ = (x − mean)/σ, with
  * ĝ = g ⊙ gamma:
  *   dx = (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)) / σ,
@@ -178,18 +209,28 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
             for (int64_t r = rows * t / n; r < rows * (t + 1) / n; r++) {
                 const float *xr = px + r * D, *gr = pg + r * D;
                 float mean = stats[2 * r], rstd = stats[2 * r + 1];
-                double s1 = 0, s2 = 0; /* Σ ĝ, Σ ĝ ⊙ x̂ */
-                for (int64_t j = 0; j < D; j++) {
-                    float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                    s1 += gh;
-                    s2 += (double)gh * xh;
-                    if (pdg) {
-                        pdg[j] += gr[j] * xh;
+                if (pdg)
+                    for (int64_t j = 0; j < D; j++) {
+                        pdg[j] += gr[j] * ((xr[j] - mean) * rstd);
                         pdb[j] += gr[j];
                     }
-                }
                 if (!pdx) continue;
-                float m1 = (float)(s1 / D), m2 = (float)(s2 / D);
+                /* Σ ĝ and Σ ĝ ⊙ x̂ over lanes, as row_stats does */
+                float a1[LN_LANES] = {0}, a2[LN_LANES] = {0}, t1 = 0, t2 = 0;
+                int64_t body = D - D % LN_LANES, j;
+                for (j = 0; j < body; j += LN_LANES)
+                    for (int l = 0; l < LN_LANES; l++) {
+                        float xh = (xr[j + l] - mean) * rstd;
+                        float gh = gr[j + l] * (pgam ? pgam[j + l] : 1.0f);
+                        a1[l] += gh;
+                        a2[l] += gh * xh;
+                    }
+                for (; j < D; j++) {
+                    float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
+                    t1 += gh;
+                    t2 += gh * xh;
+                }
+                float m1 = lanes_total(a1, t1) / (float)D, m2 = lanes_total(a2, t2) / (float)D;
                 for (int64_t j = 0; j < D; j++) {
                     float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
                     pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
@@ -296,13 +337,10 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
 #pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = px + r * D;
-            /* two passes in double: var = mean((x − mean)²) stays exact for
-             * rows with a large mean, where E[x²] − mean² would cancel */
-            double sum = 0, sq = 0;
-            for (int64_t j = 0; j < D; j++) sum += xr[j];
-            double mean = sum / D;
-            for (int64_t j = 0; j < D; j++) sq += (xr[j] - mean) * (xr[j] - mean);
-            float m = (float)mean, rstd = (float)(1.0 / sqrt(sq / D + eps));
+            /* two passes: var = mean((x − mean)²) stays exact for rows with
+             * a large mean, where E[x²] − mean² would cancel */
+            float m, rstd;
+            row_stats(xr, D, eps, &m, &rstd);
             ps[2 * r] = m;
             ps[2 * r + 1] = rstd;
             for (int64_t j = 0; j < D; j++) {

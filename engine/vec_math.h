@@ -1,6 +1,7 @@
 /* vec_math.h — elementwise math over arrays, in loops GCC vectorizes
  * (vec_math.c): with the Release flags (-march=x86-64-v3) 8 floats per AVX2
- * instruction. The results differ from kernels/scalar.h's formulas (which
+ * instruction, 16 per AVX-512 instruction where the CPU has it (a second
+ * copy of each loop, chosen when the library loads). The results differ from kernels/scalar.h's formulas (which
  * the CUDA kernels compute) by float rounding only; tests/c/test_vec_math.c
  * bounds the difference. */
 #ifndef VENOM_VEC_MATH_H

@@ -410,12 +410,11 @@ static void attention_grad_ref(const float *q, const float *k, const float *v, c
     free(p);
 }
 
-/* A size that runs the kernels' parallel loop over (batch, head), odd T and
- * Dh: values and all three gradients against the double references. */
-static void test_attention_large(void **state)
+/* Values and all three gradients of a (B, H, T, Dh) case against the double
+ * references. */
+static void attention_case(int64_t B, int64_t H, int64_t T, int64_t Dh)
 {
-    (void)state;
-    int64_t shape[4] = {2, 3, 37, 17}, BH = 6, T = 37, Dh = 17, n = BH * T * Dh;
+    int64_t shape[4] = {B, H, T, Dh}, BH = B * H, n = BH * T * Dh;
     vn_tensor *q = param(4, shape, -2, 2, 40), *k = param(4, shape, -2, 2, 41),
               *v = param(4, shape, -1, 1, 42), *w = trand(4, shape, -1, 1, 43);
     vn_tensor *out = vn_causal_attention(q, k, v);
@@ -442,6 +441,16 @@ static void test_attention_large(void **state)
     free(po);
     free(want);
     RELEASE(q, k, v, w, out);
+}
+
+/* A size that runs the kernels' parallel loop over (batch, head), odd T and
+ * Dh; and T = 70, three of the CPU kernel's 32-query blocks, the last one
+ * partial (the products skip the blocks above the diagonal). */
+static void test_attention_large(void **state)
+{
+    (void)state;
+    attention_case(2, 3, 37, 17);
+    attention_case(1, 2, 70, 8);
 }
 
 static void test_attention_errors(void **state)
