@@ -182,6 +182,10 @@ static int l_dist_reducer_stats(lua_State *L)
     lua_setfield(L, -2, "bytes_per_step");
     lua_pushnumber(L, st.wait_seconds);
     lua_setfield(L, -2, "wait_seconds");
+    lua_pushnumber(L, (lua_Number)st.bytes_reduced);
+    lua_setfield(L, -2, "bytes_reduced");
+    lua_pushnumber(L, (lua_Number)st.pieces_early);
+    lua_setfield(L, -2, "pieces_early");
     return 1;
 }
 

@@ -320,11 +320,16 @@ end
 -- got a gradient.
 function DataParallel:sync() call(core.dist_reducer_finish, self.reducer) end
 
---- {steps, buckets, bytes_per_step, wait_seconds}: completed steps, the
--- number of buckets, the gradient bytes all-reduced per step (the sum of
--- the parameters' sizes: each rank sends and receives that payload through
--- MPI's all-reduce) and the seconds spent waiting for all-reduces after
--- the backward had nothing left to overlap them with.
+--- {steps, buckets, bytes_per_step, wait_seconds, bytes_reduced,
+-- pieces_early}: completed steps, the number of buckets, the gradient bytes
+-- all-reduced per step (the sum of the parameters' sizes: each rank sends
+-- and receives that payload through MPI's all-reduce), the seconds spent
+-- waiting for all-reduces after the backward had nothing left to overlap
+-- them with, the bytes copied into the buckets in all (steps ×
+-- bytes_per_step: each element once per step) and the bucket pieces handed
+-- over from a linear layer's weight-gradient GEMM while it ran (a large
+-- layer's dW arrives slice by slice, so its all-reduce overlaps its own
+-- computation).
 function DataParallel:stats() return call(core.dist_reducer_stats, self.reducer) end
 
 --- Removes the gradient hooks; the model trains alone again (and the

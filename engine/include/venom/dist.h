@@ -119,10 +119,11 @@ vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
  * bucket_bytes, a large gradient cut into pieces across several. A
  * grad-ready hook on each parameter notes when its gradient is final; once
  * a bucket is complete, and all buckets before it have started, its
- * gradients are copied into one flat buffer and a non-blocking
- * MPI_Iallreduce starts, overlapping the rest of the backward (which gives
- * MPI a turn after each node and between slices of each large GEMM). When the last
- * bucket has started the reducer waits for all of them and writes the means
+ * gradients (copied into one flat buffer as each becomes final; a linear
+ * layer's weight gradient row slice by row slice of its GEMM) go to a
+ * non-blocking MPI_Iallreduce, overlapping the rest of the backward (which
+ * gives MPI a turn after each node and between slices of each large GEMM).
+ * When the last bucket has started the reducer waits for all of them and writes the means
  * back into the gradients. A parameter that got no gradient counts as zeros.
  * The shapes are checked across ranks here (VN_ERR_SHAPE on every rank).
  * Errors: VN_ERR_STATE (not initialized, MPI), VN_ERR_ARG, VN_ERR_DEVICE,
@@ -135,13 +136,18 @@ vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t buc
 vn_status vn_dist_reducer_finish(vn_dist_reducer *r);
 /* Counters since vn_dist_reducer_new: completed steps, buckets, gradient
  * bytes all-reduced per step (the payload, the sum of the gradients' sizes),
- * and seconds spent waiting for all-reduces to complete (the communication
- * the backward did not hide). */
+ * seconds spent waiting for all-reduces to complete (the communication the
+ * backward did not hide), the bytes copied into the buckets in all (each
+ * element once per step: steps × bytes_per_step after whole steps), and the
+ * pieces handed over from a linear layer's weight-gradient GEMM slice by
+ * slice, before the layer's backward had finished. */
 typedef struct {
     int64_t steps;
     int nbuckets;
     int64_t bytes_per_step;
     double wait_seconds;
+    int64_t bytes_reduced;
+    int64_t pieces_early;
 } vn_dist_reducer_stats;
 vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r);
 /* Removes the hooks and frees the buffers. NULL-safe. */
