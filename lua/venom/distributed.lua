@@ -180,6 +180,39 @@ end
 
 --- ZeRO stage 1: dist.ZeroRedundancyOptimizer(params, optim.AdamW, opts)
 -- shards the optimizer state over the ranks (venom.distributed_zero).
+--- A group of ranks (an MPI sub-communicator): its collectives move data
+-- among its members alone, e.g. the replicas of a FlexMoE expert averaging
+-- their gradients (venom.nn_moe_parallel). `ranks` lists distinct 0-based
+-- world ranks; new_group is a collective over the whole world: every rank
+-- calls it, in the same order, with the same list (different lists are an
+-- error on every rank). Every rank gets the object; only members call
+-- group:all_reduce(t, op) (in place, contiguous f32 CPU; op "sum", "avg"
+-- (over the group's size) or "max"). group:size(), group:rank() (this
+-- rank's place in the list, 0-based; nil outside), group:contains(rank),
+-- group:free() (idempotent; the collector frees it too).
+local Group = {}
+Group.__index = Group
+function dist.new_group(ranks)
+  local g = call(core.dist_group, ranks)
+  local copy = {}
+  for i, q in ipairs(ranks) do copy[i] = q end
+  return setmetatable({ handle = g, ranks = copy }, Group)
+end
+function Group:size() return (call(core.dist_group_info, self.handle)) end
+function Group:rank()
+  local _, place = call(core.dist_group_info, self.handle)
+  return place >= 0 and place or nil
+end
+function Group:contains(q)
+  for _, h in ipairs(self.ranks) do if h == q then return true end end
+  return false
+end
+function Group:all_reduce(t, op) return call(core.dist_group_all_reduce, self.handle, t, op) end
+function Group:free() core.dist_group_free(self.handle) end
+function Group:__tostring()
+  return ("distributed.Group{%s}"):format(table.concat(self.ranks, ", "))
+end
+
 dist.ZeroRedundancyOptimizer = require "venom.distributed_zero"
 
 -- DataParallel ----------------------------------------------------------------------

@@ -109,6 +109,32 @@ vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_c
  * or freed t and for a scale that is not finite. */
 vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
 
+/* ---- groups of ranks ------------------------------------------------------- */
+
+/* A group of ranks (an MPI sub-communicator), so that a collective among
+ * some ranks moves data among them alone, as FlexMoE's expert replicas
+ * averaging their gradients (venom.nn_moe_parallel). vn_dist_group_new is
+ * a collective over the whole world: every rank calls it, in the same
+ * order, with the same list of n distinct world ranks (0-based); the
+ * members are ordered as listed. Ranks outside the list get a group too,
+ * whose collectives they must not call. Errors: VN_ERR_STATE (not
+ * initialized, MPI), VN_ERR_ARG (an empty list, a rank out of range or
+ * listed twice, lists that differ between ranks: on every rank),
+ * VN_ERR_MEMORY. Free with vn_dist_group_free (before MPI ends). */
+typedef struct vn_dist_group vn_dist_group;
+vn_dist_group *vn_dist_group_new(const int *ranks, int n);
+/* The number of ranks in the group; this rank's place in it (0-based, in
+ * the order listed), -1 outside it. */
+int vn_dist_group_size(const vn_dist_group *g);
+int vn_dist_group_rank(const vn_dist_group *g);
+/* In place, among the group's members only: t = op over them of t (sum,
+ * avg = sum / group size, max), through MPI_Allreduce on the group's
+ * communicator. Contiguous f32 CPU tensors. Errors: VN_ERR_ARG (a rank
+ * outside the group, a bad tensor or op), VN_ERR_SHAPE (the members' sizes
+ * differ: on each member), VN_ERR_STATE (MPI). */
+vn_status vn_dist_group_all_reduce(const vn_dist_group *g, vn_tensor *t, vn_dist_op op);
+void vn_dist_group_free(vn_dist_group *g);
+
 /* ---- data parallel: the gradient reducer --------------------------------- */
 
 /* Averages the gradients of n parameters over the ranks during the backward
