@@ -8,8 +8,11 @@
 # alternated A C D, A C D, ... for R rounds, then a table per run and round:
 # s/epoch, ÷ A of the same round, the share of the epoch spent waiting for
 # the all-reduce after the backward, "hidden" (1 − waiting / a blocking
-# all-reduce of the whole gradient timed alone, times the steps), the bytes
-# all-reduced per step against the gradient's size, and the load average
+# all-reduce of the whole gradient timed alone, times the steps), the share
+# of the gradient whose all-reduce started while the backward was still
+# computing (the most that can be hidden), the bucket pieces a GEMM handed
+# over while it ran, the bytes all-reduced per step against the gradient's
+# size, and the load average
 # before each run. Meant for a quiet machine (or one core per rank): on a
 # shared one the ranks wait for each other to be scheduled and every
 # figure is noise.
@@ -56,8 +59,8 @@ while [ "$r" -le "$rounds" ]; do
 done
 
 # One row per run and round: the figures epoch.lua printed, ÷ A of its round.
-echo "| run | round | s/epoch | ÷ A | waiting (share of the epoch) | hidden by the overlap | pieces handed over early per step | all-reduced per step | load before |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| run | round | s/epoch | ÷ A | waiting (share of the epoch) | hidden by the overlap | started during the backward (most it can hide) | pieces handed over early per step | all-reduced per step | load before |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 r=1
 while [ "$r" -le "$rounds" ]; do
     a=$(awk '/^seconds per epoch/ {print $4}' "$out/A.$r.txt")
@@ -67,11 +70,12 @@ while [ "$r" -le "$rounds" ]; do
             /^waiting after backward/ { w = $0; sub(/.*\(/, "", w); sub(/ of it\).*/, "", w) }
             /^hidden by the overlap/ { h = $5 }
             /^early pieces per step/ { e = $5 }
+            /^started during backward/ { d = $4 }
             /^all-reduced per step/ { b = $4 " MB = " $7 " × the gradient" }
             /^load / { l = $2 }
             END {
-                if (run == "A") { w = "–"; h = "–"; e = "–"; b = "–" }
-                printf "| %s | %d | %.2f | %.2f | %s | %s | %s | %s | %s |\n", run, round, s, s / a, w, h, e, b, l
+                if (run == "A") { w = "–"; h = "–"; e = "–"; b = "–"; d = "–" }
+                printf "| %s | %d | %.2f | %.2f | %s | %s | %s | %s | %s | %s |\n", run, round, s, s / a, w, h, d, e, b, l
             }' "$out/$name.$r.txt"
     done
     r=$((r + 1))

@@ -138,6 +138,9 @@ if dp then
     1000 * t[3]))
   print(("%-28s %.1f%%"):format("hidden by the overlap", 100 * (1 - wait / blocking)))
   -- pieces of buckets that a weight-gradient GEMM handed over while it ran
+  print(("%-28s %.1f%% of the gradient"):format("started during backward",
+    100 * (st.bytes_started_early - before.bytes_started_early)
+      / math.max(1, (st.steps - before.steps) * st.bytes_per_step)))
   print(("%-28s %.1f"):format("early pieces per step",
     (st.pieces_early - before.pieces_early) / math.max(1, st.steps - before.steps)))
 end

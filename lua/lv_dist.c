@@ -176,7 +176,7 @@ static int l_dist_reducer_finish(lua_State *L)
 static int l_dist_reducer_stats(lua_State *L)
 {
     vn_dist_reducer_stats st = vn_dist_reducer_get_stats(check_reducer(L, 1));
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     lua_pushnumber(L, (lua_Number)st.steps);
     lua_setfield(L, -2, "steps");
     lua_pushinteger(L, st.nbuckets);
@@ -189,6 +189,8 @@ static int l_dist_reducer_stats(lua_State *L)
     lua_setfield(L, -2, "bytes_reduced");
     lua_pushnumber(L, (lua_Number)st.pieces_early);
     lua_setfield(L, -2, "pieces_early");
+    lua_pushnumber(L, (lua_Number)st.bytes_started_early);
+    lua_setfield(L, -2, "bytes_started_early");
     return 1;
 }
 

@@ -54,6 +54,7 @@ struct vn_dist_reducer {
     struct bucket *buckets;
     int next;   /* the first bucket not started this step */
     int nready; /* parameters whose whole gradient is final this step */
+    int nput;   /* pieces in their buckets this step */
     vn_status failed; /* a grad_rows hook's failure, for the next grad-ready hook */
     vn_dist_reducer_stats stats;
 };
@@ -95,6 +96,7 @@ static void put_piece(vn_dist_reducer *r, struct piece *pc, const float *part)
         memset(dst, 0, (size_t)pc->numel * sizeof *dst);
     pc->ready = true;
     b->ready++;
+    r->nput++;
     r->stats.bytes_reduced += pc->numel * (int64_t)sizeof *dst;
     if (part) r->stats.pieces_early++;
 }
@@ -102,6 +104,8 @@ static void put_piece(vn_dist_reducer *r, struct piece *pc, const float *part)
 /* Starts the all-reduce of a bucket whose pieces are all in its buffer. */
 static vn_status start_bucket(vn_dist_reducer *r, struct bucket *b)
 {
+    if (r->nput < r->npieces) /* some gradient is still being computed: this one can overlap it */
+        r->stats.bytes_started_early += b->numel * (int64_t)sizeof(float);
     int rc = MPI_Iallreduce(MPI_IN_PLACE, b->flat, (int)b->numel, MPI_FLOAT, MPI_SUM,
                             MPI_COMM_WORLD, &b->request);
     if (rc == MPI_SUCCESS && !vn__progress_fn) { /* MPI gets turns until the step completes */
@@ -155,6 +159,7 @@ static vn_status complete_step(vn_dist_reducer *r, vn_status s)
     for (int i = 0; i < r->nbuckets; i++) r->buckets[i].ready = 0;
     r->next = 0;
     r->nready = 0;
+    r->nput = 0;
     r->failed = VN_OK;
     if (!s) r->stats.steps++;
     return s;

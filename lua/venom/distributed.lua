@@ -354,7 +354,7 @@ end
 function DataParallel:sync() call(core.dist_reducer_finish, self.reducer) end
 
 --- {steps, buckets, bytes_per_step, wait_seconds, bytes_reduced,
--- pieces_early}: completed steps, the number of buckets, the gradient bytes
+-- pieces_early, bytes_started_early}: completed steps, the number of buckets, the gradient bytes
 -- all-reduced per step (the sum of the parameters' sizes: each rank sends
 -- and receives that payload through MPI's all-reduce), the seconds spent
 -- waiting for all-reduces after the backward had nothing left to overlap
@@ -362,7 +362,8 @@ function DataParallel:sync() call(core.dist_reducer_finish, self.reducer) end
 -- bytes_per_step: each element once per step) and the bucket pieces handed
 -- over from a linear layer's weight-gradient GEMM while it ran (a large
 -- layer's dW arrives slice by slice, so its all-reduce overlaps its own
--- computation).
+-- computation), and the bytes whose all-reduce started while some gradient
+-- was still being computed (the most the backward can hide).
 function DataParallel:stats() return call(core.dist_reducer_stats, self.reducer) end
 
 --- Removes the gradient hooks; the model trains alone again (and the

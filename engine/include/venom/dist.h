@@ -166,7 +166,10 @@ vn_status vn_dist_reducer_finish(vn_dist_reducer *r);
  * backward did not hide), the bytes copied into the buckets in all (each
  * element once per step: steps × bytes_per_step after whole steps), and the
  * pieces handed over from a linear layer's weight-gradient GEMM slice by
- * slice, before the layer's backward had finished. */
+ * slice, before the layer's backward had finished, and the bytes whose
+ * all-reduce started before the last piece of the gradient was final, while
+ * the backward was still computing (the most it can hide; the rest starts
+ * at its end). */
 typedef struct {
     int64_t steps;
     int nbuckets;
@@ -174,6 +177,7 @@ typedef struct {
     double wait_seconds;
     int64_t bytes_reduced;
     int64_t pieces_early;
+    int64_t bytes_started_early;
 } vn_dist_reducer_stats;
 vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r);
 /* Removes the hooks and frees the buffers. NULL-safe. */
