@@ -176,6 +176,23 @@ function M.is_sharded(m)
   return false
 end
 
+--- The expert placement of the expert-parallel MoE layers in module m, as
+-- a string (each layer's experts' ranks, "0+2" for replicas, layers in
+-- module order, separated by "|"), for checkpoints.
+function M.describe(m)
+  local out = {}
+  local function walk(x)
+    if x.replicas and x.experts then
+      local e = {}
+      for i, ranks in ipairs(x.replicas) do e[i] = table.concat(ranks, "+") end
+      out[#out + 1] = "{" .. table.concat(e, ",") .. "}"
+    end
+    for _, child in ipairs(x:children()) do walk(child) end
+  end
+  walk(m)
+  return table.concat(out, "|")
+end
+
 -- 1-based rows a .. a + n - 1 appended to the list `into`.
 local function append_range(into, a, n)
   for i = a, a + n - 1 do into[#into + 1] = i end
