@@ -68,8 +68,10 @@ void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, floa
      * slice of op(A)'s rows or op(B)'s columns. Not bit for bit the
      * unsplit product (OpenBLAS picks its kernels by block shape), but
      * deterministic for a given thread count (and progress hook). */
-    bool watched = vn__grad_rows_watching(); /* C's rows are a gradient's, wanted early */
-    int by_rows = watched || m >= n, len = by_rows ? m : n;
+    /* C's rows are a gradient's, wanted as they are done: cut by rows when
+     * it has rows enough for two blocks */
+    bool watched = vn__grad_rows_watching();
+    int by_rows = m >= n || (watched && m >= 2 * MIN_BLOCK), len = by_rows ? m : n;
     bool large = !omp_in_parallel() && (double)m * n * k >= SPLIT_WORK;
     int parts = large ? omp_get_max_threads() : 1;
     /* With an all-reduce in flight or a gradient watched, consecutive slices
@@ -83,7 +85,8 @@ void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, floa
     for (int s = 0; s < slices; s++) {
         int lo = (int)((int64_t)len * s / slices), hi = (int)((int64_t)len * (s + 1) / slices);
         gemm_range(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, by_rows, lo, hi, parts);
-        if (watched) vn__grad_rows_done(lo, hi);
+        if (watched && by_rows) vn__grad_rows_done(lo, hi);
         if (slices > 1) vn__progress();
     }
+    if (watched && !by_rows) vn__grad_rows_done(0, m);
 }

@@ -192,7 +192,7 @@ static void test_weight_rows_handed_over(void **state)
     vn_tensor *x = vn_randn(2, (int64_t[]){16, 64}), *w = param(256, 64);
     vn_tensor *b = vn_randn(1, (int64_t[]){256});
     CHECK_OK(vn_tensor_set_requires_grad(b, true));
-    float *wbuf = calloc(256 * 64, sizeof *wbuf), *bbuf = calloc(256, sizeof *bbuf);
+    float *wbuf = calloc(256 * 64, sizeof *wbuf) /* the largest of the weights below */, *bbuf = calloc(256, sizeof *bbuf);
     struct rows_seen sw, sb;
     for (int round = 0; round < 2; round++) { /* round 1 accumulates onto round 0's gradient */
         hook_rows(w, &sw, wbuf);
@@ -212,6 +212,17 @@ static void test_weight_rows_handed_over(void **state)
         vn_tensor *tmp[] = {y, a, loss};
         for (int i = 0; i < 3; i++) vn_tensor_release(tmp[i]);
     }
+    /* A wide weight (48 × 256: fewer rows than columns, which a GEMM would
+     * otherwise cut by columns) still comes over by rows, in 3 slices. */
+    vn_tensor *xw = vn_randn(2, (int64_t[]){32, 256}), *wide = param(48, 256);
+    hook_rows(wide, &sw, wbuf);
+    vn_tensor *yw = vn_linear(xw, wide, NULL), *lw = vn_sum_all(yw);
+    CHECK_OK(vn_backward(lw, NULL));
+    assert_int_equal(sw.calls, 3);
+    assert_true(sw.in_order && sw.next_row == 48 && sw.last_order < sw.ready_order);
+    assert_true(!memcmp(wbuf, vn_tensor_data(wide->grad), 48 * 256 * sizeof(float)));
+    vn_tensor *wtmp[] = {xw, wide, yw, lw};
+    for (int i = 0; i < 4; i++) vn_tensor_release(wtmp[i]);
     /* A weight that is also the input of the same node (fed twice by it):
      * no rows, only the grad-ready hook. */
     vn_tensor *sq = param(64, 64);
