@@ -192,7 +192,8 @@ static void test_weight_rows_handed_over(void **state)
     vn_tensor *x = vn_randn(2, (int64_t[]){16, 64}), *w = param(256, 64);
     vn_tensor *b = vn_randn(1, (int64_t[]){256});
     CHECK_OK(vn_tensor_set_requires_grad(b, true));
-    float *wbuf = calloc(256 * 64, sizeof *wbuf) /* the largest of the weights below */, *bbuf = calloc(256, sizeof *bbuf);
+    float *wbuf = calloc(256 * 64, sizeof *wbuf); /* the largest weight below */
+    float *bbuf = calloc(256, sizeof *bbuf);
     struct rows_seen sw, sb;
     for (int round = 0; round < 2; round++) { /* round 1 accumulates onto round 0's gradient */
         hook_rows(w, &sw, wbuf);
