@@ -66,18 +66,24 @@ vn_dist_group *vn_dist_group_new(const int *ranks, int n)
     int me = vn_dist_rank(), place = -1;
     for (int i = 0; i < n; i++)
         if (ranks[i] == me) place = i;
-    /* Everyone splits (a rank that is out of memory too, as MPI_UNDEFINED,
-     * and then fails): colour 0 for the members, ordered as listed. */
+    /* Everyone splits (a rank that is out of memory too, as MPI_UNDEFINED):
+     * colour 0 for the members, ordered as listed. */
     MPI_Comm comm = MPI_COMM_NULL;
     int rc = MPI_Comm_split(MPI_COMM_WORLD, g && copy && place >= 0 ? 0 : MPI_UNDEFINED,
                             place, &comm);
     if (rc == MPI_SUCCESS && comm != MPI_COMM_NULL)
         rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    if (!g || !copy || rc != MPI_SUCCESS) {
+    /* all ranks succeed or all fail (a member out of memory would leave the
+     * others a group without it) */
+    int ok = g && copy && rc == MPI_SUCCESS, all = 0;
+    int rc2 = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all || rc2 != MPI_SUCCESS) {
         if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
         free(g);
         free(copy);
-        if (rc != MPI_SUCCESS) return (vn__mpi_err(rc, "new_group"), NULL);
+        if (rc != MPI_SUCCESS || rc2 != MPI_SUCCESS)
+            return vn__mpi_err(rc != MPI_SUCCESS ? rc : rc2, "new_group"), NULL;
+        if (ok) return vn__errp(VN_ERR_MEMORY, "new_group: another rank ran out of memory");
         return vn__errp(VN_ERR_MEMORY, "new_group: out of memory");
     }
     memcpy(copy, ranks, (size_t)n * sizeof *copy);
@@ -105,7 +111,9 @@ vn_status vn_dist_group_all_reduce(const vn_dist_group *g, vn_tensor *t, vn_dist
                                    "(shape %s is a strided view)", name, vn__shape(t->ndim, t->shape));
     if ((s = vn__begin_write(t, name))) return s;
     int64_t n = vn_tensor_numel(t);
-    if (n > INT32_MAX) return vn__err(VN_ERR_ARG, "%s: %lld elements; MPI moves at most 2^31 - 1", name, (long long)n);
+    if (n > INT32_MAX)
+        return vn__err(VN_ERR_ARG, "%s: %lld elements; MPI moves at most 2^31 - 1 in one call",
+                       name, (long long)n);
     /* the members' sizes first: a mismatch is an error on each, not a hang */
     int64_t lo = n, hi = n;
     int rc = MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, g->comm);
