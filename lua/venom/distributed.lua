@@ -180,6 +180,9 @@ end
 
 --- ZeRO stage 1: dist.ZeroRedundancyOptimizer(params, optim.AdamW, opts)
 -- shards the optimizer state over the ranks (venom.distributed_zero).
+local Group = {} -- what dist.new_group returns
+Group.__index = Group
+
 --- A group of ranks (an MPI sub-communicator): its collectives move data
 -- among its members alone, e.g. the replicas of a FlexMoE expert averaging
 -- their gradients (venom.nn_moe_parallel). `ranks` lists distinct 0-based
@@ -190,8 +193,6 @@ end
 -- (over the group's size) or "max"). group:size(), group:rank() (this
 -- rank's place in the list, 0-based; nil outside), group:contains(rank),
 -- group:free() (idempotent; the collector frees it too).
-local Group = {}
-Group.__index = Group
 function dist.new_group(ranks)
   local g = call(core.dist_group, ranks)
   local copy = {}
