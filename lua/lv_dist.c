@@ -14,8 +14,8 @@
  *   core.dist_reducer(params, bytes)     → the gradient reducer of DataParallel
  *   core.dist_reducer_finish(r), dist_reducer_stats(r), dist_reducer_free(r)
  *   core.dist_group(ranks)               → a group of ranks (0-based), made on every rank
- *   core.dist_group_info(g) → size, this rank's place (-1 outside); dist_group_all_reduce(g, t, op);
- *   core.dist_group_free(g) */
+ *   core.dist_group_info(g)              → its size, this rank's place (-1 outside)
+ *   core.dist_group_all_reduce(g, t, op), dist_group_free(g) */
 #include "lv.h"
 
 #include <stdlib.h>

@@ -45,10 +45,13 @@ static vn_status check_same_list(const int *ranks, int n, vn_status local)
     }
     uint64_t hi[2] = {local != VN_OK, h}, lo = h; /* hi: any refusal, the largest digest */
     int rc = MPI_Allreduce(MPI_IN_PLACE, hi, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     if (local) return local;
     if (rc != MPI_SUCCESS) return vn__mpi_err(rc, "new_group");
-    if (hi[0]) return vn__err(VN_ERR_ARG, "new_group: another rank refused its list (its own error says why)");
+    if (hi[0])
+        return vn__err(VN_ERR_ARG, "new_group: another rank refused its list (its own error "
+                                   "says why)");
     if (hi[1] != lo)
         return vn__err(VN_ERR_ARG, "new_group: the ranks passed different lists of ranks (this "
                                    "rank %d of them); every rank must pass the same list", n);
@@ -105,10 +108,12 @@ vn_status vn_dist_group_all_reduce(const vn_dist_group *g, vn_tensor *t, vn_dist
                                    "members call its collectives", name, vn_dist_rank(), g->n);
     if ((s = vn__check_dtype_arg(t, VN_F32, name, "tensor", 0))) return s;
     if (op != VN_DIST_SUM && op != VN_DIST_AVG && op != VN_DIST_MAX)
-        return vn__err(VN_ERR_ARG, "%s: unknown reduction %d; expected sum, avg or max", name, (int)op);
+        return vn__err(VN_ERR_ARG, "%s: unknown reduction %d; expected sum, avg or max", name,
+                       (int)op);
     if (!vn_tensor_is_contiguous(t))
         return vn__err(VN_ERR_ARG, "%s: the tensor is written in place and must be contiguous "
-                                   "(shape %s is a strided view)", name, vn__shape(t->ndim, t->shape));
+                                   "(shape %s is a strided view)",
+                       name, vn__shape(t->ndim, t->shape));
     if ((s = vn__begin_write(t, name))) return s;
     int64_t n = vn_tensor_numel(t);
     if (n > INT32_MAX)
