@@ -224,7 +224,7 @@ vn_status vn_dist_reducer_finish(vn_dist_reducer *r)
     if (!r) return vn__err(VN_ERR_ARG, "DataParallel finish: the reducer is NULL");
     bool any = r->next > 0;
     for (int k = 0; k < r->npieces; k++) any |= r->pieces[k].ready; /* rows handed over, too */
-    if (!any) return VN_OK; /* the backward finished the step, or none ran */
+    if (!any && !r->failed) return VN_OK; /* the backward finished the step, or none ran */
     for (int k = 0; k < r->npieces; k++)
         if (!r->pieces[k].ready) put_piece(r, &r->pieces[k], NULL);
     if (r->failed) return complete_step(r, r->failed);
