@@ -12,7 +12,9 @@
 -- seconds spent waiting for it once the backward was done (what the overlap
 -- did not hide), a blocking all-reduce of the whole gradient timed alone
 -- (median of 5) times the steps (no overlap at all), and the bytes
--- all-reduced per step against the gradient's size.
+-- all-reduced per step against the gradient's size, and how many bucket
+-- pieces a weight-gradient GEMM handed over while it ran (per step).
+-- bench/dist_overlap.sh alternates the runs and tabulates these.
 --
 -- Without --distributed it also times the epoch's GEMMs alone (same shapes,
 -- same BLAS) and prints the arithmetic floor (the epoch's GEMM work at that
@@ -70,7 +72,8 @@ for xb, yb in loader:iter() do
   if k >= opts.warmup then break end
 end
 
-local waited = dp and dp:stats().wait_seconds
+local before = dp and dp:stats() -- the warm-up's counters, left out below
+local waited = before and before.wait_seconds
 local times = {}
 for e = 1, opts.epochs do
   if dp then dist.barrier() end
@@ -176,4 +179,10 @@ if dp then
   print(("%-28s %.2f s per epoch (%.1f ms per step)"):format("blocking all-reduce", blocking,
     1000 * t[3]))
   print(("%-28s %.1f%%"):format("hidden by the overlap", 100 * (1 - wait / blocking)))
+  -- pieces of buckets that a weight-gradient GEMM handed over while it ran
+  print(("%-28s %.1f%% of the gradient"):format("started during backward",
+    100 * (st.bytes_started_early - before.bytes_started_early)
+      / math.max(1, (st.steps - before.steps) * st.bytes_per_step)))
+  print(("%-28s %.1f"):format("early pieces per step",
+    (st.pieces_early - before.pieces_early) / math.max(1, st.steps - before.steps)))
 end

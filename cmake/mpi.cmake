@@ -22,6 +22,7 @@ if(VENOM_HAVE_MPI)
   get_filename_component(VENOM_MPIEXEC "${mpiexec_found}" REALPATH)
   message(STATUS "venom: distributed over MPI ${MPI_C_VERSION} (${VENOM_MPIEXEC})")
 else()
-  list(REMOVE_ITEM VENOM_ENGINE_SOURCES ${dist_dir}/dist.c ${dist_dir}/dist_reducer.c)
+  list(REMOVE_ITEM VENOM_ENGINE_SOURCES ${dist_dir}/dist.c ${dist_dir}/dist_reducer.c
+    ${dist_dir}/dist_group.c)
   message(STATUS "venom: no MPI; venom.distributed.init() will say so")
 endif()

@@ -174,6 +174,49 @@ vn_status vn__accum(vn_node *n, int i, vn_tensor *g)
     return add_into(&x->grad, g);
 }
 
+/* The watch of vn__grad_rows_watch: the leaf, its contribution, and the
+ * rows handed over so far (slices arrive in order; one out of order ends
+ * the handover, and grad_ready still gets the whole gradient). */
+static _Thread_local struct {
+    vn_tensor *x;
+    const float *part;
+    int64_t next;
+} rows_watch;
+
+bool vn__grad_rows_watch(vn_node *n, int i, const float *part)
+{
+    vn_tensor *x = n->inputs[i];
+    rows_watch.x = NULL;
+    /* pending == 1: this node is the last to feed x (the walk counts it down
+     * after the rule); an input listed twice would be fed twice by this node. */
+    if (!x || !x->grad_rows || x->grad_fn || x->grad_pending != 1 || vn__is_cuda(x) ||
+        !vn__input_needs_grad(n, i) || !part)
+        return false;
+    for (int j = 0; j < n->ninputs; j++)
+        if (j != i && n->inputs[j] == x) return false;
+    rows_watch.x = x;
+    rows_watch.part = part;
+    rows_watch.next = 0;
+    return true;
+}
+
+bool vn__grad_rows_watching(void) { return rows_watch.x != NULL; }
+
+void vn__grad_rows_done(int64_t lo, int64_t hi)
+{
+    vn_tensor *x = rows_watch.x;
+    if (!x) return;
+    int64_t rows = x->ndim ? x->shape[0] : 1;
+    if (lo != rows_watch.next || hi <= lo || hi > rows) { /* not the next rows: stop here */
+        rows_watch.x = NULL;
+        return;
+    }
+    rows_watch.next = hi;
+    x->grad_rows(x, x->grad_ready_ud, rows_watch.part, lo, hi);
+}
+
+void vn__grad_rows_unwatch(void) { rows_watch.x = NULL; }
+
 vn_status vn__accum_all(vn_node *node, int n, vn_tensor **d)
 {
     vn_status s = VN_OK;

@@ -20,8 +20,9 @@
 _Thread_local void (*vn__progress_fn)(void *ud);
 _Thread_local void *vn__progress_ud;
 
-/* With a progress hook set, a product of at least SPLIT_WORK runs as up to
- * PROGRESS_SLICES consecutive slices with a progress call after each. */
+/* With a progress hook set or a gradient's rows watched (internal.h), a
+ * product of at least SPLIT_WORK runs as up to PROGRESS_SLICES consecutive
+ * slices with a progress call (and a handover of the rows) after each. */
 #define PROGRESS_SLICES 8
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -67,19 +68,25 @@ void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, floa
      * slice of op(A)'s rows or op(B)'s columns. Not bit for bit the
      * unsplit product (OpenBLAS picks its kernels by block shape), but
      * deterministic for a given thread count (and progress hook). */
-    int by_rows = m >= n, len = by_rows ? m : n;
+    /* C's rows are a gradient's, wanted as they are done: cut by rows when
+     * it has rows enough for two blocks */
+    bool watched = vn__grad_rows_watching();
+    int by_rows = m >= n || (watched && m >= 2 * MIN_BLOCK), len = by_rows ? m : n;
     bool large = !omp_in_parallel() && (double)m * n * k >= SPLIT_WORK;
     int parts = large ? omp_get_max_threads() : 1;
-    /* With an all-reduce in flight, consecutive slices (each split over the
-     * threads), MPI getting a turn after each. */
+    /* With an all-reduce in flight or a gradient watched, consecutive slices
+     * (each split over the threads), each handing its rows over and giving
+     * MPI a turn. */
     int slices = 1;
-    if (large && vn__progress_fn) {
+    if (large && (vn__progress_fn || watched)) {
         slices = len / MIN_BLOCK < PROGRESS_SLICES ? len / MIN_BLOCK : PROGRESS_SLICES;
         if (slices < 1) slices = 1;
     }
     for (int s = 0; s < slices; s++) {
         int lo = (int)((int64_t)len * s / slices), hi = (int)((int64_t)len * (s + 1) / slices);
         gemm_range(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, by_rows, lo, hi, parts);
+        if (watched && by_rows) vn__grad_rows_done(lo, hi);
         if (slices > 1) vn__progress();
     }
+    if (watched && !by_rows) vn__grad_rows_done(0, m);
 }

@@ -45,6 +45,14 @@ struct vn_tensor {
     vn_status (*grad_ready)(vn_tensor *t, void *ud);
     void *grad_ready_ud;
     int grad_pending;
+    /* Optional, beside grad_ready: the rule of the node that last feeds t's
+     * gradient may hand rows over as its GEMM finishes them (vn__grad_rows_*
+     * below), so a bucket can start during that GEMM. grad_rows(t, ud, part,
+     * lo, hi): rows lo..hi of t's final gradient are t->grad's rows (when
+     * t->grad has storage) plus part's (part: contiguous, t's shape, row 0
+     * first). Calls come in increasing row order, before grad_ready; a
+     * hook that fails remembers the failure for grad_ready to return. */
+    void (*grad_rows)(vn_tensor *t, void *ud, const float *part, int64_t lo, int64_t hi);
 };
 
 /* A tape node: one op's backward rule and what it needs.
@@ -245,6 +253,20 @@ static inline void vn__progress(void)
 {
     if (vn__progress_fn) vn__progress_fn(vn__progress_ud);
 }
+
+/* Row-by-row handover of a gradient (vn_tensor.grad_rows). A backward rule
+ * about to compute input i's whole contribution `part` (CPU, contiguous, the
+ * input's shape) with one vn__sgemm whose C is part calls
+ * vn__grad_rows_watch(n, i, part); when that input is a hooked leaf and this
+ * node is the last to feed its gradient, the watch is on (true) until
+ * vn__grad_rows_unwatch(), and vn__sgemm computes C by rows in slices,
+ * calling vn__grad_rows_done(lo, hi) after each. A rule that computes part
+ * itself calls vn__grad_rows_done(0, rows) when it is complete. Changes no
+ * number: the hook only reads. */
+bool vn__grad_rows_watch(vn_node *n, int i, const float *part);
+bool vn__grad_rows_watching(void);
+void vn__grad_rows_done(int64_t lo, int64_t hi);
+void vn__grad_rows_unwatch(void);
 
 extern _Thread_local bool vn__profiling;
 double vn__profile_now(void);

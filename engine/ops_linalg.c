@@ -347,8 +347,9 @@ static vn_tensor *matrix_view(const vn_tensor *t, blas_mat *m)
     return c;
 }
 
-/* dx = dy·w, dw = dyᵀ·x (rows of every leading dim merged), db = column sums
- * of dy: three straight sgemm calls and one pass over dy. */
+/* dx = dy·w, db = column sums of dy, dw = dyᵀ·x (rows of every leading dim
+ * merged): two straight sgemm calls and one pass over dy, dW last so that
+ * its rows can be handed to a grad-rows hook while the GEMM runs. */
 static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
 {
     const vn_tensor *x = node->inputs[0], *w = node->inputs[1];
@@ -371,17 +372,6 @@ static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
         }
         vn_tensor_release(wv);
         s = vn__accum(node, 0, dx);
-    }
-    if (!s && vn__input_needs_grad(node, 1)) {
-        vn_tensor *xv = matrix_view(x, &X);
-        vn_tensor *dw = xv ? vn__new_like(x, VN_F32, 2, w->shape) : NULL;
-        if (dw && !gemm(&g, &DY, pdy, &X, vn__ptr(xv), !DY.trans, X.trans, out_f, in_f, rows, 0,
-                        vn__ptr(dw), in_f)) {
-            vn_tensor_release(dw);
-            dw = NULL;
-        }
-        vn_tensor_release(xv);
-        s = vn__accum(node, 1, dw);
     }
     if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2) && g.cuda) {
         s = vn__accum(node, 2, vn__sum_to(gout, 1, &out_f)); /* column sums on the GPU */
@@ -412,7 +402,26 @@ static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
                 }
             }
         }
+        /* db before dW: the bias is handed over first, so that its bucket
+         * (which precedes the weight's in the backward's order) can start
+         * while dW is still being computed */
+        if (db && vn__grad_rows_watch(node, 2, vn_tensor_data(db))) vn__grad_rows_done(0, out_f);
+        vn__grad_rows_unwatch();
         s = vn__accum(node, 2, db);
+    }
+    if (!s && vn__input_needs_grad(node, 1)) {
+        vn_tensor *xv = matrix_view(x, &X);
+        vn_tensor *dw = xv ? vn__new_like(x, VN_F32, 2, w->shape) : NULL;
+        /* dW's rows go to a grad-rows hook (DataParallel) slice by slice */
+        if (dw && !g.cuda) vn__grad_rows_watch(node, 1, vn__ptr(dw));
+        if (dw && !gemm(&g, &DY, pdy, &X, vn__ptr(xv), !DY.trans, X.trans, out_f, in_f, rows, 0,
+                        vn__ptr(dw), in_f)) {
+            vn_tensor_release(dw);
+            dw = NULL;
+        }
+        vn__grad_rows_unwatch();
+        vn_tensor_release(xv);
+        s = vn__accum(node, 1, dw);
     }
     vn_tensor_release(dy);
     return s;

@@ -12,7 +12,10 @@
  *                                        counts; differentiable (grad_scale default 1)
  *   core.dist_scale_grad(t, scale)       identity; its backward multiplies by scale
  *   core.dist_reducer(params, bytes)     → the gradient reducer of DataParallel
- *   core.dist_reducer_finish(r), dist_reducer_stats(r), dist_reducer_free(r) */
+ *   core.dist_reducer_finish(r), dist_reducer_stats(r), dist_reducer_free(r)
+ *   core.dist_group(ranks)               → a group of ranks (0-based), made on every rank
+ *   core.dist_group_info(g)              → its size, this rank's place (-1 outside)
+ *   core.dist_group_all_reduce(g, t, op), dist_group_free(g) */
 #include "lv.h"
 
 #include <stdlib.h>
@@ -173,7 +176,7 @@ static int l_dist_reducer_finish(lua_State *L)
 static int l_dist_reducer_stats(lua_State *L)
 {
     vn_dist_reducer_stats st = vn_dist_reducer_get_stats(check_reducer(L, 1));
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 7);
     lua_pushnumber(L, (lua_Number)st.steps);
     lua_setfield(L, -2, "steps");
     lua_pushinteger(L, st.nbuckets);
@@ -182,10 +185,80 @@ static int l_dist_reducer_stats(lua_State *L)
     lua_setfield(L, -2, "bytes_per_step");
     lua_pushnumber(L, st.wait_seconds);
     lua_setfield(L, -2, "wait_seconds");
+    lua_pushnumber(L, (lua_Number)st.bytes_reduced);
+    lua_setfield(L, -2, "bytes_reduced");
+    lua_pushnumber(L, (lua_Number)st.pieces_early);
+    lua_setfield(L, -2, "pieces_early");
+    lua_pushnumber(L, (lua_Number)st.bytes_started_early);
+    lua_setfield(L, -2, "bytes_started_early");
     return 1;
 }
 
 static int l_dist_reducer_free(lua_State *L) { return reducer_gc(L); }
+
+/* ---- groups of ranks: a box with a __gc ----------------------------------- */
+
+#define LV_GROUP_MT "venom.DistGroup"
+
+static int group_gc(lua_State *L)
+{
+    vn_dist_group **slot = (vn_dist_group **)lv_box_check(L, 1, LV_GROUP_MT, "a group");
+    vn_dist_group_free(*slot);
+    *slot = NULL;
+    return 0;
+}
+
+static vn_dist_group *check_group(lua_State *L, int i)
+{
+    vn_dist_group *g = *(vn_dist_group **)lv_box_check(L, i, LV_GROUP_MT, "a group");
+    if (!g) lv_argfail(L, i, "the group was freed");
+    return g;
+}
+
+/* dist_group(ranks): ranks is a list of 0-based world ranks. */
+static int l_dist_group(lua_State *L)
+{
+    lv_checktype(L, 1, LUA_TTABLE, "ranks (a list of 0-based ranks)");
+    int n = (int)lua_objlen(L, 1);
+    int *ranks = lua_newuserdata(L, ((size_t)n + 1) * sizeof *ranks);
+    for (int k = 0; k < n; k++) {
+        lua_rawgeti(L, 1, k + 1);
+        if (!lua_isnumber(L, -1))
+            return lv_argfail(L, 1, "entry %d is a %s; expected a rank (an integer)", k + 1,
+                              luaL_typename(L, -1));
+        lua_Number v = lua_tonumber(L, -1);
+        if (v != (lua_Number)(int)v)
+            return lv_argfail(L, 1, "entry %d is %g; expected a rank (an integer)", k + 1, v);
+        ranks[k] = (int)v;
+        lua_pop(L, 1);
+    }
+    if (luaL_newmetatable(L, LV_GROUP_MT)) {
+        lua_pushcfunction(L, group_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+    vn_dist_group **slot = (vn_dist_group **)lv_box_new(L, LV_GROUP_MT);
+    if (!(*slot = vn_dist_group_new(ranks, n))) return lv_fail(L);
+    return 1;
+}
+
+/* dist_group_info(g) → its size, this rank's place in it (0-based, -1 outside) */
+static int l_dist_group_info(lua_State *L)
+{
+    vn_dist_group *g = check_group(L, 1);
+    lua_pushinteger(L, vn_dist_group_size(g));
+    lua_pushinteger(L, vn_dist_group_rank(g));
+    return 2;
+}
+
+static int l_dist_group_all_reduce(lua_State *L)
+{
+    vn_dist_group *g = check_group(L, 1);
+    lv_status(L, vn_dist_group_all_reduce(g, lv_check(L, 2), check_op(L, 3)));
+    return 0;
+}
+
+static int l_dist_group_free(lua_State *L) { return group_gc(L); }
 
 /* dist_abort(code): ends the whole job when in a world of 2 or more. */
 static int l_dist_abort(lua_State *L)
@@ -201,6 +274,7 @@ const luaL_Reg lv_dist_functions[] = {
     LV_REG(dist_all_reduce) LV_REG(dist_broadcast) LV_REG(dist_all_gather)
     LV_REG(dist_reduce_scatter) LV_REG(dist_all_to_all) LV_REG(dist_scale_grad)
     LV_REG(dist_reducer) LV_REG(dist_reducer_finish) LV_REG(dist_reducer_stats)
-    LV_REG(dist_reducer_free)
+    LV_REG(dist_reducer_free) LV_REG(dist_group) LV_REG(dist_group_info)
+    LV_REG(dist_group_all_reduce) LV_REG(dist_group_free)
     {NULL, NULL},
 };

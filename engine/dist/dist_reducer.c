@@ -11,7 +11,11 @@
  * stay small and its own all-reduce runs as several that Open MPI can move
  * one after another. While all-reduces are in flight, the engine's
  * progress hook (internal.h) gives MPI a turn after each backward node and
- * between slices of each large GEMM. */
+ * between slices of each large GEMM. A linear layer's weight gradient comes
+ * over slice by slice (the grad_rows hook): its GEMM computes dW in slices of
+ * rows, and each piece whose rows are done is copied and its bucket starts
+ * while the GEMM goes on, so even the first layer's all-reduce (final only
+ * when the backward ends) overlaps its own computation. */
 #include "dist_internal.h"
 
 #include <stdlib.h>
@@ -20,7 +24,7 @@
 
 struct bucket {
     int first, count; /* its pieces: [first, first + count) */
-    int ready;        /* how many of them have a final gradient this step */
+    int ready;        /* how many of them are in flat this step */
     int64_t numel;
     float *flat;
     MPI_Request request;
@@ -31,6 +35,7 @@ struct piece {
     int slot, bucket;
     int64_t from, numel; /* elements [from, from + numel) of the gradient */
     int64_t offset;      /* where they lie in the bucket's flat buffer */
+    bool ready;          /* copied into flat this step */
 };
 
 /* What each parameter's hook gets: its reducer and its place. */
@@ -38,7 +43,8 @@ struct slot {
     vn_dist_reducer *r;
     vn_tensor *param; /* retained */
     int first, count; /* its pieces */
-    bool ready;
+    bool ready;       /* its whole gradient is final this step */
+    int64_t row_len;  /* elements per row (grad_rows hands over whole rows) */
 };
 
 struct vn_dist_reducer {
@@ -46,7 +52,10 @@ struct vn_dist_reducer {
     struct slot *slots;   /* parameters in reverse order: the backward reaches them so */
     struct piece *pieces; /* in bucket order, each bucket's in slot order */
     struct bucket *buckets;
-    int next; /* the first bucket not started this step */
+    int next;   /* the first bucket not started this step */
+    int nready; /* parameters whose whole gradient is final this step */
+    int nput;   /* pieces in their buckets this step */
+    vn_status failed; /* a grad_rows hook's failure, for the next grad-ready hook */
     vn_dist_reducer_stats stats;
 };
 
@@ -68,17 +77,35 @@ static void progress(void *ud)
     }
 }
 
-/* Copies the bucket's gradients (zeros for a parameter without one) into
- * its buffer and starts the all-reduce. */
+/* Copies a piece's final gradient into its bucket's buffer: the
+ * parameter's gradient (zeros without one) plus, from a grad_rows hook, the
+ * last node's contribution `part` (the sum the backward is about to store,
+ * computed the same way: the same bits). Each piece once per step, so every
+ * element is reduced exactly once. */
+static void put_piece(vn_dist_reducer *r, struct piece *pc, const float *part)
+{
+    struct bucket *b = &r->buckets[pc->bucket];
+    float *dst = b->flat + pc->offset;
+    const vn_tensor *g = r->slots[pc->slot].param->grad;
+    const float *old = g && g->storage ? (const float *)vn__ptr(g) + pc->from : NULL;
+    if (part && old)
+        for (int64_t i = 0; i < pc->numel; i++) dst[i] = old[i] + part[pc->from + i];
+    else if (part || old)
+        memcpy(dst, part ? part + pc->from : old, (size_t)pc->numel * sizeof *dst);
+    else
+        memset(dst, 0, (size_t)pc->numel * sizeof *dst);
+    pc->ready = true;
+    b->ready++;
+    r->nput++;
+    r->stats.bytes_reduced += pc->numel * (int64_t)sizeof *dst;
+    if (part) r->stats.pieces_early++;
+}
+
+/* Starts the all-reduce of a bucket whose pieces are all in its buffer. */
 static vn_status start_bucket(vn_dist_reducer *r, struct bucket *b)
 {
-    for (int k = b->first; k < b->first + b->count; k++) {
-        const struct piece *pc = &r->pieces[k];
-        float *dst = b->flat + pc->offset;
-        const vn_tensor *g = r->slots[pc->slot].param->grad;
-        if (g && g->storage) memcpy(dst, (const float *)vn__ptr(g) + pc->from, (size_t)pc->numel * sizeof *dst);
-        else memset(dst, 0, (size_t)pc->numel * sizeof *dst);
-    }
+    if (r->nput < r->npieces) /* some gradient is still being computed: this one can overlap it */
+        r->stats.bytes_started_early += b->numel * (int64_t)sizeof(float);
     int rc = MPI_Iallreduce(MPI_IN_PLACE, b->flat, (int)b->numel, MPI_FLOAT, MPI_SUM,
                             MPI_COMM_WORLD, &b->request);
     if (rc == MPI_SUCCESS && !vn__progress_fn) { /* MPI gets turns until the step completes */
@@ -128,22 +155,28 @@ static vn_status complete_step(vn_dist_reducer *r, vn_status s)
         for (int64_t i = 0; i < pc->numel; i++) dst[i] = src[i] / world;
     }
     for (int k = 0; k < r->n; k++) r->slots[k].ready = false;
+    for (int k = 0; k < r->npieces; k++) r->pieces[k].ready = false;
     for (int i = 0; i < r->nbuckets; i++) r->buckets[i].ready = 0;
     r->next = 0;
+    r->nready = 0;
+    r->nput = 0;
+    r->failed = VN_OK;
     if (!s) r->stats.steps++;
     return s;
 }
 
 /* Starts, in order, the complete buckets whose predecessors have started;
- * completes the step once the last one has. Otherwise tests the buckets in
- * flight: MPI moves a non-blocking collective's data only inside MPI calls
- * (no progress thread), so each hook gives it a turn. */
-static vn_status advance(vn_dist_reducer *r)
+ * completes the step once the last one has and every parameter's gradient
+ * is final (not from a grad_rows hook: its GEMM's rule has yet to store
+ * the gradient the means overwrite), or when forced (finish). Otherwise
+ * tests the buckets in flight: MPI moves a non-blocking collective's data
+ * only inside MPI calls (no progress thread), so each hook gives it a turn. */
+static vn_status advance(vn_dist_reducer *r, bool force)
 {
     vn_status s = VN_OK;
     while (!s && r->next < r->nbuckets && r->buckets[r->next].ready == r->buckets[r->next].count)
         if (!(s = start_bucket(r, &r->buckets[r->next]))) r->next++;
-    if (s || r->next == r->nbuckets) return complete_step(r, s);
+    if (s || (r->next == r->nbuckets && (force || r->nready == r->n))) return complete_step(r, s);
     for (int i = 0; i < r->next; i++) {
         int done = 0, rc = MPI_Test(&r->buckets[i].request, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return complete_step(r, vn__mpi_err(rc, "DataParallel: gradient all-reduce"));
@@ -161,18 +194,41 @@ static vn_status on_grad_ready(vn_tensor *t, void *ud)
                                      "reduced; call finish() (dp:sync()) between them",
                        vn__shape(t->ndim, t->shape));
     sl->ready = true;
-    for (int k = sl->first; k < sl->first + sl->count; k++) r->buckets[r->pieces[k].bucket].ready++;
-    return advance(r);
+    r->nready++;
+    for (int k = sl->first; k < sl->first + sl->count; k++)
+        if (!r->pieces[k].ready) put_piece(r, &r->pieces[k], NULL);
+    if (r->failed) return complete_step(r, r->failed);
+    return advance(r, false);
+}
+
+/* Rows lo..hi of the parameter's gradient are final (internal.h): the pieces
+ * that now lie wholly in rows 0..hi go to their buckets, and the buckets
+ * they complete start, while the GEMM computes the remaining rows. */
+static void on_grad_rows(vn_tensor *t, void *ud, const float *part, int64_t lo, int64_t hi)
+{
+    struct slot *sl = ud;
+    vn_dist_reducer *r = sl->r;
+    if (sl->ready || r->failed) return; /* a second backward: grad_ready reports it */
+    (void)lo;
+    int64_t done = hi * sl->row_len; /* rows arrive in order from 0: elements [0, done) */
+    for (int k = sl->first; k < sl->first + sl->count; k++) {
+        struct piece *pc = &r->pieces[k];
+        if (!pc->ready && pc->from + pc->numel <= done) put_piece(r, pc, part);
+    }
+    vn_status s = advance(r, false);
+    if (s) r->failed = s;
 }
 
 vn_status vn_dist_reducer_finish(vn_dist_reducer *r)
 {
     if (!r) return vn__err(VN_ERR_ARG, "DataParallel finish: the reducer is NULL");
     bool any = r->next > 0;
-    for (int k = 0; k < r->n; k++) any |= r->slots[k].ready;
-    if (!any) return VN_OK; /* the backward finished the step, or none ran */
-    for (int i = 0; i < r->nbuckets; i++) r->buckets[i].ready = r->buckets[i].count;
-    return advance(r);
+    for (int k = 0; k < r->npieces; k++) any |= r->pieces[k].ready; /* rows handed over, too */
+    if (!any && !r->failed) return VN_OK; /* the backward finished the step, or none ran */
+    for (int k = 0; k < r->npieces; k++)
+        if (!r->pieces[k].ready) put_piece(r, &r->pieces[k], NULL);
+    if (r->failed) return complete_step(r, r->failed);
+    return advance(r, true);
 }
 
 /* The checks of vn_dist_reducer_new that need no other rank. */
@@ -246,12 +302,14 @@ static void layout(vn_dist_reducer *r, vn_tensor *const *params, int n, int64_t 
     for (int k = 0; k < n; k++) {
         vn_tensor *p = params[n - 1 - k];
         int64_t numel = vn_tensor_numel(p), from = 0;
-        if (r) r->slots[k] = (struct slot){r, vn_tensor_retain(p), np, 0, false};
+        if (r)
+            r->slots[k] = (struct slot){r, vn_tensor_retain(p), np, 0, false,
+                                        p->ndim > 1 && p->shape[0] ? numel / p->shape[0] : 1};
         do {
             int64_t take = numel - from < cap - fill ? numel - from : cap - fill;
             if (r) {
                 struct bucket *b = &r->buckets[nb];
-                r->pieces[np] = (struct piece){k, nb, from, take, fill};
+                r->pieces[np] = (struct piece){k, nb, from, take, fill, false};
                 r->slots[k].count++;
                 if (b->count++ == 0) b->first = np;
                 b->numel += take;
@@ -308,6 +366,7 @@ vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t buc
     }
     for (int k = 0; k < n; k++) {
         r->slots[k].param->grad_ready = on_grad_ready;
+        r->slots[k].param->grad_rows = on_grad_rows;
         r->slots[k].param->grad_ready_ud = &r->slots[k];
     }
     return r;
@@ -332,6 +391,7 @@ void vn_dist_reducer_free(vn_dist_reducer *r)
         if (!p) continue;
         if (p->grad_ready_ud == &r->slots[k]) {
             p->grad_ready = NULL;
+            p->grad_rows = NULL;
             p->grad_ready_ud = NULL;
         }
         vn_tensor_release(p);

@@ -46,3 +46,14 @@ vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r)
     return (vn_dist_reducer_stats){0};
 }
 void vn_dist_reducer_free(vn_dist_reducer *r) {}
+vn_dist_group *vn_dist_group_new(const int *ranks, int n)
+{
+    return vn__errp(VN_ERR_STATE, "new_group: " NO_MPI);
+}
+int vn_dist_group_size(const vn_dist_group *g) { return 0; }
+int vn_dist_group_rank(const vn_dist_group *g) { return -1; }
+vn_status vn_dist_group_all_reduce(const vn_dist_group *g, vn_tensor *t, vn_dist_op op)
+{
+    return vn__err(VN_ERR_STATE, "group all_reduce: " NO_MPI);
+}
+void vn_dist_group_free(vn_dist_group *g) {}

@@ -26,6 +26,7 @@ local checkpoint = {}
 
 local RNG = "rng_state"
 local WORLD = "world_size" -- in a distributed run's checkpoint: the number of ranks
+local PLACEMENT = "expert_placement" -- in an expert-parallel run's: where the experts live
 
 -- This process's rank and the world size (0 and 1 outside a distributed run).
 local function world()
@@ -84,11 +85,45 @@ local function snapshot(obj)
   return function() obj:load_state_dict(sd) end
 end
 
+-- The expert placement of the expert-parallel nn.MoE layers among the
+-- parts' modules (a DataParallel part: its model), as a string, or nil when
+-- there are none: then every rank holds the same state.
+local function expert_placement(parts)
+  local parallel = require "venom.nn_moe_parallel"
+  local found = {}
+  local names = {}
+  for name in pairs(parts) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local m = rawget(parts[name], "module") or parts[name]
+    if nn.is_module(m) and parallel.is_sharded(m) then found[#found + 1] = parallel.describe(m) end
+  end
+  return #found > 0 and table.concat(found, "; ") or nil
+end
+
+-- The file of rank q in an expert-parallel checkpoint: `path` itself for
+-- rank 0, `path.rank<q>` for the others.
+local function shard_path(path, q) return q == 0 and path or ("%s.rank%d"):format(path, q) end
+
+-- Every rank's outcome reaches every rank, so that none carries on alone:
+-- raises this rank's error, or says which rank failed.
+local function all_or_none(who, ok, err, what)
+  local dist = require "venom.distributed"
+  local failed = dist.all_reduce_number(ok and -1 or dist.rank(), "max")
+  if failed < 0 then return end
+  if not ok then fail(util.error_text(err)) end
+  fail(("%s: rank %d could not %s (its error says why)"):format(who, failed, what))
+end
+
 --- Writes every part's state, the RNG state and `meta` (extra string or
 -- number entries such as {epoch = 3}; names without dots) to `path`. In a
 -- distributed run (venom.distributed with more than one rank) rank 0 writes
 -- the file, with the world size in its metadata (the ranks hold the same
--- weights), and every rank returns once it is written.
+-- weights), and every rank returns once it is written. A model with
+-- expert-parallel nn.MoE layers holds different experts (and optimizer
+-- state) on each rank: then every rank writes its own state, rank 0 to
+-- `path` and rank q to `path.rank<q>`, each with the world size and the
+-- expert placement; a save that fails on any rank fails on all.
 function checkpoint.save(path, parts, meta)
   local who = "checkpoint.save"
   local tensors, metadata = {}, {}
@@ -107,39 +142,27 @@ function checkpoint.save(path, parts, meta)
   end
   tensors[RNG] = venom.get_rng_state()
   local rank, size = world()
-  if size == 1 then return call(venom.save, path, tensors, metadata) end
-  for _, obj in pairs(parts) do
-    local m = rawget(obj, "module") or obj -- a DataParallel wrapper: its model
-    if nn.is_module(m) and require("venom.nn_moe_parallel").is_sharded(m) then
-      fail(("%s: the model has expert-parallel nn.MoE layers, whose experts (and their "
-        .. "optimizer state) differ from rank to rank; a checkpoint of rank 0 alone would lose "
-        .. "the others', and saving them all is not supported yet"):format(who))
-    end
-  end
-  if metadata[WORLD] ~= nil then
-    fail(("%s: meta key '%s' is taken by distributed runs"):format(who, WORLD))
+  local placement = expert_placement(parts)
+  if size == 1 and not placement then return call(venom.save, path, tensors, metadata) end
+  for _, k in ipairs({ WORLD, PLACEMENT }) do
+    if metadata[k] ~= nil then fail(("%s: meta key '%s' is taken by distributed runs"):format(who, k)) end
   end
   metadata[WORLD] = size
-  -- Rank 0's outcome reaches every rank, so that none carries on alone.
+  metadata[PLACEMENT] = placement
   local ok, err = true, nil
-  if rank == 0 then ok, err = pcall(venom.save, path, tensors, metadata) end
-  local dist = require "venom.distributed"
-  if dist.all_reduce_number(ok and 0 or 1, "max") ~= 0 then
-    fail(rank == 0 and util.error_text(err) or
-      ("%s: rank 0 could not write '%s' (its error says why)"):format(who, path))
+  if placement then
+    ok, err = pcall(venom.save, shard_path(path, rank), tensors, metadata)
+  elseif rank == 0 then
+    ok, err = pcall(venom.save, path, tensors, metadata)
   end
+  all_or_none(who, ok, err, ("write its part of '%s'"):format(path))
 end
 
---- Restores every part and the RNG state from `path`; returns the extra
--- metadata saved with it (values as strings). Errors name the entry: a
--- part with no entries in the file, an entry for a part not given, or
--- whatever a part's load_state_dict refuses. A load that fails changes
--- nothing: the parts loaded before the refusal are put back (a part may
--- define snapshot(), returning a function that restores it; otherwise a
--- copy of its state_dict is loaded back), and so is the RNG state.
-function checkpoint.load(path, parts)
-  local who = "checkpoint.load"
-  local names = check_parts(who, parts)
+-- Loads `path` into the parts (all or nothing); returns the extra metadata
+-- and a function that puts back what was there before. `placement`: the
+-- model's expert placement (nil without expert-parallel layers), which the
+-- file must have been written with.
+local function load_file(who, path, parts, names, placement)
   local tensors, metadata = call(venom.load, path)
   if not tensors[RNG] then
     fail(("%s: '%s' has no '%s' (not a checkpoint written by checkpoint.save?)")
@@ -153,7 +176,14 @@ function checkpoint.load(path, parts)
       .. "world size (mpirun -np %d)"):format(who, path, saved_world, saved_world == 1 and "" or "s",
       size, saved_world))
   end
-  metadata[WORLD] = nil
+  if metadata[PLACEMENT] ~= placement then
+    fail(metadata[PLACEMENT] and placement and
+      ("%s: '%s' was written with the expert placement %s and the model has %s; build the model "
+        .. "with the saved placement to resume"):format(who, path, metadata[PLACEMENT], placement)
+      or ("%s: '%s' was written by a model %s expert-parallel nn.MoE layers and this one has %s")
+        :format(who, path, placement and "without" or "with", placement and "some" or "none"))
+  end
+  metadata[WORLD], metadata[PLACEMENT] = nil, nil
   local sds = {}
   for _, name in ipairs(names) do sds[name] = {} end
   local meta = {}
@@ -194,6 +224,43 @@ function checkpoint.load(path, parts)
     venom.set_rng_state(rng)
     fail(util.error_text(err))
   end
+  return meta, function()
+    for _, restore in ipairs(undo) do restore() end
+    venom.set_rng_state(rng)
+  end
+end
+
+--- Restores every part and the RNG state from `path`; returns the extra
+-- metadata saved with it (values as strings). Errors name the entry: a
+-- part with no entries in the file, an entry for a part not given, or
+-- whatever a part's load_state_dict refuses. A load that fails changes
+-- nothing: the parts loaded before the refusal are put back (a part may
+-- define snapshot(), returning a function that restores it; otherwise a
+-- copy of its state_dict is loaded back), and so is the RNG state. A
+-- distributed run resumes on the world size that saved it; with
+-- expert-parallel nn.MoE layers each rank loads its own file (see save),
+-- which must hold the model's expert placement, and a load that fails on
+-- any rank changes nothing on every rank.
+function checkpoint.load(path, parts)
+  local who = "checkpoint.load"
+  local names = check_parts(who, parts)
+  local placement = expert_placement(parts)
+  if not placement then return (load_file(who, path, parts, names)) end
+  local rank, size = world()
+  local mine = shard_path(path, rank)
+  local ok, meta, undo = pcall(function()
+    local f = io.open(mine, "rb")
+    if not f then
+      fail(("%s: no '%s' for rank %d of %d: an expert-parallel checkpoint has one file per rank "
+        .. "(written by a run of fewer ranks?)"):format(who, mine, rank, size))
+    end
+    f:close()
+    return load_file(who, mine, parts, names, placement)
+  end)
+  if not ok then undo = nil end
+  local dist = require "venom.distributed"
+  if dist.all_reduce_number(ok and -1 or rank, "max") >= 0 and undo then undo() end
+  all_or_none(who, ok, meta, ("load its part of '%s'; nothing was loaded"):format(path))
   return meta
 end
 

@@ -180,6 +180,40 @@ end
 
 --- ZeRO stage 1: dist.ZeroRedundancyOptimizer(params, optim.AdamW, opts)
 -- shards the optimizer state over the ranks (venom.distributed_zero).
+local Group = {} -- what dist.new_group returns
+Group.__index = Group
+
+--- A group of ranks (an MPI sub-communicator): its collectives move data
+-- among its members alone, e.g. the replicas of a FlexMoE expert averaging
+-- their gradients (venom.nn_moe_parallel). `ranks` lists distinct 0-based
+-- world ranks; new_group is a collective over the whole world: every rank
+-- calls it, in the same order, with the same list (different lists are an
+-- error on every rank). Every rank gets the object; only members call
+-- group:all_reduce(t, op) (in place, contiguous f32 CPU; op "sum", "avg"
+-- (over the group's size) or "max"). group:size(), group:rank() (this
+-- rank's place in the list, 0-based; nil outside), group:contains(rank),
+-- group:free() (idempotent; the collector frees it too).
+function dist.new_group(ranks)
+  local g = call(core.dist_group, ranks)
+  local copy = {}
+  for i, q in ipairs(ranks) do copy[i] = q end
+  return setmetatable({ handle = g, ranks = copy }, Group)
+end
+function Group:size() return (call(core.dist_group_info, self.handle)) end
+function Group:rank()
+  local _, place = call(core.dist_group_info, self.handle)
+  return place >= 0 and place or nil
+end
+function Group:contains(q)
+  for _, h in ipairs(self.ranks) do if h == q then return true end end
+  return false
+end
+function Group:all_reduce(t, op) return call(core.dist_group_all_reduce, self.handle, t, op) end
+function Group:free() core.dist_group_free(self.handle) end
+function Group:__tostring()
+  return ("distributed.Group{%s}"):format(table.concat(self.ranks, ", "))
+end
+
 dist.ZeroRedundancyOptimizer = require "venom.distributed_zero"
 
 -- DataParallel ----------------------------------------------------------------------
@@ -320,11 +354,17 @@ end
 -- got a gradient.
 function DataParallel:sync() call(core.dist_reducer_finish, self.reducer) end
 
---- {steps, buckets, bytes_per_step, wait_seconds}: completed steps, the
--- number of buckets, the gradient bytes all-reduced per step (the sum of
--- the parameters' sizes: each rank sends and receives that payload through
--- MPI's all-reduce) and the seconds spent waiting for all-reduces after
--- the backward had nothing left to overlap them with.
+--- {steps, buckets, bytes_per_step, wait_seconds, bytes_reduced,
+-- pieces_early, bytes_started_early}: completed steps, the number of buckets, the gradient bytes
+-- all-reduced per step (the sum of the parameters' sizes: each rank sends
+-- and receives that payload through MPI's all-reduce), the seconds spent
+-- waiting for all-reduces after the backward had nothing left to overlap
+-- them with, the bytes copied into the buckets in all (steps ×
+-- bytes_per_step: each element once per step) and the bucket pieces handed
+-- over from a linear layer's weight-gradient GEMM while it ran (a large
+-- layer's dW arrives slice by slice, so its all-reduce overlaps its own
+-- computation), and the bytes whose all-reduce started while some gradient
+-- was still being computed (the most the backward can hide).
 function DataParallel:stats() return call(core.dist_reducer_stats, self.reducer) end
 
 --- Removes the gradient hooks; the model trains alone again (and the

@@ -176,6 +176,23 @@ function M.is_sharded(m)
   return false
 end
 
+--- The expert placement of the expert-parallel MoE layers in module m, as
+-- a string (each layer's experts' ranks, "0+2" for replicas, layers in
+-- module order, separated by "|"), for checkpoints.
+function M.describe(m)
+  local out = {}
+  local function walk(x)
+    if x.replicas and x.experts then
+      local e = {}
+      for i, ranks in ipairs(x.replicas) do e[i] = table.concat(ranks, "+") end
+      out[#out + 1] = "{" .. table.concat(e, ",") .. "}"
+    end
+    for _, child in ipairs(x:children()) do walk(child) end
+  end
+  walk(m)
+  return table.concat(out, "|")
+end
+
 -- 1-based rows a .. a + n - 1 appended to the list `into`.
 local function append_range(into, a, n)
   for i = a, a + n - 1 do into[#into + 1] = i end
@@ -286,45 +303,62 @@ end
 --- After the backward of a call that ran replicated experts: each
 -- replica's gradient is n × its share (see M.forward), and the replicas
 -- take their average, so each holds the whole gradient, bit for bit the
--- same (the optimizer then moves them alike). One all-reduce over all
--- ranks of the flat gradients of every replicated expert that got rows:
--- a replica puts in its gradient / n (zeros without one), the other ranks
--- zeros. (For 2 ranks the world is the replicas; on more, an all-reduce
--- over the replicas' ranks alone, a sub-communicator, would move less:
--- not built.) Idempotent: replicas that already agree stay as they are,
--- so a second backward before the step (gradient accumulation) is fine.
--- A collective: every rank runs it after the same backward.
+-- same (the optimizer then moves them alike). The experts are grouped by
+-- their set of replica ranks, and each set all-reduces the flat gradients
+-- of its experts (each replica's gradient / n, zeros without one) over a
+-- group of those ranks alone (dist.new_group, made once per set and kept
+-- in moe.replica_groups; on more than 2 ranks the others take no part).
+-- Idempotent: replicas that already agree stay as they are, so a second
+-- backward before the step (gradient accumulation) is fine. A collective:
+-- every rank runs it after the same backward (making a group needs them all).
 function M.sync_replicas(moe, experts)
   local dist = require "venom.distributed"
   local me = dist.rank()
+  local sets, keys = {}, {} -- experts by replica set, sets in the order first met
+  for _, e in ipairs(experts) do
+    local key = table.concat(moe.replicas[e], ",")
+    if not sets[key] then
+      sets[key] = {}
+      keys[#keys + 1] = key
+    end
+    table.insert(sets[key], e)
+  end
+  moe.replica_groups = moe.replica_groups or {}
+  for _, key in ipairs(keys) do
+    local list = sets[key]
+    local group = moe.replica_groups[key]
+    if not group then -- every rank makes it, in the same order (the lists are global)
+      group = dist.new_group(moe.replicas[list[1]])
+      moe.replica_groups[key] = group
+    end
+    if group:contains(me) then M.average_replicas(moe, list, group) end
+  end
+end
+
+-- The average of the experts' gradients over the group of their replicas
+-- (this rank one of them).
+function M.average_replicas(moe, experts, group)
   local total = 0
   for _, e in ipairs(experts) do total = total + moe.expert_numel[e] end
   local flat = venom.zeros(total)
   venom.no_grad(function()
     local at = 1
     for _, e in ipairs(experts) do
-      if M.holds(moe.replicas, e, me) then
-        local inv, off = 1 / #moe.replicas[e], at
-        for _, p in ipairs(moe.experts[e]:parameters()) do
-          local n = p:numel()
-          if p.grad then flat:narrow(1, off, n):copy_(p.grad:reshape(-1) * inv) end
-          off = off + n
-        end
+      local inv = 1 / #moe.replicas[e]
+      for _, p in ipairs(moe.experts[e]:parameters()) do
+        local n = p:numel()
+        if p.grad then flat:narrow(1, at, n):copy_(p.grad:reshape(-1) * inv) end
+        at = at + n
       end
-      at = at + moe.expert_numel[e]
     end
-    dist.all_reduce(flat, "sum")
+    group:all_reduce(flat, "sum")
     at = 1
     for _, e in ipairs(experts) do
-      if M.holds(moe.replicas, e, me) then
-        local off = at
-        for _, p in ipairs(moe.experts[e]:parameters()) do
-          local n = p:numel()
-          p.grad = flat:narrow(1, off, n):reshape(p:shape()):clone()
-          off = off + n
-        end
+      for _, p in ipairs(moe.experts[e]:parameters()) do
+        local n = p:numel()
+        p.grad = flat:narrow(1, at, n):reshape(p:shape()):clone()
+        at = at + n
       end
-      at = at + moe.expert_numel[e]
     end
   end)
   flat:free()

@@ -7,11 +7,13 @@
  * Also the progress hook (vn__progress, what DataParallel's in-flight
  * all-reduces get turns from): vn_backward calls it after each node, and a
  * large GEMM runs in slices with a call after each, computing the same
- * product. */
+ * product. And the grad_rows hook: a linear layer's weight gradient handed
+ * over in row slices as its GEMM computes them. */
 #include "gradcheck.h"
 #include "internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* What a hook saw: the order of the calls and a copy of the gradient. */
@@ -143,6 +145,99 @@ static void test_progress_hook(void **state)
     vn_tensor_release(sliced);
 }
 
+/* What a grad_rows hook saw: the rows in call order, the gradient they add
+ * up to, and when they came relative to the grad-ready hooks. */
+struct rows_seen {
+    int calls, first_order, last_order, ready_order;
+    int64_t next_row; /* rows come in order from 0: the next one expected */
+    bool in_order;
+    float *assembled; /* t->grad + part, row by row, as a reducer copies them */
+};
+
+static void record_rows(vn_tensor *t, void *ud, const float *part, int64_t lo, int64_t hi)
+{
+    struct rows_seen *s = ud;
+    int64_t row_len = vn_tensor_numel(t) / t->shape[0];
+    const float *old = t->grad ? vn_tensor_data(t->grad) : NULL;
+    s->in_order &= lo == s->next_row && hi > lo;
+    s->next_row = hi;
+    for (int64_t i = lo * row_len; i < hi * row_len; i++) s->assembled[i] = old ? old[i] + part[i] : part[i];
+    s->calls++;
+    s->last_order = ++clock_ticks;
+    if (s->calls == 1) s->first_order = s->last_order;
+}
+
+static vn_status rows_ready(vn_tensor *t, void *ud)
+{
+    ((struct rows_seen *)ud)->ready_order = ++clock_ticks;
+    return VN_OK;
+}
+
+static void hook_rows(vn_tensor *t, struct rows_seen *s, float *buf)
+{
+    *s = (struct rows_seen){.in_order = true, .assembled = buf};
+    t->grad_ready = rows_ready, t->grad_rows = record_rows, t->grad_ready_ud = s;
+}
+
+/* A linear layer's weight gradient comes over in row slices while its GEMM
+ * runs (what lets DataParallel start the first layer's buckets early): the
+ * slices cover every row once, in order, before the grad-ready hook, after
+ * the bias (handed over whole, first); their sum with the old gradient is
+ * the final gradient bit for bit, also when the backward accumulates onto a
+ * gradient from before. */
+static void test_weight_rows_handed_over(void **state)
+{
+    vn_manual_seed(9);
+    /* dW = dYᵀ·X is (256 × 64) over 16 rows: 262,144 multiply-adds, sliced */
+    vn_tensor *x = vn_randn(2, (int64_t[]){16, 64}), *w = param(256, 64);
+    vn_tensor *b = vn_randn(1, (int64_t[]){256});
+    CHECK_OK(vn_tensor_set_requires_grad(b, true));
+    float *wbuf = calloc(256 * 64, sizeof *wbuf); /* the largest weight below */
+    float *bbuf = calloc(256, sizeof *bbuf);
+    struct rows_seen sw, sb;
+    for (int round = 0; round < 2; round++) { /* round 1 accumulates onto round 0's gradient */
+        hook_rows(w, &sw, wbuf);
+        hook_rows(b, &sb, bbuf);
+        clock_ticks = 0;
+        vn_tensor *y = vn_linear(x, w, b), *a = vn_relu(y), *loss = vn_sum_all(a);
+        CHECK_OK(vn_backward(loss, NULL));
+        assert_true(sw.calls >= 2); /* sliced */
+        assert_true(sw.in_order);
+        assert_int_equal(sw.next_row, 256); /* every row, once */
+        assert_true(sw.last_order < sw.ready_order);
+        assert_int_equal(sb.calls, 1);
+        assert_int_equal(sb.next_row, 256);
+        assert_true(sb.last_order < sw.first_order); /* the bias before the weight's rows */
+        assert_true(!memcmp(wbuf, vn_tensor_data(w->grad), 256 * 64 * sizeof(float)));
+        assert_true(!memcmp(bbuf, vn_tensor_data(b->grad), 256 * sizeof(float)));
+        vn_tensor *tmp[] = {y, a, loss};
+        for (int i = 0; i < 3; i++) vn_tensor_release(tmp[i]);
+    }
+    /* A wide weight (48 × 256: fewer rows than columns, which a GEMM would
+     * otherwise cut by columns) still comes over by rows, in 3 slices. */
+    vn_tensor *xw = vn_randn(2, (int64_t[]){32, 256}), *wide = param(48, 256);
+    hook_rows(wide, &sw, wbuf);
+    vn_tensor *yw = vn_linear(xw, wide, NULL), *lw = vn_sum_all(yw);
+    CHECK_OK(vn_backward(lw, NULL));
+    assert_int_equal(sw.calls, 3);
+    assert_true(sw.in_order && sw.next_row == 48 && sw.last_order < sw.ready_order);
+    assert_true(!memcmp(wbuf, vn_tensor_data(wide->grad), 48 * 256 * sizeof(float)));
+    vn_tensor *wtmp[] = {xw, wide, yw, lw};
+    for (int i = 0; i < 4; i++) vn_tensor_release(wtmp[i]);
+    /* A weight that is also the input of the same node (fed twice by it):
+     * no rows, only the grad-ready hook. */
+    vn_tensor *sq = param(64, 64);
+    hook_rows(sq, &sw, wbuf);
+    vn_tensor *y = vn_linear(sq, sq, NULL), *loss = vn_sum_all(y);
+    CHECK_OK(vn_backward(loss, NULL));
+    assert_int_equal(sw.calls, 0);
+    assert_true(sw.ready_order > 0);
+    vn_tensor *tmp[] = {y, loss, sq, x, w, b};
+    for (int i = 0; i < 6; i++) vn_tensor_release(tmp[i]);
+    free(wbuf);
+    free(bbuf);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -150,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_hook_sees_final_gradient),
         cmocka_unit_test(test_failing_hook_fails_backward),
         cmocka_unit_test(test_progress_hook),
+        cmocka_unit_test(test_weight_rows_handed_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

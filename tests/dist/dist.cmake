@@ -34,6 +34,22 @@ foreach(src ${scripts})
     venom_tap_script(dist_${name} "echo '1..0 # SKIP ${why}'")
   endif()
 endforeach()
+# Three ranks: groups of ranks, and expert replicas averaging over their
+# own ranks only (a world of 3, where that differs from the world).
+if(can_run)
+  venom_tap_script(dist_replicas_3ranks
+    "cd \"${PROJECT_SOURCE_DIR}\" && ${env} exec timeout 150 \"${VENOM_MPIEXEC}\" -np 3 --oversubscribe \"${CMAKE_BINARY_DIR}/venom\" \"${PROJECT_SOURCE_DIR}/tests/dist/replicas_3ranks.lua\"")
+else()
+  venom_tap_script(dist_replicas_3ranks "echo '1..0 # SKIP ${why}'")
+endif()
+# Two ranks in two network namespaces over TCP (tests/dist/netns.sh: skips
+# without root or `ip netns`).
+if(can_run)
+  venom_tap_script(dist_netns
+    "${env} exec timeout 150 sh \"${PROJECT_SOURCE_DIR}/tests/dist/netns.sh\" \"${CMAKE_BINARY_DIR}\" \"${PROJECT_SOURCE_DIR}\" \"${VENOM_MPIEXEC}\"")
+else()
+  venom_tap_script(dist_netns "echo '1..0 # SKIP ${why}'")
+endif()
 # One process, no mpirun: init() outside mpirun is a world of one (and,
 # without MPI, an error saying so).
 venom_tap_script(dist_one_process

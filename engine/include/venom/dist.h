@@ -109,6 +109,32 @@ vn_tensor *vn_dist_all_to_all_autograd(const vn_tensor *t, const int64_t *send_c
  * or freed t and for a scale that is not finite. */
 vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
 
+/* ---- groups of ranks ------------------------------------------------------- */
+
+/* A group of ranks (an MPI sub-communicator), so that a collective among
+ * some ranks moves data among them alone, as FlexMoE's expert replicas
+ * averaging their gradients (venom.nn_moe_parallel). vn_dist_group_new is
+ * a collective over the whole world: every rank calls it, in the same
+ * order, with the same list of n distinct world ranks (0-based); the
+ * members are ordered as listed. Ranks outside the list get a group too,
+ * whose collectives they must not call. Errors: VN_ERR_STATE (not
+ * initialized, MPI), VN_ERR_ARG (an empty list, a rank out of range or
+ * listed twice, lists that differ between ranks: on every rank),
+ * VN_ERR_MEMORY. Free with vn_dist_group_free (before MPI ends). */
+typedef struct vn_dist_group vn_dist_group;
+vn_dist_group *vn_dist_group_new(const int *ranks, int n);
+/* The number of ranks in the group; this rank's place in it (0-based, in
+ * the order listed), -1 outside it. */
+int vn_dist_group_size(const vn_dist_group *g);
+int vn_dist_group_rank(const vn_dist_group *g);
+/* In place, among the group's members only: t = op over them of t (sum,
+ * avg = sum / group size, max), through MPI_Allreduce on the group's
+ * communicator. Contiguous f32 CPU tensors. Errors: VN_ERR_ARG (a rank
+ * outside the group, a bad tensor or op), VN_ERR_SHAPE (the members' sizes
+ * differ: on each member), VN_ERR_STATE (MPI). */
+vn_status vn_dist_group_all_reduce(const vn_dist_group *g, vn_tensor *t, vn_dist_op op);
+void vn_dist_group_free(vn_dist_group *g);
+
 /* ---- data parallel: the gradient reducer --------------------------------- */
 
 /* Averages the gradients of n parameters over the ranks during the backward
@@ -119,10 +145,11 @@ vn_tensor *vn_dist_scale_grad(const vn_tensor *t, double scale);
  * bucket_bytes, a large gradient cut into pieces across several. A
  * grad-ready hook on each parameter notes when its gradient is final; once
  * a bucket is complete, and all buckets before it have started, its
- * gradients are copied into one flat buffer and a non-blocking
- * MPI_Iallreduce starts, overlapping the rest of the backward (which gives
- * MPI a turn after each node and between slices of each large GEMM). When the last
- * bucket has started the reducer waits for all of them and writes the means
+ * gradients (copied into one flat buffer as each becomes final; a linear
+ * layer's weight gradient row slice by row slice of its GEMM) go to a
+ * non-blocking MPI_Iallreduce, overlapping the rest of the backward (which
+ * gives MPI a turn after each node and between slices of each large GEMM).
+ * When the last bucket has started the reducer waits for all of them and writes the means
  * back into the gradients. A parameter that got no gradient counts as zeros.
  * The shapes are checked across ranks here (VN_ERR_SHAPE on every rank).
  * Errors: VN_ERR_STATE (not initialized, MPI), VN_ERR_ARG, VN_ERR_DEVICE,
@@ -135,13 +162,22 @@ vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t buc
 vn_status vn_dist_reducer_finish(vn_dist_reducer *r);
 /* Counters since vn_dist_reducer_new: completed steps, buckets, gradient
  * bytes all-reduced per step (the payload, the sum of the gradients' sizes),
- * and seconds spent waiting for all-reduces to complete (the communication
- * the backward did not hide). */
+ * seconds spent waiting for all-reduces to complete (the communication the
+ * backward did not hide), the bytes copied into the buckets in all (each
+ * element once per step: steps × bytes_per_step after whole steps), and the
+ * pieces handed over from a linear layer's weight-gradient GEMM slice by
+ * slice, before the layer's backward had finished, and the bytes whose
+ * all-reduce started before the last piece of the gradient was final, while
+ * the backward was still computing (the most it can hide; the rest starts
+ * at its end). */
 typedef struct {
     int64_t steps;
     int nbuckets;
     int64_t bytes_per_step;
     double wait_seconds;
+    int64_t bytes_reduced;
+    int64_t pieces_early;
+    int64_t bytes_started_early;
 } vn_dist_reducer_stats;
 vn_dist_reducer_stats vn_dist_reducer_get_stats(const vn_dist_reducer *r);
 /* Removes the hooks and frees the buffers. NULL-safe. */
