@@ -91,11 +91,16 @@ venom.graph_from_edges = core.graph_from_edges
 -- bucket_bytes) and venom.dist_reducer_stats(r) → the gradient bucket
 -- all-reducer of distributed.DataParallel and its counters;
 -- venom.vnm_shadow_decay_(W, S, f) → W with the weights outside the V:N:M
--- pattern S multiplied by f (prune.GMP's dense-shadow decay, SR-STE).
+-- pattern S multiplied by f (prune.GMP's dense-shadow decay, SR-STE);
+-- venom.dist_group(ranks) and venom.dist_group_info(g) → a communicator over
+-- a list of 0-based world ranks and its (size, rank), behind
+-- distributed.new_group (which documents them).
 venom.profile_entries = core.profile_entries
 venom.dist_reducer = core.dist_reducer
 venom.dist_reducer_stats = core.dist_reducer_stats
 venom.vnm_shadow_decay_ = core.vnm_shadow_decay_
+venom.dist_group = core.dist_group
+venom.dist_group_info = core.dist_group_info
 
 --- venom.tensor(data, [dtype | opts]) → a new tensor holding `data`: a
 -- number (a 0-d tensor), a tensor (copied, converted to dtype) or a
