@@ -10,12 +10,17 @@
 -- With `--sparse 64:2:8` the MLP projections (two thirds of each block's
 -- weights) are pruned during training by gradual magnitude pruning, as in
 -- tutorial 2: dense warm-up, cubic schedule 2:4 → 2:5 → … → 2:8 (75%
--- sparse), then fine-tuning at the final V:N:M pattern.
+-- sparse), then fine-tuning at the final V:N:M pattern. `--sparse-attn`
+-- prunes the attention's projections too (the fused qkv projection as one
+-- V:N:M matrix of 3·n_embd rows, and the output projection), by the same
+-- schedule, as VENOM's papers sparsify every linear layer of a block; the
+-- embeddings and the tied output layer stay dense.
 --
 -- Run it with
 --
 --     venom tutorials/03-tiny-gpt.lua                     # dense, default steps
 --     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8     # MLPs pruned to 75%
+--     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8 --sparse-attn  # every block linear
 --     venom tutorials/03-tiny-gpt.lua --activation relu2  # squared-ReLU MLPs, run sparse
 --     venom tutorials/03-tiny-gpt.lua --steps 2000 --n-embd 256 --block-size 128
 --     venom tutorials/03-tiny-gpt.lua --text some-file.txt
@@ -82,6 +87,7 @@ local opts = util.parse_cli(arg, {
   eval_every = 200,
   eval_batches = 8,
   sparse = "",
+  sparse_attn = false,
   activation = "gelu",
   prune_start = 0.2,
   prune_end = 0.6,
@@ -114,6 +120,7 @@ local opts = util.parse_cli(arg, {
   eval_every = "steps between two train/val loss evaluations",
   eval_batches = "batches averaged per loss evaluation",
   sparse = "V:2:M pattern the MLP weights are pruned to during training (e.g. 64:2:8)",
+  sparse_attn = "with --sparse: prune the attention's qkv and output projections to it too",
   activation = "the MLPs' activation: gelu, relu or relu2 (the last two run activation-sparse)",
   prune_start = "fraction of the steps after which pruning starts",
   prune_end = "fraction of the steps at which the final pattern is reached",
@@ -152,6 +159,9 @@ local opts = util.parse_cli(arg, {
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
   util.check_arg_number(o, "rewind", 0, true)
+  if o.sparse_attn and o.sparse == "" then
+    util.fail("--sparse-attn prunes the attention projections to the --sparse pattern; give --sparse too")
+  end
   if o.rewind > 0 and o.sparse == "" then
     util.fail("--rewind restarts the lr after pruning; give --sparse too")
   end
@@ -233,18 +243,24 @@ local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.
 --
 -- prune.GMP replaces each MLP projection (model:mlp_layers(): blocks.i.mlp.fc
 -- and blocks.i.mlp.proj) by an nn.SparseLinear when it first turns sparse,
--- and recompresses it as M grows; attention and embeddings stay dense.
+-- and recompresses it as M grows; with --sparse-attn the attention
+-- projections too (model:attn_layers(): blocks.i.attn.qkv and .proj). The
+-- embeddings (and the output layer, which is the token embedding) stay dense.
 local gmp
 if opts.sparse ~= "" then
   local t0 = math.floor(opts.prune_start * opts.steps)
   local span = math.floor(opts.prune_end * opts.steps) - t0
   local dt = math.max(1, math.floor(span / 20))
+  local layers = model:mlp_layers()
+  if opts.sparse_attn then
+    for _, name in ipairs(model:attn_layers()) do layers[#layers + 1] = name end
+  end
   local ok_gmp, g = pcall(prune.GMP, model, { optimizer = opt, pattern = opts.sparse,
-    layers = model:mlp_layers(), t0 = t0, n = math.max(1, math.floor(span / dt)), dt = dt })
+    layers = layers, t0 = t0, n = math.max(1, math.floor(span / dt)), dt = dt })
   if not ok_gmp then die(g) end
   gmp = g
-  print(("pruning the MLPs towards %s: steps %d to %d, every %d steps"):format(opts.sparse,
-    t0, t0 + gmp.n * dt, dt))
+  print(("pruning the MLPs%s towards %s: steps %d to %d, every %d steps"):format(
+    opts.sparse_attn and " and the attention projections" or "", opts.sparse, t0, t0 + gmp.n * dt, dt))
 end
 
 -- The learning rate: warm-up, then a cosine decay to 0; with --sparse and
@@ -275,7 +291,7 @@ end
 -- one is an error (the outputs, the sampling, the device and the seed may
 -- change: the RNG state comes from the checkpoint).
 local RUN_OPTIONS = { "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
-  "lr", "weight_decay", "warmup", "text", "eval_every", "eval_batches", "sparse", "activation",
+  "lr", "weight_decay", "warmup", "text", "eval_every", "eval_batches", "sparse", "sparse_attn", "activation",
   "prune_start", "prune_end", "rewind", "amp" }
 local parts = { model = model, optim = opt, sched = sched, gmp = gmp }
 local first_step = 1
