@@ -390,10 +390,10 @@ static void test_gradcheck(void **state)
     gradcheck_shape(5, 18, 8, 17, 4, 13); /* V > R, candidate pre-selection */
 }
 
-/* The bias's gradient with enough work for the threads (B·R over
- * VN_OMP_MIN_WORK), for a batch of 4 panels of 64 rows, the last with 8:
+/* The bias's gradient of a batch of 4 panels of 64 rows (the last with 8)
+ * with B·R over VN_OMP_MIN_WORK, so that the kernels run on the threads:
  * against Σ_b dy[b, r] in double, and the same bits on one thread as on
- * two (each thread sums whole columns in row order). */
+ * two. */
 static void test_bias_grad_panels(void **state)
 {
     (void)state;
