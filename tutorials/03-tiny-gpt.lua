@@ -297,7 +297,12 @@ local parts = { model = model, optim = opt, sched = sched, gmp = gmp }
 local first_step = 1
 if opts.resume ~= "" then
   local ok_load, meta = pcall(checkpoint.load, opts.resume, parts)
-  if not ok_load then die(meta) end
+  if not ok_load then
+    -- A checkpoint of other options (--sparse-attn, say) can fail on its layers before the
+    -- options are compared: then say which options differ.
+    local ok_meta, _, saved = pcall(venom.load, opts.resume)
+    die(ok_meta and checkpoint.check_options(saved, opts, opts.resume) or meta)
+  end
   local changed = checkpoint.check_options(meta, opts, opts.resume)
   if changed then die(changed) end
   first_step = tonumber(meta.step) + 1

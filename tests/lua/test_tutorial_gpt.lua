@@ -76,6 +76,9 @@ tap.ok(a and a == b, "its final checkpoint equals the uninterrupted run's, byte 
 out, rc = tutorial(sp .. " --steps 13 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("the run that wrote it had %-%-steps 12; this one has %-%-steps 13 ") ~= nil,
   "resuming with other --steps is refused")
+out, rc = tutorial(sp .. " --sparse-attn --resume " .. stopped)
+tap.ok(rc == 1 and out:find("had %-%-sparse%-attn false; this one has %-%-sparse%-attn true ") ~= nil,
+  "resuming with --sparse-attn added is refused, naming the option")
 out, rc = tutorial(sp .. " --steps 12 --lr 0.01 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("had %-%-lr 0%.002; this one has %-%-lr 0%.01 ") ~= nil,
   "resuming with another --lr is refused (it was ignored: the schedule came from the checkpoint)")
