@@ -6,6 +6,7 @@
 --     venom bench/gpt.lua                                   # tutorial 3's defaults
 --     venom bench/gpt.lua --n-embd 256 --block-size 128     # the issue-size model
 --     venom bench/gpt.lua --sparse 64:2:8                   # V:2:M MLPs (nn.SparseLinear)
+--     venom bench/gpt.lua --sparse 64:2:8 --sparse-attn     # and V:2:M attention projections
 --
 -- Its PyTorch 2 peer is bench/torch_gpt_cpu.py (same options; see
 -- bench/RESULTS.md for the side-by-side commands). --warmup steps run
@@ -26,7 +27,7 @@ local GPT = require "models.gpt"
 -- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
 local opts = util.parse_cli(arg, {
   steps = 20, warmup = 3, profile_steps = 5, batch_size = 32, block_size = 64, n_layer = 4,
-  n_head = 4, n_embd = 128, sparse = "", seed = 0, text = "", top = 16,
+  n_head = 4, n_embd = 128, sparse = "", sparse_attn = false, seed = 0, text = "", top = 16,
 }, nil, function(o)
   for _, k in ipairs({ "steps", "warmup", "profile_steps", "batch_size", "block_size", "n_layer",
                        "n_head", "n_embd", "top" }) do
@@ -42,17 +43,22 @@ local opts = util.parse_cli(arg, {
       util.fail("--sparse must be a V:2:M pattern (V >= 1, M >= 4) such as 64:2:8, got " .. o.sparse)
     end
   end
+  if o.sparse_attn and o.sparse == "" then
+    util.fail("--sparse-attn makes the attention projections V:2:M too; give --sparse")
+  end
 end)
 local mlp
 if opts.sparse ~= "" then
   local V, M = opts.sparse:match("^(%d+):2:(%d+)$")
   mlp = { V = tonumber(V), M = tonumber(M) }
 end
+local attn = opts.sparse_attn and mlp or nil
 venom.manual_seed(opts.seed)
 local ok, train = pcall(data.corpus, opts.text)
 if not ok then util.die(train) end
 local ok_model, model = pcall(GPT, { vocab_size = data.TEXT_VOCAB, block_size = opts.block_size,
-  n_layer = opts.n_layer, n_head = opts.n_head, n_embd = opts.n_embd, dropout = 0, mlp = mlp })
+  n_layer = opts.n_layer, n_head = opts.n_head, n_embd = opts.n_embd, dropout = 0, mlp = mlp,
+  attn = attn })
 if not ok_model then util.die(model) end
 local opt = optim.AdamW(model:parameters(), { lr = 2e-3, weight_decay = 0.01 })
 
@@ -91,9 +97,9 @@ local function first_line(cmd, pattern)
   return s:match(pattern) or "?"
 end
 local tokens = opts.batch_size * opts.block_size
-print(("%-24s %s"):format("model", ("GPT %d layers, %d heads, %d wide, block %d%s"):format(
+print(("%-24s %s"):format("model", ("GPT %d layers, %d heads, %d wide, block %d%s%s"):format(
   opts.n_layer, opts.n_head, opts.n_embd, opts.block_size,
-  mlp and (", MLPs " .. opts.sparse) or "")))
+  mlp and (", MLPs " .. opts.sparse) or "", attn and (", attention " .. opts.sparse) or "")))
 print(("%-24s %d"):format("batch size", opts.batch_size))
 print(("%-24s %.0f (median of %d steps)"):format("tokens/s", tokens / med * 1e3, opts.steps))
 print(("%-24s %.1f median, %.1f–%.1f range"):format("ms/step", med, ms[1], ms[#ms]))

@@ -7,6 +7,7 @@
 --     local model = GPT({vocab_size = 256, block_size = 128, n_layer = 4,
 --                        n_head = 4, n_embd = 256, dropout = 0,
 --                        mlp = {V = 64, M = 8},        -- optional: V:2:M MLP layers
+--                        attn = {V = 64, M = 8},       -- optional: V:2:M attention projections
 --                        moe = {experts = 8, k = 1, gate = "topk", every = 2}, -- optional
 --                        activation = "gelu"})         -- or "relu", "relu2" (squared ReLU)
 --     -- or bitnet = true: BitNet b1.58 (every block Linear an nn.BitLinear,
@@ -25,6 +26,11 @@
 -- nn.SparseLinear layers (venom.sparse) holding the V:2:M magnitude pruning
 -- of those initial weights; without it they are nn.Linear, which
 -- venom.prune.GMP can prune during training (gpt:mlp_layers() names them).
+-- `attn` does the same for the attention's projections, as VENOM's papers
+-- sparsify every linear layer of a block: the fused qkv projection (C → 3C,
+-- one V:2:M matrix of 3C rows, so q, k and v share its row blocks) and the
+-- output projection (C → C); gpt:attn_layers() names them for GMP. The
+-- embeddings and the tied output projection stay dense either way.
 -- With `moe`, the MLP of every `every`-th block (blocks every, 2·every, ...)
 -- is an nn.MoE layer (lua/venom/nn_moe.lua) of `experts` copies of that MLP
 -- and a router; the other keys of `moe` are nn.MoE's options (k, gate,
@@ -79,9 +85,9 @@ local function norm(cfg)
   return cfg.bitnet and nn.RMSNorm(cfg.n_embd) or nn.LayerNorm(cfg.n_embd)
 end
 
--- An MLP projection in_f → out_f: dense, or V:2:M sparse when cfg.mlp is given.
-local function projection(cfg, in_f, out_f, std)
-  local sp = cfg.mlp
+-- A projection in_f → out_f: dense, or V:2:M sparse when sp = {V, M} is given
+-- (cfg.mlp for the MLP's, cfg.attn for the attention's).
+local function projection(cfg, sp, in_f, out_f, std)
   if not sp then return dense(cfg, in_f, out_f, std) end
   local w = normal(std, out_f, in_f)
   local layer = nn.SparseLinear(in_f, out_f, { V = sp.V, M = sp.M, weight = w })
@@ -98,8 +104,8 @@ function Attention:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
   self.n_head, self.n_embd = cfg.n_head, C
-  self:add_module("qkv", dense(cfg, C, 3 * C, 0.02))
-  self:add_module("proj", dense(cfg, C, C, resid_std))
+  self:add_module("qkv", projection(cfg, cfg.attn, C, 3 * C, 0.02))
+  self:add_module("proj", projection(cfg, cfg.attn, C, C, resid_std))
   self:add_module("drop", nn.Dropout(cfg.dropout))
 end
 
@@ -123,9 +129,9 @@ local dynamic = require "venom.nn_dynamic"
 function MLP:__init(cfg, resid_std)
   nn.Module.__init(self)
   local C = cfg.n_embd
-  self:add_module("fc", projection(cfg, C, 4 * C, 0.02))
+  self:add_module("fc", projection(cfg, cfg.mlp, C, 4 * C, 0.02))
   if cfg.activation == "gelu" then self:add_module("gelu", nn.GELU()) end
-  self:add_module("proj", projection(cfg, 4 * C, C, resid_std))
+  self:add_module("proj", projection(cfg, cfg.mlp, 4 * C, C, resid_std))
   self:add_module("drop", nn.Dropout(cfg.dropout))
   rawset(self, "activation", cfg.activation)
   rawset(self, "_stats", dynamic.new_stats())
@@ -199,7 +205,7 @@ local DEFAULTS = { vocab_size = 256, block_size = 128, n_layer = 4, n_head = 4, 
 local function check_config(opts)
   local who = "GPT"
   opts = check_options(opts, { "vocab_size", "block_size", "n_layer", "n_head", "n_embd",
-                                    "dropout", "mlp", "moe", "activation",
+                                    "dropout", "mlp", "attn", "moe", "activation",
                                     "bitnet", "emb_std" }, who)
   local cfg = {}
   for k, v in pairs(DEFAULTS) do
@@ -218,9 +224,11 @@ local function check_config(opts)
   if a ~= "gelu" and a ~= "relu" and a ~= "relu2" then
     fail(('%s: activation %s, expected "gelu", "relu" or "relu2"'):format(who, tostring(a)))
   end
-  if opts.mlp ~= nil then
-    local m = check_options(opts.mlp, { "V", "M" }, "GPT: mlp")
-    cfg.mlp = { V = m.V or 64, M = m.M or 8 }
+  for _, k in ipairs({ "mlp", "attn" }) do -- {V, M}, checked by nn.SparseLinear
+    if opts[k] ~= nil then
+      local m = check_options(opts[k], { "V", "M" }, "GPT: " .. k)
+      cfg[k] = { V = m.V or 64, M = m.M or 8 }
+    end
   end
   if type(cfg.emb_std) ~= "number" or not (cfg.emb_std > 0 and cfg.emb_std < math.huge) then
     fail(("%s: emb_std must be a positive number, got %s"):format(who, tostring(cfg.emb_std)))
@@ -229,8 +237,11 @@ local function check_config(opts)
     fail(("%s: bitnet must be true or false, got %s"):format(who, tostring(opts.bitnet)))
   end
   cfg.bitnet = opts.bitnet or nil
-  if cfg.bitnet and cfg.mlp then
-    fail(("%s: bitnet with mlp (ternary V:N:M layers) is not implemented; use one or the other"):format(who))
+  for _, k in ipairs({ "mlp", "attn" }) do
+    if cfg.bitnet and cfg[k] then
+      fail(("%s: bitnet with %s (ternary V:N:M layers) is not implemented; use one or the other")
+        :format(who, k))
+    end
   end
   if opts.moe ~= nil then
     local m = check_options(opts.moe, { "experts", "k", "gate", "every", "capacity_factor", "alpha",
@@ -248,7 +259,7 @@ local function check_config(opts)
 end
 
 --- Builds the model; opts as in the example above (those are the defaults,
--- without `mlp`). Errors name the bad option.
+-- without `mlp` and `attn`). Errors name the bad option.
 function GPT:__init(opts)
   nn.Module.__init(self)
   local cfg = check_config(opts)
@@ -292,6 +303,18 @@ function GPT:mlp_layers()
       out[#out + 1] = p .. ".fc"
       out[#out + 1] = p .. ".proj"
     end
+  end
+  return out
+end
+
+--- The dotted module paths of the attention projections ("blocks.1.attn.qkv",
+-- "blocks.1.attn.proj", ...), for venom.prune.GMP's `layers` option (with
+-- mlp_layers() to prune every linear layer of the blocks).
+function GPT:attn_layers()
+  local out = {}
+  for i = 1, self.config.n_layer do
+    out[#out + 1] = ("blocks.%d.attn.qkv"):format(i)
+    out[#out + 1] = ("blocks.%d.attn.proj"):format(i)
   end
   return out
 end
@@ -464,9 +487,10 @@ end
 
 function GPT:extra_repr()
   local c = self.config
-  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s%s%s")
+  return ("vocab_size=%d, block_size=%d, n_layer=%d, n_head=%d, n_embd=%d, dropout=%g%s%s%s%s")
     :format(c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout,
       c.mlp and (", mlp=%d:2:%d"):format(c.mlp.V, c.mlp.M) or c.bitnet and ", bitnet" or "",
+      c.attn and (", attn=%d:2:%d"):format(c.attn.V, c.attn.M) or "",
       c.moe and (", moe every %d"):format(c.moe.every) or "",
       c.activation ~= "gelu" and (", activation=%s"):format(c.activation) or "")
 end

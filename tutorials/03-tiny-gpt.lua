@@ -10,12 +10,17 @@
 -- With `--sparse 64:2:8` the MLP projections (two thirds of each block's
 -- weights) are pruned during training by gradual magnitude pruning, as in
 -- tutorial 2: dense warm-up, cubic schedule 2:4 → 2:5 → … → 2:8 (75%
--- sparse), then fine-tuning at the final V:N:M pattern.
+-- sparse), then fine-tuning at the final V:N:M pattern. `--sparse-attn`
+-- prunes the attention's projections too (the fused qkv projection as one
+-- V:N:M matrix of 3·n_embd rows, and the output projection), by the same
+-- schedule, as VENOM's papers sparsify every linear layer of a block; the
+-- embeddings and the tied output layer stay dense.
 --
 -- Run it with
 --
 --     venom tutorials/03-tiny-gpt.lua                     # dense, default steps
 --     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8     # MLPs pruned to 75%
+--     venom tutorials/03-tiny-gpt.lua --sparse 64:2:8 --sparse-attn  # every block linear
 --     venom tutorials/03-tiny-gpt.lua --activation relu2  # squared-ReLU MLPs, run sparse
 --     venom tutorials/03-tiny-gpt.lua --steps 2000 --n-embd 256 --block-size 128
 --     venom tutorials/03-tiny-gpt.lua --text some-file.txt
@@ -82,6 +87,7 @@ local opts = util.parse_cli(arg, {
   eval_every = 200,
   eval_batches = 8,
   sparse = "",
+  sparse_attn = false,
   activation = "gelu",
   prune_start = 0.2,
   prune_end = 0.6,
@@ -114,6 +120,7 @@ local opts = util.parse_cli(arg, {
   eval_every = "steps between two train/val loss evaluations",
   eval_batches = "batches averaged per loss evaluation",
   sparse = "V:2:M pattern the MLP weights are pruned to during training (e.g. 64:2:8)",
+  sparse_attn = "with --sparse: prune the attention's qkv and output projections to it too",
   activation = "the MLPs' activation: gelu, relu or relu2 (the last two run activation-sparse)",
   prune_start = "fraction of the steps after which pruning starts",
   prune_end = "fraction of the steps at which the final pattern is reached",
@@ -153,6 +160,9 @@ local opts = util.parse_cli(arg, {
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
   util.check_arg_number(o, "rewind", 0, true)
+  if o.sparse_attn and o.sparse == "" then
+    util.fail("--sparse-attn prunes the attention projections to the --sparse pattern; give --sparse too")
+  end
   if not (o.dropout >= 0 and o.dropout < 1) then
     util.fail("--dropout must be in [0, 1), got " .. tostring(o.dropout))
   end
@@ -231,7 +241,9 @@ local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.
 --
 -- prune.GMP replaces each MLP projection (model:mlp_layers(): blocks.i.mlp.fc
 -- and blocks.i.mlp.proj) by an nn.SparseLinear when it first turns sparse,
--- and recompresses it as M grows; attention and embeddings stay dense.
+-- and recompresses it as M grows; with --sparse-attn the attention
+-- projections too (model:attn_layers(): blocks.i.attn.qkv and .proj). The
+-- embeddings (and the output layer, which is the token embedding) stay dense.
 -- The schedule: 20 events (or one per step) from --prune-start to --prune-end.
 local prune_t0 = math.floor(opts.prune_start * opts.steps)
 local prune_span = math.floor(opts.prune_end * opts.steps) - prune_t0
@@ -239,11 +251,16 @@ local prune_dt = math.max(1, math.floor(prune_span / 20))
 local prune_n = math.max(1, math.floor(prune_span / prune_dt))
 local gmp
 if opts.sparse ~= "" then
+  local layers = model:mlp_layers()
+  if opts.sparse_attn then
+    for _, name in ipairs(model:attn_layers()) do layers[#layers + 1] = name end
+  end
   local ok_gmp, g = pcall(prune.GMP, model, { optimizer = opt, pattern = opts.sparse,
-    layers = model:mlp_layers(), t0 = prune_t0, n = prune_n, dt = prune_dt })
+    layers = layers, t0 = prune_t0, n = prune_n, dt = prune_dt })
   if not ok_gmp then die(g) end
   gmp = g
-  print(("pruning the MLPs towards %s: steps %d to %d, every %d steps"):format(opts.sparse,
+  print(("pruning the MLPs%s towards %s: steps %d to %d, every %d steps"):format(
+    opts.sparse_attn and " and the attention projections" or "", opts.sparse,
     prune_t0, prune_t0 + prune_n * prune_dt, prune_dt))
 end
 
@@ -276,13 +293,18 @@ end
 -- one is an error (the outputs, the sampling, the device and the seed may
 -- change: the RNG state comes from the checkpoint).
 local RUN_OPTIONS = { "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
-  "lr", "weight_decay", "warmup", "text", "eval_every", "eval_batches", "sparse", "activation",
+  "lr", "weight_decay", "warmup", "text", "eval_every", "eval_batches", "sparse", "sparse_attn", "activation",
   "prune_start", "prune_end", "rewind", "amp" }
 local parts = { model = model, optim = opt, sched = sched, gmp = gmp }
 local first_step = 1
 if opts.resume ~= "" then
   local ok_load, meta = pcall(checkpoint.load, opts.resume, parts)
-  if not ok_load then die(meta) end
+  if not ok_load then
+    -- A checkpoint of other options (--sparse-attn, say) can fail on its layers before the
+    -- options are compared: then say which options differ.
+    local ok_meta, _, saved = pcall(venom.load, opts.resume)
+    die(ok_meta and checkpoint.check_options(saved, opts, opts.resume) or meta)
+  end
   local changed = checkpoint.check_options(meta, opts, opts.resume)
   if changed then die(changed) end
   first_step = tonumber(meta.step) + 1

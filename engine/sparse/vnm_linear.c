@@ -210,7 +210,10 @@ static vn_tensor *cpu_forward(const vnm_pattern *p, const vn_tensor *x, int64_t 
     return y;
 }
 
-/* The bias's gradient, input 2 of the node: db[r] = Σ_b dy[b, r] for dy (B, R). */
+/* The bias's gradient, input 2 of the node: db[r] = Σ_b dy[b, r] for dy (B, R).
+ * One thread, in row order: split over two threads by columns (as
+ * vn_linear's) it was slower on the 2-core Zen 4 VM, 1.7 against 0.95 ms
+ * for 4096 × 1024 (best of 40), a memory-bound pass (bench/RESULTS.md). */
 static vn_status bias_grad(vn_node *node, const vn_tensor *dy, int64_t B, int64_t R)
 {
     vn_tensor *db = vn_zeros(VN_F32, 1, &R);

@@ -7,6 +7,7 @@
 #include "gradcheck.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +390,46 @@ static void test_gradcheck(void **state)
     gradcheck_shape(5, 18, 8, 17, 4, 13); /* V > R, candidate pre-selection */
 }
 
+/* The bias's gradient of a batch of 4 panels of 64 rows (the last with 8)
+ * with B·R over VN_OMP_MIN_WORK, so that the kernels run on the threads:
+ * against Σ_b dy[b, r] in double, and the same bits on one thread as on
+ * two. */
+static void test_bias_grad_panels(void **state)
+{
+    (void)state;
+    enum { R = 200, K = 16, B = 200 };
+    vn_tensor *w = trand(2, (int64_t[]){R, K}, -1, 1, 31);
+    vn_vnm *s = vn_vnm_from_dense(w, 8, 2, 8);
+    CHECK_PTR(s);
+    vn_tensor *x = trand(2, (int64_t[]){B, K}, -1, 1, 32), *dy = trand(2, (int64_t[]){B, R}, -1, 1, 33);
+    vn_tensor *values = vn_vnm_values(s), *bias = trand(1, (int64_t[]){R}, -1, 1, 34);
+    CHECK_OK(vn_tensor_set_requires_grad(x, true));
+    CHECK_OK(vn_tensor_set_requires_grad(bias, true));
+    int threads0 = omp_get_max_threads();
+    float on_two[R];
+    for (int threads = 2; threads >= 1; threads--) {
+        omp_set_num_threads(threads);
+        vn_tensor_zero_grad(bias);
+        vn_tensor *y = vn_vnm_linear(x, s, values, bias);
+        CHECK_PTR(y);
+        CHECK_OK(vn_backward(y, dy));
+        const float *db = f32(vn_tensor_grad(bias));
+        for (int64_t r = 0; r < R; r++) {
+            double want = 0;
+            for (int64_t b = 0; b < B; b++) want += f32(dy)[b * R + r];
+            if (fabs(db[r] - want) > 1e-5 * (1 + fabs(want)))
+                fail_msg("db[%lld] = %.9g, expected %.9g", (long long)r, db[r], want);
+        }
+        if (threads == 2) memcpy(on_two, db, sizeof on_two);
+        else assert_memory_equal(on_two, db, sizeof on_two);
+        vn_tensor_release(y);
+    }
+    omp_set_num_threads(threads0);
+    vn_tensor *ts[] = {w, x, dy, values, bias};
+    for (size_t i = 0; i < 5; i++) vn_tensor_release(ts[i]);
+    vn_vnm_free(s);
+}
+
 /* The values' gradient is zero where a value sits in a padding column, so
  * training never moves weight into padding. */
 static void test_padding_gradient(void **state)
@@ -538,7 +579,7 @@ int main(void)
         cmocka_unit_test(test_stats_and_values), cmocka_unit_test(test_kernels_native),
         cmocka_unit_test(test_kernels_portable), cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_padding_gradient), cmocka_unit_test(test_pattern_roundtrip),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_bias_grad_panels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

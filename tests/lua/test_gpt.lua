@@ -2,7 +2,8 @@
 -- plain references, byte-level text data and random windows, the GPT's
 -- causality, weight tying (one tensor whose gradient is the sum of both
 -- uses), overfitting one batch, deterministic generation, sparse MLPs and
--- GMP on them, and the missing-corpus error.
+-- GMP on them, sparse attention projections (finite differences, a
+-- checkpoint round trip, GMP), and the missing-corpus error.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
@@ -269,6 +270,84 @@ do -- sparse MLPs: built sparse, or pruned by GMP through mlp_layers().
     and getmetatable(model.blocks[2].mlp.proj) == nn.SparseLinear
     and getmetatable(model.blocks[2].attn.qkv) == nn.Linear,
     "GMP over mlp_layers() prunes the 4 MLP projections to 64:2:8 and leaves attention dense")
+end
+
+do -- V:N:M attention projections (attn = {V, M}): the gradient of the loss with
+  -- respect to the compressed values and biases of qkv (3C rows, one matrix)
+  -- and of the output projection against central finite differences; a
+  -- checkpoint round trip gives the same logits bit for bit.
+  venom.manual_seed(5)
+  local cfg = { vocab_size = 16, block_size = 8, n_layer = 1, n_head = 2, n_embd = 16,
+                emb_std = 0.5, attn = { V = 16, M = 8 } }
+  local model = GPT(cfg)
+  local attn = model.blocks[1].attn
+  tap.ok(getmetatable(attn.qkv) == nn.SparseLinear and getmetatable(attn.proj) == nn.SparseLinear
+    and attn.qkv.out_features == 48 and attn.qkv:stats().sparsity == 0.75
+    and getmetatable(model.blocks[1].mlp.fc) == nn.Linear,
+    "attn = {V=16, M=8}: qkv (48 rows) and proj are 2:8 SparseLinear layers, the MLP stays dense")
+  tap.ok(tostring(model):find("attn=16:2:8", 1, true) ~= nil, "the model's repr names the attn pattern")
+  -- Larger weights than GPT-2's init, so that every gradient is far from 0.
+  venom.no_grad(function()
+    for _, l in ipairs({ attn.qkv, attn.proj }) do
+      l.values:mul_(20)
+      local b = venom.randn(l.out_features) * 0.3
+      l.bias:copy_(b)
+    end
+  end)
+  local idx = venom.tensor({ { 3, 1, 4, 1, 5, 9, 2, 6 }, { 5, 3, 5, 8, 9, 7, 9, 3 } }, "i64")
+  local tgt = venom.tensor({ { 1, 4, 1, 5, 9, 2, 6, 5 }, { 3, 5, 8, 9, 7, 9, 3, 2 } }, "i64")
+  local function loss() return venom.no_grad(function() return model:loss(idx, tgt):item() end) end
+  model:zero_grad()
+  model:loss(idx, tgt):backward()
+  local eps, worst, biggest, checked = 1e-2, 0, 0, 0
+  for _, p in ipairs({ attn.qkv.values, attn.proj.values, attn.qkv.bias, attn.proj.bias }) do
+    local g = p.grad
+    local n = p:numel()
+    local flat = p:reshape(-1)
+    for i = 1, n, math.max(1, math.floor(n / 9)) do
+      local v = flat:get(i)
+      venom.no_grad(function() flat:set(i, v + eps) end)
+      local up = loss()
+      venom.no_grad(function() flat:set(i, v - eps) end)
+      local down = loss()
+      venom.no_grad(function() flat:set(i, v) end)
+      local want = g:reshape(-1):get(i)
+      worst = math.max(worst, math.abs((up - down) / (2 * eps) - want))
+      biggest = math.max(biggest, math.abs(want))
+      checked = checked + 1
+    end
+  end
+  tap.ok(checked >= 36 and biggest > 1e-1 and worst < 1e-3,
+    ("finite differences of %d values and biases of the sparse qkv and proj (worst %.2g, largest "
+      .. "gradient %.2g)"):format(checked, worst, biggest))
+
+  local path = os.tmpname()
+  local checkpoint = require "venom.checkpoint"
+  checkpoint.save(path, { model = model })
+  venom.manual_seed(6) -- another init, another pattern
+  local fresh = GPT(cfg)
+  checkpoint.load(path, { model = fresh })
+  os.remove(path)
+  local a, b = model(idx), fresh(idx)
+  tap.ok(a:ne(b):sum():item() == 0 and fresh.blocks[1].attn.qkv:mask():ne(attn.qkv:mask()):sum():item() == 0,
+    "a checkpoint of the sparse-attention model loads into a fresh one: same pattern, same logits")
+
+  -- GMP over attn_layers() prunes the attention projections of a dense model.
+  local dense = GPT({ vocab_size = 16, block_size = 8, n_layer = 2, n_head = 2, n_embd = 16 })
+  local opt = optim.AdamW(dense:parameters(), { lr = 1e-3 })
+  local layers = dense:mlp_layers()
+  for _, name in ipairs(dense:attn_layers()) do layers[#layers + 1] = name end
+  local gmp = prune.GMP(dense, { optimizer = opt, pattern = "16:2:8", layers = layers, t0 = 1,
+                                 n = 2, dt = 1 })
+  for _ = 1, 4 do
+    local l = dense:loss(idx, tgt)
+    opt:zero_grad(); l:backward(); opt:step(); gmp:step()
+  end
+  tap.ok(#gmp:report() == 8 and getmetatable(dense.blocks[2].attn.qkv) == nn.SparseLinear
+    and dense.blocks[2].attn.qkv:stats().M == 8,
+    "GMP over mlp_layers() and attn_layers() prunes all 8 block projections to 16:2:8")
+  tap.error_like(function() GPT({ attn = { V = 16, K = 3 } }) end, "K",
+    "GPT: an unknown key in attn is named")
 end
 
 tap.error_like(function() GPT({ n_embd = 30, n_head = 4 }) end, "multiple of n_head",

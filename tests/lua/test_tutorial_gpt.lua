@@ -1,6 +1,7 @@
 -- Tutorial 3 on a small text file with a tiny model: a dense run and a
 -- --sparse run succeed, report the losses, prune every MLP projection to
--- the pattern and print a sample; a bad option exits with status 2 and a
+-- the pattern (with --sparse-attn the attention projections too) and print
+-- a sample; a bad option exits with status 2 and a
 -- missing text file with status 1 and its name; a --sparse run stopped
 -- and resumed matches the uninterrupted one; --amp f16 on the CPU (matmuls
 -- stay f32, the loss scaled by powers of two) prints the dense run's losses.
@@ -42,6 +43,15 @@ local pruned = 0
 for _ in out:gmatch("blocks%.%d%.mlp%.%a+ +16:2:8 ") do pruned = pruned + 1 end
 tap.is(pruned, 4, "--sparse 16:2:8: the report lists the 4 MLP projections at 16:2:8")
 
+out, rc = tutorial("--text " .. tmp .. " --sparse 16:2:8 --sparse-attn")
+pruned = 0
+for _ in out:gmatch("blocks%.%d%.%a+%.%a+ +16:2:8 ") do pruned = pruned + 1 end
+tap.ok(rc == 0 and pruned == 8 and out:find("pruning the MLPs and the attention projections") ~= nil,
+  "--sparse-attn: the report lists the 4 MLP and the 4 attention projections at 16:2:8"
+  .. (rc ~= 0 and ": " .. out or ""))
+out, rc = tutorial("--text " .. tmp .. " --sparse-attn")
+tap.ok(rc == 2 and out:find("give --sparse too", 1, true) ~= nil, "--sparse-attn without --sparse exits with status 2")
+
 out, rc = tutorial("--text " .. tmp .. " --sparse 2:4")
 tap.is(rc, 2, "--sparse 2:4 (not V:2:M) exits with status 2")
 out, rc = tutorial("--text " .. tmp .. ".missing")
@@ -78,6 +88,9 @@ tap.ok(a and a == b, "its final checkpoint equals the uninterrupted run's, byte 
 out, rc = tutorial(sp .. " --steps 13 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("the run that wrote it had %-%-steps 12; this one has %-%-steps 13 ") ~= nil,
   "resuming with other --steps is refused")
+out, rc = tutorial(sp .. " --sparse-attn --resume " .. stopped)
+tap.ok(rc == 1 and out:find("had %-%-sparse%-attn false; this one has %-%-sparse%-attn true ") ~= nil,
+  "resuming with --sparse-attn added is refused, naming the option")
 out, rc = tutorial(sp .. " --steps 12 --lr 0.01 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("had %-%-lr 0%.002; this one has %-%-lr 0%.01 ") ~= nil,
   "resuming with another --lr is refused (it was ignored: the schedule came from the checkpoint)")
