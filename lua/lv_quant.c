@@ -77,6 +77,18 @@ static int l_ternary_isa(lua_State *L)
     return 1;
 }
 
+static int l_ternary_set_kernel(lua_State *L)
+{
+    lv_status(L, vn_ternary_set_kernel(luaL_checkstring(L, 1)));
+    return 0;
+}
+
+static int l_ternary_kernel(lua_State *L)
+{
+    lua_pushstring(L, vn_ternary_kernel(lv_int(L, 1, "rows")));
+    return 1;
+}
+
 static int l_ternary_fake_quant(lua_State *L)
 {
     vn_tensor *w = lv_check(L, 1);
@@ -113,7 +125,8 @@ static int l_ternary_vnm_matmul(lua_State *L)
 
 const luaL_Reg lv_quant_functions[] = {
     LV_REG(bitlinear) LV_REG(ternary_quantize) LV_REG(ternary_pack) LV_REG(ternary_unpack)
-    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa) LV_REG(ternary_fake_quant)
+    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa) LV_REG(ternary_set_kernel)
+    LV_REG(ternary_kernel) LV_REG(ternary_fake_quant)
     LV_REG(int8_fake_quant) LV_REG(ternary_vnm_pack) LV_REG(ternary_vnm_check) LV_REG(ternary_vnm_matmul)
     {NULL, NULL},
 };

@@ -182,32 +182,84 @@ static vnq_kernel by_name(const char *isa)
 }
 
 /* VENOM_NO_AVX512 (as for the V:N:M kernels) and VENOM_NO_AVX2, when set
- * (non-empty), skip the kernels of that ISA and above: to test and time
- * the others on one machine. */
+ * (non-empty), skip the kernels of that ISA and above in the automatic
+ * choice: to test and time the others on one machine. */
 static bool env_set(const char *name)
 {
     const char *v = getenv(name);
     return v && *v;
 }
 
-vnq_kernel vnq__kernel(const char *isa)
+/* The kernel vn_ternary_set_kernel forced (NULL: the automatic choice).
+ * Atomic: products on other threads read it on every call. */
+static vnq_kernel forced;
+
+/* Up to this many activation rows, AMD CPUs get the AVX2 kernel rather than
+ * VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit halves) the
+ * VNNI kernel was 1.1–1.6× slower than AVX2 for one row and 10–18% faster
+ * from 8 rows (bench/RESULTS.md, "AVX-512 VNNI" and issue 20's batch-1
+ * dispatch). Intel CPUs were not measured and keep VNNI for every batch. */
+#define VNQ_AVX2_MAX_ROWS 1
+
+static vnq_kernel auto_kernel(int64_t rows)
 {
-    if (isa) return by_name(isa);
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
+#ifdef VNQ_HAVE_AVX2
+    if (k && rows <= VNQ_AVX2_MAX_ROWS && __builtin_cpu_is("amd")) k = NULL;
+#else
+    (void)rows;
+#endif
     if (!k) k = by_name("avx2");
     return k ? k : kernel_portable;
 }
 
-const char *vn_ternary_isa(void)
+vnq_kernel vnq__kernel(const char *isa)
 {
-    vnq_kernel k = vnq__kernel(NULL);
+    return isa ? by_name(isa) : vnq__kernel_for(2);
+}
+
+vnq_kernel vnq__kernel_for(int64_t rows)
+{
+    vnq_kernel k = __atomic_load_n(&forced, __ATOMIC_RELAXED);
+    return k ? k : auto_kernel(rows);
+}
+
+static const char *kernel_name(vnq_kernel k)
+{
 #ifdef VNQ_HAVE_AVX2
     if (k == kernel_avx512vnni) return "avx512vnni";
     if (k == kernel_avx2) return "avx2";
 #endif
+    (void)k;
     return "portable";
 }
+
+vn_status vn_ternary_set_kernel(const char *name)
+{
+    static const char names[] = "\"auto\", \"avx512vnni\", \"avx2\" or \"portable\"";
+    if (!name) return vn__err(VN_ERR_ARG, "ternary_set_kernel: name is NULL, expected %s", names);
+    vnq_kernel k = NULL;
+    if (strcmp(name, "auto")) {
+        if (strcmp(name, "avx512vnni") && strcmp(name, "avx2") && strcmp(name, "portable"))
+            return vn__err(VN_ERR_ARG, "ternary_set_kernel: unknown kernel \"%s\", expected %s", name,
+                           names);
+        if (!(k = by_name(name)))
+            return vn__err(VN_ERR_ARG, "ternary_set_kernel: kernel \"%s\" is not available: %s", name,
+#ifdef VNQ_HAVE_AVX2
+                           "this CPU lacks its instructions"
+#else
+                           "this build has no x86 SIMD kernels"
+#endif
+            );
+    }
+    __atomic_store_n(&forced, k, __ATOMIC_RELAXED);
+    return VN_OK;
+}
+
+const char *vn_ternary_kernel(int64_t rows) { return kernel_name(vnq__kernel_for(rows)); }
+
+const char *vn_ternary_isa(void) { return kernel_name(vnq__kernel(NULL)); }
 
 /* ---- packing ---------------------------------------------------------------------- */
 
@@ -361,7 +413,7 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
         y = NULL;
     }
     if (y && B > 0) {
-        vnq_kernel kernel = vnq__kernel(NULL);
+        vnq_kernel kernel = vnq__kernel_for(B);
         const uint8_t *p = vn_tensor_data(pc);
         float *out = vn_tensor_data(y);
         /* Threads take chunks of weight rows; every chunk reads all of x̃. */

@@ -5,6 +5,7 @@
  * rows, the quantisers of the CUDA path (public ops) against the loops, the 2-bit packing byte for byte against a plain packer, the packed
  * kernels (portable, AVX2, AVX-512 VNNI: those this CPU has) against a
  * plain integer loop for odd sizes and bit for bit against each other,
+ * each forced through vn_ternary_set_kernel against the portable one,
  * corrupt packed data, and bad arguments. */
 #include "gradcheck.h"
 #include "ref_quant.h"
@@ -380,6 +381,56 @@ static void test_errors(void **state)
     for (int k = 0; k < 6; k++) vn_tensor_release(ts[k]);
 }
 
+/* vn_ternary_set_kernel: each kernel this CPU has, forced, gives the
+ * portable kernel's output bit for bit through the public product, at one
+ * row (where the automatic choice may differ) and more, over two chunks of
+ * weight rows; "auto" goes back; a bad or unavailable name is refused and
+ * changes nothing. */
+static void test_set_kernel(void **state)
+{
+    (void)state;
+    const char *names[] = {"portable", "avx2", "avx512vnni"};
+    int64_t K = 300, N = 70, Bs[] = {1, 2, 9};
+    vn_tensor *w = trand(2, (int64_t[]){N, K}, -1, 1, 40);
+    float g;
+    vn_tensor *p = vn_ternary_pack(w, &g);
+    CHECK_PTR(p);
+    for (int ib = 0; ib < 3; ib++) {
+        int64_t B = Bs[ib];
+        vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, 41 + (unsigned)ib);
+        CHECK_OK(vn_ternary_set_kernel("portable"));
+        vn_tensor *ref = vn_ternary_matmul(x, p, K, g);
+        CHECK_PTR(ref);
+        for (int i = 0; i < 3; i++) {
+            if (!vnq__kernel(names[i])) { /* not on this CPU or build: refused */
+                assert_int_equal(vn_ternary_set_kernel(names[i]), VN_ERR_ARG);
+                assert_non_null(strstr(vn_last_error(), "not available"));
+                continue;
+            }
+            CHECK_OK(vn_ternary_set_kernel(names[i]));
+            assert_string_equal(vn_ternary_kernel(B), names[i]);
+            assert_string_equal(vn_ternary_isa(), names[i]);
+            vn_tensor *y = vn_ternary_matmul(x, p, K, g);
+            CHECK_PTR(y);
+            assert_memory_equal(vn_tensor_data(y), vn_tensor_data(ref), sizeof(float) * (size_t)(B * N));
+            vn_tensor_release(y);
+        }
+        vn_tensor_release(x);
+        vn_tensor_release(ref);
+    }
+    /* Bad names leave the forced kernel as it was. */
+    CHECK_OK(vn_ternary_set_kernel("portable"));
+    assert_int_equal(vn_ternary_set_kernel("vnni"), VN_ERR_ARG);
+    assert_non_null(strstr(vn_last_error(), "unknown kernel \"vnni\", expected \"auto\""));
+    assert_int_equal(vn_ternary_set_kernel(NULL), VN_ERR_ARG);
+    assert_string_equal(vn_ternary_kernel(1), "portable");
+    /* "auto": the widest kernel for several rows (as vn_ternary_isa says). */
+    CHECK_OK(vn_ternary_set_kernel("auto"));
+    assert_string_equal(vn_ternary_kernel(8), vn_ternary_isa());
+    vn_tensor_release(w);
+    vn_tensor_release(p);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -387,7 +438,7 @@ int main(void)
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_ops_path),
+        cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
