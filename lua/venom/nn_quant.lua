@@ -31,8 +31,8 @@ local function check_input(who, x, dim)
 end
 
 --- Root-mean-square normalisation over the last dim (Zhang & Sennrich
--- 2019): y = x / sqrt(mean(x²) + eps) · weight, weight (dim) = 1 at first.
--- opts: eps = 1e-6.
+-- 2019): y = x / sqrt(mean(x²) + eps) · weight, weight (dim) = 1 at first
+-- (one op, venom.rms_norm). opts: eps = 1e-6.
 local RMSNorm = Module:extend("RMSNorm")
 layers.RMSNorm = RMSNorm
 
@@ -50,8 +50,7 @@ end
 
 function RMSNorm:forward(x)
   check_input("nn.RMSNorm", x, self.dim)
-  local ms = (x * x):mean(x:dim(), true)
-  return x / (ms + self.eps):sqrt() * self.weight
+  return venom.rms_norm(x, self.weight, self.eps)
 end
 
 function RMSNorm:extra_repr()

@@ -6,7 +6,8 @@
  * kernels (portable, AVX2, AVX-512 VNNI: those this CPU has) against a
  * plain integer loop for odd sizes and bit for bit against each other,
  * each forced through vn_ternary_set_kernel against the portable one,
- * corrupt packed data, and bad arguments. */
+ * corrupt packed data, and bad arguments; RMSNorm (vn_rms_norm) against a
+ * plain loop and finite differences. */
 #include "gradcheck.h"
 #include "ref_quant.h"
 #include "quant_internal.h"
@@ -431,6 +432,45 @@ static void test_set_kernel(void **state)
     vn_tensor_release(p);
 }
 
+/* vn_rms_norm: values against a plain loop (odd D, rows of very different
+ * scales, a zero row: y = 0), gradients of x and weight against central
+ * finite differences, bad arguments. */
+static vn_tensor *f_rms_norm(vn_tensor **in, void *ctx)
+{
+    (void)ctx;
+    return vn_rms_norm(in[0], in[1], 1e-6);
+}
+
+static void test_rms_norm(void **state)
+{
+    (void)state;
+    int64_t B = 4, D = 37;
+    vn_tensor *x = gc_param(2, (int64_t[]){B, D}, -2, 2, 80), *w = gc_param(1, &D, 0.5, 1.5, 81);
+    for (int64_t j = 0; j < D; j++) f32(x)[D + j] *= 1000, f32(x)[2 * D + j] *= 0.1f;
+    vn_tensor *y = vn_rms_norm(x, w, 1e-6);
+    CHECK_PTR(y);
+    for (int64_t b = 0; b < B; b++) {
+        double ms = 0;
+        for (int64_t j = 0; j < D; j++) ms += (double)f32(x)[b * D + j] * f32(x)[b * D + j];
+        ms /= (double)D;
+        for (int64_t j = 0; j < D; j++)
+            assert_close(f32(y)[b * D + j], f32(x)[b * D + j] / sqrt(ms + 1e-6) * f32(w)[j], 1e-6, "y",
+                         b * D + j);
+    }
+    vn_tensor *in[2] = {x, w};
+    gradcheck(f_rms_norm, in, 2, NULL, 1e-3, 1e-2);
+    /* a zero row: 0, not NaN (ε keeps the root positive) */
+    vn_tensor *z = vn_zeros(VN_F32, 2, (int64_t[]){1, D}), *yz = vn_rms_norm(z, w, 1e-6);
+    CHECK_PTR(yz);
+    for (int64_t j = 0; j < D; j++) assert_float_equal(f32(yz)[j], 0, 0);
+    vn_tensor *w2 = vn_zeros(VN_F32, 1, (int64_t[]){D + 1}), *xi = vn_zeros(VN_I32, 2, (int64_t[]){1, D});
+    expect_error(vn_rms_norm(x, w2, 1e-6), VN_ERR_SHAPE, "weight (38,) does not match input (4, 37)");
+    expect_error(vn_rms_norm(x, w, 0), VN_ERR_ARG, "eps must be positive");
+    expect_error(vn_rms_norm(xi, w, 1e-6), VN_ERR_DTYPE, "rms_norm: input");
+    expect_error(vn_rms_norm(x, NULL, 1e-6), VN_ERR_ARG, "rms_norm: weight");
+    GC_RELEASE(x, w, y, z, yz, w2, xi);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -439,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
+        cmocka_unit_test(test_rms_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
