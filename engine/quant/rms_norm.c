@@ -72,6 +72,16 @@ static vn_tensor *rms_norm_ops(const vn_tensor *x, const vn_tensor *w, double ep
     return y;
 }
 
+/* One row of D values: y = x / √(mean(x²) + ε) ⊙ w, and r = 1/√(...). */
+static void rms_row(const float *x, const float *w, int64_t D, double eps, float *y, float *r)
+{
+    double s = 0;
+    for (int64_t j = 0; j < D; j++) s += (double)x[j] * x[j];
+    float d = sqrtf((float)(s / (double)D) + (float)eps);
+    *r = 1.0f / d;
+    for (int64_t j = 0; j < D; j++) y[j] = x[j] / d * w[j];
+}
+
 vn_tensor *vn_rms_norm(const vn_tensor *x, const vn_tensor *w, double eps)
 {
     const char *op = "rms_norm";
@@ -99,14 +109,13 @@ vn_tensor *vn_rms_norm(const vn_tensor *x, const vn_tensor *w, double eps)
     if (out) {
         const float *px = vn_tensor_data(xc), *pw = vn_tensor_data(wc);
         float *po = vn_tensor_data(out), *pr = vn_tensor_data(r);
-#pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
-        for (int64_t i = 0; i < rows; i++) {
-            const float *xr = px + i * D;
-            double s = 0;
-            for (int64_t j = 0; j < D; j++) s += (double)xr[j] * xr[j];
-            float d = sqrtf((float)(s / (double)D) + (float)eps);
-            pr[i] = 1.0f / d;
-            for (int64_t j = 0; j < D; j++) po[i * D + j] = xr[j] / d * pw[j];
+        /* No OpenMP region for small inputs (a decoding step's row): even
+         * `parallel if (false)` costs libgomp two futex system calls. */
+        if (rows * D > VN_OMP_MIN_WORK) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < rows; i++) rms_row(px + i * D, pw, D, eps, po + i * D, pr + i);
+        } else {
+            for (int64_t i = 0; i < rows; i++) rms_row(px + i * D, pw, D, eps, po + i * D, pr + i);
         }
     }
     vn_tensor_release(xc);
