@@ -166,8 +166,8 @@ int main(int argc, char **argv)
     }
     vn_manual_seed(0);
     printf("y = x·Wᵀ, W (N×K), x (B×K): median of %d alternating runs; the automatic choice "
-           "here: %s at B = 1, %s above; OMP_NUM_THREADS=%s\n\n", reps, vn_ternary_kernel(1),
-           vn_ternary_isa(),
+           "here: %s at B = 1, %s at B = 4, %s at B = 8; OMP_NUM_THREADS=%s\n\n", reps,
+           vn_ternary_kernel(1), vn_ternary_kernel(4), vn_ternary_kernel(8),
            getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(all)");
     printf("| W (N×K) | B | kernel | median µs | min–max µs | ×f32 |\n|---|---|---|---|---|---|\n");
     for (int i = 0; i < ns; i++) bench(shapes[i][0], shapes[i][1], batches, nb, reps);

@@ -245,10 +245,12 @@ static vnq_kernel forced;
 
 /* Up to this many activation rows, AMD CPUs get the AVX2 kernel rather than
  * VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit halves) the
- * VNNI kernel was 1.1–1.6× slower than AVX2 for one row and 10–18% faster
- * from 8 rows (bench/RESULTS.md, "AVX-512 VNNI" and issue 20's batch-1
- * dispatch). Intel CPUs were not measured and keep VNNI for every batch. */
-#define VNQ_AVX2_MAX_ROWS 1
+ * VNNI kernel was 1.1–1.6× slower than AVX2 for one row, level at 2–4 rows
+ * and 10–40% faster from 8 rows on 4096-wide weights, and 2–6× slower at 1–4
+ * rows on the 128-wide weights of tutorial 5's model (bench/RESULTS.md,
+ * "AVX-512 VNNI" and issue 20's batch-1 dispatch). Intel CPUs were not
+ * measured and keep VNNI for every batch. */
+#define VNQ_AVX2_MAX_ROWS 4
 
 static vnq_kernel auto_kernel(int64_t rows)
 {
@@ -265,7 +267,7 @@ static vnq_kernel auto_kernel(int64_t rows)
 
 vnq_kernel vnq__kernel(const char *isa)
 {
-    return isa ? by_name(isa) : vnq__kernel_for(2);
+    return isa ? by_name(isa) : vnq__kernel_for(INT64_MAX);
 }
 
 vnq_kernel vnq__kernel_for(int64_t rows)

@@ -80,8 +80,8 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
  * the same integer sums, so the same outputs bit for bit; they differ in
  * speed only. The automatic choice (the default) takes the widest the CPU
  * has, per product by its number of activation rows (the product of
- * x's leading dims): on AMD CPUs a single row (decoding) goes to AVX2,
- * which was faster there than VNNI (Zen 4, bench/RESULTS.md). Environment
+ * x's leading dims): on AMD CPUs up to 4 rows (decoding is 1) go to AVX2,
+ * which was as fast or faster there than VNNI (Zen 4, bench/RESULTS.md). Environment
  * variables narrow the automatic choice: VENOM_NO_AVX512 (non-empty)
  * skips "avx512vnni", VENOM_NO_AVX2 (non-empty) forces "portable".
  *
@@ -96,7 +96,7 @@ vn_status vn_ternary_set_kernel(const char *name);
  * ("avx512vnni", "avx2" or "portable"). */
 const char *vn_ternary_kernel(int64_t rows);
 
-/* The name of the kernel for products of more than one row: the widest
+/* The name of the kernel for large products (many rows): the widest
  * instruction set the CPU has (narrowed by the environment variables
  * above), or the forced kernel. */
 const char *vn_ternary_isa(void);
