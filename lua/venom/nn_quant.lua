@@ -32,7 +32,8 @@ end
 
 --- Root-mean-square normalisation over the last dim (Zhang & Sennrich
 -- 2019): y = x / sqrt(mean(x²) + eps) · weight, weight (dim) = 1 at first
--- (one op, venom.rms_norm). opts: eps = 1e-6.
+-- (venom.rms_norm: one call at inference, the same bits as the composed
+-- ops it runs when training). opts: eps = 1e-6.
 local RMSNorm = Module:extend("RMSNorm")
 layers.RMSNorm = RMSNorm
 

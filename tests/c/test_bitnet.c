@@ -433,8 +433,9 @@ static void test_set_kernel(void **state)
 }
 
 /* vn_rms_norm: values against a plain loop (odd D, rows of very different
- * scales, a zero row: y = 0), gradients of x and weight against central
- * finite differences, bad arguments. */
+ * scales, a zero row: y = 0), the inference loop (no gradient) bit for bit
+ * against the composition that runs when a gradient is wanted, gradients of
+ * x and weight against central finite differences, bad arguments. */
 static vn_tensor *f_rms_norm(vn_tensor **in, void *ctx)
 {
     (void)ctx;
@@ -457,6 +458,11 @@ static void test_rms_norm(void **state)
             assert_close(f32(y)[b * D + j], f32(x)[b * D + j] / sqrt(ms + 1e-6) * f32(w)[j], 1e-6, "y",
                          b * D + j);
     }
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *yi = vn_rms_norm(x, w, 1e-6); /* the loop; y above: the composed ops */
+    vn_set_grad_enabled(was);
+    CHECK_PTR(yi);
+    assert_memory_equal(vn_tensor_data(yi), vn_tensor_data(y), sizeof(float) * (size_t)(B * D));
     vn_tensor *in[2] = {x, w};
     gradcheck(f_rms_norm, in, 2, NULL, 1e-3, 1e-2);
     /* a zero row: 0, not NaN (ε keeps the root positive) */
@@ -468,7 +474,7 @@ static void test_rms_norm(void **state)
     expect_error(vn_rms_norm(x, w, 0), VN_ERR_ARG, "eps must be positive");
     expect_error(vn_rms_norm(xi, w, 1e-6), VN_ERR_DTYPE, "rms_norm: input");
     expect_error(vn_rms_norm(x, NULL, 1e-6), VN_ERR_ARG, "rms_norm: weight");
-    GC_RELEASE(x, w, y, z, yz, w2, xi);
+    GC_RELEASE(x, w, y, yi, z, yz, w2, xi);
 }
 
 int main(void)

@@ -103,14 +103,14 @@ const char *vn_ternary_isa(void);
 
 /* RMSNorm (Zhang & Sennrich 2019) over the last dim, BitNet's norm (SubLN
  * before each BitLinear): y = x / √(mean(x²) + eps) ⊙ weight, the mean
- * over the last dim of x (..., D) f32, weight (D) f32, eps > 0. CPU loops
- * (mean(x²) summed in double), or on CUDA the same formula from the
- * engine's elementwise ops and reductions. Differentiable in x and weight:
- * with r = 1/√(mean(x²) + eps), x̂ = x·r, ĝ = g ⊙ weight,
- * dx = r·(ĝ − x̂·mean(ĝ ⊙ x̂)) and dweight = Σ_rows g ⊙ x̂. Errors:
- * VN_ERR_ARG (NULL or freed; eps not positive and finite), VN_ERR_DTYPE,
- * VN_ERR_SHAPE (0-d x, D = 0, weight not (D)), VN_ERR_DEVICE (two
- * devices), VN_ERR_MEMORY. */
+ * over the last dim of x (..., D) f32, weight (D) f32, eps > 0, CPU or
+ * CUDA. When a gradient is wanted (grad mode on, x or weight needing one)
+ * and on CUDA it is the composition of the engine's ops (vn_mul, vn_mean,
+ * vn_add, vn_sqrt, vn_div, vn_mul), differentiable through them; otherwise
+ * (inference) one loop over rows on the CPU that gives the same bits.
+ * Errors: VN_ERR_ARG (NULL or freed; eps not positive and finite),
+ * VN_ERR_DTYPE, VN_ERR_SHAPE (0-d x, D = 0, weight not (D)), VN_ERR_DEVICE
+ * (two devices), VN_ERR_MEMORY. */
 vn_tensor *vn_rms_norm(const vn_tensor *x, const vn_tensor *weight, double eps);
 
 /* ---- fake quantisation (the quantisers as ops, for layers that compose them) ---- */
