@@ -107,10 +107,11 @@ local function quant_mix(step)
   return math.min(1, step / ramp)
 end
 
--- Sets λ on every BitLinear of model.
+-- Sets λ on every BitLinear of model (and the SparseBitLinears GMP makes of them).
 local function set_mix(model, lam)
   local function walk(m)
-    if getmetatable(m) == nn.BitLinear then m:set_quant_mix(lam) end
+    local mt = getmetatable(m)
+    if mt == nn.BitLinear or mt == nn.SparseBitLinear then m:set_quant_mix(lam) end
     for _, c in ipairs(m:children()) do walk(c) end
   end
   walk(model)

@@ -2,7 +2,8 @@
  * same run: f32 OpenBLAS (sgemv at batch 1, sgemm above), our V:2:8 SpMM
  * (vn_vnm_spmm on the f32 kept values, 64:2:8), the packed ternary
  * kernel (vn_ternary_matmul: 2-bit weights, int8 activations quantised per
- * row inside the call) with the AVX-512 VNNI, AVX2 and portable loops, and
+ * row inside the call) with the AVX-512 VNNI, AVX2 and portable loops (each
+ * forced by vn_ternary_set_kernel), and
  * the ternary 64:2:8 kernel (vn_ternary_vnm_matmul: the same kernels over
  * each block's gathered kept columns, 4 bits per kept weight). Variants
  * whose ISA this CPU lacks are left out of the table. For each
@@ -42,20 +43,20 @@ static const char *const variant_names[NVARIANTS] = {
 static const char *const variant_isa[NVARIANTS] = {NULL, NULL, "avx512vnni", "avx2", "portable",
                                                    "avx512vnni", "avx2", "portable"};
 
-/* Points the packed products at the variant's kernels: they read
- * VENOM_NO_AVX2 and VENOM_NO_AVX512 on every call. */
-static void select_isa(int variant)
+/* Points the packed products at the variant's kernel (vn_ternary_set_kernel:
+ * the bench times each kernel at every batch size, whatever the automatic
+ * choice would run); false where this CPU lacks it. */
+static bool select_kernel(int variant)
 {
-    setenv("VENOM_NO_AVX2", !strcmp(variant_isa[variant], "portable") ? "1" : "", 1);
-    setenv("VENOM_NO_AVX512", !strcmp(variant_isa[variant], "avx2") ? "1" : "", 1);
+    return vn_ternary_set_kernel(variant_isa[variant] ? variant_isa[variant] : "auto") == VN_OK;
 }
 
-/* The variants this CPU can run (the ISA it falls back to is another). */
+/* The variants this CPU can run. */
 static bool available(int variant)
 {
-    if (!variant_isa[variant]) return true;
-    select_isa(variant);
-    return !strcmp(vn_ternary_isa(), variant_isa[variant]);
+    bool ok = select_kernel(variant);
+    vn_ternary_set_kernel("auto");
+    return ok;
 }
 
 typedef struct {
@@ -77,11 +78,10 @@ static void run(int variant, const job *j)
         else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, N, K, 1, j->x, K, j->w, K, 0, j->y, N);
         return;
     case VNM:
-        setenv("VENOM_NO_AVX512", "", 1); /* the f32 V:N:M kernels read it too */
         r = vn_vnm_spmm(j->s, j->values, j->tx);
         break;
     default:
-        select_isa(variant);
+        if (!select_kernel(variant)) die(variant_names[variant]);
         if (variant >= TVNM_VNNI) r = vn_ternary_vnm_matmul(j->tx, j->s, j->packed_vnm, j->gamma_vnm);
         else r = vn_ternary_matmul(j->tx, j->packed, j->K, j->gamma);
     }
@@ -165,8 +165,9 @@ int main(int argc, char **argv)
         exit(2);
     }
     vn_manual_seed(0);
-    printf("y = x·Wᵀ, W (N×K), x (B×K): median of %d alternating runs; ternary ISA here: %s; "
-           "OMP_NUM_THREADS=%s\n\n", reps, vn_ternary_isa(),
+    printf("y = x·Wᵀ, W (N×K), x (B×K): median of %d alternating runs; the automatic choice "
+           "here: %s at B = 1, %s at B = 4, %s at B = 8; OMP_NUM_THREADS=%s\n\n", reps,
+           vn_ternary_kernel(1), vn_ternary_kernel(4), vn_ternary_kernel(8),
            getenv("OMP_NUM_THREADS") ? getenv("OMP_NUM_THREADS") : "(all)");
     printf("| W (N×K) | B | kernel | median µs | min–max µs | ×f32 |\n|---|---|---|---|---|---|\n");
     for (int i = 0; i < ns; i++) bench(shapes[i][0], shapes[i][1], batches, nb, reps);

@@ -4,11 +4,15 @@
 -- path (nn.BitLinear quantising on every call, f32 GEMM), and with the
 -- BitLinear weights packed at 2 bits (venom.export_ternary, then
 -- venom.load_ternary: int8 × ternary kernels). Each model generates
--- --tokens bytes --reps times, the three in turn (A B C A B C ...); the
--- table gives the median tokens/s, the spread and ×f32. GPT:generate has
--- no KV cache: every token runs the whole context (up to 64 rows) again.
+-- --tokens bytes after a 2-byte prompt --reps times, the three in turn
+-- (A B C A B C ...); the table gives the median tokens/s, the spread and
+-- ×f32. GPT:generate decodes with its KV cache (one row per new token
+-- through the blocks: batch-1 products) unless --no-cache (every token
+-- reruns the whole context, up to 64 rows). The default 62 tokens fill the
+-- 64-token window exactly: past it the window slides and every further
+-- token recomputes the whole window (absolute positions), cache or not.
 --
---     venom bench/ternary_generate.lua [--widths 128,512,1024] [--reps 5] [--tokens 64]
+--     venom bench/ternary_generate.lua [--widths 128,512,1024] [--reps 5] [--tokens 62] [--no-cache]
 local venom = require "venom"
 local util = require "venom.util"
 local root = arg[0]:match("^(.*)/bench/[^/]*$") or "."
@@ -16,10 +20,11 @@ package.path = root .. "/?.lua;" .. package.path
 local GPT = require "models.gpt"
 
 -- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
-local opts = util.parse_cli(arg, { widths = "128,512,1024", reps = 5, tokens = 64 }, {
+local opts = util.parse_cli(arg, { widths = "128,512,1024", reps = 5, tokens = 62, cache = true }, {
   widths = "comma-separated n_embd values",
   reps = "timed generations per model (the median is printed)",
   tokens = "bytes generated per run",
+  cache = "decode with the KV cache (--no-cache: rerun the context for every token)",
 }, function(o)
   util.check_arg_int(o, "reps", 1)
   util.check_arg_int(o, "tokens", 1)
@@ -31,7 +36,7 @@ end)
 local function rate(model)
   venom.manual_seed(1)
   local t0 = venom.clock()
-  model:generate({ 85, 105 }, opts.tokens, { temperature = 0.8 })
+  model:generate({ 85, 105 }, opts.tokens, { temperature = 0.8, cache = opts.cache })
   return opts.tokens / (venom.clock() - t0)
 end
 

@@ -8,6 +8,9 @@
  *   core.ternary_check(packed, K)             raises on corrupt data
  *   core.ternary_matmul(x, packed, K, γ) → y  int8 × ternary inference
  *   core.ternary_isa() → "avx512vnni" | "avx2" | "portable"
+ *   core.ternary_kernel(rows) → the kernel a product of that many rows runs
+ *   core.ternary_set_kernel(name)             "auto" or a kernel: force it
+ *   core.rms_norm(x, weight, eps) → y          differentiable (nn.RMSNorm)
  *   core.ternary_fake_quant(w, count) → γ·W̃  differentiable (STE)
  *   core.int8_fake_quant(x) → x̃/s             differentiable (STE)
  *   core.ternary_vnm_pack(S) → packed, γ       S a V:N:M matrix
@@ -71,9 +74,27 @@ static int l_ternary_matmul(lua_State *L)
     return lv_push(L, vn_ternary_matmul(x, p, K, (float)gamma));
 }
 
+static int l_rms_norm(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1), *w = lv_check(L, 2);
+    return lv_push(L, vn_rms_norm(x, w, lv_number(L, 3, "eps")));
+}
+
 static int l_ternary_isa(lua_State *L)
 {
     lua_pushstring(L, vn_ternary_isa());
+    return 1;
+}
+
+static int l_ternary_set_kernel(lua_State *L)
+{
+    lv_status(L, vn_ternary_set_kernel(luaL_checkstring(L, 1)));
+    return 0;
+}
+
+static int l_ternary_kernel(lua_State *L)
+{
+    lua_pushstring(L, vn_ternary_kernel(lv_int(L, 1, "rows")));
     return 1;
 }
 
@@ -113,7 +134,8 @@ static int l_ternary_vnm_matmul(lua_State *L)
 
 const luaL_Reg lv_quant_functions[] = {
     LV_REG(bitlinear) LV_REG(ternary_quantize) LV_REG(ternary_pack) LV_REG(ternary_unpack)
-    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa) LV_REG(ternary_fake_quant)
-    LV_REG(int8_fake_quant) LV_REG(ternary_vnm_pack) LV_REG(ternary_vnm_check) LV_REG(ternary_vnm_matmul)
+    LV_REG(ternary_check) LV_REG(ternary_matmul) LV_REG(ternary_isa) LV_REG(ternary_set_kernel)
+    LV_REG(ternary_kernel) LV_REG(ternary_fake_quant)
+    LV_REG(int8_fake_quant) LV_REG(rms_norm) LV_REG(ternary_vnm_pack) LV_REG(ternary_vnm_check) LV_REG(ternary_vnm_matmul)
     {NULL, NULL},
 };

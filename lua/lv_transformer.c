@@ -10,6 +10,8 @@
  *   venom.causal_self_attention(qkv, n_head) → out  qkv (B, T, 3C) = [q | k | v]
  *       → (B, T, C): the same attention over n_head heads of C / n_head,
  *       split and merged by the op (on CUDA without copies)
+ *   venom.causal_self_attention_last(qkv, n_head) → out (B, 1, C): its last
+ *       position alone, for decoding with a KV cache (CPU, no gradient)
  *   venom.bias_gelu(x, bias) → gelu(x + bias)       x (..., D), bias (D)
  *
  * Ids are 1-based here, like every index on the Lua side, and converted to
@@ -48,6 +50,12 @@ static int l_causal_self_attention(lua_State *L)
     return lv_push(L, vn_causal_self_attention(qkv, lv_int(L, 2, "n_head")));
 }
 
+static int l_causal_self_attention_last(lua_State *L)
+{
+    vn_tensor *qkv = lv_check(L, 1);
+    return lv_push(L, vn_causal_self_attention_last(qkv, lv_int(L, 2, "n_head")));
+}
+
 static int l_bias_gelu(lua_State *L)
 {
     vn_tensor *x = lv_check(L, 1), *bias = lv_check(L, 2);
@@ -56,6 +64,6 @@ static int l_bias_gelu(lua_State *L)
 
 const luaL_Reg lv_transformer_functions[] = {
     LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention)
-    LV_REG(causal_self_attention) LV_REG(bias_gelu)
+    LV_REG(causal_self_attention) LV_REG(causal_self_attention_last) LV_REG(bias_gelu)
     {NULL, NULL},
 };

@@ -429,6 +429,56 @@ local function sample(l, temperature, top_k, u)
   return last -- u·total rounded up to the total
 end
 
+-- KV cache (GPT:generate) ---------------------------------------------------------------
+-- Incremental decoding: each block's attention keeps the qkv projections of
+-- the positions so far in a (1, block_size, 3C) cache, so a new token runs
+-- one row through the blocks (its query against the cached keys and values,
+-- venom.causal_self_attention_last) instead of the whole context. Every other
+-- layer (norms, MLPs, nn.BitLinear packed or not, V:N:M, activation-sparse)
+-- treats rows independently, so the logits are the full forward's up to f32
+-- rounding and greedy decoding picks the same tokens.
+
+-- Whether generate can use the cache: on the CPU (the single-row attention
+-- op is CPU only), every block's attention this file's, and no nn.MoE layer
+-- with a capacity limit (the full forward drops assignments past it, which
+-- depends on the other tokens in the window; a lone token is never dropped,
+-- so a cache would change the tokens). Otherwise every token recomputes the
+-- whole context, as before.
+local function can_cache(self)
+  if self.positions:device() ~= "cpu" then return false end
+  for i = 1, self.config.n_layer do
+    local b = self.blocks[i]
+    if getmetatable(b.attn) ~= Attention then return false end
+    if b.mlp.experts and b.mlp.config.capacity_factor ~= math.huge then return false end
+  end
+  return true
+end
+
+-- Runs the tokens `ids` (a list) at positions t0.. through the blocks,
+-- appending their qkv rows to caches[i] (one per block); returns the
+-- logits (vocab) of the last one. t0 = 1 (the prompt) runs the rows
+-- together with the causal attention; later calls, one token each, attend
+-- over the cache.
+local function decode(self, ids, t0, caches)
+  local n = #ids
+  local idx = venom.tensor({ ids }, "i64")
+  local x = self.wte(idx) + self.wpe(self.positions:narrow(1, t0, n))
+  for i = 1, self.config.n_layer do
+    local b = self.blocks[i]
+    local attn = b.attn
+    local qkv = attn.qkv(b.ln1(x))
+    caches[i]:narrow(2, t0, n):copy_(qkv)
+    local y = n == 1 and venom.causal_self_attention_last(caches[i]:narrow(2, 1, t0), attn.n_head)
+      or venom.causal_self_attention(qkv, attn.n_head) -- the prompt: t0 = 1
+    local h = x + attn.proj(y)
+    x = h + b.mlp(b.ln2(h))
+  end
+  local last = n == 1 and x or x:narrow(2, n, 1) -- the head on the last row only
+  local logits = venom.linear(self.ln_f(last), self.wte.weight):reshape(-1)
+  idx:free()
+  return logits
+end
+
 --- Continues `prompt` (a list of token ids or a 1-D integer tensor, at
 -- least one token) by n_tokens sampled tokens and returns the whole
 -- sequence as a Lua list. Each token is drawn from softmax(logits /
@@ -436,10 +486,22 @@ end
 -- tokens when top_k is given (top_k = 1 is greedy); the context is the last
 -- block_size tokens. Runs in eval mode under no_grad; draws come from the
 -- engine RNG, so a fixed venom.manual_seed gives the same text.
--- opts: temperature = 1 (> 0), top_k = nil.
+-- While the sequence fits in block_size, a KV cache (above) runs only each
+-- new token through the blocks; once it is longer, the window slides and
+-- every position changes (absolute position embeddings), so each further
+-- token recomputes the whole window, as without the cache. On CUDA and for
+-- MoE models with a capacity limit every token recomputes the context.
+-- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
+-- the context for every token), on_logits = nil (a function called with
+-- each step's logits, a Lua list of vocab_size numbers, before the draw).
 function GPT:generate(prompt, n_tokens, opts)
   local who = "GPT:generate"
-  opts = check_options(opts, { "temperature", "top_k" }, who)
+  opts = check_options(opts, { "temperature", "top_k", "cache", "on_logits" }, who)
+  local use_cache = util.check_bool(opts.cache, "cache", who, true)
+  local on_logits = opts.on_logits
+  if on_logits ~= nil and type(on_logits) ~= "function" then
+    fail(who .. ": on_logits must be a function, got " .. type(on_logits))
+  end
   local cfg = self.config
   local temperature, top_k = opts.temperature or 1, opts.top_k
   if type(temperature) ~= "number" or not (temperature > 0 and temperature < math.huge) then
@@ -467,19 +529,38 @@ function GPT:generate(prompt, n_tokens, opts)
   end
   local was_training = self.training
   self:eval()
+  local caches -- one (1, block_size, 3C) per block while the cache is in use
   local ok, err = pcall(venom.no_grad, function()
+    if n_tokens > 0 and use_cache and #out < cfg.block_size and can_cache(self) then
+      caches = {}
+      for i = 1, cfg.n_layer do caches[i] = venom.zeros(1, cfg.block_size, 3 * cfg.n_embd) end
+    end
+    local cached = 0 -- positions 1..cached of out are in the caches
     for _ = 1, n_tokens do
-      local first = math.max(1, #out - cfg.block_size + 1)
-      local ctx = {}
-      for i = first, #out do ctx[#ctx + 1] = out[i] end
-      local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
-      local logits = self:forward(idx)
-      local last = logits:select(2, #ctx):reshape(-1):cpu()
+      local last
+      if caches and #out <= cfg.block_size then
+        local ids = {}
+        for i = cached + 1, #out do ids[#ids + 1] = out[i] end
+        last = decode(self, ids, cached + 1, caches)
+        cached = #out
+      else -- no cache, or the window slides: the whole window again
+        local first = math.max(1, #out - cfg.block_size + 1)
+        local ctx = {}
+        for i = first, #out do ctx[#ctx + 1] = out[i] end
+        local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
+        local logits = self:forward(idx)
+        last = logits:select(2, #ctx):reshape(-1):cpu()
+        idx:free(); logits:free()
+      end
+      local l = last:totable()
+      last:free()
+      if on_logits then on_logits(l) end
       local u = venom.rand(1)
-      out[#out + 1] = sample(last:totable(), temperature, top_k, u:item())
-      idx:free(); logits:free(); last:free(); u:free()
+      out[#out + 1] = sample(l, temperature, top_k, u:item())
+      u:free()
     end
   end)
+  for _, c in ipairs(caches or {}) do c:free() end
   self:train(was_training)
   if not ok then error(err, 0) end
   return out

@@ -24,7 +24,7 @@ float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
     bool finite = true;
     for (int64_t k = 0; k < K; k++) {
         float a = fabsf(x[k]);
-        m = fmaxf(m, a);
+        m = a > m ? a : m; /* not fmaxf: a libm call per element; a NaN is caught below */
         finite &= a <= FLT_MAX; /* false for NaN too */
     }
     /* A row with a NaN or ∞ has no meaningful scale: s = NaN, so the row's

@@ -47,9 +47,11 @@ typedef void (*vnq_kernel)(const uint8_t *packed, int64_t N, int64_t Kp, const i
                            const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
                            int64_t ldy);
 /* By name: "portable", "avx2" or "avx512vnni" (NULL where the build or
- * CPU lacks it);
- * NULL picks as vn_ternary_isa does. */
+ * CPU lacks it); NULL: the kernel vn_ternary_isa names. */
 vnq_kernel vnq__kernel(const char *isa);
+/* The kernel a product of `rows` activation rows runs: the one forced by
+ * vn_ternary_set_kernel, else the automatic choice (vn_ternary_kernel). */
+vnq_kernel vnq__kernel_for(int64_t rows);
 
 /* Where column k of a packed row sits: byte and bit shift; its code. */
 static inline int64_t vnq__code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }

@@ -79,9 +79,11 @@ static int32_t hsum_epi32(__m256i v)
     return _mm_cvtsi128_si32(a);
 }
 
-static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
-                        const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
-                        int64_t ldy)
+/* The general AVX2 loop: each weight row against AVX2_ROWS activation rows
+ * at a time, one horizontal sum per (row, weight row). */
+static void avx2_rows(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                      const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                      int64_t ldy)
 {
     int64_t rb = Kp / 4, G = Kp / VNQ_GROUP;
     const __m256i mask = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
@@ -115,6 +117,53 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
                 y[(b0 + j) * ldy + n] = finish(hsum_epi32(acc[j]), xsum[b0 + j], s[b0 + j], gamma);
         }
     }
+}
+
+/* One activation row (decoding): four weight rows per pass share the loads
+ * of x̃, and their four accumulators are reduced by one tree of hadds and
+ * scaled as one vector. At the small K of a narrow model (128: one group
+ * per row) the per-row horizontal sum and scalar scaling of avx2_rows cost
+ * as much as the products. The same integer sums and the same float
+ * operations as finish(), so the same bits. */
+static void avx2_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                         const int32_t *xsum, const float *s, float gamma, float *y)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP, n = 0;
+    const __m256i mask = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    /* s = 0 (a zero row, whose sums are 0) gives 0; s = NaN gives NaN */
+    const __m128 scale = _mm_set1_ps(s[0] == 0 ? 0.0f : gamma / s[0]);
+    const __m128i off = _mm_set1_epi32(xsum[0]);
+    for (; n + 4 <= N; n += 4) {
+        __m256i acc[4];
+        for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_si256();
+        for (int64_t g = 0; g < G; g++) {
+            const __m256i *xr = (const __m256i *)(xq + g * VNQ_GROUP);
+            __m256i x0 = _mm256_loadu_si256(xr), x1 = _mm256_loadu_si256(xr + 1),
+                    x2 = _mm256_loadu_si256(xr + 2), x3 = _mm256_loadu_si256(xr + 3);
+            for (int r = 0; r < 4; r++) {
+                __m256i p = _mm256_loadu_si256((const __m256i *)(packed + (n + r) * rb + g * 32));
+                __m256i t = _mm256_add_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(p, mask), x0),
+                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 2), mask), x1)),
+                    _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 4), mask), x2),
+                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p, 6), mask), x3)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(t, ones));
+            }
+        }
+        /* per 128-bit half: [Σacc0, Σacc1, Σacc2, Σacc3]; then the halves added */
+        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+        __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        _mm_storeu_ps(y + n, _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(sums, off)), scale));
+    }
+    if (n < N) avx2_rows(packed + n * rb, N - n, Kp, xq, xsum, s, 1, gamma, y + n, 1);
+}
+
+static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                        const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                        int64_t ldy)
+{
+    if (B == 1) avx2_one_row(packed, N, Kp, xq, xsum, s, gamma, y);
+    else avx2_rows(packed, N, Kp, xq, xsum, s, B, gamma, y, ldy);
 }
 #pragma GCC pop_options
 
@@ -182,32 +231,86 @@ static vnq_kernel by_name(const char *isa)
 }
 
 /* VENOM_NO_AVX512 (as for the V:N:M kernels) and VENOM_NO_AVX2, when set
- * (non-empty), skip the kernels of that ISA and above: to test and time
- * the others on one machine. */
+ * (non-empty), skip the kernels of that ISA and above in the automatic
+ * choice: to test and time the others on one machine. */
 static bool env_set(const char *name)
 {
     const char *v = getenv(name);
     return v && *v;
 }
 
-vnq_kernel vnq__kernel(const char *isa)
+/* The kernel vn_ternary_set_kernel forced (NULL: the automatic choice).
+ * Atomic: products on other threads read it on every call. */
+static vnq_kernel forced;
+
+/* Up to this many activation rows, AMD CPUs get the AVX2 kernel rather than
+ * VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit halves) the
+ * VNNI kernel was 1.1–1.6× slower than AVX2 for one row, level at 2–4 rows
+ * and 10–40% faster from 8 rows on 4096-wide weights, and 2–6× slower at 1–4
+ * rows on the 128-wide weights of tutorial 5's model (bench/RESULTS.md,
+ * "AVX-512 VNNI" and issue 20's batch-1 dispatch). Intel CPUs were not
+ * measured and keep VNNI for every batch. */
+#define VNQ_AVX2_MAX_ROWS 4
+
+static vnq_kernel auto_kernel(int64_t rows)
 {
-    if (isa) return by_name(isa);
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
+#ifdef VNQ_HAVE_AVX2
+    if (k && rows <= VNQ_AVX2_MAX_ROWS && __builtin_cpu_is("amd")) k = NULL;
+#else
+    (void)rows;
+#endif
     if (!k) k = by_name("avx2");
     return k ? k : kernel_portable;
 }
 
-const char *vn_ternary_isa(void)
+vnq_kernel vnq__kernel(const char *isa)
 {
-    vnq_kernel k = vnq__kernel(NULL);
+    return isa ? by_name(isa) : vnq__kernel_for(INT64_MAX);
+}
+
+vnq_kernel vnq__kernel_for(int64_t rows)
+{
+    vnq_kernel k = __atomic_load_n(&forced, __ATOMIC_RELAXED);
+    return k ? k : auto_kernel(rows);
+}
+
+static const char *kernel_name(vnq_kernel k)
+{
 #ifdef VNQ_HAVE_AVX2
     if (k == kernel_avx512vnni) return "avx512vnni";
     if (k == kernel_avx2) return "avx2";
 #endif
+    (void)k;
     return "portable";
 }
+
+vn_status vn_ternary_set_kernel(const char *name)
+{
+    static const char names[] = "\"auto\", \"avx512vnni\", \"avx2\" or \"portable\"";
+    if (!name) return vn__err(VN_ERR_ARG, "ternary_set_kernel: name is NULL, expected %s", names);
+    vnq_kernel k = NULL;
+    if (strcmp(name, "auto")) {
+        if (strcmp(name, "avx512vnni") && strcmp(name, "avx2") && strcmp(name, "portable"))
+            return vn__err(VN_ERR_ARG, "ternary_set_kernel: unknown kernel \"%s\", expected %s", name,
+                           names);
+        if (!(k = by_name(name)))
+            return vn__err(VN_ERR_ARG, "ternary_set_kernel: kernel \"%s\" is not available: %s", name,
+#ifdef VNQ_HAVE_AVX2
+                           "this CPU lacks its instructions"
+#else
+                           "this build has no x86 SIMD kernels"
+#endif
+            );
+    }
+    __atomic_store_n(&forced, k, __ATOMIC_RELAXED);
+    return VN_OK;
+}
+
+const char *vn_ternary_kernel(int64_t rows) { return kernel_name(vnq__kernel_for(rows)); }
+
+const char *vn_ternary_isa(void) { return kernel_name(vnq__kernel(NULL)); }
 
 /* ---- packing ---------------------------------------------------------------------- */
 
@@ -269,10 +372,14 @@ vn_status vnq__check_codes(const vn_tensor *packed, int64_t K, const char *op)
     const uint8_t *p = vn_tensor_data(pc);
     int64_t N = packed->shape[0], bad_n = -1, bad_k = 0;
     int bad_code = 0;
+    /* A code 3 has both its bits set: one test per byte over the whole
+     * matrix (vectorised), and rows are looked at one by one only to find
+     * a bad code or to check the padding columns. */
+    uint8_t any_three = 0;
+    for (int64_t i = 0; i < N * rb; i++) any_three |= p[i] & (p[i] >> 1) & 0x55;
+    if (!any_three && K == rb * 4) N = 0; /* nothing to find */
     for (int64_t n = 0; n < N && bad_n < 0; n++) {
         const uint8_t *row = p + n * rb;
-        /* A code 3 has both its bits set: one test per byte (vectorised),
-         * then the padding column by column. */
         uint8_t threes = 0;
         for (int64_t i = 0; i < rb; i++) threes |= row[i] & (row[i] >> 1) & 0x55;
         for (int64_t k = threes ? 0 : K; k < rb * 4; k++) {
@@ -317,6 +424,21 @@ vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K)
 /* Weight rows per task of the OpenMP loop. */
 #define ROW_CHUNK 64
 
+/* Small products run without an OpenMP region: libgomp's `parallel if
+ * (false)` still makes two futex system calls per region, which at batch 1
+ * (decoding a narrow model) cost as much as the product itself. */
+
+/* Row b of x quantised into r: x̃ (zero past K), Σ x̃ and s. */
+static void quantize_one(const float *x, int64_t b, int64_t K, int64_t Kp, vnq_rows *r)
+{
+    int8_t *q = r->q + b * Kp;
+    r->s[b] = vnq__quantize_row(x + b * K, K, q, NULL);
+    memset(q + K, 0, (size_t)(Kp - K));
+    int32_t sum = 0;
+    for (int64_t k = 0; k < K; k++) sum += q[k];
+    r->sum[b] = sum;
+}
+
 bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r)
 {
     size_t qb = (size_t)(B * Kp + 63) / 64 * 64, sb = (size_t)B * 4;
@@ -326,14 +448,11 @@ bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_ro
     r->q = r->mem;
     r->sum = (int32_t *)(void *)((char *)r->mem + qb);
     r->s = (float *)(void *)((char *)r->mem + qb + sb);
-#pragma omp parallel for schedule(static) if (B * K > VN_OMP_MIN_WORK)
-    for (int64_t b = 0; b < B; b++) {
-        int8_t *q = r->q + b * Kp;
-        r->s[b] = vnq__quantize_row(x + b * K, K, q, NULL);
-        memset(q + K, 0, (size_t)(Kp - K));
-        int32_t sum = 0;
-        for (int64_t k = 0; k < K; k++) sum += q[k];
-        r->sum[b] = sum;
+    if (B * K > VN_OMP_MIN_WORK) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < B; b++) quantize_one(x, b, K, Kp, r);
+    } else { /* no OpenMP region: see above */
+        for (int64_t b = 0; b < B; b++) quantize_one(x, b, K, Kp, r);
     }
     return true;
 }
@@ -361,14 +480,19 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
         y = NULL;
     }
     if (y && B > 0) {
-        vnq_kernel kernel = vnq__kernel(NULL);
+        vnq_kernel kernel = vnq__kernel_for(B);
         const uint8_t *p = vn_tensor_data(pc);
         float *out = vn_tensor_data(y);
-        /* Threads take chunks of weight rows; every chunk reads all of x̃. */
-#pragma omp parallel for schedule(static) if (N * Kp / 8 * B > VN_OMP_MIN_WORK)
-        for (int64_t n0 = 0; n0 < N; n0 += ROW_CHUNK)
-            kernel(p + n0 * rb, N - n0 < ROW_CHUNK ? N - n0 : ROW_CHUNK, Kp, r.q, r.sum, r.s, B, gamma,
-                   out + n0, N);
+        /* Threads take chunks of weight rows; every chunk reads all of x̃.
+         * A small product is one call, outside any OpenMP region (above). */
+        if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {
+#pragma omp parallel for schedule(static)
+            for (int64_t n0 = 0; n0 < N; n0 += ROW_CHUNK)
+                kernel(p + n0 * rb, N - n0 < ROW_CHUNK ? N - n0 : ROW_CHUNK, Kp, r.q, r.sum, r.s, B,
+                       gamma, out + n0, N);
+        } else {
+            kernel(p, N, Kp, r.q, r.sum, r.s, B, gamma, out, N);
+        }
         vn__mem_free(r.mem, r.nbytes);
     }
     vn_tensor_release(xc);

@@ -144,7 +144,7 @@ vn_tensor *vn_ternary_vnm_matmul(const vn_tensor *x, const vn_vnm *s, const vn_t
         y = NULL;
     }
     if (y && B > 0) {
-        vnq_kernel kernel = vnq__kernel(NULL);
+        vnq_kernel kernel = vnq__kernel_for(B);
         const uint8_t *w = vn_tensor_data(pc);
         float *out = vn_tensor_data(y);
         bool failed = false;

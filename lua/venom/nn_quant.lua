@@ -31,8 +31,9 @@ local function check_input(who, x, dim)
 end
 
 --- Root-mean-square normalisation over the last dim (Zhang & Sennrich
--- 2019): y = x / sqrt(mean(x²) + eps) · weight, weight (dim) = 1 at first.
--- opts: eps = 1e-6.
+-- 2019): y = x / sqrt(mean(x²) + eps) · weight, weight (dim) = 1 at first
+-- (venom.rms_norm: one call at inference, the same bits as the composed
+-- ops it runs when training). opts: eps = 1e-6.
 local RMSNorm = Module:extend("RMSNorm")
 layers.RMSNorm = RMSNorm
 
@@ -50,8 +51,7 @@ end
 
 function RMSNorm:forward(x)
   check_input("nn.RMSNorm", x, self.dim)
-  local ms = (x * x):mean(x:dim(), true)
-  return x / (ms + self.eps):sqrt() * self.weight
+  return venom.rms_norm(x, self.weight, self.eps)
 end
 
 function RMSNorm:extra_repr()
@@ -134,13 +134,23 @@ end
 -- default) is BitNet b1.58, λ = 0 the same layer in f32, and values
 -- between blend the two ("quantisation warm-up": ramp λ from 0 to 1
 -- early in training). The backward stays the STE. Returns the layer.
-function BitLinear:set_quant_mix(lam)
-  if type(lam) ~= "number" or not (lam >= 0 and lam <= 1) then
-    fail("nn.BitLinear:set_quant_mix: expected λ in [0, 1], got " .. tostring(lam))
+-- nn.SparseBitLinear has the same method. λ is a schedule value, like a
+-- learning rate: it is not in state_dict (which holds tensors), so a run
+-- resumed from a checkpoint sets it again from its step, as it sets the
+-- learning rate; a packed layer (inference) ignores it.
+local function set_quant_mix(self, lam)
+  local who = self.__name == "SparseBitLinear" and "nn.SparseBitLinear" or "nn.BitLinear"
+  if type(lam) ~= "number" then
+    fail(("%s:set_quant_mix: expected a number λ in [0, 1], got a %s (%s)"):format(who, type(lam),
+      tostring(lam)))
+  end
+  if not (lam >= 0 and lam <= 1) then
+    fail(("%s:set_quant_mix: expected λ in [0, 1], got %s"):format(who, tostring(lam)))
   end
   rawset(self, "quant_mix", lam)
   return self
 end
+BitLinear.set_quant_mix = set_quant_mix
 
 function BitLinear:extra_repr()
   return ("in_features=%d, out_features=%d%s"):format(self.in_features, self.out_features,
@@ -175,6 +185,7 @@ function SparseBitLinear:__init(in_features, out_features, opts)
   end
   sparse.SparseLinear.__init(self, in_features, out_features,
     { V = opts.V, N = opts.N, M = opts.M, weight = opts.weight, bias = false })
+  rawset(self, "quant_mix", 1) -- see BitLinear:set_quant_mix
   if getmetatable(norm) == RMSNorm then
     if norm.dim ~= in_features then
       fail(("%s: norm is an nn.RMSNorm(%d), expected %d features"):format(who, norm.dim, in_features))
@@ -188,9 +199,12 @@ end
 function SparseBitLinear:forward(x)
   local h = normed_input("nn.SparseBitLinear", self, x)
   if self.packed then return venom.ternary_vnm_matmul(h, self.matrix, self.packed, self.gamma) end
-  local wq = venom.ternary_fake_quant(self.values, self.matrix:stats().nnz)
-  return venom.vnm_linear(venom.int8_fake_quant(h), self.matrix, wq)
+  local lam, v = self.quant_mix, self.values
+  local wq = blend(v, venom.ternary_fake_quant(v, self.matrix:stats().nnz), lam)
+  return venom.vnm_linear(blend(h, venom.int8_fake_quant(h), lam), self.matrix, wq)
 end
+
+SparseBitLinear.set_quant_mix = set_quant_mix
 
 --- Packs the current ternary weights for inference (self.packed, self.gamma):
 -- the forward then runs the int8 × ternary V:N:M kernel (no gradient).

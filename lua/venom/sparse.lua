@@ -324,7 +324,7 @@ end
 --- The V:N:M layer of the same kind as `m` (nn.Linear or SparseLinear →
 -- SparseLinear, nn.Conv2d or SparseConv2d → SparseConv2d: same sizes and
 -- geometry; nn.BitLinear or SparseBitLinear → nn.SparseBitLinear with m's
--- RMSNorm) holding the dense (R, K) `weight` (default: m's own, pruned by
+-- RMSNorm and quant_mix) holding the dense (R, K) `weight` (default: m's own, pruned by
 -- magnitude) and m's bias tensor. opts: V, M, N.
 function sparse.from_layer(m, opts, weight)
   local who = "sparse.from_layer"
@@ -333,7 +333,7 @@ function sparse.from_layer(m, opts, weight)
   local mt = getmetatable(m)
   if mt == nn.BitLinear or mt == nn.SparseBitLinear then
     return nn.SparseBitLinear(m.in_features, m.out_features,
-      { V = V, N = N, M = M, weight = weight, norm = m.norm or false })
+      { V = V, N = N, M = M, weight = weight, norm = m.norm or false }):set_quant_mix(m.quant_mix)
   end
   if m.kernel_size then
     if m.groups and m.groups ~= 1 then

@@ -5,7 +5,9 @@
  * rows, the quantisers of the CUDA path (public ops) against the loops, the 2-bit packing byte for byte against a plain packer, the packed
  * kernels (portable, AVX2, AVX-512 VNNI: those this CPU has) against a
  * plain integer loop for odd sizes and bit for bit against each other,
- * corrupt packed data, and bad arguments. */
+ * each forced through vn_ternary_set_kernel against the portable one,
+ * corrupt packed data, and bad arguments; RMSNorm (vn_rms_norm) against a
+ * plain loop and finite differences. */
 #include "gradcheck.h"
 #include "ref_quant.h"
 #include "quant_internal.h"
@@ -380,6 +382,101 @@ static void test_errors(void **state)
     for (int k = 0; k < 6; k++) vn_tensor_release(ts[k]);
 }
 
+/* vn_ternary_set_kernel: each kernel this CPU has, forced, gives the
+ * portable kernel's output bit for bit through the public product, at one
+ * row (where the automatic choice may differ) and more, over two chunks of
+ * weight rows; "auto" goes back; a bad or unavailable name is refused and
+ * changes nothing. */
+static void test_set_kernel(void **state)
+{
+    (void)state;
+    const char *names[] = {"portable", "avx2", "avx512vnni"};
+    int64_t K = 300, N = 70, Bs[] = {1, 2, 9};
+    vn_tensor *w = trand(2, (int64_t[]){N, K}, -1, 1, 40);
+    float g;
+    vn_tensor *p = vn_ternary_pack(w, &g);
+    CHECK_PTR(p);
+    for (int ib = 0; ib < 3; ib++) {
+        int64_t B = Bs[ib];
+        vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, 41 + (unsigned)ib);
+        CHECK_OK(vn_ternary_set_kernel("portable"));
+        vn_tensor *ref = vn_ternary_matmul(x, p, K, g);
+        CHECK_PTR(ref);
+        for (int i = 0; i < 3; i++) {
+            if (!vnq__kernel(names[i])) { /* not on this CPU or build: refused */
+                assert_int_equal(vn_ternary_set_kernel(names[i]), VN_ERR_ARG);
+                assert_non_null(strstr(vn_last_error(), "not available"));
+                continue;
+            }
+            CHECK_OK(vn_ternary_set_kernel(names[i]));
+            assert_string_equal(vn_ternary_kernel(B), names[i]);
+            assert_string_equal(vn_ternary_isa(), names[i]);
+            vn_tensor *y = vn_ternary_matmul(x, p, K, g);
+            CHECK_PTR(y);
+            assert_memory_equal(vn_tensor_data(y), vn_tensor_data(ref), sizeof(float) * (size_t)(B * N));
+            vn_tensor_release(y);
+        }
+        vn_tensor_release(x);
+        vn_tensor_release(ref);
+    }
+    /* Bad names leave the forced kernel as it was. */
+    CHECK_OK(vn_ternary_set_kernel("portable"));
+    assert_int_equal(vn_ternary_set_kernel("vnni"), VN_ERR_ARG);
+    assert_non_null(strstr(vn_last_error(), "unknown kernel \"vnni\", expected \"auto\""));
+    assert_int_equal(vn_ternary_set_kernel(NULL), VN_ERR_ARG);
+    assert_string_equal(vn_ternary_kernel(1), "portable");
+    /* "auto": the widest kernel for several rows (as vn_ternary_isa says). */
+    CHECK_OK(vn_ternary_set_kernel("auto"));
+    assert_string_equal(vn_ternary_kernel(8), vn_ternary_isa());
+    vn_tensor_release(w);
+    vn_tensor_release(p);
+}
+
+/* vn_rms_norm: values against a plain loop (odd D, rows of very different
+ * scales, a zero row: y = 0), the inference loop (no gradient) bit for bit
+ * against the composition that runs when a gradient is wanted, gradients of
+ * x and weight against central finite differences, bad arguments. */
+static vn_tensor *f_rms_norm(vn_tensor **in, void *ctx)
+{
+    (void)ctx;
+    return vn_rms_norm(in[0], in[1], 1e-6);
+}
+
+static void test_rms_norm(void **state)
+{
+    (void)state;
+    int64_t B = 4, D = 37;
+    vn_tensor *x = gc_param(2, (int64_t[]){B, D}, -2, 2, 80), *w = gc_param(1, &D, 0.5, 1.5, 81);
+    for (int64_t j = 0; j < D; j++) f32(x)[D + j] *= 1000, f32(x)[2 * D + j] *= 0.1f;
+    vn_tensor *y = vn_rms_norm(x, w, 1e-6);
+    CHECK_PTR(y);
+    for (int64_t b = 0; b < B; b++) {
+        double ms = 0;
+        for (int64_t j = 0; j < D; j++) ms += (double)f32(x)[b * D + j] * f32(x)[b * D + j];
+        ms /= (double)D;
+        for (int64_t j = 0; j < D; j++)
+            assert_close(f32(y)[b * D + j], f32(x)[b * D + j] / sqrt(ms + 1e-6) * f32(w)[j], 1e-6, "y",
+                         b * D + j);
+    }
+    bool was = vn_set_grad_enabled(false);
+    vn_tensor *yi = vn_rms_norm(x, w, 1e-6); /* the loop; y above: the composed ops */
+    vn_set_grad_enabled(was);
+    CHECK_PTR(yi);
+    assert_memory_equal(vn_tensor_data(yi), vn_tensor_data(y), sizeof(float) * (size_t)(B * D));
+    vn_tensor *in[2] = {x, w};
+    gradcheck(f_rms_norm, in, 2, NULL, 1e-3, 1e-2);
+    /* a zero row: 0, not NaN (ε keeps the root positive) */
+    vn_tensor *z = vn_zeros(VN_F32, 2, (int64_t[]){1, D}), *yz = vn_rms_norm(z, w, 1e-6);
+    CHECK_PTR(yz);
+    for (int64_t j = 0; j < D; j++) assert_float_equal(f32(yz)[j], 0, 0);
+    vn_tensor *w2 = vn_zeros(VN_F32, 1, (int64_t[]){D + 1}), *xi = vn_zeros(VN_I32, 2, (int64_t[]){1, D});
+    expect_error(vn_rms_norm(x, w2, 1e-6), VN_ERR_SHAPE, "weight (38,) does not match input (4, 37)");
+    expect_error(vn_rms_norm(x, w, 0), VN_ERR_ARG, "eps must be positive");
+    expect_error(vn_rms_norm(xi, w, 1e-6), VN_ERR_DTYPE, "rms_norm: input");
+    expect_error(vn_rms_norm(x, NULL, 1e-6), VN_ERR_ARG, "rms_norm: weight");
+    GC_RELEASE(x, w, y, yi, z, yz, w2, xi);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -387,7 +484,8 @@ int main(void)
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_ops_path),
+        cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
+        cmocka_unit_test(test_rms_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

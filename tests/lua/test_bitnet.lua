@@ -87,7 +87,23 @@ do
   tap.ok(max_abs_diff(layer.weight.grad, r:transpose(1, 2):matmul(hl)) < 1e-4,
     "the backward is the STE at every λ: dL/dW = rᵀ·h_λ")
   tap.error_like(function() layer:set_quant_mix(1.5) end, "λ in %[0, 1%], got 1.5", "λ outside [0, 1] is an error")
-  tap.error_like(function() layer:set_quant_mix("a") end, "got a", "λ must be a number")
+  tap.error_like(function() layer:set_quant_mix("0.5") end, "expected a number λ in %[0, 1%], got a string %(0%.5%)",
+    "λ as a string is a type error that says so")
+  -- λ is a schedule value, not state: state_dict holds the weight and the norm only
+  local keys = {}
+  for k in pairs(layer:state_dict()) do keys[#keys + 1] = k end
+  table.sort(keys)
+  tap.is(table.concat(keys, ","), "norm.weight,weight", "quant_mix is not in state_dict")
+  -- nn.SparseBitLinear blends the same way (its values, the kept weights)
+  local sp = nn.SparseBitLinear(16, 8, { V = 4, M = 8 })
+  local xs = venom.randn(3, 16)
+  local hs, v = sp.norm(xs):detach(), sp.values:detach()
+  local nnz = sp.matrix:stats().nnz
+  local ws = v + (venom.ternary_fake_quant(v, nnz) - v) * lam
+  local want = venom.vnm_linear(hs + (venom.int8_fake_quant(hs) - hs) * lam, sp.matrix, ws)
+  tap.ok(max_abs_diff(sp:set_quant_mix(lam)(xs), want) < 1e-5, "SparseBitLinear:set_quant_mix(0.25) blends as BitLinear")
+  tap.error_like(function() sp:set_quant_mix(true) end, "nn.SparseBitLinear:set_quant_mix: expected a number",
+    "SparseBitLinear: λ must be a number")
 end
 
 -- a bitnet GPT trains ------------------------------------------------------------------

@@ -67,19 +67,51 @@ vn_tensor *vn_ternary_unpack(const vn_tensor *packed, int64_t K);
 /* Inference with packed weights: y f32 (..., N) = (x̃·W̃ᵀ)·γ/s for x f32
  * (..., K), the activations quantised to int8 per row as above and the dot
  * products done in integers (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw, or
- * portable C; see vn_ternary_isa). Equal to vn_bitlinear's forward up to f32 rounding. Not
+ * portable C; see vn_ternary_set_kernel). Equal to vn_bitlinear's forward up to f32 rounding. Not
  * recorded on the tape. packed must be valid (made by vn_ternary_pack, or
  * passed by vn_ternary_check): a code 3 would count as 2. Errors: the shape
  * errors of vn_ternary_check, VN_ERR_SHAPE when x's last dim is not K, VN_ERR_ARG for a γ that is
  * negative or not finite. */
 vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_t K, float gamma);
 
-/* The instruction set the packed kernels use: "avx512vnni" when the CPU
- * has AVX-512 F, BW and VNNI, else "avx2" when it has AVX2, else
- * "portable". All three give the same integer sums, so the same outputs
- * bit for bit. VENOM_NO_AVX512 (non-empty) skips "avx512vnni";
- * VENOM_NO_AVX2 (non-empty) forces "portable". */
+/* The packed kernels (vn_ternary_matmul, vn_ternary_vnm_matmul) come in
+ * three instruction sets: "avx512vnni" (AVX-512 F, BW and VNNI:
+ * vpdpbusd), "avx2" (vpmaddubsw) and "portable" (plain C). All three give
+ * the same integer sums, so the same outputs bit for bit; they differ in
+ * speed only. The automatic choice (the default) takes the widest the CPU
+ * has, per product by its number of activation rows (the product of
+ * x's leading dims): on AMD CPUs up to 4 rows (decoding is 1) go to AVX2,
+ * which was as fast or faster there than VNNI (Zen 4, bench/RESULTS.md). Environment
+ * variables narrow the automatic choice: VENOM_NO_AVX512 (non-empty)
+ * skips "avx512vnni", VENOM_NO_AVX2 (non-empty) forces "portable".
+ *
+ * vn_ternary_set_kernel(name) forces one kernel for every later product in
+ * the process, all threads ("avx512vnni", "avx2", "portable"; over the
+ * environment variables), or goes back to the automatic choice ("auto"):
+ * for benchmarks and tests. Errors: VN_ERR_ARG for NULL, an unknown name,
+ * or a kernel this CPU (or build) lacks; the setting is then unchanged. */
+vn_status vn_ternary_set_kernel(const char *name);
+
+/* The name of the kernel a product with `rows` activation rows runs now
+ * ("avx512vnni", "avx2" or "portable"). */
+const char *vn_ternary_kernel(int64_t rows);
+
+/* The name of the kernel for large products (many rows): the widest
+ * instruction set the CPU has (narrowed by the environment variables
+ * above), or the forced kernel. */
 const char *vn_ternary_isa(void);
+
+/* RMSNorm (Zhang & Sennrich 2019) over the last dim, BitNet's norm (SubLN
+ * before each BitLinear): y = x / √(mean(x²) + eps) ⊙ weight, the mean
+ * over the last dim of x (..., D) f32, weight (D) f32, eps > 0, CPU or
+ * CUDA. When a gradient is wanted (grad mode on, x or weight needing one)
+ * and on CUDA it is the composition of the engine's ops (vn_mul, vn_mean,
+ * vn_add, vn_sqrt, vn_div, vn_mul), differentiable through them; otherwise
+ * (inference) one loop over rows on the CPU that gives the same bits.
+ * Errors: VN_ERR_ARG (NULL or freed; eps not positive and finite),
+ * VN_ERR_DTYPE, VN_ERR_SHAPE (0-d x, D = 0, weight not (D)), VN_ERR_DEVICE
+ * (two devices), VN_ERR_MEMORY. */
+vn_tensor *vn_rms_norm(const vn_tensor *x, const vn_tensor *weight, double eps);
 
 /* ---- fake quantisation (the quantisers as ops, for layers that compose them) ---- */
 
@@ -123,7 +155,7 @@ vn_status vn_ternary_vnm_check(const vn_tensor *packed, const vn_vnm *s);
  * x quantised to int8 per row as above; for each block of V rows the kernel
  * gathers the block's 4·G columns of x̃ into a compact row, then takes
  * integer dot products with the packed rows (the kernels of
- * vn_ternary_matmul, chosen as vn_ternary_isa says). Equal to
+ * vn_ternary_matmul, chosen as vn_ternary_kernel(rows) says). Equal to
  * vn_vnm_linear(vn_int8_fake_quant(x), s, γ·W̃ values, NULL) up to f32
  * rounding. Not recorded on the tape. packed must be valid (from
  * vn_ternary_vnm_pack(s), or passed by vn_ternary_vnm_check). Errors:

@@ -1,6 +1,6 @@
 /* venom/transformer.h — fused transformer ops beyond venom.h's embedding,
  * layer_norm and causal_attention: bias + GELU, self-attention of a fused
- * qkv projection. Reached only through venom.h. */
+ * qkv projection, and its last position alone (decoding with a KV cache). Reached only through venom.h. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/transformer.h>"
 #endif
@@ -38,5 +38,19 @@ vn_tensor *vn_bias_gelu(const vn_tensor *x, const vn_tensor *bias);
  * last dim not a multiple of 3·n_head), VN_ERR_MEMORY (the CPU's per-thread
  * T × T scratch). */
 vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
+
+/* The last position of vn_causal_self_attention(qkv, n_head), alone: for
+ * decoding with a KV cache, where rows 0..T−2 of qkv are the cached
+ * projections of the tokens so far and row T−1 the new token's, whose query
+ * attends to all T keys:
+ *   out[b, 0, h·Dh + d] = Σ_t softmax_t(q_h[T−1]·k_h[t] / √Dh) · v_h[t, d].
+ * qkv (B, T, 3C) f32 on the CPU, any strides (a narrowed view of a longer
+ * cache is read in place) → out (B, 1, C) f32. The same values as the last
+ * row of vn_causal_self_attention up to f32 rounding (expf and the online
+ * softmax against its vectorized exp). Not recorded on the tape
+ * (inference). Errors: VN_ERR_ARG (NULL or freed), VN_ERR_DTYPE (not f32),
+ * VN_ERR_DEVICE (a CUDA tensor), VN_ERR_SHAPE (qkv not 3-d, T = 0, n_head
+ * < 1, or the last dim not a multiple of 3·n_head), VN_ERR_MEMORY. */
+vn_tensor *vn_causal_self_attention_last(const vn_tensor *qkv, int64_t n_head);
 
 #endif

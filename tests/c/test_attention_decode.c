@@ -1,0 +1,89 @@
+/* vn_causal_self_attention_last (engine/attention_decode.c): the last row
+ * of vn_causal_self_attention against the op itself for odd sizes (one
+ * position, a softmax whose max moves late, several batches and heads),
+ * a narrowed view of a longer cache against its contiguous copy (read in
+ * place through the strides, the same bits), and bad arguments. */
+#include "gradcheck.h"
+
+#include <math.h>
+#include <string.h>
+
+static float *f32(const vn_tensor *t) { return vn_tensor_data(t); }
+
+static void test_matches_full_attention(void **state)
+{
+    (void)state;
+    const int64_t Ts[] = {1, 2, 7, 40}, Hs[] = {1, 3}, Dh = 8;
+    for (int it = 0; it < 4; it++)
+        for (int ih = 0; ih < 2; ih++) {
+            int64_t B = 2, T = Ts[it], H = Hs[ih], C = H * Dh;
+            vn_tensor *qkv = trand(3, (int64_t[]){B, T, 3 * C}, -2, 2, 50 + (unsigned)(it * 2 + ih));
+            if (T > 2) /* a key far above the others late: the online max must rescale */
+                for (int64_t d = 0; d < Dh; d++) f32(qkv)[(T - 2) * 3 * C + C + d] = 4;
+            vn_tensor *full = vn_causal_self_attention(qkv, H);
+            vn_tensor *last = vn_causal_self_attention_last(qkv, H);
+            CHECK_PTR(full);
+            CHECK_PTR(last);
+            assert_int_equal(vn_tensor_ndim(last), 3);
+            assert_int_equal(vn_tensor_shape(last)[1], 1);
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t c = 0; c < C; c++) {
+                    double want = f32(full)[(b * T + T - 1) * C + c], got = f32(last)[b * C + c];
+                    if (!(fabs(got - want) <= 1e-5 * (1 + fabs(want))))
+                        fail_msg("T %lld H %lld out[%lld, %lld]: %.9g, expected %.9g", (long long)T,
+                                 (long long)H, (long long)b, (long long)c, got, want);
+                }
+            vn_tensor_release(qkv);
+            vn_tensor_release(full);
+            vn_tensor_release(last);
+        }
+}
+
+static void test_narrowed_cache(void **state)
+{
+    (void)state;
+    int64_t B = 2, Tmax = 16, T = 9, H = 2, C = 2 * 4;
+    vn_tensor *cache = trand(3, (int64_t[]){B, Tmax, 3 * C}, -1, 1, 60);
+    vn_tensor *view = vn_narrow(cache, 1, 0, T), *copy = view ? vn_contiguous(view) : NULL;
+    CHECK_PTR(copy);
+    vn_tensor *a = vn_causal_self_attention_last(view, H), *b = vn_causal_self_attention_last(copy, H);
+    CHECK_PTR(a);
+    CHECK_PTR(b);
+    assert_memory_equal(vn_tensor_data(a), vn_tensor_data(b), sizeof(float) * (size_t)(B * C));
+    vn_tensor *ts[] = {cache, view, copy, a, b};
+    for (int k = 0; k < 5; k++) vn_tensor_release(ts[k]);
+}
+
+static void expect_error(vn_tensor *t, vn_status want, const char *needle)
+{
+    assert_null(t);
+    assert_int_equal(vn_last_status(), want);
+    if (!strstr(vn_last_error(), needle))
+        fail_msg("error \"%s\" does not mention \"%s\"", vn_last_error(), needle);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    vn_tensor *x2 = trand(2, (int64_t[]){3, 12}, -1, 1, 70), *x = trand(3, (int64_t[]){1, 3, 12}, -1, 1, 71);
+    vn_tensor *x0 = vn_zeros(VN_F32, 3, (int64_t[]){1, 0, 12}), *xi = vn_zeros(VN_I32, 3, (int64_t[]){1, 3, 12});
+    expect_error(vn_causal_self_attention_last(NULL, 2), VN_ERR_ARG, "causal_self_attention_last");
+    expect_error(vn_causal_self_attention_last(x2, 2), VN_ERR_SHAPE, "expected (B, T ≥ 1, 3·C)");
+    expect_error(vn_causal_self_attention_last(x0, 2), VN_ERR_SHAPE, "(1, 0, 12)");
+    expect_error(vn_causal_self_attention_last(x, 3), VN_ERR_SHAPE, "n_head 3");
+    expect_error(vn_causal_self_attention_last(x, 0), VN_ERR_SHAPE, "n_head 0");
+    expect_error(vn_causal_self_attention_last(xi, 2), VN_ERR_DTYPE, "causal_self_attention_last");
+    vn_tensor *ts[] = {x2, x, x0, xi};
+    for (int k = 0; k < 4; k++) vn_tensor_release(ts[k]);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_full_attention),
+        cmocka_unit_test(test_narrowed_cache),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
