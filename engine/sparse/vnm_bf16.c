@@ -72,6 +72,8 @@ void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off)
 /* Independent accumulator sets: vdpbf16ps takes ~6 cycles and one issues
  * per cycle, so 4 sets × 4 quarters of the panel keep 16 chains in flight. */
 #define SETS 4
+/* How many rows ahead the row loop prefetches values and offsets. */
+#define PREFETCH_ROWS 4
 
 /* tile (rows of block rb × VNM_PANEL) = the block's rows of (X·Wᵀ)ᵀ for the
  * batch panel xp (Kp rows of VNM_PANEL bf16), from vals (R × G pairs of
@@ -120,6 +122,13 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
             const uint32_t *w = vals + (r0 + v) * p->G + g0;
             const uint16_t *po = poff + (r0 + v) * p->G + g0;
             float *out = tile + v * VNM_PANEL;
+            /* A row's values and offsets of a chunk are 48 bytes, its next
+             * ones G words further: too many streams for the hardware
+             * prefetcher once G is large, so fetch a later row's ahead. */
+            if (v + PREFETCH_ROWS < rows) {
+                __builtin_prefetch(w + PREFETCH_ROWS * p->G);
+                __builtin_prefetch(po + PREFETCH_ROWS * p->G);
+            }
             __m512 acc[SETS][4];
             for (int i = 0; i < SETS; i++)
                 for (int q = 0; q < 4; q++)
@@ -149,6 +158,7 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
 }
 
 #undef SETS
+#undef PREFETCH_ROWS
 #pragma GCC pop_options
 
 #else /* no x86 AVX-512 BF16 build: vnm__have_bf16 is false, so the others are never called */

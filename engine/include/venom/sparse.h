@@ -92,8 +92,9 @@ vn_vnm *vn_vnm_from_pattern(int64_t R, int64_t K, int64_t V, int64_t N, int64_t 
  * "portable". */
 const char *vn_vnm_isa(void);
 
-/* The precision of the V:N:M forward product (y = x·Wᵀ of vn_vnm_linear and
- * vn_vnm_spmm) on the CPU, for the whole process (all threads):
+/* The precision of the V:N:M forward product (y = x·Wᵀ of vn_vnm_linear,
+ * vn_vnm_spmm and vn_vnm_shadow_linear) on the CPU, for the whole process
+ * (all threads):
  *   VN_VNM_F32   (the default) f32 operands, f32 sums.
  *   VN_VNM_BF16  x and the values are rounded to bf16 (round to nearest
  *                even, bf16 subnormals read as zero) and multiplied in
