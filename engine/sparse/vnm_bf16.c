@@ -12,13 +12,13 @@
  *
  * Which two of its block's 4 kept columns a row uses differs from row to
  * row (6 possible pairs), so for each batch panel, block and chunk of groups
- * all 6 interleaved pairs are built once (`pairs`, 12 KiB: in L1) and then
+ * all 6 interleaved pairs are built once (`pairs`, 24 KiB: in L1) and then
  * read by every row of the block: 24 permutes per group against 4·V
- * dot-product instructions. Measured on Zen 4 (one core, 4096×1024 at
- * 64:2:8): 1.3× the f32 forward, not 2×: the row loop still makes a
- * 64-byte load per instruction plus the row's offsets and values, and the
- * chunks are short (longer ones, 16 or 32 groups, or the panel in quarters
- * to make them longer, were slower).
+ * dot-product instructions. Measured on Zen 4 (one core, 64:2:8): 1.3–1.6×
+ * the f32 forward, not 2×: the row loop still makes a 64-byte load per
+ * instruction plus the row's offsets and values, and adds its chunk to
+ * the tile (chunks of 8 or 24–32 groups, or the panel in quarters so that
+ * a row sums longer chunks in registers, were slower).
  *
  * Rounding: X and the values are rounded to bf16 (nearest even; the
  * instructions treat bf16 subnormals as zero), products and sums are f32.
@@ -82,7 +82,7 @@ void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off)
  * VNM_BF16_PAIRS_BYTES.
  *
  * For each chunk of VNM_BF16_GROUPS groups the 6 pairs of each group are
- * built for the whole panel (12 KiB, in L1), then every row of the block
+ * built for the whole panel (24 KiB, in L1), then every row of the block
  * adds its sums over the chunk to its tile. Loads bound the row loop, so
  * it makes few besides the pairs: the offsets come 4 to a 64-bit load. */
 void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint16_t *poff,

@@ -111,8 +111,9 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
  * Under vn_vnm_set_precision(VN_VNM_BF16) vnm__spmm rounds Xt and the values
  * to bf16 (vnm__to_bf16, same layouts) and builds each tile with
  * vnm__spmm_tile_bf16 instead of the f32 spmm_tile. */
-#define VNM_BF16_GROUPS 8 /* groups per chunk of the pair buffer (12 KiB) */
+#define VNM_BF16_GROUPS 16 /* groups per chunk of the pair buffer (24 KiB) */
 #define VNM_BF16_PAIRS_BYTES (VNM_BF16_GROUPS * 6 * 4 * 64)
+_Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_pair_offsets stores offsets into it as uint16");
 /* Whether this CPU (and build) has AVX-512 BF16. */
 bool vnm__have_bf16(void);
 /* dst[i] = bf16(src[i]), round to nearest even. */
