@@ -14,7 +14,7 @@
  *
  *   OMP_WAIT_POLICY=passive build/bench/vnm_cpu [--reps 3] [--batch 2048]
  *       [--shapes 1024x1024,4096x4096,4096x1024] [--M 4,8,16,32] [--V 32,64,128]
- *       [--clock wall|cpu]
+ *       [--clock wall|cpu] [--precision f32|bf16|both]
  *
  * --clock cpu times each call by the CPU time of the whole process (all its
  * threads) instead of the wall clock: on a machine shared with other jobs,
@@ -22,6 +22,10 @@
  * meaningful under load (threads waiting at a barrier sleep under the
  * passive wait policy and cost nothing either way). It measures work, not
  * parallel speedup.
+ *
+ * --precision bf16 runs the sparse forward in bf16 (vn_vnm_set_precision;
+ * AVX-512 BF16 CPUs only); both times the f32 and the bf16 forward of each
+ * matrix in the same run and adds the bf16 forward's columns at the end.
  *
  * (Without OMP_WAIT_POLICY set, the program sets it to passive and
  * re-executes itself: spinning OpenMP threads starve OpenBLAS's.) */
@@ -40,6 +44,7 @@
 typedef struct {
     int reps;
     bool cpu_clock;
+    int precision; /* 0 f32, 1 bf16, 2 both */
     int64_t batch;
     int nshapes, nM, nV;
     int64_t shapes[MAX_LIST][2], M[MAX_LIST], V[MAX_LIST];
@@ -55,7 +60,7 @@ static options parse_args(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "usage: vnm_cpu [--reps N] [--batch B] [--shapes RxK,...] "
-                            "[--M 4,8,...] [--V 32,...] [--clock wall|cpu]\n");
+                            "[--M 4,8,...] [--V 32,...] [--clock wall|cpu] [--precision f32|bf16|both]\n");
             exit(2);
         }
         if (!strcmp(a, "--reps")) o.reps = atoi(v);
@@ -69,6 +74,13 @@ static options parse_args(int argc, char **argv)
                 exit(2);
             }
             o.cpu_clock = !strcmp(v, "cpu");
+        }
+        else if (!strcmp(a, "--precision")) {
+            o.precision = !strcmp(v, "f32") ? 0 : !strcmp(v, "bf16") ? 1 : !strcmp(v, "both") ? 2 : -1;
+            if (o.precision < 0) {
+                fprintf(stderr, "vnm_cpu: --precision takes f32, bf16 or both, got '%s'\n", v);
+                exit(2);
+            }
         }
         else {
             fprintf(stderr, "vnm_cpu: unknown option %s\n", a);
@@ -139,11 +151,18 @@ static double best_time(void (*fn)(const job *), const job *j, int reps)
     return best;
 }
 
-static void print_cells(const double t[3], const double dense[3], double flops)
+/* The cells of n times (forward, dX, dW, then the bf16 forward), each
+ * against the dense time of its kind. */
+static void print_cells(int n, const double *t, const double dense[3], double flops)
 {
-    for (int k = 0; k < 3; k++)
-        printf(" | %8.2f | %6.1f | %5.2f", 1e3 * t[k], flops / t[k] * 1e-9, dense[k] / t[k]);
+    for (int k = 0; k < n; k++)
+        printf(" | %8.2f | %6.1f | %5.2f", 1e3 * t[k], flops / t[k] * 1e-9, dense[k % 3] / t[k]);
     printf(" |\n");
+}
+
+static void set_precision(vn_vnm_precision p)
+{
+    if (vn_vnm_set_precision(p)) die("vnm_set_precision");
 }
 
 static void bench_shape(const options *o, int64_t R, int64_t K)
@@ -160,7 +179,7 @@ static void bench_shape(const options *o, int64_t R, int64_t K)
     double flops = 2.0 * (double)B * (double)R * (double)K, dense[3];
     for (j.kind = 0; j.kind < 3; j.kind++) dense[j.kind] = best_time(run_dense, &j, o->reps);
     printf("| %lld×%lld | dense | –", (long long)R, (long long)K);
-    print_cells(dense, dense, flops);
+    print_cells(3, dense, dense, flops);
     fflush(stdout);
     for (int im = 0; im < o->nM; im++)
         for (int iv = 0; iv < o->nV; iv++) {
@@ -170,11 +189,17 @@ static void bench_shape(const options *o, int64_t R, int64_t K)
             double t_compress = clock_now() - t0;
             if (!j.s) die("vnm_from_dense");
             j.values = vn_vnm_values(j.s);
-            double t[3];
+            double t[4];
             for (j.kind = 0; j.kind < 3; j.kind++) t[j.kind] = best_time(run_sparse, &j, o->reps);
+            if (o->precision == 2) { /* the bf16 forward, right after the f32 one */
+                j.kind = 0;
+                set_precision(VN_VNM_BF16);
+                t[3] = best_time(run_sparse, &j, o->reps);
+                set_precision(VN_VNM_F32);
+            }
             printf("| %lld×%lld | %lld:2:%lld | %.0f", (long long)R, (long long)K, (long long)V,
                    (long long)M, 1e3 * t_compress);
-            print_cells(t, dense, flops);
+            print_cells(o->precision == 2 ? 4 : 3, t, dense, flops);
             fflush(stdout);
             vn_tensor_release(j.values);
             vn_vnm_free(j.s);
@@ -190,14 +215,17 @@ int main(int argc, char **argv)
     passive_omp(argv);
     options o = parse_args(argc, argv);
     cpu_clock = o.cpu_clock;
+    if (o.precision == 1) set_precision(VN_VNM_BF16);
     vn_manual_seed(0);
-    printf("V:N:M CPU kernels vs OpenBLAS sgemm: X of %lld rows, f32, best of %d (%s time); "
-           "kernels: %s; OPENBLAS_CORETYPE=%s\n\n", (long long)o.batch, o.reps,
+    static const char *const prec[] = {"f32", "bf16 forward", "f32 and bf16 forward"};
+    printf("V:N:M CPU kernels vs OpenBLAS sgemm: X of %lld rows, %s, best of %d (%s time); "
+           "kernels: %s; OPENBLAS_CORETYPE=%s\n\n", (long long)o.batch, prec[o.precision], o.reps,
            o.cpu_clock ? "process CPU" : "wall", vn_vnm_isa(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
     printf("| W (R×K) | V:N:M | compress ms | fwd ms | GFLOP/s | ×dense | dX ms | GFLOP/s | ×dense "
-           "| dW ms | GFLOP/s | ×dense |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "| dW ms | GFLOP/s | ×dense |%s\n",
+           o.precision == 2 ? " bf16 fwd ms | GFLOP/s | ×dense |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", o.precision == 2 ? "---|---|---|" : "");
     for (int i = 0; i < o.nshapes; i++) bench_shape(&o, o.shapes[i][0], o.shapes[i][1]);
     return 0;
 }

@@ -10,11 +10,14 @@
  *   core.vnm_spmm(S, values, x), core.vnm_spmm_t(S, values, dy),
  *   core.vnm_sddmm(S, dy, x)                         the plain kernels
  *   core.vnm_isa() → "avx512" | "portable"
+ *   core.set_vnm_precision("f32" | "bf16"), core.vnm_precision() → "f32" | "bf16"
  *   core.vnm_shadow_linear(x, S, W [, bias]) → y    differentiable (the
  *   core.vnm_shadow_decay_(W, S, f) → W             pruning shadow, shadow.h)
  *
  * venom.sparse (lua/venom/sparse.lua) wraps them with option tables. */
 #include "lv.h"
+
+#include <string.h>
 
 #define LV_VNM_MT "venom.VNM"
 
@@ -170,9 +173,29 @@ static int l_vnm_isa(lua_State *L)
     return 1;
 }
 
+/* venom.set_vnm_precision(p): the CPU forward of V:N:M layers in "f32"
+ * (default) or "bf16" (AVX-512 BF16; see vn_vnm_set_precision). */
+static int l_set_vnm_precision(lua_State *L)
+{
+    const char *s = luaL_checkstring(L, 1);
+    vn_vnm_precision p;
+    if (strcmp(s, "f32") == 0) p = VN_VNM_F32;
+    else if (strcmp(s, "bf16") == 0) p = VN_VNM_BF16;
+    else return lv_argfail(L, 1, "precision must be \"f32\" or \"bf16\", found \"%s\"", s);
+    lv_status(L, vn_vnm_set_precision(p));
+    return 0;
+}
+
+static int l_vnm_precision(lua_State *L)
+{
+    lua_pushstring(L, vn_vnm_get_precision() == VN_VNM_BF16 ? "bf16" : "f32");
+    return 1;
+}
+
 const luaL_Reg lv_sparse_functions[] = {
     LV_REG(vnm_from_dense) LV_REG(vnm_from_pattern) LV_REG(vnm_linear)
     LV_REG(vnm_shadow_linear) LV_REG(vnm_shadow_decay_)
     LV_VNM_KERNELS(LV_REG) LV_REG(vnm_isa)
+    LV_REG(set_vnm_precision) LV_REG(vnm_precision)
     {NULL, NULL},
 };

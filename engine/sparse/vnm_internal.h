@@ -107,6 +107,29 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
 vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, const float *xt,
                      int64_t B, float *dvalues);
 
+/* ---- the bf16 forward (vnm_bf16.c) ------------------------------------------
+ * Under vn_vnm_set_precision(VN_VNM_BF16) vnm__spmm rounds Xt and the values
+ * to bf16 (vnm__to_bf16, same layouts) and builds each tile with
+ * vnm__spmm_tile_bf16 instead of the f32 spmm_tile. */
+#define VNM_BF16_GROUPS 16 /* groups per chunk of the pair buffer (24 KiB) */
+#define VNM_BF16_PAIRS_BYTES (VNM_BF16_GROUPS * 6 * 4 * 64)
+_Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_pair_offsets stores offsets into it as uint16");
+/* Whether this CPU (and build) has AVX-512 BF16. */
+bool vnm__have_bf16(void);
+/* dst[i] = bf16(src[i]), round to nearest even. */
+void vnm__to_bf16(const float *src, int64_t n, uint16_t *dst);
+/* off (R × G) = for each row and group, the byte offset in the tile's pair
+ * buffer of the interleaved pair of X columns that the row's two values
+ * multiply (the group's place in its chunk and which of the 6 pairs). */
+void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off);
+/* tile (the rows of block rb × VNM_PANEL) = those rows of (X·Wᵀ)ᵀ for one
+ * batch panel xp of bf16 Xt, from vals (R × G words: a row's two bf16
+ * values of a group, slot 0 in the low half) and poff (from
+ * vnm__bf16_pair_offsets); pairs: VNM_BF16_PAIRS_BYTES of scratch, 64-byte
+ * aligned. */
+void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint16_t *poff,
+                         const uint16_t *xp, int64_t rb, void *pairs, float *tile);
+
 /* ---- the CUDA path (vnm_cuda.c) ---------------------------------------------
  * vn_vnm_linear and the three plain calls with x, values (and bias) on the
  * GPU, after the callers' shape and dtype checks. */

@@ -70,6 +70,25 @@ static const vnm_kernels *pick(void)
 
 const char *vn_vnm_isa(void) { return pick() == &generic ? "portable" : "avx512"; }
 
+/* The forward's precision, for every thread (vn_vnm_set_precision). */
+static _Atomic int precision = VN_VNM_F32;
+
+vn_status vn_vnm_set_precision(vn_vnm_precision prec)
+{
+    if (prec != VN_VNM_F32 && prec != VN_VNM_BF16)
+        return vn__err(VN_ERR_ARG, "vnm_set_precision: precision %d; expected VN_VNM_F32 (0) or "
+                       "VN_VNM_BF16 (1)", (int)prec);
+    if (prec == VN_VNM_BF16 && (pick() == &generic || !vnm__have_bf16()))
+        return vn__err(VN_ERR_ARG, "vnm_set_precision: bf16 needs a CPU with AVX-512 BF16 "
+                       "(avx512_bf16), and this one %s",
+                       pick() == &generic && vnm__have_bf16() ? "has it but VENOM_NO_AVX512 is set"
+                                                              : "does not have it");
+    precision = prec;
+    return VN_OK;
+}
+
+vn_vnm_precision vn_vnm_get_precision(void) { return (vn_vnm_precision)precision; }
+
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---- packing ---------------------------------------------------------------------- */
@@ -147,26 +166,76 @@ void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t 
 
 /* ---- forward: Y = X·Wᵀ + b ------------------------------------------------------------ */
 
+/* The bf16 operands of the forward: Xt and the values rounded to bf16 in
+ * the same layouts (the values' pairs read as one 32-bit word per group). */
+typedef struct {
+    uint16_t *xt, *vals, *poff; /* poff: vnm__bf16_pair_offsets */
+    size_t xt_bytes, vals_bytes, poff_bytes;
+} bf16_operands;
+
+static void bf16_free(bf16_operands *o)
+{
+    if (o->xt) vn__mem_free(o->xt, o->xt_bytes);
+    if (o->vals) vn__mem_free(o->vals, o->vals_bytes);
+    if (o->poff) vn__mem_free(o->poff, o->poff_bytes);
+}
+
+/* Rounds Xt (npanels·Kp·VNM_PANEL floats) and the values (R × 2G) to bf16,
+ * and turns the indices into the kernel's offsets. At each call, so that
+ * in-place optimizer updates are always seen: R·3G steps against B·R·2G
+ * products. */
+static vn_status bf16_convert(const vnm_pattern *p, const float *values, const float *xt,
+                              int64_t npanels, bf16_operands *o)
+{
+    int64_t nx = npanels * p->Kp * VNM_PANEL, nv = p->R * 2 * p->G;
+    o->xt_bytes = sizeof(uint16_t) * (size_t)nx;
+    o->vals_bytes = sizeof(uint16_t) * (size_t)nv;
+    o->xt = vn__mem_alloc(o->xt_bytes);
+    o->poff_bytes = sizeof(uint16_t) * (size_t)(p->R * p->G);
+    o->vals = vn__mem_alloc(o->vals_bytes);
+    o->poff = vn__mem_alloc(o->poff_bytes);
+    if (!o->xt || !o->vals || !o->poff) {
+        bf16_free(o);
+        return vn__err(VN_ERR_MEMORY, "vnm_linear: out of memory for %zu bytes of bf16 operands",
+                       o->xt_bytes + o->vals_bytes + o->poff_bytes);
+    }
+    vnm__to_bf16(xt, nx, o->xt);
+    vnm__to_bf16(values, nv, o->vals);
+    vnm__bf16_pair_offsets(p, o->poff);
+    return VN_OK;
+}
+
 vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
                     const float *bias, float *y)
 {
     const vnm_kernels *k = pick();
     int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, vrows = min64(p->V, p->R);
     int64_t work = p->nblocks * npanels;
+    /* bf16 only with the AVX-512 loops: VENOM_NO_AVX512 set after
+     * vn_vnm_set_precision still gets the portable f32 ones. */
+    bool bf16 = precision == VN_VNM_BF16 && k != &generic;
+    bf16_operands o = {0};
+    if (bf16 && bf16_convert(p, values, xt, npanels, &o)) return VN_ERR_MEMORY;
     size_t tile_bytes = sizeof(float) * (size_t)(vrows * VNM_PANEL);
+    size_t scratch_bytes = tile_bytes + (bf16 ? VNM_BF16_PAIRS_BYTES : 0);
     bool oom = false;
 #pragma omp parallel reduction(|| : oom) if (B * p->R * p->G > VN_OMP_MIN_WORK)
     {
-        float *tile = vn__mem_alloc(tile_bytes);
+        /* the tile, then (bf16) the pair buffer: tile_bytes is a multiple of 256 */
+        float *tile = vn__mem_alloc(scratch_bytes);
         oom = !tile;
 #pragma omp for schedule(dynamic)
         for (int64_t w = 0; w < work; w++) {
             if (!tile) continue;
             int64_t pn = w / p->nblocks, rb = w % p->nblocks; /* blocks inner: one panel of X stays in L2 */
             int64_t r0 = rb * p->V, rows = min64(p->V, p->R - r0);
-            for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
-                k->spmm_tile(p, values, xt + pn * p->Kp * VNM_PANEL, rb, g0,
-                             min64(p->G, g0 + SPMM_GROUPS), g0 == 0, tile);
+            if (bf16)
+                vnm__spmm_tile_bf16(p, (const uint32_t *)o.vals, o.poff, o.xt + pn * p->Kp * VNM_PANEL, rb,
+                                    (char *)tile + tile_bytes, tile);
+            else
+                for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
+                    k->spmm_tile(p, values, xt + pn * p->Kp * VNM_PANEL, rb, g0,
+                                 min64(p->G, g0 + SPMM_GROUPS), g0 == 0, tile);
             /* The tile holds Yᵀ for these rows: add the bias along its rows
              * (contiguous, in L1), then write it back transposed in 8 × 8
              * blocks; an element-by-element transpose here cost about a
@@ -176,9 +245,10 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
                 for (int64_t l = 0; l < nb; l++) tile[v * VNM_PANEL + l] += bias[r0 + v];
             transpose_block(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0, p->R, rows, nb);
         }
-        if (tile) vn__mem_free(tile, tile_bytes);
+        if (tile) vn__mem_free(tile, scratch_bytes);
     }
-    return oom ? vn__err(VN_ERR_MEMORY, "vnm_linear: out of memory for a %zu-byte tile", tile_bytes)
+    bf16_free(&o);
+    return oom ? vn__err(VN_ERR_MEMORY, "vnm_linear: out of memory for a %zu-byte tile", scratch_bytes)
                : VN_OK;
 }
 

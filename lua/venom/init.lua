@@ -130,6 +130,18 @@ venom.no_grad = core.no_grad
 -- error once all have run. fn must be a function.
 venom.after_backward = core.after_backward
 
+--- venom.set_vnm_precision(p): the precision of the V:N:M forward product
+-- (nn.SparseLinear, venom.vnm_linear, venom.vnm_spmm, the pruning shadow's
+-- forward) on the CPU, for the whole process: "f32" (default) or "bf16", where x and the kept values are
+-- rounded to bf16 (round to nearest even) and multiplied in pairs by
+-- AVX-512 BF16's vdpbf16ps with f32 sums: each output within about
+-- 2^-7·Σ|w·x| of the f32 one. The values stay f32 (the trained copy); the
+-- gradients stay f32; CUDA is not affected. venom.vnm_precision() says
+-- which is set. Errors: a string that is neither; "bf16" on a CPU without
+-- avx512_bf16 or with VENOM_NO_AVX512 set (the message says which).
+-- C: vn_vnm_set_precision (venom/sparse.h).
+venom.set_vnm_precision = core.set_vnm_precision
+
 --- venom.get_rng_state() → the engine RNG's state (xoshiro256**) as an i64
 -- tensor of 4 elements; venom.set_rng_state(t) puts such a tensor back, so
 -- the random draws that follow repeat (checkpoints store it).

@@ -365,4 +365,30 @@ do
   end
 end
 
+-- The forward's precision (venom.set_vnm_precision) ---------------------------------
+do
+  tap.is(venom.vnm_precision(), "f32", "vnm_precision: f32 by default")
+  tap.error_like(function() venom.set_vnm_precision("fp16") end,
+    'precision must be "f32" or "bf16", found "fp16"', "set_vnm_precision: a bad string names both")
+  tap.error_like(function() venom.set_vnm_precision() end, "string expected",
+    "set_vnm_precision: no argument")
+  local layer = nn.SparseLinear(96, 40, { V = 8, M = 8 })
+  local x = venom.randn(70, 96)
+  local y32 = layer(x)
+  if pcall(venom.set_vnm_precision, "bf16") then
+    tap.is(venom.vnm_precision(), "bf16", "vnm_precision: bf16 once set")
+    local y16 = layer(x)
+    venom.set_vnm_precision("f32")
+    -- |y| ~ 5 here; bf16 rounds each operand to 2^-8 relative
+    local d = max_diff(y16, y32)
+    tap.ok(d > 0 and d < 0.15, ("bf16 forward near f32 (max diff %g)"):format(d))
+    tap.is(max_diff(layer(x), y32), 0, "back to f32: the same outputs bit for bit")
+  else
+    tap.error_like(function() venom.set_vnm_precision("bf16") end, "avx512_bf16",
+      "set_vnm_precision('bf16') without avx512_bf16: an error that says so")
+    tap.skip("no avx512_bf16 on this CPU", 2)
+  end
+  tap.is(venom.vnm_precision(), "f32", "vnm_precision: f32 again")
+end
+
 tap.done()

@@ -1,0 +1,156 @@
+/* The bf16 V:N:M forward (vn_vnm_set_precision(VN_VNM_BF16)): its outputs
+ * against products of the bf16-rounded operands summed in double (which
+ * catches a wrong pairing of values and columns: that costs whole
+ * products) and against the f32 products within the documented bound, for
+ * shapes that do not divide by V, M, the kernel's chunk of groups or the
+ * batch panel; the f32 path bit for bit the same before and after a bf16
+ * call; bad input. The bf16 checks skip on a CPU without avx512_bf16. */
+#include "gradcheck.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* bf16(x) as a float: round to nearest even (no NaN or overflow here). */
+static double bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1);
+    u &= 0xffff0000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+/* Whether this machine runs the bf16 path; leaves the precision at f32. */
+static bool have_bf16(void)
+{
+    bool ok = vn_vnm_set_precision(VN_VNM_BF16) == VN_OK;
+    CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
+    return ok;
+}
+
+/* y (B × R) of vn_vnm_linear at the current precision. */
+static vn_tensor *forward(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v, const vn_tensor *b)
+{
+    vn_tensor *y = vn_vnm_linear(x, s, v, b);
+    CHECK_PTR(y);
+    return y;
+}
+
+/* {R, K, V, N, M, B}: G = ⌈K/M⌉ from 1 to 40 groups (chunks of 8 and a
+ * ragged last one), padded K, R not a multiple of V, batches below, at and
+ * past the 64-row panel. */
+static const int64_t shapes[][5] = {
+    {16, 8, 16, 8, 1},     {7, 9, 4, 4, 5},      {64, 168, 16, 8, 64},   {130, 300, 64, 8, 130},
+    {96, 640, 32, 16, 77}, {33, 1000, 1, 32, 3}, {128, 256, 128, 4, 200},
+};
+
+static void test_forward(void **state)
+{
+    (void)state;
+    if (!have_bf16()) skip();
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int64_t R = shapes[i][0], K = shapes[i][1], V = shapes[i][2], M = shapes[i][3], B = shapes[i][4];
+        unsigned seed = 40 + 7 * (unsigned)i;
+        vn_tensor *w = trand(2, (int64_t[]){R, K}, -1, 1, seed);
+        vn_tensor *x = trand(2, (int64_t[]){B, K}, -2, 2, seed + 1);
+        vn_tensor *bias = trand(1, (int64_t[]){R}, -1, 1, seed + 2);
+        vn_vnm *s = vn_vnm_from_dense(w, V, 2, M);
+        CHECK_PTR(s);
+        vn_tensor *vals = vn_vnm_values(s), *wd = vn_vnm_to_dense(s);
+        CHECK_PTR(wd);
+        vn_tensor *y32 = forward(x, s, vals, bias);
+        CHECK_OK(vn_vnm_set_precision(VN_VNM_BF16));
+        assert_int_equal(vn_vnm_get_precision(), VN_VNM_BF16);
+        vn_tensor *y16 = forward(x, s, vals, bias);
+        CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
+        vn_tensor *again = forward(x, s, vals, bias);
+        /* The f32 path is untouched by a bf16 call in between. */
+        assert_memory_equal(vn_tensor_data(y32), vn_tensor_data(again), sizeof(float) * (size_t)(B * R));
+
+        const float *W = vn_tensor_data(wd), *X = vn_tensor_data(x), *b = vn_tensor_data(bias);
+        const float *a32 = vn_tensor_data(y32), *a16 = vn_tensor_data(y16);
+        /* roundings in a sum: the kept products, the chunks, the accumulator sets, the bias */
+        int64_t terms = 3 * ((K + M - 1) / M) + 8;
+        double max_diff = 0;
+        for (int64_t l = 0; l < B; l++)
+            for (int64_t r = 0; r < R; r++) {
+                double exact16 = b[r], abs_sum = fabs(b[r]);
+                for (int64_t k = 0; k < K; k++) {
+                    if (W[r * K + k] == 0) continue;
+                    exact16 += bf16(W[r * K + k]) * bf16(X[l * K + k]);
+                    abs_sum += fabs((double)W[r * K + k] * X[l * K + k]);
+                }
+                double got = a16[l * R + r], f32 = a32[l * R + r];
+                /* f32 sums of exact bf16 products: K-scaled float rounding */
+                double sum_tol = (double)terms * 0x1p-24 * 1.5 * abs_sum + 1e-30;
+                if (fabs(got - exact16) > sum_tol)
+                    fail_msg("shape %zu (B %lld row %lld): bf16 forward %.9g, bf16 products summed "
+                             "in double %.9g, tolerance %.3g", i, (long long)l, (long long)r, got,
+                             exact16, sum_tol);
+                /* against f32: both operands rounded (2^-8 each) plus the sums */
+                double tol = (0x1p-7 + 0x1p-16) * abs_sum + 2 * sum_tol;
+                if (fabs(got - f32) > tol)
+                    fail_msg("shape %zu (B %lld row %lld): bf16 forward %.9g, f32 %.9g, tolerance %.3g",
+                             i, (long long)l, (long long)r, got, f32, tol);
+                if (fabs(got - f32) > max_diff) max_diff = fabs(got - f32);
+            }
+        /* bf16 did run: its rounding shows somewhere */
+        assert_true(max_diff > 0);
+        GC_RELEASE(w, x, bias, vals, wd, y32, y16, again);
+        vn_vnm_free(s);
+    }
+}
+
+/* With VENOM_NO_AVX512 set after choosing bf16, the portable f32 loops run
+ * (bit for bit those of f32), and choosing bf16 again is refused. */
+static void test_portable_fallback(void **state)
+{
+    (void)state;
+    if (!have_bf16()) skip();
+    vn_tensor *w = trand(2, (int64_t[]){40, 96}, -1, 1, 7), *x = trand(2, (int64_t[]){70, 96}, -1, 1, 8);
+    vn_vnm *s = vn_vnm_from_dense(w, 8, 2, 8);
+    CHECK_PTR(s);
+    vn_tensor *vals = vn_vnm_values(s);
+    setenv("VENOM_NO_AVX512", "1", 1);
+    vn_tensor *y32 = forward(x, s, vals, NULL);
+    unsetenv("VENOM_NO_AVX512");
+    CHECK_OK(vn_vnm_set_precision(VN_VNM_BF16));
+    setenv("VENOM_NO_AVX512", "1", 1);
+    vn_tensor *y = forward(x, s, vals, NULL);
+    assert_memory_equal(vn_tensor_data(y32), vn_tensor_data(y), sizeof(float) * 70 * 40);
+    CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
+    assert_int_equal(vn_vnm_set_precision(VN_VNM_BF16), VN_ERR_ARG);
+    assert_non_null(strstr(vn_last_error(), "VENOM_NO_AVX512"));
+    assert_int_equal(vn_vnm_get_precision(), VN_VNM_F32);
+    unsetenv("VENOM_NO_AVX512");
+    GC_RELEASE(w, x, vals, y32, y);
+    vn_vnm_free(s);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    assert_int_equal(vn_vnm_set_precision((vn_vnm_precision)7), VN_ERR_ARG);
+    assert_non_null(strstr(vn_last_error(), "precision 7"));
+    assert_non_null(strstr(vn_last_error(), "VN_VNM_BF16"));
+    assert_int_equal(vn_vnm_get_precision(), VN_VNM_F32);
+    if (!have_bf16()) { /* a CPU without it: refused, saying so */
+        assert_int_equal(vn_vnm_set_precision(VN_VNM_BF16), VN_ERR_ARG);
+        assert_non_null(strstr(vn_last_error(), "avx512_bf16"));
+        assert_int_equal(vn_vnm_get_precision(), VN_VNM_F32);
+    }
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward),
+        cmocka_unit_test(test_portable_fallback),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
