@@ -141,6 +141,7 @@ venom.after_backward = core.after_backward
 -- avx512_bf16 or with VENOM_NO_AVX512 set (the message says which).
 -- C: vn_vnm_set_precision (venom/sparse.h).
 venom.set_vnm_precision = core.set_vnm_precision
+venom.vnm_precision = core.vnm_precision
 
 --- venom.get_rng_state() → the engine RNG's state (xoshiro256**) as an i64
 -- tensor of 4 elements; venom.set_rng_state(t) puts such a tensor back, so
