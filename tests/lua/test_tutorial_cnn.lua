@@ -1,7 +1,8 @@
 -- Tutorial 8 on a small slice of Fashion-MNIST: a dense run learns (above
 -- chance after one short epoch) and writes its log; --augment changes what
 -- the network sees (another loss, same seed); --sparse prunes the second
--- conv and the first linear layer to the pattern; a bad --sparse exits with
+-- conv and the first linear layer to the pattern, and --rewind restarts the
+-- lr after its last event; a bad --sparse exits with
 -- status 2; --export-images writes the IDX images as PNG files that decode
 -- to the same bytes under folders that give the same labels, and
 -- --root-images trains and tests from them. Skipped when the dataset
@@ -45,6 +46,32 @@ tap.ok(rc3b == 0 and out3:find("epoch 1/2 [^\n]* sparsity 0.0%%") ~= nil
   and out3b:find("epoch 1/2 [^\n]* sparsity 75.0%%") ~= nil
   and out3b:find("layer 5   8:2:8    288 of 1152 weights kept") ~= nil,
   "--prune-ramp none: 8:2:8 from the first event (cubic: 0% there)" .. (rc3b ~= 0 and ": " .. out3b or ""))
+
+-- --rewind 0.25: 2 epochs of 8 steps, one pruning event at step 9 (the
+-- last), no warm-up; the log's lr is the rate each step used. Step 9 still
+-- has the first cosine's lr(8) = ½·(1 + cos(π·8/16))·1e-3, step 10 the
+-- restart's 0.25·1e-3 (without the restart it would be lr(9) ≈ 4.0e-4);
+-- both layers still end at exactly 2 of every 8 weights. The default
+-- (--rewind 1) restarts at 1e-3; with --prune-end 1 the last event is the
+-- last step, and there is nothing to restart.
+local log = dir .. "/rewind.csv"
+local out3c, rc3c = tutorial("--epochs 2 --sparse 8:2:8 --rewind 0.25 --log " .. log)
+tap.is(rc3c, 0, "sparse run with --rewind" .. (rc3c ~= 0 and ": " .. out3c or ""))
+local lr_at = {}
+for line in (testutil.slurp(log) or ""):gmatch("[^\n]+") do
+  local s, lr = line:match("^(%d+),%d+,[^,]*,([^,]+),")
+  if s then lr_at[tonumber(s)] = tonumber(lr) end
+end
+tap.near(lr_at[9] or 0, 0.5 * (1 + math.cos(math.pi * 8 / 16)) * 1e-3, 1e-12,
+  "--rewind: step 9 (the last pruning event) trains on the first cosine's lr")
+tap.near(lr_at[10] or 0, 2.5e-4, 1e-12, "--rewind 0.25: step 10 trains with 0.25 · 1e-3")
+tap.ok(out3c:find("the lr restarts at 0.00025 after step 9 (the last pruning event)", 1, true) ~= nil
+  and out3:find("the lr restarts at 0.001 after step 9 (the last pruning event)", 1, true) ~= nil
+  and out3b:find("restarts", 1, true) == nil,
+  "--rewind: the restart is announced (by default at --lr; none with --prune-end 1)")
+tap.ok(out3c:find("layer 5   8:2:8    288 of 1152 weights kept (75.0% sparse)", 1, true) ~= nil
+  and out3c:find("layer 10  8:2:8    6272 of 25088 weights kept (75.0% sparse)", 1, true) ~= nil,
+  "--rewind: both layers end at exactly 2 of every 8 weights")
 
 local out4, rc4 = tutorial("--sparse 8:3:8")
 tap.is(rc4, 2, "a bad --sparse exits with status 2")

@@ -25,6 +25,9 @@ local cases = {
     "%-%-prune%-end must be after the first epoch %(> 1/2%) and at most 1, got 0%.4" },
   { "08-cnn.lua --sparse 64:2:8 --prune-end 1.5", "at most 1, got 1%.5" },
   { "08-cnn.lua --sparse 64:2:8 --prune-ramp linear", "%-%-prune%-ramp must be cubic or none, got linear" },
+  { "08-cnn.lua --rewind 0.5", "%-%-rewind restarts the cosine schedule after the last pruning event; it needs %-%-sparse" },
+  { "08-cnn.lua --sparse 64:2:8 --rewind 0 --no-cosine", "cannot be used with %-%-no%-cosine" },
+  { "08-cnn.lua --sparse 64:2:8 --rewind -1", "%-%-rewind" },
 }
 for _, c in ipairs(cases) do
   local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
