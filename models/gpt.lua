@@ -397,22 +397,31 @@ end
 
 -- The 1-based index of a draw from the distribution ∝ exp(l / temperature)
 -- over the list of logits l, restricted to the top_k largest (all if nil).
-local function sample(l, temperature, top_k, u)
-  local n = #l
+-- l may have been edited by generate's on_logits, so it is checked whole
+-- (n = vocab_size entries, numbers, no NaN or +inf, one above -inf) before
+-- the top-k sort, which a NaN would leave in an undefined order.
+local function sample(l, n, temperature, top_k, u)
+  if #l ~= n then
+    error(("GPT:generate: expected %d logits (vocab_size), found %d; did on_logits add or remove entries?")
+      :format(n, #l), 0)
+  end
+  local max = -math.huge
+  for i = 1, n do
+    if type(l[i]) ~= "number" or l[i] ~= l[i] or l[i] == math.huge then -- would sample garbage
+      error(("GPT:generate: logit %d is %s, expected a finite number or -inf (the weights are not finite, or on_logits wrote it)")
+        :format(i, type(l[i]) == "number" and tostring(l[i]) or "a " .. type(l[i])), 0)
+    end
+    if l[i] > max then max = l[i] end
+  end
+  if max == -math.huge then -- every weight 0: would always pick token 1
+    error("GPT:generate: every logit is -inf (did on_logits mask every token?)", 0)
+  end
   local floor = -math.huge
   if top_k and top_k < n then
     local sorted = {}
     for i = 1, n do sorted[i] = l[i] end
     table.sort(sorted, function(a, b) return a > b end)
     floor = sorted[top_k]
-  end
-  local max = -math.huge
-  for i = 1, n do
-    if l[i] ~= l[i] or l[i] == math.huge then -- would sample garbage (always token 1)
-      error(("GPT:generate: logit %d is %s; the model's weights are not finite"):format(i,
-        tostring(l[i])), 0)
-    end
-    if l[i] > max then max = l[i] end
   end
   local w, total = {}, 0
   for i = 1, n do
@@ -493,7 +502,9 @@ end
 -- MoE models with a capacity limit every token recomputes the context.
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), on_logits = nil (a function called with
--- each step's logits, a Lua list of vocab_size numbers, before the draw).
+-- each step's logits, a Lua list of vocab_size numbers, before the draw; it
+-- may edit them in place, e.g. -inf masks a token; a list that is then not
+-- vocab_size numbers, has a NaN or +inf, or is all -inf is an error).
 function GPT:generate(prompt, n_tokens, opts)
   local who = "GPT:generate"
   opts = check_options(opts, { "temperature", "top_k", "cache", "on_logits" }, who)
@@ -556,7 +567,7 @@ function GPT:generate(prompt, n_tokens, opts)
       last:free()
       if on_logits then on_logits(l) end
       local u = venom.rand(1)
-      out[#out + 1] = sample(l, temperature, top_k, u:item())
+      out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
       u:free()
     end
   end)

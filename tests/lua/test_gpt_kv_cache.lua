@@ -106,6 +106,22 @@ do
   local long = {}
   for i = 1, BLOCK + 3 do long[i] = i end -- a prompt longer than the window: no cache, no error
   tap.is(#m:generate(long, 2, { top_k = 1 }), BLOCK + 5, "generate: a prompt longer than block_size")
+  -- on_logits may edit the list (masking), but what it leaves must be a
+  -- draw's worth of logits, else an error rather than token 1 every time.
+  local function edited(f) return function() m:generate({ 1 }, 2, { on_logits = f }) end end
+  tap.error_like(edited(function(l) for i = 1, #l do l[i] = -math.huge end end),
+    "every logit is %-inf", "generate: on_logits masking every token is an error")
+  tap.error_like(edited(function(l) l[#l] = nil end), "expected %d+ logits %(vocab_size%), found",
+    "generate: on_logits removing an entry is an error")
+  tap.error_like(edited(function(l) l[#l + 1] = 9 end), "expected %d+ logits %(vocab_size%), found",
+    "generate: on_logits adding an entry is an error")
+  tap.error_like(edited(function(l) l[2] = "x" end), "logit 2 is a string",
+    "generate: on_logits writing a string is an error")
+  tap.error_like(edited(function(l) l[3] = 0 / 0 end), "logit 3 is %-?nan",
+    "generate: a NaN logit is an error")
+  local masked = m:generate({ 1 }, 3, { on_logits = function(l)
+    for i = 1, #l do if i ~= 4 then l[i] = -math.huge end end end })
+  tap.is(table.concat(masked, ","), "1,4,4,4", "generate: on_logits masking all but one token draws it")
 end
 
 tap.done()
