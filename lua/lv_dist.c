@@ -18,6 +18,7 @@
  *   core.dist_group_all_reduce(g, t, op), dist_group_free(g) */
 #include "lv.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,14 +221,22 @@ static int l_dist_group(lua_State *L)
 {
     lv_checktype(L, 1, LUA_TTABLE, "ranks (a list of 0-based ranks)");
     int n = (int)lua_objlen(L, 1);
+    /* Every key must be one of 1..n: {0, nil, 2} or {0, x = 1} would
+     * otherwise make a group without the ranks the caller listed. */
+    int keys = 0;
+    for (lua_pushnil(L); lua_next(L, 1); lua_pop(L, 1)) keys++;
+    if (keys != n)
+        return lv_argfail(L, 1, "ranks must be a plain list (keys 1..%d), found %d keys "
+                          "(a hole or a named key?)", n, keys);
     int *ranks = lua_newuserdata(L, ((size_t)n + 1) * sizeof *ranks);
     for (int k = 0; k < n; k++) {
         lua_rawgeti(L, 1, k + 1);
-        if (!lua_isnumber(L, -1))
+        if (lua_type(L, -1) != LUA_TNUMBER) /* not lua_isnumber: "1" is not a rank */
             return lv_argfail(L, 1, "entry %d is a %s; expected a rank (an integer)", k + 1,
                               luaL_typename(L, -1));
         lua_Number v = lua_tonumber(L, -1);
-        if (v != (lua_Number)(int)v)
+        /* range first: converting a double outside int's range is undefined */
+        if (!(v >= INT_MIN && v <= INT_MAX) || v != (lua_Number)(int)v)
             return lv_argfail(L, 1, "entry %d is %g; expected a rank (an integer)", k + 1, v);
         ranks[k] = (int)v;
         lua_pop(L, 1);

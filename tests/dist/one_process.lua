@@ -67,6 +67,21 @@ do
     ("DataParallel on one rank trains as the bare model (%d buckets, %d steps)"):format(st.buckets, st.steps))
 end
 
+-- new_group in a world of one: {0} is a group of one; a list with a hole, a
+-- named key, a string or a huge number is refused, not read as {0}.
+do
+  local g = dist.new_group({ 0 })
+  tap.ok(g:size() == 1 and g:rank() == 0 and g:contains(0), "new_group({0}) in a world of one")
+  g:free()
+  tap.error_like(function() dist.new_group({ 0, nil, 1 }) end, "plain list", "new_group: a list with a hole")
+  tap.error_like(function() dist.new_group({ 0, x = 1 }) end, "plain list", "new_group: a named key")
+  tap.error_like(function() dist.new_group({ "0" }) end, "entry 1 is a string", "new_group: a string rank")
+  tap.error_like(function() dist.new_group({ 2 ^ 40 }) end, "entry 1 is .*expected a rank",
+    "new_group: a rank beyond int")
+  tap.error_like(function() dist.new_group({ 1 }) end, "rank 1 %(entry 1%) is not in 0..0",
+    "new_group: a rank outside the world")
+end
+
 -- The sampler of a world of one draws what DataLoader's shuffle draws.
 do
   venom.manual_seed(4)
