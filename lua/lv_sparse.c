@@ -177,10 +177,12 @@ static int l_vnm_isa(lua_State *L)
  * (default) or "bf16" (AVX-512 BF16; see vn_vnm_set_precision). */
 static int l_set_vnm_precision(lua_State *L)
 {
-    const char *s = luaL_checkstring(L, 1);
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
     vn_vnm_precision p;
-    if (strcmp(s, "f32") == 0) p = VN_VNM_F32;
-    else if (strcmp(s, "bf16") == 0) p = VN_VNM_BF16;
+    /* the length too: "bf16\0x" is not "bf16" */
+    if (len == 3 && strcmp(s, "f32") == 0) p = VN_VNM_F32;
+    else if (len == 4 && strcmp(s, "bf16") == 0) p = VN_VNM_BF16;
     else return lv_argfail(L, 1, "precision must be \"f32\" or \"bf16\", found \"%s\"", s);
     lv_status(L, vn_vnm_set_precision(p));
     return 0;

@@ -372,6 +372,9 @@ do
     'precision must be "f32" or "bf16", found "fp16"', "set_vnm_precision: a bad string names both")
   tap.error_like(function() venom.set_vnm_precision() end, "string expected",
     "set_vnm_precision: no argument")
+  tap.error_like(function() venom.set_vnm_precision("bf16\0x") end, "precision must be",
+    "set_vnm_precision: a string with a NUL after bf16 is not bf16")
+  tap.is(venom.vnm_precision(), "f32", "set_vnm_precision: a refused call changes nothing")
   local layer = nn.SparseLinear(96, 40, { V = 8, M = 8 })
   local x = venom.randn(70, 96)
   local y32 = layer(x)
