@@ -21,6 +21,8 @@
  * them. */
 #include "lv.h"
 
+#include <string.h>
+
 static int l_bitlinear(lua_State *L)
 {
     vn_tensor *x = lv_check(L, 1), *w = lv_check(L, 2);
@@ -88,13 +90,19 @@ static int l_ternary_isa(lua_State *L)
 
 static int l_ternary_set_kernel(lua_State *L)
 {
-    lv_status(L, vn_ternary_set_kernel(luaL_checkstring(L, 1)));
+    size_t len;
+    const char *name = luaL_checklstring(L, 1, &len);
+    if (strlen(name) != len) /* the C API would see only the part before the NUL */
+        return lv_argfail(L, 1, "kernel name has a NUL byte at %zu", strlen(name));
+    lv_status(L, vn_ternary_set_kernel(name));
     return 0;
 }
 
 static int l_ternary_kernel(lua_State *L)
 {
-    lua_pushstring(L, vn_ternary_kernel(lv_int(L, 1, "rows")));
+    int64_t rows = lv_int(L, 1, "rows");
+    if (rows < 0) return lv_argfail(L, 1, "rows must be >= 0, found %lld", (long long)rows);
+    lua_pushstring(L, vn_ternary_kernel(rows));
     return 1;
 }
 

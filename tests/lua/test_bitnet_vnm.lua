@@ -124,4 +124,19 @@ tap.error_like(function() nn.SparseBitLinear(20, 12, { M = 2 }) end, "^[^\n]*nn%
 tap.error_like(function() nn.SparseLinear(0, 12) end, "^[^\n]*nn%.SparseLinear: in_features must be",
   "SparseLinear: its own errors still name nn.SparseLinear")
 
+-- the kernel selector: a bad name is refused and changes nothing
+do
+  local isa = venom.ternary_isa()
+  venom.ternary_set_kernel("portable")
+  tap.error_like(function() venom.ternary_set_kernel("nope") end, 'unknown kernel "nope", expected "auto"',
+    "ternary_set_kernel: an unknown name lists the known ones")
+  tap.error_like(function() venom.ternary_set_kernel("portable\0x") end, "NUL byte at 8",
+    "ternary_set_kernel: a name with a NUL byte is refused")
+  tap.is(venom.ternary_kernel(64), "portable", "ternary_set_kernel: a refused call leaves the forced kernel")
+  tap.error_like(function() venom.ternary_kernel(-1) end, "rows must be >= 0, found %-1",
+    "ternary_kernel: negative rows are refused")
+  venom.ternary_set_kernel("auto")
+  tap.is(venom.ternary_kernel(2 ^ 40), isa, "ternary_set_kernel(\"auto\"): the widest kernel again")
+end
+
 tap.done()
