@@ -488,7 +488,7 @@ local function decode(self, ids, t0, caches)
   return logits
 end
 
---- Continues `prompt` (a list of token ids or a 1-D integer tensor, at
+--- Continues `prompt` (a list of token ids or a (T) or (1, T) integer tensor, at
 -- least one token) by n_tokens sampled tokens and returns the whole
 -- sequence as a Lua list. Each token is drawn from softmax(logits /
 -- temperature) of the last position, keeping only the top_k most likely
@@ -520,6 +520,11 @@ function GPT:generate(prompt, n_tokens, opts)
   end
   if top_k ~= nil then util.check_int(top_k, "top_k", { min = 1, who = who }) end
   util.check_int(n_tokens, "n_tokens", { min = 0, max = 2 ^ 31, who = who })
+  if venom.is_tensor(prompt) and not (prompt:dim() == 1 or prompt:dim() == 2 and prompt:size(1) == 1) then
+    -- a batch of prompts flattened into one would be silent garbage
+    fail(("%s: a tensor prompt must be 1-D (T) or (1, T), got (%s)"):format(who,
+      table.concat(prompt:shape(), ", ")))
+  end
   local seq = venom.is_tensor(prompt) and prompt:reshape(-1):totable() or prompt
   if type(seq) ~= "table" or #seq == 0 then
     fail(who .. ": prompt must be a non-empty list or 1-D tensor of token ids")

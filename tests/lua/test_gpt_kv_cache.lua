@@ -106,6 +106,9 @@ do
   local long = {}
   for i = 1, BLOCK + 3 do long[i] = i end -- a prompt longer than the window: no cache, no error
   tap.is(#m:generate(long, 2, { top_k = 1 }), BLOCK + 5, "generate: a prompt longer than block_size")
+  tap.error_like(function() m:generate(venom.tensor({ { 1, 2 }, { 3, 4 } }, "i64"), 2) end,
+    "a tensor prompt must be 1%-D %(T%) or %(1, T%), got %(2, 2%)", "generate: a batch of prompts is refused")
+  tap.is(#m:generate(venom.tensor({ { 1, 2 } }, "i64"), 2), 4, "generate: a (1, T) tensor prompt")
   -- on_logits may edit the list (masking), but what it leaves must be a
   -- draw's worth of logits, else an error rather than token 1 every time.
   local function edited(f) return function() m:generate({ 1 }, 2, { on_logits = f }) end end
