@@ -408,8 +408,9 @@ local function sample(l, n, temperature, top_k, u)
   local max = -math.huge
   for i = 1, n do
     if type(l[i]) ~= "number" or l[i] ~= l[i] or l[i] == math.huge then -- would sample garbage
-      error(("GPT:generate: logit %d is %s, expected a finite number or -inf (the weights are not finite, or on_logits wrote it)")
-        :format(i, type(l[i]) == "number" and tostring(l[i]) or "a " .. type(l[i])), 0)
+      local found = type(l[i]) == "number" and tostring(l[i]) or "a " .. type(l[i])
+      error(("GPT:generate: logit %d is %s, expected a finite number or -inf "
+        .. "(the weights are not finite, or on_logits wrote it)"):format(i, found), 0)
     end
     if l[i] > max then max = l[i] end
   end
