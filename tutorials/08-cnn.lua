@@ -81,8 +81,7 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     end
   end
   util.check_arg_number(o, "rewind", 0, true)
-  -- 0 (off) fits every run; 1, the default, cannot be told from no --rewind
-  if o.rewind ~= 1 and o.rewind ~= 0 and (o.sparse == "" or not o.cosine) then
+  if o.rewind ~= 1 and (o.sparse == "" or not o.cosine) then
     util.fail("--rewind restarts the cosine schedule after the last pruning event; it needs "
       .. "--sparse and cannot be used with --no-cosine")
   end

@@ -137,12 +137,5 @@ local out9, rc9 = tutorial("--epochs 1 --sparse 8:2:8")
 tap.ok(rc9 == 2 and out9:find("--sparse needs --epochs 2 or more", 1, true) ~= nil,
   "--sparse with --epochs 1 exits with status 2 and says how many epochs it needs: " .. out9)
 
--- --rewind with --no-cosine: a restart is refused, 0 (off) is not.
-local out10, rc10 = tutorial("--epochs 2 --sparse 8:2:8 --no-cosine --rewind 0.5")
-tap.ok(rc10 == 2 and out10:find("cannot be used with --no-cosine", 1, true) ~= nil,
-  "--rewind 0.5 with --no-cosine exits with status 2 and says why: " .. out10)
-local out11, rc11 = tutorial("--epochs 2 --sparse 8:2:8 --no-cosine --rewind 0")
-tap.is(rc11, 0, "--rewind 0 (off) with --no-cosine runs" .. (rc11 ~= 0 and ": " .. out11 or ""))
-
 os.execute("rm -rf '" .. dir .. "'")
 tap.done()
