@@ -12,7 +12,8 @@
 #       build/venom and tutorial 2 (e.g. `git archive 09dbc03`, built)
 #
 # VENOM (default build/venom) runs the scripts; EPOCHS (5) and LIMIT (0: all)
-# are passed on. Rows: dense, old, new (the defaults: shadow, SR-STE, and
+# are passed on. Rows: dense, denserewind (tutorial 2 at sparsity 0 with
+# the same learning-rate restart as "new": the like-for-like dense control), old, new (the defaults: shadow, SR-STE, and
 # since issue 17's second round learning-rate rewinding), norewind (the
 # defaults with --rewind 0, the "new" row before that), noshadow, doubling,
 # fisher, nodecay, init (tutorial 1 --sparse), nm, unstructured.
@@ -23,7 +24,7 @@ MS=${MS:-4 8 16}
 EPOCHS=${EPOCHS:-5}
 LIMIT=${LIMIT:-0}
 OLD=${OLD:-}
-ROWS=${ROWS:-dense ${OLD:+old} new norewind noshadow doubling fisher init nm unstructured}
+ROWS=${ROWS:-dense denserewind ${OLD:+old} new norewind noshadow doubling fisher init nm unstructured}
 LOG=${LOG:-$(mktemp)}
 T1=tutorials/01-fashion-mnist.lua
 T2=tutorials/02-sparse-fashion-mnist.lua
@@ -34,6 +35,7 @@ run() {
   common="--epochs $EPOCHS --limit $LIMIT --seed $seed"
   case $row in
     dense) cmd="$VENOM $T1 $common" ;;
+    denserewind) cmd="$VENOM $T2 $common --mode unstructured --sparsity 0 --rewind 1" ;;
     old) cmd="$OLD/build/venom $OLD/$T2 $common --target 64:2:$M" ;;
     new) cmd="$VENOM $T2 $common --target 64:2:$M" ;;
     norewind) cmd="$VENOM $T2 $common --target 64:2:$M --rewind 0" ;;
@@ -52,7 +54,7 @@ run() {
 
 for seed in $SEEDS; do
   for row in $ROWS; do
-    if [ "$row" = dense ]; then run dense - "$seed"; continue; fi
+    case $row in dense|denserewind) run "$row" - "$seed"; continue ;; esac
     for M in $MS; do run "$row" "$M" "$seed"; done
   done
 done
@@ -68,7 +70,7 @@ awk -v rows="$ROWS" -v ms="$MS" '
     for (i = 1; i <= nr; i++) {
       printf "| %s |", R[i]
       for (j = 1; j <= nm; j++) {
-        k = R[i] " " (R[i] == "dense" ? "-" : Mv[j])
+        k = R[i] " " (R[i] ~ /^dense/ ? "-" : Mv[j])
         if (k in n) printf " %.2f [%.2f–%.2f] |", s[k] / n[k], lo[k], hi[k]; else printf " |"
       }
       print ""
