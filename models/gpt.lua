@@ -517,7 +517,7 @@ function GPT:generate(prompt, n_tokens, opts)
   local cfg = self.config
   local temperature, top_k = opts.temperature or 1, opts.top_k
   if type(temperature) ~= "number" or not (temperature > 0 and temperature < math.huge) then
-    fail(who .. ": temperature must be a positive number, got " .. tostring(temperature))
+    fail(who .. ": temperature must be a positive number, got " .. util.shown(temperature))
   end
   if top_k ~= nil then util.check_int(top_k, "top_k", { min = 1, who = who }) end
   util.check_int(n_tokens, "n_tokens", { min = 0, max = 2 ^ 31, who = who })

@@ -66,7 +66,7 @@ local defaults, help, check_shared = data.fashion_mnist_options({
 })
 -- The files the run writes are checked with the options, as in tutorial 1.
 local log
-local opts = util.parse_cli(arg, defaults, help, function(o)
+local opts = util.parse_cli(arg, defaults, help, function(o, given)
   check_shared(o)
   util.check_arg_int(o, "every", 0)
   util.check_arg_int(o, "stop_after", 0)
@@ -86,8 +86,8 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
     prune.check_target(o.mode, o.target ~= "" and o.target or (o.mode == "nm" and "2:4" or "64:2:8"))
   end
   util.check_arg_number(o, "decay", 0, true)
-  util.check_arg_number(o, "rewind", 0, true)
-  if o.rewind ~= 1 and not o.cosine then
+  util.check_arg_fraction(o, "rewind")
+  if given.rewind and not o.cosine then
     util.fail("--rewind restarts the cosine schedule; it cannot be used with --no-cosine")
   end
   if o.mode ~= "vnm" and (not o.shadow or o.decay ~= 1 or o.progression ~= "every"
@@ -185,14 +185,9 @@ end
 local t_end = t0 + gmp.n * dt -- the last pruning event
 local lr_sched, restart
 if opts.cosine then
-  local warmup = math.floor(total_steps / 20)
-  local sched_opts = { warmup_steps = warmup, total_steps = total_steps }
-  restart = math.max(t_end, warmup) -- not inside the warm-up
-  if opts.rewind > 0 and restart < total_steps then
-    sched_opts.restart_step, sched_opts.restart_lr = restart, opts.rewind * opts.lr
-  else
-    restart = nil
-  end
+  local sched_opts
+  sched_opts, restart = optim.rewind_options{ total_steps = total_steps,
+    warmup_steps = math.floor(total_steps / 20), last_event = t_end, rewind = opts.rewind, lr = opts.lr }
   lr_sched = optim.CosineWarmup(opt, sched_opts)
 end
 print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)%s")

@@ -159,7 +159,7 @@ local opts = util.parse_cli(arg, {
   util.check_arg_number(o, "lr", 0)
   util.check_arg_number(o, "temperature", 0)
   util.check_arg_number(o, "weight_decay", 0, true)
-  util.check_arg_number(o, "rewind", 0, true)
+  util.check_arg_fraction(o, "rewind")
   if o.sparse_attn and o.sparse == "" then
     util.fail("--sparse-attn prunes the attention projections to the --sparse pattern; give --sparse too")
   end
@@ -271,10 +271,9 @@ end
 local warmup = opts.warmup > 0 and opts.warmup or math.floor(opts.steps / 20)
 local sched
 if opts.steps > warmup then
-  local sched_opts = { warmup_steps = warmup, total_steps = opts.steps }
-  local restart = math.max(prune_t0 + prune_n * prune_dt, warmup)
-  if opts.rewind > 0 and restart < opts.steps then
-    sched_opts.restart_step, sched_opts.restart_lr = restart, opts.rewind * opts.lr
+  local sched_opts, restart = optim.rewind_options{ total_steps = opts.steps, warmup_steps = warmup,
+    last_event = prune_t0 + prune_n * prune_dt, rewind = opts.rewind, lr = opts.lr }
+  if restart then
     print(("the lr restarts at %g after step %d"):format(opts.rewind * opts.lr, restart))
   end
   sched = optim.CosineWarmup(opt, sched_opts)

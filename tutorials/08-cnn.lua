@@ -56,7 +56,7 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   workers = { 2, "with --root-images: threads decoding each batch's image files" },
 })
 local log, folders
-local opts = util.parse_cli(arg, defaults, help, function(o)
+local opts = util.parse_cli(arg, defaults, help, function(o, given)
   check_shared(o)
   util.check_arg_int(o, "width", 1)
   if o.sparse ~= "" then
@@ -80,8 +80,8 @@ local opts = util.parse_cli(arg, defaults, help, function(o)
       util.fail("--prune-ramp must be cubic or none, got " .. o.prune_ramp)
     end
   end
-  util.check_arg_number(o, "rewind", 0, true)
-  if o.rewind ~= 1 and (o.sparse == "" or not o.cosine) then
+  util.check_arg_fraction(o, "rewind")
+  if given.rewind and (o.sparse == "" or not o.cosine) then
     util.fail("--rewind restarts the cosine schedule after the last pruning event; it needs "
       .. "--sparse and cannot be used with --no-cosine")
   end
@@ -288,12 +288,9 @@ end
 -- event is its last step (--prune-end 1) has nothing to restart.
 local sched, restart
 if opts.cosine then
-  local warmup = math.floor(total / 20)
-  local sched_opts = { warmup_steps = warmup, total_steps = total }
-  if gmp and opts.rewind > 0 and math.max(t_end, warmup) < total then
-    restart = math.max(t_end, warmup) -- not inside the warm-up
-    sched_opts.restart_step, sched_opts.restart_lr = restart, opts.rewind * opts.lr
-  end
+  local sched_opts
+  sched_opts, restart = optim.rewind_options{ total_steps = total, warmup_steps = math.floor(total / 20),
+    last_event = t_end or total, rewind = gmp and opts.rewind or 0, lr = opts.lr }
   sched = optim.CosineWarmup(opt, sched_opts)
 end
 if restart then

@@ -462,6 +462,25 @@ function optim.CosineWarmup(opt, opts)
   return self
 end
 
+--- The CosineWarmup options of a pruning run with learning-rate rewinding
+-- (Renda et al. 2020): over `total_steps` with `warmup_steps` of warm-up, and,
+-- when `rewind` > 0, a warm restart at `rewind`·`lr` after step `last_event`
+-- (the last pruning event; moved to the end of the warm-up if it falls
+-- inside it). A last event at or after the last step leaves nothing to
+-- restart. Returns the options for optim.CosineWarmup and the restart step
+-- (nil without a restart). The tutorials that prune (2, 3, 8) share it.
+function optim.rewind_options(o)
+  o = util.check_options(o, { "total_steps", "warmup_steps", "last_event", "rewind", "lr" },
+                         "optim.rewind_options")
+  local sched_opts = { warmup_steps = o.warmup_steps, total_steps = o.total_steps }
+  local restart = math.max(o.last_event, o.warmup_steps) -- not inside the warm-up
+  if o.rewind > 0 and restart < o.total_steps then
+    sched_opts.restart_step, sched_opts.restart_lr = restart, o.rewind * o.lr
+    return sched_opts, restart
+  end
+  return sched_opts, nil
+end
+
 function CosineWarmup:get_lr()
   local t, w, T = self.t, self.warmup_steps, self.total_steps
   if t < w then

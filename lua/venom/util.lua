@@ -81,13 +81,15 @@ local function number_text(v)
   return v ~= v and "nan" or tostring(v)
 end
 
--- A value as a message shows it: numbers plainly (nan for NaN), anything
--- else with its type (`string "8"`), so that "8" and 8 read differently.
+--- A value as an error message shows it: numbers plainly (nan for NaN), a
+-- string with its type (`string "8"`), so that "8" and 8 read differently,
+-- anything else as tostring gives it. Returns a string.
 local function shown(v)
   if type(v) == "number" then return number_text(v) end
   if type(v) == "string" then return ("string %q"):format(v) end
   return tostring(v)
 end
+util.shown = shown
 
 --- True when `v` is a number holding an integer that a double represents
 -- exactly: |v| <= 2^53, so NaN and ±inf are not integers (math.huge would
@@ -466,7 +468,7 @@ end
 -- (parse_cli).
 local function parse(args, defaults, help, positional)
   args = args or {}
-  local opts = {}
+  local opts, given = {}, {} -- given[key]: set on the command line, not a default
   for k, v in pairs(defaults) do opts[k] = v end
   local known = {}
   for _, k in ipairs(sorted_keys(defaults)) do known[#known + 1] = option_name(k) end
@@ -501,6 +503,7 @@ local function parse(args, defaults, help, positional)
       end
       local default = defaults[key]
       if default == nil then unknown("--" .. name) end
+      given[key] = true
       if type(default) == "boolean" then
         if value == nil then
           opts[key] = not negated
@@ -536,7 +539,7 @@ local function parse(args, defaults, help, positional)
     end
     i = i + 1
   end
-  return opts
+  return opts, given
 end
 
 -- util.die with the script's name given (for the --help hint).
@@ -570,20 +573,22 @@ end
 -- `-h`) prints util.usage(defaults, help) and exits. Errors name the option
 -- and list the known ones.
 function util.parse_args(args, defaults, help)
-  return parse(args, defaults, help, true)
+  return (parse(args, defaults, help, true))
 end
 
 --- A script's command line in one call: parse_args without positional
 -- arguments (a stray word is an error, such as the 5 of `--cosine 5`), then
--- `check(opts)`, which refuses values out of range with util.check_arg_int,
--- util.check_arg_number or util.fail. A usage error prints "error: <message>"
+-- `check(opts, given)`, which refuses values out of range with
+-- util.check_arg_int, util.check_arg_number or util.fail (`given[key]` is
+-- true for the options set on the command line, so that an option that
+-- does not apply can be refused even when its value equals the default). A usage error prints "error: <message>"
 -- and a hint to run with --help on stderr and exits with status 2, with no
 -- traceback (the way command-line tools report a bad invocation); `-h` and
 -- `--help` print the usage and exit 0. Returns the options.
 function util.parse_cli(args, defaults, help, check)
   local ok, res = pcall(function()
-    local opts = parse(args, defaults, help, false)
-    if check then check(opts) end
+    local opts, given = parse(args, defaults, help, false)
+    if check then check(opts, given) end
     return opts
   end)
   if ok then return res end
@@ -605,6 +610,16 @@ function util.check_arg_number(opts, key, min, inclusive)
   if not (finite and (v > min or (inclusive and v == min))) then
     fail(("%s must be a finite number %s %s, got %s")
       :format(option_name(key), inclusive and ">=" or ">", tostring(min), number_text(v)))
+  end
+  return v
+end
+
+--- For parse_cli's check: opts[key] must be a number in [0, 1] (a
+-- fraction, e.g. of the learning rate).
+function util.check_arg_fraction(opts, key)
+  local v = opts[key]
+  if not (type(v) == "number" and v >= 0 and v <= 1) then
+    fail(("%s must be a number in [0, 1], got %s"):format(option_name(key), shown(v)))
   end
   return v
 end

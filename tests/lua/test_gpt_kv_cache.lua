@@ -103,6 +103,8 @@ do
     "generate: a cache option that is not a boolean is refused")
   tap.error_like(function() m:generate({ 1 }, 2, { on_logits = 3 }) end, "on_logits must be a function",
     "generate: on_logits must be a function")
+  tap.error_like(function() m:generate({ 1 }, 2, { temperature = "1" }) end,
+    'temperature must be a positive number, got string "1"', "generate: a string temperature is named as one")
   local long = {}
   for i = 1, BLOCK + 3 do long[i] = i end -- a prompt longer than the window: no cache, no error
   tap.is(#m:generate(long, 2, { top_k = 1 }), BLOCK + 5, "generate: a prompt longer than block_size")

@@ -213,6 +213,23 @@ do
     "CosineWarmup: total_steps ≤ warmup_steps")
 end
 
+-- optim.rewind_options: the restart after the last pruning event, never
+-- inside the warm-up, none when the event is the last step or rewind is 0.
+do
+  local o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 60,
+                                     rewind = 0.5, lr = 2e-3 }
+  tap.ok(S == 60 and o.restart_step == 60 and o.restart_lr == 1e-3 and o.total_steps == 100
+         and o.warmup_steps == 5, "rewind_options: a restart at 0.5·lr after the last event")
+  o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 2, rewind = 1, lr = 1 }
+  tap.is(S, 5, "rewind_options: an event inside the warm-up restarts at its end")
+  o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 100, rewind = 1, lr = 1 }
+  tap.ok(S == nil and o.restart_step == nil, "rewind_options: nothing to restart after the last step")
+  o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 60, rewind = 0, lr = 1 }
+  tap.ok(S == nil and o.restart_lr == nil, "rewind_options: rewind 0 is no restart")
+  tap.error_like(function() optim.rewind_options{ total_steps = 100, restart = 3 } end, "restart",
+    "rewind_options: an unknown option is refused")
+end
+
 -- A warm restart (learning-rate rewinding): the first cosine until S, then a
 -- new one from restart_lr that also ends at min_lr at T.
 do

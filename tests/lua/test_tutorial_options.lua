@@ -28,6 +28,14 @@ local cases = {
   { "08-cnn.lua --rewind 0.5", "%-%-rewind restarts the cosine schedule after the last pruning event; it needs %-%-sparse" },
   { "08-cnn.lua --sparse 64:2:8 --rewind 0 --no-cosine", "cannot be used with %-%-no%-cosine" },
   { "08-cnn.lua --sparse 64:2:8 --rewind -1", "%-%-rewind" },
+  -- given on the command line, even at its default value, --rewind is
+  -- refused where it does nothing
+  { "08-cnn.lua --sparse 64:2:8 --rewind 1 --no-cosine", "cannot be used with %-%-no%-cosine" },
+  { "08-cnn.lua --rewind 1", "it needs %-%-sparse" },
+  { "02-sparse-fashion-mnist.lua --rewind 1 --no-cosine", "cannot be used with %-%-no%-cosine" },
+  { "08-cnn.lua --sparse 64:2:8 --rewind 2", "%-%-rewind must be a number in %[0, 1%], got 2" },
+  { "02-sparse-fashion-mnist.lua --rewind 1.5", "%-%-rewind must be a number in %[0, 1%], got 1%.5" },
+  { "03-tiny-gpt.lua --rewind 3", "%-%-rewind must be a number in %[0, 1%], got 3" },
 }
 for _, c in ipairs(cases) do
   local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
