@@ -147,9 +147,11 @@ void vn_dist_group_free(vn_dist_group *g);
  * grad-ready hook on each parameter notes when its gradient is final; once
  * a bucket is complete, and all buckets before it have started, its
  * gradients (copied into one flat buffer as each becomes final; a linear
- * layer's weight gradient row slice by row slice of its GEMM) go to a
- * non-blocking MPI_Iallreduce, overlapping the rest of the backward (which
- * gives MPI a turn after each node and between slices of each large GEMM).
+ * layer's weight gradient row slice by row slice of its GEMM, a V:N:M
+ * layer's values row block by row block of its SDDMM, the GMP shadow's
+ * dense weight by rows of its GEMM) go to a non-blocking MPI_Iallreduce,
+ * overlapping the rest of the backward (which gives MPI a turn after each
+ * node and between slices of each large GEMM or SDDMM).
  * When the last bucket has started the reducer waits for all of them and writes the means
  * back into the gradients. A parameter that got no gradient counts as zeros.
  * CUDA parameters (a build with NCCL): the buckets live on the device, each
