@@ -213,7 +213,7 @@ step_configure() {
     if [ -x "$DEPS/usr/bin/mpicc.openmpi" ]; then set -- "$@" -DMPI_C_COMPILER="$DEPS/usr/bin/mpicc.openmpi"; fi
     # NCCL: the CUDA toolkit's if it has one (cmake/nccl.cmake looks there),
     # else the one PyTorch's wheels bring (the nvidia-nccl package).
-    if [ -n "${NVCC:-}" ] && ! ls "$(dirname "$(dirname "$NVCC")")"/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
+    if [ -n "${NVCC:-}" ] && [ ! -f "$(dirname "$(dirname "$NVCC")")/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
         nccl=$(LD_LIBRARY_PATH="$DC_ORIG_LD" python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
         lib=$(ls "$nccl"/lib/libnccl.so* 2>/dev/null | head -1 || true)
         if [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ] && [ -n "$lib" ]; then
