@@ -3,7 +3,9 @@
 # command: the main job's MLP epoch (bench/epoch.lua) as
 #   A: 1 process × 2 threads,
 #   C: 2 processes × 1 thread, 1 MB buckets (split buckets, progress calls,
-#      the weight gradients handed over row slice by row slice),
+#      the weight gradients handed over row slice by row slice; BUCKET_MB=
+#      sets another size, e.g. 0.25 for the V:N:M MLP of --sparse 64:2:8,
+#      whose 1.8 MB gradient 1 MB buckets cut in two),
 #   D: 2 processes × 1 thread, 25 MB buckets (one bucket: nothing overlaps),
 # alternated A C D, A C D, ... for R rounds, then a table per run and round:
 # s/epoch, ÷ A of the same round, the share of the epoch spent waiting for
@@ -18,6 +20,7 @@
 # figure is noise.
 #
 #     sh bench/dist_overlap.sh [ROUNDS] [extra bench/epoch.lua options, e.g. --limit 8192]
+#     BUCKET_MB=0.25 sh bench/dist_overlap.sh 3 --sparse 64:2:8   # the V:N:M MLP
 #
 # VENOM (default build/venom) and MPIRUN (default mpirun) may be set; as
 # root the script sets Open MPI's allow-root variables. Prints; never fails
@@ -27,6 +30,7 @@ rounds=${1:-3}
 [ $# -gt 0 ] && shift
 venom=${VENOM:-build/venom}
 mpirun=${MPIRUN:-mpirun}
+bucket_mb=${BUCKET_MB:-1}
 if [ "$(id -u)" = 0 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -40,7 +44,7 @@ run() { # run NAME ROUND [epoch.lua options]: one epoch, its output in $out/NAME
     case $name in
     A) OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 "$venom" bench/epoch.lua "$@" ;;
     C) OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$mpirun" -np 2 --oversubscribe --bind-to none \
-           "$venom" bench/epoch.lua --distributed --bucket-mb 1 "$@" ;;
+           "$venom" bench/epoch.lua --distributed --bucket-mb "$bucket_mb" "$@" ;;
     D) OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$mpirun" -np 2 --oversubscribe --bind-to none \
            "$venom" bench/epoch.lua --distributed --bucket-mb 25 "$@" ;;
     esac >"$out/$name.$round.txt" 2>&1 || {
@@ -81,5 +85,5 @@ while [ "$r" -le "$rounds" ]; do
     r=$((r + 1))
 done
 echo
-echo "A: 1 process x 2 threads; C: 2 x 1, 1 MB buckets; D: 2 x 1, 25 MB buckets (one bucket)."
+echo "A: 1 process x 2 threads; C: 2 x 1, $bucket_mb MB buckets; D: 2 x 1, 25 MB buckets (one bucket)."
 echo "CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo), $(nproc) cores; load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

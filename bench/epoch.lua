@@ -2,7 +2,7 @@
 -- (tutorials/01-fashion-mnist.lua: MLP 784-1024-1024-10, ReLU, AdamW,
 -- cross-entropy) on the 60,000 Fashion-MNIST training images.
 --
---     venom bench/epoch.lua [--batch-size 128] [--hidden 1024] [--epochs 1]
+--     venom bench/epoch.lua [--batch-size 128] [--hidden 1024] [--epochs 1] [--sparse 64:2:8]
 --     OMP_NUM_THREADS=1 mpirun -np 2 venom bench/epoch.lua --distributed [--bucket-mb 25]
 --
 -- With --distributed each of the processes mpirun starts trains on
@@ -16,7 +16,10 @@
 -- pieces a weight-gradient GEMM handed over while it ran (per step).
 -- bench/dist_overlap.sh alternates the runs and tabulates these.
 --
--- Without --distributed it also times the epoch's GEMMs alone (same shapes,
+-- --sparse V:N:M makes the two hidden layers nn.SparseLinear, as tutorial 1's
+-- --sparse does (sparse.sparsify, the last layer dense).
+--
+-- Without --distributed (and --sparse) it also times the epoch's GEMMs alone (same shapes,
 -- same BLAS) and prints the arithmetic floor (the epoch's GEMM work at that
 -- rate) and, with --epochs > 1, each epoch's time and their spread.
 --
@@ -33,11 +36,14 @@ local dist = require "venom.distributed"
 -- A bad option prints "error: <message>" and exits with status 2 (util.parse_cli).
 local opts = util.parse_cli(arg, {
   batch_size = 128, hidden = 1024, epochs = 1, warmup = 5, seed = 0,
-  root = data.FASHION_MNIST_ROOT, limit = 0, distributed = false, bucket_mb = 25,
+  root = data.FASHION_MNIST_ROOT, limit = 0, distributed = false, bucket_mb = 25, sparse = "",
 }, nil, function(o)
   for _, k in ipairs({ "batch_size", "hidden", "epochs" }) do util.check_arg_int(o, k, 1) end
   for _, k in ipairs({ "warmup", "seed", "limit" }) do util.check_arg_int(o, k, 0) end
   util.check_arg_number(o, "bucket_mb", 0)
+  if o.sparse ~= "" and not o.sparse:match("^%d+:2:%d+$") then
+    util.fail("--sparse must be V:2:M, e.g. 64:2:8; got " .. o.sparse)
+  end
   dist.check_arg(o)
 end)
 if not dist.is_main() then print = function() end end
@@ -50,6 +56,12 @@ local n = (loader.sampler or loader).n
 
 local H = opts.hidden
 local model = nn.mlp({ 784, H, H, 10 })
+if opts.sparse ~= "" then -- the hidden layers V:N:M (layer "5", the last, stays dense)
+  local V, N, M = opts.sparse:match("^(%d+):(%d+):(%d+)$")
+  local ok, err = pcall(require("venom.sparse").sparsify, model,
+    { V = tonumber(V), N = tonumber(N), M = tonumber(M), skip = { "5" } })
+  if not ok then util.die(err) end
+end
 local dp = opts.distributed and dist.DataParallel(model, { bucket_mb = opts.bucket_mb })
 local criterion = nn.CrossEntropyLoss()
 local opt = optim.AdamW(model:parameters(), { lr = 1e-3, weight_decay = 0.01 })
@@ -109,12 +121,13 @@ for i = 1, 3 do
   flop = flop + 3 * 2 * n * dims[i] * dims[i + 1]
 end
 
-print(("%-28s %s"):format("model", ("MLP 784-%d-%d-10, AdamW"):format(H, H)))
+print(("%-28s %s"):format("model", ("MLP 784-%d-%d-10, AdamW%s"):format(H, H,
+  opts.sparse ~= "" and ", hidden layers V:N:M " .. opts.sparse or "")))
 print(("%-28s %d"):format("batch size", opts.batch_size))
 print(("%-28s %d (%d steps)"):format("samples per epoch", n, #loader))
 print(("%-28s %.2f"):format("seconds per epoch", secs))
 print(("%-28s %.0f"):format("samples per second", n / secs))
-print(("%-28s %.1f"):format("GEMM GFLOP/s", flop / secs / 1e9))
+if opts.sparse == "" then print(("%-28s %.1f"):format("GEMM GFLOP/s", flop / secs / 1e9)) end
 if #times > 1 then
   local parts = {}
   for i, t in ipairs(times) do parts[i] = ("%.2f"):format(t) end
@@ -145,7 +158,7 @@ local function gemm_rate()
   end
   return work / best
 end
-if not dp then
+if not dp and opts.sparse == "" then
   local rate = venom.no_grad(gemm_rate)
   local floor = flop / rate
   print(("%-28s %.1f GFLOP/s (the epoch's shapes, best of 5)"):format("sgemm alone", rate / 1e9))

@@ -259,8 +259,9 @@ static inline void vn__progress(void)
  * input's shape) with one vn__sgemm whose C is part calls
  * vn__grad_rows_watch(n, i, part); when that input is a hooked leaf and this
  * node is the last to feed its gradient, the watch is on (true) until
- * vn__grad_rows_unwatch(), and vn__sgemm computes C by rows in slices,
- * calling vn__grad_rows_done(lo, hi) after each. A rule that computes part
+ * vn__grad_rows_unwatch(), and vn__sgemm computes C by rows in slices
+ * (vnm__sddmm: dvalues by row blocks), calling vn__grad_rows_done(lo, hi)
+ * after each. A rule that computes part
  * itself calls vn__grad_rows_done(0, rows) when it is complete. Changes no
  * number: the hook only reads. */
 bool vn__grad_rows_watch(vn_node *n, int i, const float *part);

@@ -26,6 +26,19 @@ vn_status vn__nccl_broadcast(vn_tensor *t, int root);
 vn_status vn__nccl_all_gather(const vn_tensor *src, vn_tensor *out);
 vn_status vn__nccl_reduce_scatter(const vn_tensor *src, vn_tensor *out, vn_dist_op op);
 vn_status vn__nccl_all_to_all(const vn_tensor *src, vn_tensor *out, const int *ints);
+/* The device side of the gradient reducer (dist_reducer.c, DataParallel of
+ * CUDA parameters). setup: the communicator, made collectively when the
+ * reducer is (not in the middle of a backward). copy: bytes from src to dst
+ * (zeros when src is NULL), both on the device, queued on the compute
+ * stream. bucket_start: the mean over the ranks of flat's n floats, in
+ * place (ncclAllReduce with ncclAvg), on NCCL's stream after the work
+ * queued on the compute stream so far (the copies that filled flat); not
+ * waited for. join: the compute stream's later work waits for every bucket
+ * started (so the optimizer reads the means). */
+vn_status vn__nccl_setup(const char *op);
+vn_status vn__nccl_copy(void *dst, const void *src, size_t bytes, const char *op);
+vn_status vn__nccl_bucket_start(float *flat, int64_t n, const char *op);
+vn_status vn__nccl_join(const char *op);
 #else
 static inline bool vn__nccl_built(void) { return false; }
 static inline void vn__nccl_finalize(void) {}
@@ -41,6 +54,13 @@ static inline vn_status vn__nccl_all_to_all(const vn_tensor *src, vn_tensor *out
 {
     return VN__NO_NCCL;
 }
+static inline vn_status vn__nccl_setup(const char *op) { return VN__NO_NCCL; }
+static inline vn_status vn__nccl_copy(void *dst, const void *src, size_t bytes, const char *op)
+{
+    return VN__NO_NCCL;
+}
+static inline vn_status vn__nccl_bucket_start(float *flat, int64_t n, const char *op) { return VN__NO_NCCL; }
+static inline vn_status vn__nccl_join(const char *op) { return VN__NO_NCCL; }
 #endif
 
 #endif

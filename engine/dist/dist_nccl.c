@@ -65,6 +65,8 @@ static vn_status ready(const char *op)
     return VN_OK;
 }
 
+vn_status vn__nccl_setup(const char *op) { return ready(op); }
+
 /* NCCL's stream waits for the compute stream's queued work. */
 static vn_status begin(const char *op)
 {
@@ -168,3 +170,27 @@ vn_status vn__nccl_all_to_all(const vn_tensor *src, vn_tensor *out, const int *i
     ncclResult_t ne = ncclGroupEnd();
     return end(nr != ncclSuccess ? nr : ne, name);
 }
+
+/* ---- the gradient reducer's device side (dist_reducer.c) ------------------ */
+
+vn_status vn__nccl_copy(void *dst, const void *src, size_t bytes, const char *op)
+{
+    cudaError_t ce = src ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamLegacy)
+                         : cudaMemsetAsync(dst, 0, bytes, cudaStreamLegacy);
+    return ce == cudaSuccess ? VN_OK : cuda_err(ce, op);
+}
+
+/* begin() orders it after the copies into flat (and the backward kernels
+ * that computed the gradients they read), which were queued on the compute
+ * stream before; without end() the compute stream runs on (the rest of the
+ * backward) while NCCL reduces. Reusing the one `before` event per bucket is
+ * safe: cudaStreamWaitEvent waits for the event's state when it is called. */
+vn_status vn__nccl_bucket_start(float *flat, int64_t n, const char *op)
+{
+    vn_status s = begin(op);
+    if (s) return s;
+    ncclResult_t nr = ncclAllReduce(flat, flat, (size_t)n, ncclFloat32, ncclAvg, comm, stream);
+    return nr == ncclSuccess ? VN_OK : nccl_err(nr, op);
+}
+
+vn_status vn__nccl_join(const char *op) { return end(ncclSuccess, op); }

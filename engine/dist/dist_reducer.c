@@ -15,7 +15,17 @@
  * over slice by slice (the grad_rows hook): its GEMM computes dW in slices of
  * rows, and each piece whose rows are done is copied and its bucket starts
  * while the GEMM goes on, so even the first layer's all-reduce (final only
- * when the backward ends) overlaps its own computation. */
+ * when the backward ends) overlaps its own computation.
+ *
+ * CUDA parameters take the same path with another transport: the buckets
+ * live on the device, the copies into them are queued on the compute
+ * stream, and a bucket's all-reduce is ncclAllReduce (ncclAvg) on NCCL's
+ * own stream, ordered after those copies by an event (dist_nccl.c) and not
+ * waited for, so the GPU goes on with the backward; once the last bucket
+ * has started, the compute stream waits for NCCL's (an event again) and
+ * the means are copied into the gradients before the optimizer can read
+ * them. Only the transport (the copies, start, wait and the means, below)
+ * differs; the layout and the order in which buckets start are one. */
 #include "dist_internal.h"
 
 #include <stdlib.h>
@@ -26,7 +36,8 @@ struct bucket {
     int first, count; /* its pieces: [first, first + count) */
     int ready;        /* how many of them are in flat this step */
     int64_t numel;
-    float *flat;
+    float *flat;      /* host memory, or dev's on the GPU */
+    vn_tensor *dev;   /* the buffer of CUDA parameters' buckets */
     MPI_Request request;
 };
 
@@ -49,6 +60,7 @@ struct slot {
 
 struct vn_dist_reducer {
     int n, nbuckets, npieces;
+    bool cuda;            /* CUDA parameters: device buckets, NCCL */
     struct slot *slots;   /* parameters in reverse order: the backward reaches them so */
     struct piece *pieces; /* in bucket order, each bucket's in slot order */
     struct bucket *buckets;
@@ -77,28 +89,68 @@ static void progress(void *ud)
     }
 }
 
+/* ---- the transport: MPI on host buffers, NCCL on device buffers ---------- */
+
+/* dst[0, n) = src's n floats (zeros for NULL), in r's buffers. */
+static vn_status copy_in(const vn_dist_reducer *r, float *dst, const float *src, int64_t n)
+{
+    if (r->cuda) return vn__nccl_copy(dst, src, (size_t)n * sizeof *dst, "DataParallel");
+    if (src)
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    else
+        memset(dst, 0, (size_t)n * sizeof *dst);
+    return VN_OK;
+}
+
+/* The means into a gradient: sum / world size from MPI's sums; NCCL's
+ * ncclAvg has already divided (on the device, in its own way). */
+static vn_status copy_out(const vn_dist_reducer *r, float *dst, const float *src, int64_t n)
+{
+    if (r->cuda) return vn__nccl_copy(dst, src, (size_t)n * sizeof *dst, "DataParallel");
+    float world = (float)vn_dist_world_size();
+    for (int64_t i = 0; i < n; i++) dst[i] = src[i] / world;
+    return VN_OK;
+}
+
+/* Waits for the buckets started this step: MPI_Wait on each; on CUDA the
+ * compute stream waits for NCCL's (the host does not). */
+static vn_status wait_started(vn_dist_reducer *r)
+{
+    const char *op = "DataParallel: gradient all-reduce";
+    if (r->cuda) return r->next ? vn__nccl_join(op) : VN_OK;
+    vn_status s = VN_OK;
+    for (int i = 0; i < r->next; i++) {
+        int rc = MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS && !s) s = vn__mpi_err(rc, op);
+    }
+    return s;
+}
+
+/* ---- the reducer ----------------------------------------------------------- */
+
 /* Copies a piece's final gradient into its bucket's buffer: the
- * parameter's gradient (zeros without one) plus, from a grad_rows hook, the
- * last node's contribution `part` (the sum the backward is about to store,
- * computed the same way: the same bits). Each piece once per step, so every
- * element is reduced exactly once. */
-static void put_piece(vn_dist_reducer *r, struct piece *pc, const float *part)
+ * parameter's gradient (zeros without one) plus, from a grad_rows hook
+ * (CPU only), the last node's contribution `part` (the sum the backward is
+ * about to store, computed the same way: the same bits). Each piece once
+ * per step, so every element is reduced exactly once. */
+static vn_status put_piece(vn_dist_reducer *r, struct piece *pc, const float *part)
 {
     struct bucket *b = &r->buckets[pc->bucket];
     float *dst = b->flat + pc->offset;
     const vn_tensor *g = r->slots[pc->slot].param->grad;
     const float *old = g && g->storage ? (const float *)vn__ptr(g) + pc->from : NULL;
-    if (part && old)
+    if (part && old) {
         for (int64_t i = 0; i < pc->numel; i++) dst[i] = old[i] + part[pc->from + i];
-    else if (part || old)
-        memcpy(dst, part ? part + pc->from : old, (size_t)pc->numel * sizeof *dst);
-    else
-        memset(dst, 0, (size_t)pc->numel * sizeof *dst);
+    } else {
+        vn_status s = copy_in(r, dst, part ? part + pc->from : old, pc->numel);
+        if (s) return s;
+    }
     pc->ready = true;
     b->ready++;
     r->nput++;
     r->stats.bytes_reduced += pc->numel * (int64_t)sizeof *dst;
     if (part) r->stats.pieces_early++;
+    return VN_OK;
 }
 
 /* Starts the all-reduce of a bucket whose pieces are all in its buffer. */
@@ -106,6 +158,7 @@ static vn_status start_bucket(vn_dist_reducer *r, struct bucket *b)
 {
     if (r->nput < r->npieces) /* some gradient is still being computed: this one can overlap it */
         r->stats.bytes_started_early += b->numel * (int64_t)sizeof(float);
+    if (r->cuda) return vn__nccl_bucket_start(b->flat, b->numel, "DataParallel: gradient all-reduce");
     int rc = MPI_Iallreduce(MPI_IN_PLACE, b->flat, (int)b->numel, MPI_FLOAT, MPI_SUM,
                             MPI_COMM_WORLD, &b->request);
     if (rc == MPI_SUCCESS && !vn__progress_fn) { /* MPI gets turns until the step completes */
@@ -124,22 +177,19 @@ static void stop_progress(vn_dist_reducer *r)
     }
 }
 
-/* Waits for every bucket, writes sum / world_size into the gradients and
- * gets ready for the next step (whatever happened). */
+/* Waits for every bucket, writes the means into the gradients and gets
+ * ready for the next step (whatever happened). */
 static vn_status complete_step(vn_dist_reducer *r, vn_status s)
 {
     stop_progress(r);
     double t0 = now_seconds();
-    for (int i = 0; i < r->next; i++) {
-        int rc = MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS && !s) s = vn__mpi_err(rc, "DataParallel: gradient all-reduce");
-    }
+    vn_status ws = wait_started(r);
+    if (!s) s = ws;
     r->stats.wait_seconds += now_seconds() - t0;
-    float world = (float)vn_dist_world_size();
     for (int k = 0; k < r->n && !s; k++) {
         vn_tensor *p = r->slots[k].param;
         if (!p->grad || !p->grad->storage) { /* it got none here: it gets the others' mean */
-            vn_tensor *g = vn__new(VN_F32, p->ndim, p->shape);
+            vn_tensor *g = vn__new_like(p, VN_F32, p->ndim, p->shape);
             if (!g) {
                 s = vn__err(VN_ERR_MEMORY, "DataParallel: out of memory for a gradient");
                 break;
@@ -151,8 +201,7 @@ static vn_status complete_step(vn_dist_reducer *r, vn_status s)
     for (int k = 0; k < r->npieces && !s; k++) {
         const struct piece *pc = &r->pieces[k];
         float *dst = (float *)vn__ptr(r->slots[pc->slot].param->grad) + pc->from;
-        const float *src = r->buckets[pc->bucket].flat + pc->offset;
-        for (int64_t i = 0; i < pc->numel; i++) dst[i] = src[i] / world;
+        s = copy_out(r, dst, r->buckets[pc->bucket].flat + pc->offset, pc->numel);
     }
     for (int k = 0; k < r->n; k++) r->slots[k].ready = false;
     for (int k = 0; k < r->npieces; k++) r->pieces[k].ready = false;
@@ -177,7 +226,7 @@ static vn_status advance(vn_dist_reducer *r, bool force)
     while (!s && r->next < r->nbuckets && r->buckets[r->next].ready == r->buckets[r->next].count)
         if (!(s = start_bucket(r, &r->buckets[r->next]))) r->next++;
     if (s || (r->next == r->nbuckets && (force || r->nready == r->n))) return complete_step(r, s);
-    for (int i = 0; i < r->next; i++) {
+    for (int i = 0; i < r->next && !r->cuda; i++) {
         int done = 0, rc = MPI_Test(&r->buckets[i].request, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return complete_step(r, vn__mpi_err(rc, "DataParallel: gradient all-reduce"));
     }
@@ -195,8 +244,8 @@ static vn_status on_grad_ready(vn_tensor *t, void *ud)
                        vn__shape(t->ndim, t->shape));
     sl->ready = true;
     r->nready++;
-    for (int k = sl->first; k < sl->first + sl->count; k++)
-        if (!r->pieces[k].ready) put_piece(r, &r->pieces[k], NULL);
+    for (int k = sl->first; k < sl->first + sl->count && !r->failed; k++)
+        if (!r->pieces[k].ready) r->failed = put_piece(r, &r->pieces[k], NULL);
     if (r->failed) return complete_step(r, r->failed);
     return advance(r, false);
 }
@@ -213,10 +262,10 @@ static void on_grad_rows(vn_tensor *t, void *ud, const float *part, int64_t lo, 
     int64_t done = hi * sl->row_len; /* rows arrive in order from 0: elements [0, done) */
     for (int k = sl->first; k < sl->first + sl->count; k++) {
         struct piece *pc = &r->pieces[k];
-        if (!pc->ready && pc->from + pc->numel <= done) put_piece(r, pc, part);
+        if (!pc->ready && pc->from + pc->numel <= done && (r->failed = put_piece(r, pc, part)))
+            return;
     }
-    vn_status s = advance(r, false);
-    if (s) r->failed = s;
+    r->failed = advance(r, false);
 }
 
 vn_status vn_dist_reducer_finish(vn_dist_reducer *r)
@@ -225,8 +274,8 @@ vn_status vn_dist_reducer_finish(vn_dist_reducer *r)
     bool any = r->next > 0;
     for (int k = 0; k < r->npieces; k++) any |= r->pieces[k].ready; /* rows handed over, too */
     if (!any && !r->failed) return VN_OK; /* the backward finished the step, or none ran */
-    for (int k = 0; k < r->npieces; k++)
-        if (!r->pieces[k].ready) put_piece(r, &r->pieces[k], NULL);
+    for (int k = 0; k < r->npieces && !r->failed; k++)
+        if (!r->pieces[k].ready) r->failed = put_piece(r, &r->pieces[k], NULL);
     if (r->failed) return complete_step(r, r->failed);
     return advance(r, true);
 }
@@ -240,10 +289,18 @@ static vn_status check_params(vn_tensor *const *params, int n)
         const vn_tensor *p = params[k];
         vn_status s = vn__check_dtype_arg(p, VN_F32, "DataParallel", "parameter", VN_ALLOW_CUDA);
         if (s) return s;
-        if (vn__is_cuda(p))
-            return vn__err(VN_ERR_DEVICE, "DataParallel: parameter %d is a CUDA tensor; the "
-                                          "gradient reducer takes CPU parameters only (its "
-                                          "all-reduce runs over MPI)", k + 1);
+        /* one transport for all buckets: MPI for CPU tensors, NCCL for CUDA ones */
+        if (vn__is_cuda(p) != vn__is_cuda(params[0]))
+            return vn__err(VN_ERR_DEVICE, "DataParallel: parameter %d is on %s and parameter 1 "
+                                          "on %s; expected every parameter on one device (CPU "
+                                          "gradients go over MPI, CUDA ones over NCCL)",
+                           k + 1, vn__is_cuda(p) ? "cuda" : "cpu",
+                           vn__is_cuda(params[0]) ? "cuda" : "cpu");
+        if (vn__is_cuda(p) && !vn__nccl_built())
+            return vn__err(VN_ERR_DEVICE, "DataParallel: the parameters are CUDA tensors and "
+                                          "venom was built without NCCL, which all-reduces CUDA "
+                                          "gradients (build with CUDA, MPI and NCCL: VENOM_NCCL; "
+                                          "or train on the CPU)");
         if (!p->requires_grad || p->grad_fn)
             return vn__err(VN_ERR_ARG, "DataParallel: parameter %d (shape %s) must be a leaf "
                                        "that requires grad", k + 1, vn__shape(p->ndim, p->shape));
@@ -254,26 +311,28 @@ static vn_status check_params(vn_tensor *const *params, int n)
     return VN_OK;
 }
 
-/* Every rank's parameter list must match rank 0's: the count and each
- * parameter's size (a rank whose own checks failed takes part too, so that
- * all ranks fail together). */
+/* Every rank's parameter list must match rank 0's: the count, each
+ * parameter's size and the device (a rank whose own checks failed takes
+ * part too, so that all ranks fail together). */
 static vn_status check_same_params(vn_tensor *const *params, int n, vn_status local)
 {
-    int64_t *mine = calloc((size_t)n + 1, sizeof *mine); /* numel of each; n first */
-    int64_t *first = calloc((size_t)n + 1, sizeof *first);
+    /* n first, the numel of each, then 1 for CUDA parameters */
+    int64_t *mine = calloc((size_t)n + 2, sizeof *mine);
+    int64_t *first = calloc((size_t)n + 2, sizeof *first);
     vn_status s = mine && first ? local : vn__err(VN_ERR_MEMORY, "DataParallel: out of memory");
     if (mine) {
         mine[0] = s ? -1 : n;
         for (int k = 0; !s && k < n; k++) mine[k + 1] = vn_tensor_numel(params[k]);
+        if (!s) mine[n + 1] = vn__is_cuda(params[0]);
     }
     /* Rank 0's list to everyone, then a vote on whether it matched. */
     int64_t n0 = mine ? mine[0] : -1;
     int rc = MPI_Bcast(&n0, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     int agree = rc == MPI_SUCCESS && !s && n0 == n;
     if (agree && first) {
-        memcpy(first, mine, ((size_t)n + 1) * sizeof *mine);
-        rc = MPI_Bcast(first, n + 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-        agree = rc == MPI_SUCCESS && !memcmp(first, mine, ((size_t)n + 1) * sizeof *mine);
+        memcpy(first, mine, ((size_t)n + 2) * sizeof *mine);
+        rc = MPI_Bcast(first, n + 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        agree = rc == MPI_SUCCESS && !memcmp(first, mine, ((size_t)n + 2) * sizeof *mine);
     }
     int all = 0;
     int rc2 = MPI_Allreduce(&agree, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -284,8 +343,8 @@ static vn_status check_same_params(vn_tensor *const *params, int n, vn_status lo
     if (rc2 != MPI_SUCCESS) return vn__mpi_err(rc2, "DataParallel");
     if (!all)
         return vn__err(VN_ERR_SHAPE, "DataParallel: the ranks' models differ (this rank has %d "
-                                     "parameters, rank 0 has %lld, or their sizes differ); every "
-                                     "rank must wrap the same model", n, (long long)n0);
+                                     "parameters, rank 0 has %lld, or their sizes or devices "
+                                     "differ); every rank must wrap the same model", n, (long long)n0);
     return VN_OK;
 }
 
@@ -331,12 +390,14 @@ static void layout(vn_dist_reducer *r, vn_tensor *const *params, int n, int64_t 
 
 vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t bucket_bytes)
 {
-    if (vn__dist_ready("DataParallel")) return NULL;
     vn_status s = check_params(params, n);
     if (!s && bucket_bytes < sizeof(float))
         s = vn__err(VN_ERR_ARG, "DataParallel: bucket size %zu bytes; expected at least 4",
                     bucket_bytes);
-    if (check_same_params(params, n, s)) return NULL;
+    if (s && !vn_dist_is_initialized()) return NULL; /* no world to fail with: the argument's error */
+    if (vn__dist_ready("DataParallel") || check_same_params(params, n, s)) return NULL;
+    bool cuda = vn__is_cuda(params[0]);
+    if (cuda && vn__nccl_setup("DataParallel")) return NULL; /* collective, as the checks were */
     int64_t cap = (int64_t)(bucket_bytes / sizeof(float));
     int npieces, nbuckets;
     layout(NULL, params, n, cap, &npieces, &nbuckets); /* count first */
@@ -351,6 +412,7 @@ vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t buc
         return vn__errp(VN_ERR_MEMORY, "DataParallel: out of memory");
     }
     r->n = n;
+    r->cuda = cuda;
     layout(r, params, n, cap, &r->npieces, &r->nbuckets);
     for (int k = 0; k < n; k++)
         r->stats.bytes_per_step += vn_tensor_numel(params[k]) * (int64_t)sizeof(float);
@@ -358,7 +420,11 @@ vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t buc
     for (int i = 0; i < r->nbuckets; i++) r->buckets[i].request = MPI_REQUEST_NULL;
     for (int i = 0; i < r->nbuckets; i++) {
         struct bucket *b = &r->buckets[i];
-        if (b->numel > INT32_MAX || !(b->flat = malloc((size_t)b->numel * sizeof(float)))) {
+        if (cuda && b->numel <= INT32_MAX && (b->dev = vn__new_like(params[0], VN_F32, 1, &b->numel)))
+            b->flat = vn__ptr(b->dev);
+        else if (!cuda && b->numel <= INT32_MAX)
+            b->flat = malloc((size_t)b->numel * sizeof(float));
+        if (!b->flat) {
             vn_dist_reducer_free(r);
             return vn__errp(VN_ERR_MEMORY, "DataParallel: cannot allocate a bucket of %lld floats",
                             (long long)b->numel);
@@ -382,9 +448,12 @@ void vn_dist_reducer_free(vn_dist_reducer *r)
 {
     if (!r) return;
     stop_progress(r);
+    /* the buffers' memory may be reused only after the all-reduces in flight */
+    if (r->cuda && r->next) (void)vn__nccl_join("DataParallel free");
     for (int i = 0; i < r->nbuckets; i++) {
         if (r->buckets[i].request != MPI_REQUEST_NULL) MPI_Wait(&r->buckets[i].request, MPI_STATUS_IGNORE);
-        free(r->buckets[i].flat);
+        if (!r->cuda) free(r->buckets[i].flat);
+        vn_tensor_release(r->buckets[i].dev);
     }
     for (int k = 0; k < r->n; k++) {
         vn_tensor *p = r->slots[k].param;

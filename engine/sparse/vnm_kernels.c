@@ -304,21 +304,32 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
  * a slice has (each slice costs every work item a pass over its d4 sums). */
 #define SDDMM_ROWS_SLICE_BYTES (2 << 20)
 #define SDDMM_ROWS_MIN_SLICE 256
+/* With a gradient's rows watched (DataParallel's row handover, internal.h)
+ * or a progress hook set, an SDDMM of at least SDDMM_SLICE_WORK
+ * multiply-adds runs over its row blocks in up to SDDMM_SLICES consecutive
+ * slices, handing each slice's rows of dvalues over and giving MPI a turn
+ * after it (as vn__sgemm does for a linear layer's dW). Each entry comes
+ * from the same work item over the batch in the same order as in one pass:
+ * the same bits. */
+#define SDDMM_SLICES 8
+#define SDDMM_SLICE_WORK (4.0 * 65536)
 
+/* Both compute the row blocks [rb_lo, rb_hi) of dvalues. */
 static vn_status sddmm_by_dots(const vnm_pattern *p, const vnm_kernels *k, const float *dyt,
-                               const float *xt, int64_t B, float *dvalues)
+                               const float *xt, int64_t B, int64_t rb_lo, int64_t rb_hi,
+                               float *dvalues)
 {
     int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
     int64_t gchunk = k->dots / 2, nchunks = (p->G + gchunk - 1) / gchunk;
     size_t xoff_bytes = sizeof(int32_t) * (size_t)(min64(p->V, p->R) * k->dots);
     bool oom = false;
-#pragma omp parallel reduction(|| : oom) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+#pragma omp parallel reduction(|| : oom) if (B * (rb_hi - rb_lo) * p->V * p->G > VN_OMP_MIN_WORK)
     {
         int32_t *xoff = vn__mem_alloc(xoff_bytes);
         oom = !xoff;
 #pragma omp for schedule(dynamic)
-        for (int64_t w = 0; w < p->nblocks * nchunks; w++) {
-            int64_t rb = w / nchunks, g0 = (w % nchunks) * gchunk;
+        for (int64_t w = 0; w < (rb_hi - rb_lo) * nchunks; w++) {
+            int64_t rb = rb_lo + w / nchunks, g0 = (w % nchunks) * gchunk;
             if (xoff) k->sddmm_tile(p, dyt, xt, npanels, rb, g0, min64(gchunk, p->G - g0), xoff, dvalues);
         }
         if (xoff) vn__mem_free(xoff, xoff_bytes);
@@ -328,22 +339,23 @@ static vn_status sddmm_by_dots(const vnm_pattern *p, const vnm_kernels *k, const
 }
 
 static vn_status sddmm_by_rows(const vnm_pattern *p, const vnm_kernels *k, const float *dy,
-                               const float *xt, int64_t B, float *dvalues)
+                               const float *xt, int64_t B, int64_t rb_lo, int64_t rb_hi,
+                               float *dvalues)
 {
-    int64_t Vp = (min64(p->V, p->R) + 15) / 16 * 16;
+    int64_t Vp = (min64(p->V, p->R) + 15) / 16 * 16, nb = rb_hi - rb_lo;
     /* Groups per work item: their sums, 4·Vp floats each, stay in L2. */
     int64_t gchunk = min64(p->G, (256 * 1024) / (16 * Vp) + 1), nchunks = (p->G + gchunk - 1) / gchunk;
-    size_t dyp_bytes = sizeof(float) * (size_t)(B * p->nblocks * Vp);
+    size_t dyp_bytes = sizeof(float) * (size_t)(B * nb * Vp);
     size_t d4_bytes = sizeof(float) * (size_t)(4 * Vp * gchunk);
     float *dyp = vn__mem_alloc(dyp_bytes);
     if (!dyp) return vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes", dyp_bytes);
     /* dY block by block (B × Vp each, rows padded to Vp): a block's slice
      * is contiguous, and every vector load is whole. */
-#pragma omp parallel for schedule(static) if (B * p->R > VN_OMP_MIN_WORK)
-    for (int64_t rb = 0; rb < p->nblocks; rb++)
+#pragma omp parallel for schedule(static) if (B * nb * p->V > VN_OMP_MIN_WORK)
+    for (int64_t rb = rb_lo; rb < rb_hi; rb++)
         for (int64_t b = 0; b < B; b++) {
             int64_t rows = min64(p->V, p->R - rb * p->V);
-            float *d = dyp + (rb * B + b) * Vp;
+            float *d = dyp + ((rb - rb_lo) * B + b) * Vp;
             memcpy(d, dy + b * p->R + rb * p->V, sizeof(float) * (size_t)rows);
             memset(d + rows, 0, sizeof(float) * (size_t)(Vp - rows));
         }
@@ -357,16 +369,16 @@ static vn_status sddmm_by_rows(const vnm_pattern *p, const vnm_kernels *k, const
     int64_t slice = SDDMM_ROWS_SLICE_BYTES / (p->Kp * (int64_t)sizeof(float)) / VNM_PANEL * VNM_PANEL;
     if (slice < SDDMM_ROWS_MIN_SLICE) slice = SDDMM_ROWS_MIN_SLICE;
     bool oom = false;
-#pragma omp parallel reduction(|| : oom) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+#pragma omp parallel reduction(|| : oom) if (B * nb * p->V * p->G > VN_OMP_MIN_WORK)
     {
         float *d4 = vn__mem_alloc(d4_bytes);
         oom = !d4;
         for (int64_t b_lo = 0; b_lo < B; b_lo += slice) {
 #pragma omp for schedule(dynamic)
-            for (int64_t w = 0; w < p->nblocks * nchunks; w++) {
-                int64_t rb = w / nchunks, g0 = w % nchunks * gchunk;
+            for (int64_t w = 0; w < nb * nchunks; w++) {
+                int64_t rb = rb_lo + w / nchunks, g0 = w % nchunks * gchunk;
                 if (d4)
-                    k->sddmm_rows(p, dyp + rb * B * Vp, Vp, xt, b_lo, min64(B, b_lo + slice), rb, g0,
+                    k->sddmm_rows(p, dyp + (rb - rb_lo) * B * Vp, Vp, xt, b_lo, min64(B, b_lo + slice), rb, g0,
                                   min64(p->G, g0 + gchunk), b_lo > 0, d4, dvalues);
             }
         }
@@ -385,14 +397,28 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
         memset(dvalues, 0, sizeof(float) * (size_t)(2 * p->R * p->G));
         return VN_OK;
     }
-    if (k->sddmm_rows && (double)B * (double)p->Kp * sizeof(float) <= SDDMM_ROWS_MAX_X_BYTES)
-        return sddmm_by_rows(p, k, dy, xt, B, dvalues);
-    if (dyt) return sddmm_by_dots(p, k, dyt, xt, B, dvalues);
-    size_t bytes = sizeof(float) * (size_t)((B + VNM_PANEL - 1) / VNM_PANEL * p->R * VNM_PANEL);
-    float *packed = vn__mem_alloc(bytes);
-    if (!packed) return vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes", bytes);
-    vnm__pack(dy, B, p->R, p->R, packed, p->R);
-    vn_status st = sddmm_by_dots(p, k, packed, xt, B, dvalues);
-    vn__mem_free(packed, bytes);
+    bool by_rows = k->sddmm_rows && (double)B * (double)p->Kp * sizeof(float) <= SDDMM_ROWS_MAX_X_BYTES;
+    size_t bytes = 0;
+    float *packed = NULL;
+    if (!by_rows && !dyt) {
+        bytes = sizeof(float) * (size_t)((B + VNM_PANEL - 1) / VNM_PANEL * p->R * VNM_PANEL);
+        if (!(packed = vn__mem_alloc(bytes)))
+            return vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes", bytes);
+        vnm__pack(dy, B, p->R, p->R, packed, p->R);
+        dyt = packed;
+    }
+    bool watched = vn__grad_rows_watching();
+    int64_t slices = 1;
+    if ((watched || vn__progress_fn) && (double)B * (double)p->R * 2.0 * (double)p->G >= SDDMM_SLICE_WORK)
+        slices = min64(p->nblocks, SDDMM_SLICES);
+    vn_status st = VN_OK;
+    for (int64_t s = 0; s < slices && !st; s++) {
+        int64_t lo = p->nblocks * s / slices, hi = p->nblocks * (s + 1) / slices;
+        st = by_rows ? sddmm_by_rows(p, k, dy, xt, B, lo, hi, dvalues)
+                     : sddmm_by_dots(p, k, dyt, xt, B, lo, hi, dvalues);
+        if (!st && watched) vn__grad_rows_done(lo * p->V, min64(hi * p->V, p->R));
+        if (slices > 1) vn__progress();
+    }
+    if (packed) vn__mem_free(packed, bytes);
     return st;
 }

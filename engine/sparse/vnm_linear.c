@@ -5,7 +5,8 @@
  * keeps the packed X from the forward for the values' gradient. */
 #include "vnm_internal.h"
 
-#include <cblas.h>
+#include "blas.h" /* vn__sgemm: the shadow's dW */
+
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -144,17 +145,21 @@ vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tens
     return dx;
 }
 
-/* dvalues from dy (contiguous), Xt and dYt if already packed (or NULL). */
-static vn_tensor *values_grad(const vnm_pattern *p, const vn_tensor *dy, const vn_tensor *dyt,
-                              const vn_tensor *xt, int64_t B)
+/* dvalues from dy (contiguous), Xt and dYt if already packed (or NULL).
+ * In a backward (node: the values are its input 1) the SDDMM hands the
+ * rows of dvalues over as it computes them (DataParallel, internal.h). */
+static vn_tensor *values_grad(vn_node *node, const vnm_pattern *p, const vn_tensor *dy,
+                              const vn_tensor *dyt, const vn_tensor *xt, int64_t B)
 {
     int64_t shape[2] = {p->R, 2 * p->G};
     vn_tensor *dv = vn__new(VN_F32, 2, shape);
+    if (dv && node) vn__grad_rows_watch(node, 1, vn_tensor_data(dv));
     if (dv && vnm__sddmm(p, vn_tensor_data(dy), dyt ? vn_tensor_data(dyt) : NULL,
                          vn_tensor_data(xt), B, vn_tensor_data(dv))) {
         vn_tensor_release(dv);
-        return NULL;
+        dv = NULL;
     }
+    vn__grad_rows_unwatch();
     return dv;
 }
 
@@ -174,7 +179,7 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *xc = dyc ? plain(x) : NULL;
     vn_tensor *xt = xc ? packed(xc, B, p.K, p.Kp) : NULL;
-    vn_tensor *dv = xt ? values_grad(&p, dyc, NULL, xt, B) : NULL;
+    vn_tensor *dv = xt ? values_grad(NULL, &p, dyc, NULL, xt, B) : NULL;
     vn_tensor_release(dyc);
     vn_tensor_release(xc);
     vn_tensor_release(xt);
@@ -222,6 +227,9 @@ static vn_status bias_grad(vn_node *node, const vn_tensor *dy, int64_t B, int64_
         const float *pdy = vn_tensor_data(dy);
         for (int64_t b = 0; b < B; b++)
             for (int64_t r = 0; r < R; r++) acc[r] += pdy[b * R + r];
+        /* handed over whole, before the weight's rows (see the backward rules) */
+        if (vn__grad_rows_watch(node, 2, acc)) vn__grad_rows_done(0, R);
+        vn__grad_rows_unwatch();
     }
     return vn__accum(node, 2, db);
 }
@@ -240,22 +248,26 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(dy);
         return VN_ERR_MEMORY;
     }
+    /* The bias, the values, then dX: DataParallel lays the parameters into
+     * its buckets in reverse order (the bias before the values), so with
+     * the bias handed over first and the values' rows as the SDDMM computes
+     * them, their buckets can start while the rest (dX) is computed. */
     vn_status s = VN_OK;
-    if (vn__input_needs_grad(node, 0)) {
+    if (node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
+    if (!s && vn__input_needs_grad(node, 1)) {
+        vn_tensor *xc = node->saved[SAVED_XT] ? NULL : plain(node->inputs[0]);
+        vn_tensor *xt = node->saved[SAVED_XT] ? vn_tensor_retain(node->saved[SAVED_XT])
+                        : xc ? packed(xc, B, p.K, p.Kp) : NULL;
+        s = vn__accum(node, 1, xt ? values_grad(node, &p, dy, dyt, xt, B) : NULL);
+        vn_tensor_release(xc);
+        vn_tensor_release(xt);
+    }
+    if (!s && vn__input_needs_grad(node, 0)) {
         vn_tensor *vc = plain(node->inputs[1]);
         vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), dyt, node->inputs[0], B) : NULL;
         vn_tensor_release(vc);
         s = vn__accum(node, 0, dx);
     }
-    if (!s && vn__input_needs_grad(node, 1)) {
-        vn_tensor *xc = node->saved[SAVED_XT] ? NULL : plain(node->inputs[0]);
-        vn_tensor *xt = node->saved[SAVED_XT] ? vn_tensor_retain(node->saved[SAVED_XT])
-                        : xc ? packed(xc, B, p.K, p.Kp) : NULL;
-        s = vn__accum(node, 1, xt ? values_grad(&p, dy, dyt, xt, B) : NULL);
-        vn_tensor_release(xc);
-        vn_tensor_release(xt);
-    }
-    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
     vn_tensor_release(dy);
     vn_tensor_release(dyt);
     return s;
@@ -335,8 +347,27 @@ static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
     int64_t B = vn_tensor_numel(gout) / p.R;
     vn_tensor *dy = plain(gout);
     if (!dy) return VN_ERR_MEMORY;
+    /* The bias, dW (its rows handed over as the GEMM computes them), then
+     * dX: the order of vnm_linear_backward, for the same reason. */
     vn_status s = VN_OK;
-    if (vn__input_needs_grad(node, 0)) {
+    if (node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
+    if (!s && vn__input_needs_grad(node, 1)) { /* straight through: dW = dYᵀ·X everywhere */
+        vn_tensor *xc = plain(node->inputs[0]);
+        int64_t shape[2] = {p.R, p.K};
+        vn_tensor *dw = xc ? vn__new(VN_F32, 2, shape) : NULL;
+        if (dw && B > 0) {
+            vn__grad_rows_watch(node, 1, vn_tensor_data(dw));
+            vn__sgemm(CblasTrans, CblasNoTrans, (int)p.R, (int)p.K, (int)B, 1.0f,
+                      vn_tensor_data(dy), (int)p.R, vn_tensor_data(xc), (int)p.K, 0.0f,
+                      vn_tensor_data(dw), (int)p.K);
+            vn__grad_rows_unwatch();
+        } else if (dw) {
+            memset(vn_tensor_data(dw), 0, sizeof(float) * (size_t)(p.R * p.K));
+        }
+        vn_tensor_release(xc);
+        s = vn__accum(node, 1, dw);
+    }
+    if (!s && vn__input_needs_grad(node, 0)) {
         vn_tensor *dyt = packed(dy, B, p.R, p.R);
         vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(node->saved[SHADOW_VALUES]), dyt,
                                          node->inputs[0], B)
@@ -344,20 +375,6 @@ static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(dyt);
         s = vn__accum(node, 0, dx);
     }
-    if (!s && vn__input_needs_grad(node, 1)) { /* straight through: dW = dYᵀ·X everywhere */
-        vn_tensor *xc = plain(node->inputs[0]);
-        int64_t shape[2] = {p.R, p.K};
-        vn_tensor *dw = xc ? vn__new(VN_F32, 2, shape) : NULL;
-        if (dw && B > 0)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)p.R, (int)p.K, (int)B, 1.0f,
-                        vn_tensor_data(dy), (int)p.R, vn_tensor_data(xc), (int)p.K, 0.0f,
-                        vn_tensor_data(dw), (int)p.K);
-        else if (dw)
-            memset(vn_tensor_data(dw), 0, sizeof(float) * (size_t)(p.R * p.K));
-        vn_tensor_release(xc);
-        s = vn__accum(node, 1, dw);
-    }
-    if (!s && node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
     vn_tensor_release(dy);
     return s;
 }

@@ -288,7 +288,9 @@ end
 -- out (each rank holds its own). The averaging lasts until dp:free(), whether or not the
 -- script keeps dp (`dist.DataParallel(model)` alone is enough). Errors:
 -- venom.distributed not initialized; ranks whose models differ (on every
--- rank); CUDA parameters (the reducer runs over MPI on CPU tensors).
+-- rank); parameters on both the CPU and CUDA; CUDA parameters in a build
+-- without NCCL. CUDA parameters (a build with NCCL) are averaged by NCCL
+-- on its own stream, bucket by bucket during the backward, as CPU ones by MPI.
 function dist.DataParallel(model, opts)
   local who = "distributed.DataParallel"
   if type(model) ~= "table" or type(model.parameters) ~= "function" then

@@ -232,6 +232,42 @@ static void test_cross_entropy_grad_huge_logits(void **state)
     vn_tensor_release(loss);
 }
 
+/* ---- DataParallel's gradient reducer ------------------------------------- */
+
+/* The reducer takes parameters on one device (CPU ones go over MPI, CUDA
+ * ones over NCCL), and CUDA ones only in a build with NCCL: both refused,
+ * naming the devices, before any other rank is asked (so here, without
+ * vn_dist_init, too). A build without MPI refuses everything, saying so. */
+static void test_data_parallel_devices(void **state)
+{
+    (void)state;
+    vn_tensor *a = vn_zeros(VN_F32, 2, (int64_t[]){3, 2}), *b = vn_zeros(VN_F32, 1, (int64_t[]){3});
+    CHECK_PTR(a);
+    CHECK_PTR(b);
+    CHECK_OK(vn_tensor_set_requires_grad(a, true));
+    CHECK_OK(vn_tensor_set_requires_grad(b, true));
+    vn_tensor *params[2] = {a, b};
+    pretend_cuda(b, true);
+    assert_null(vn_dist_reducer_new(params, 2, 1 << 20));
+    if (!vn_dist_built()) {
+        expect_msg((const char *[]){"DataParallel", "without MPI", NULL});
+    } else {
+        expect_msg((const char *[]){"DataParallel", "parameter 2 is on cuda", "parameter 1 on cpu",
+                                    "one device", NULL});
+        pretend_cuda(a, true);
+        assert_null(vn_dist_reducer_new(params, 2, 1 << 20));
+        if (!vn_dist_nccl_built())
+            expect_msg((const char *[]){"DataParallel", "CUDA tensors", "without NCCL", NULL});
+        else /* the checks pass; the world was never joined */
+            expect_msg((const char *[]){"DataParallel", "init", NULL});
+        pretend_cuda(a, false);
+    }
+    assert_null(a->grad_ready); /* nothing was hooked */
+    pretend_cuda(b, false);
+    vn_tensor_release(a);
+    vn_tensor_release(b);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -245,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_check_arg_names),
         cmocka_unit_test(test_two_shapes_in_a_message),
         cmocka_unit_test(test_cross_entropy_grad_huge_logits),
+        cmocka_unit_test(test_data_parallel_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,8 @@
  * all-reduces get turns from): vn_backward calls it after each node, and a
  * large GEMM runs in slices with a call after each, computing the same
  * product. And the grad_rows hook: a linear layer's weight gradient handed
- * over in row slices as its GEMM computes them. */
+ * over in row slices as its GEMM computes them, and a V:N:M layer's (the
+ * values' as the SDDMM computes them; the GMP shadow's dense dW). */
 #include "gradcheck.h"
 #include "internal.h"
 
@@ -238,6 +239,87 @@ static void test_weight_rows_handed_over(void **state)
     free(bbuf);
 }
 
+/* One backward of sum(relu(layer(x))) for a V:N:M layer: vn_vnm_linear over
+ * the values, or (shadow) the GMP shadow over the dense weight w. */
+static void vnm_backward(const vn_tensor *x, const vn_vnm *s, const vn_tensor *weight,
+                         const vn_tensor *b, bool shadow)
+{
+    vn_tensor *y = shadow ? vn_vnm_shadow_linear(x, s, weight, b) : vn_vnm_linear(x, s, weight, b);
+    vn_tensor *a = vn_relu(y), *loss = vn_sum_all(a);
+    CHECK_OK(vn_backward(loss, NULL));
+    vn_tensor *tmp[] = {y, a, loss};
+    for (int i = 0; i < 3; i++) vn_tensor_release(tmp[i]);
+}
+
+/* The V:N:M layers hand their weight gradient over by rows too: the values'
+ * as the SDDMM computes its row blocks (nn.SparseLinear; both of its
+ * kernels: by rows and by dot products), the GMP shadow's
+ * dense dW as its GEMM does, each after the bias. The rows cover the
+ * gradient once, in order, before the grad-ready hook; with the old
+ * gradient they add up to the final one bit for bit; and the slicing
+ * changes no number: the gradients equal those of a backward without hooks
+ * (the values' bit for bit; the shadow's dW, whose GEMM the slices cut
+ * differently, to 1e-6). */
+static void test_vnm_rows_handed_over(void **state)
+{
+    vn_manual_seed(12);
+    /* W 256 × 96 at V = 32, M = 8: 8 row blocks, values (256, 24); a batch
+     * of 64: 64·256·24 multiply-adds in the SDDMM, enough to be sliced */
+    enum { R = 256, K = 96, B = 64 };
+    vn_tensor *w = vn_randn(2, (int64_t[]){R, K}), *b = vn_randn(1, (int64_t[]){R});
+    vn_tensor *x = vn_randn(2, (int64_t[]){B, K});
+    vn_vnm *s = vn_vnm_from_dense(w, 32, 2, 8);
+    CHECK_PTR(s);
+    vn_tensor *values = vn_vnm_values(s);
+    CHECK_OK(vn_tensor_set_requires_grad(values, true));
+    CHECK_OK(vn_tensor_set_requires_grad(w, true));
+    CHECK_OK(vn_tensor_set_requires_grad(b, true));
+    float *ref = calloc(R * K, sizeof *ref), *wbuf = calloc(R * K, sizeof *wbuf);
+    float *bbuf = calloc(R, sizeof *bbuf);
+    /* the values with the CPU's kernels (with AVX-512: the SDDMM by rows),
+     * the values with the portable ones (by dot products), the shadow */
+    for (int pass = 0; pass < 3; pass++) {
+        bool shadow = pass == 2;
+        if (pass == 1) setenv("VENOM_NO_AVX512", "1", 1);
+        vn_tensor *weight = shadow ? w : values;
+        int64_t n = vn_tensor_numel(weight), rows = weight->shape[0];
+        vnm_backward(x, s, weight, b, shadow); /* no hooks: the reference */
+        memcpy(ref, vn_tensor_data(vn_tensor_grad(weight)), (size_t)n * sizeof *ref);
+        vn_tensor_zero_grad(weight);
+        vn_tensor_zero_grad(b);
+        struct rows_seen sw, sb;
+        hook_rows(weight, &sw, wbuf);
+        hook_rows(b, &sb, bbuf);
+        clock_ticks = 0;
+        vnm_backward(x, s, weight, b, shadow);
+        const float *g = vn_tensor_data(vn_tensor_grad(weight));
+        assert_true(sw.calls >= 2); /* sliced */
+        assert_true(sw.in_order);
+        assert_int_equal(sw.next_row, rows); /* every row, once */
+        assert_true(sw.last_order < sw.ready_order);
+        assert_int_equal(sb.calls, 1);
+        assert_true(sb.last_order < sw.first_order); /* the bias before the weight's rows */
+        assert_true(!memcmp(wbuf, g, (size_t)n * sizeof *g));
+        assert_true(!memcmp(bbuf, vn_tensor_data(vn_tensor_grad(b)), R * sizeof(float)));
+        if (!shadow) {
+            assert_true(!memcmp(ref, g, (size_t)n * sizeof *g));
+        } else {
+            for (int64_t i = 0; i < n; i++) assert_true(fabsf(g[i] - ref[i]) <= 1e-6f * (1 + fabsf(ref[i])));
+        }
+        weight->grad_ready = NULL, weight->grad_rows = NULL, weight->grad_ready_ud = NULL;
+        b->grad_ready = NULL, b->grad_rows = NULL, b->grad_ready_ud = NULL;
+        vn_tensor_zero_grad(weight);
+        vn_tensor_zero_grad(b);
+        if (pass == 1) unsetenv("VENOM_NO_AVX512");
+    }
+    free(ref);
+    free(wbuf);
+    free(bbuf);
+    vn_vnm_free(s);
+    vn_tensor *tmp[] = {w, b, x, values};
+    for (int i = 0; i < 4; i++) vn_tensor_release(tmp[i]);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -246,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_failing_hook_fails_backward),
         cmocka_unit_test(test_progress_hook),
         cmocka_unit_test(test_weight_rows_handed_over),
+        cmocka_unit_test(test_vnm_rows_handed_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

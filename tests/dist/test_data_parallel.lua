@@ -122,6 +122,36 @@ do
   tap.ok(same_on_every_rank(dp.module), "MLP 64-256-5: the ranks' weights are identical after 20 steps")
 end
 
+-- The same for a V:N:M layer (nn.SparseLinear, 32:2:8): its values'
+-- gradient (512 × 32) comes over by row blocks as the SDDMM computes them
+-- (16 rows per rank × 512 × 32 multiply-adds: 8 slices of 2 row blocks), the bias before them,
+-- cut across buckets of 5,242 floats, so all buckets but the last start
+-- before the SDDMM ends (none would with the values handed over whole).
+do
+  venom.manual_seed(6)
+  local X3 = venom.randn(STEPS * 32, 128)
+  local Y3 = (venom.rand(STEPS * 32) * 5):long() + 1
+  local function batches(step)
+    return X3:narrow(1, (step - 1) * 32 + 1, 32), Y3:narrow(1, (step - 1) * 32 + 1, 32)
+  end
+  local worst, dp, model = equivalence(function()
+    local m = nn.mlp({ 128, 512, 5 })
+    require("venom.sparse").sparsify(m, { V = 32, N = 2, M = 8, skip = { "3" } })
+    return m
+  end, batches, classify, { bucket_mb = 0.02 })
+  local st = dp:stats()
+  tap.ok(worst < TOL and getmetatable(model[1]) == nn.SparseLinear,
+    ("V:N:M MLP 128-512-5, the values' gradient handed over by row blocks: 2 ranks give the "
+      .. "1-process losses (max relative difference %.2g)"):format(worst))
+  -- per step: b2, W2, b1 and the values' 4 pieces, each handed over by a rule
+  local early = st.bytes_started_early / (st.steps * st.bytes_per_step)
+  tap.ok(st.bytes_reduced == st.steps * st.bytes_per_step and st.pieces_early >= 7 * st.steps
+    and early > 0.75 and early < 1,
+    ("V:N:M: every element copied once per step, %.1f pieces per step handed over during the "
+      .. "backward, %.1f%% of the bytes started during it"):format(st.pieces_early / st.steps, 100 * early))
+  tap.ok(same_on_every_rank(dp.module), "V:N:M MLP 128-512-5: the ranks' values are identical after 20 steps")
+end
+
 do
   local V, T = 32, 8
   venom.manual_seed(9)

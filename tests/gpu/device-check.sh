@@ -70,6 +70,14 @@ export PKG_CONFIG_SYSROOT_DIR="$DEPS"
 if [ -z "${DC_ORIG_LD+x}" ]; then export DC_ORIG_LD="${LD_LIBRARY_PATH:-}"; fi
 export LD_LIBRARY_PATH="$DEPS/usr/$ARCH_LIB:$DEPS/usr/$ARCH_LIB/openblas-pthread:$DEPS/$ARCH_LIB${DC_ORIG_LD:+:$DC_ORIG_LD}"
 export PATH="$PATH:$DEPS/usr/bin"
+# Open MPI from the packages (venom.distributed; it bootstraps NCCL, so
+# tests/gpu/test_nccl.lua needs it), relocated by OPAL_PREFIX: its plugins,
+# help files and orted, which a process started without mpirun (a world of
+# one, as the GPU tests are) forks. Checked on a Debian 12 machine with the
+# packages unpacked elsewhere: a singleton MPI_Init mapped Open MPI's files
+# from the prefix only. The GPU machine runs as root.
+if [ -x "$DEPS/usr/bin/orted" ]; then export OPAL_PREFIX="$DEPS/usr"; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_WAIT_POLICY=passive
 
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -200,6 +208,21 @@ step_configure() {
         -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" \
         -DCMAKE_LIBRARY_PATH="$DEPS/usr/$ARCH_LIB;$DEPS/$ARCH_LIB"
     if find_nvcc; then set -- "$@" -DCMAKE_CUDA_COMPILER="$NVCC"; fi
+    # MPI: the packages' wrapper (Debian's alternatives link `mpicc` is made
+    # by a maintainer script, which unpacking does not run).
+    if [ -x "$DEPS/usr/bin/mpicc.openmpi" ]; then set -- "$@" -DMPI_C_COMPILER="$DEPS/usr/bin/mpicc.openmpi"; fi
+    # NCCL: the CUDA toolkit's if it has one (cmake/nccl.cmake looks there),
+    # else the one PyTorch's wheels bring (the nvidia-nccl package).
+    if [ -n "${NVCC:-}" ] && [ ! -f "$(dirname "$(dirname "$NVCC")")/include/nccl.h" ] && [ ! -f /usr/include/nccl.h ]; then
+        nccl=$(LD_LIBRARY_PATH="$DC_ORIG_LD" python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+        lib=$(ls "$nccl"/lib/libnccl.so* 2>/dev/null | head -1 || true)
+        if [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ] && [ -n "$lib" ]; then
+            echo "NCCL: PyTorch's, $nccl"
+            set -- "$@" -DVENOM_NCCL_INCLUDE_DIR="$nccl/include" -DVENOM_NCCL_LIBRARY="$lib"
+        else
+            echo "NCCL: none found (tests/gpu/test_nccl.lua will skip, and fail the GPU tests)"
+        fi
+    fi
     if [ ! -f "$BUILD/CMakeCache.txt" ]; then
         if have make; then set -- "$@" -G "Unix Makefiles"; elif have ninja; then set -- "$@" -G Ninja; fi
     fi

@@ -19,8 +19,8 @@
  * compute stream; each process uses its device 0 (give each rank its own GPU
  * with CUDA_VISIBLE_DEVICES, e.g. from vn_dist_local_rank), and avg takes
  * f32 only there. Without NCCL a CUDA tensor is VN_ERR_DEVICE. The gradient
- * reducer (DataParallel) takes CPU parameters only. All functions are for
- * one thread. */
+ * reducer (DataParallel) takes CPU parameters (MPI) or CUDA parameters
+ * (NCCL), not a mix. All functions are for one thread. */
 #ifndef VENOM_H
 #error "include <venom.h>, not <venom/dist.h>"
 #endif
@@ -139,20 +139,32 @@ void vn_dist_group_free(vn_dist_group *g);
 
 /* Averages the gradients of n parameters over the ranks during the backward
  * (data parallelism, as PyTorch's DistributedDataParallel; Li et al., VLDB
- * 2020). The parameters (leaf f32 CPU tensors that require grad; the same
- * list, shapes and order on every rank) are laid, in reverse order (the
+ * 2020). The parameters (leaf f32 tensors that require grad, all on the CPU
+ * or all on CUDA; the same list, shapes, order and device on every rank) are
+ * laid, in reverse order (the
  * backward reaches the last layers first), into buckets of at most
  * bucket_bytes, a large gradient cut into pieces across several. A
  * grad-ready hook on each parameter notes when its gradient is final; once
  * a bucket is complete, and all buckets before it have started, its
  * gradients (copied into one flat buffer as each becomes final; a linear
- * layer's weight gradient row slice by row slice of its GEMM) go to a
- * non-blocking MPI_Iallreduce, overlapping the rest of the backward (which
- * gives MPI a turn after each node and between slices of each large GEMM).
+ * layer's weight gradient row slice by row slice of its GEMM, a V:N:M
+ * layer's values row block by row block of its SDDMM, the GMP shadow's
+ * dense weight by rows of its GEMM) go to a non-blocking MPI_Iallreduce,
+ * overlapping the rest of the backward (which gives MPI a turn after each
+ * node and between slices of each large GEMM or SDDMM).
  * When the last bucket has started the reducer waits for all of them and writes the means
  * back into the gradients. A parameter that got no gradient counts as zeros.
- * The shapes are checked across ranks here (VN_ERR_SHAPE on every rank).
- * Errors: VN_ERR_STATE (not initialized, MPI), VN_ERR_ARG, VN_ERR_DEVICE,
+ * CUDA parameters (a build with NCCL): the buckets live on the device, each
+ * complete one is averaged by ncclAllReduce (ncclAvg) on NCCL's stream,
+ * ordered after the compute stream's copies into it by an event, while the
+ * compute stream goes on with the backward; at the end the compute stream
+ * waits for NCCL's (the host does not) before the means are copied into the
+ * gradients, so an optimizer step queued after sees them (no row-slice
+ * handover on CUDA: a gradient goes to its bucket whole). The shapes and
+ * devices are checked across ranks here (VN_ERR_SHAPE on every rank), and
+ * the NCCL communicator is made here (collectively) for CUDA parameters.
+ * Errors: VN_ERR_STATE (not initialized, MPI, NCCL), VN_ERR_ARG,
+ * VN_ERR_DEVICE (parameters on both devices; CUDA ones without NCCL),
  * VN_ERR_MEMORY. Free with vn_dist_reducer_free, which removes the hooks. */
 typedef struct vn_dist_reducer vn_dist_reducer;
 vn_dist_reducer *vn_dist_reducer_new(vn_tensor *const *params, int n, size_t bucket_bytes);
@@ -163,7 +175,8 @@ vn_status vn_dist_reducer_finish(vn_dist_reducer *r);
 /* Counters since vn_dist_reducer_new: completed steps, buckets, gradient
  * bytes all-reduced per step (the payload, the sum of the gradients' sizes),
  * seconds spent waiting for all-reduces to complete (the communication the
- * backward did not hide), the bytes copied into the buckets in all (each
+ * backward did not hide; about 0 for CUDA parameters, whose wait is the
+ * compute stream's, not the host's), the bytes copied into the buckets in all (each
  * element once per step: steps × bytes_per_step after whole steps), and the
  * pieces handed over from a linear layer's weight-gradient GEMM slice by
  * slice, before the layer's backward had finished, and the bytes whose
