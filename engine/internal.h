@@ -333,4 +333,16 @@ void vn__scatter_add_rows_f32(float *dst, const float *src, const int64_t *idx, 
  * memory. */
 int64_t *vn__index_list(const vn_tensor *idx);
 
+/* Rows shared by an op and the fused decoder (engine/decode.c), one copy
+ * each so that both give the same bits. LayerNorm of one row x (D values):
+ * y = (x − mean)/σ ⊙ g + b (g, b may be NULL), stats = {mean, 1/σ}
+ * (engine/ops_transformer.c). The last position's causal self-attention
+ * over T positions of one sequence whose qkv row t, feature f sits at
+ * qkv[t·st_t + f·st_f] (3C features: q | k | v) → y (C values)
+ * (engine/attention_decode.c). */
+void vn__layer_norm_row(const float *x, const float *g, const float *b, int64_t D, double eps,
+                        float *y, float *stats);
+void vn__attention_last_row(const float *qkv, int64_t st_t, int64_t st_f, int64_t T, int64_t C,
+                            int64_t n_head, float *y);
+
 #endif
