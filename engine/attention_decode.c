@@ -13,33 +13,66 @@
 
 #include <math.h>
 
+/* Positions whose scores are computed together: TILE independent dot
+ * products in flight instead of one chain of dependent multiply-adds. */
+#define TILE 8
+
+/* The scores q·k_t of n ≤ TILE positions t0..t0+n−1 into s (unscaled).
+ * Each is q[0]·k[0] + q[1]·k[1] + ... summed in d order with every product
+ * rounded before it is added (no fused multiply-add): the arithmetic the
+ * compiler made of the one-dot-at-a-time loop this replaced, so the same
+ * bits; only TILE of these chains are interleaved instead of one. */
+__attribute__((noinline, optimize("fp-contract=off"))) static void
+scores(const float *q, const float *k0, int64_t st_t, int64_t st_f, int64_t Dh, int64_t t0, int64_t n,
+       float *s)
+{
+    float a[TILE] = {0}; /* local sums: s may alias q or k for all the compiler knows */
+    if (n == TILE) { /* a full tile: the compiler keeps the TILE sums in registers */
+        for (int64_t d = 0; d < Dh; d++) {
+            float qd = q[d * st_f];
+            const float *k = k0 + t0 * st_t + d * st_f;
+            for (int j = 0; j < TILE; j++) a[j] += qd * k[j * st_t];
+        }
+    } else {
+        for (int64_t d = 0; d < Dh; d++)
+            for (int64_t j = 0; j < n; j++) a[j] += q[d * st_f] * k0[(t0 + j) * st_t + d * st_f];
+    }
+    for (int j = 0; j < TILE; j++) s[j] = a[j];
+}
+
 /* One sequence (see internal.h): each head's query row T − 1 against keys
  * and values 0..T−1, one pass with the online softmax. Not inlined: one
  * copy for the op and the fused decoder, the same bits. */
-__attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st_t, int64_t st_f, int64_t T, int64_t C,
-                            int64_t n_head, float *y)
+__attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st_t, int64_t st_f,
+                                                      int64_t T, int64_t C, int64_t n_head, float *y)
 {
     int64_t Dh = C / n_head;
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f; /* as vn_causal_self_attention */
     for (int64_t h = 0; h < n_head; h++) {
         const float *q = x + (T - 1) * st_t + h * Dh * st_f;
+        const float *k0 = x + (C + h * Dh) * st_f, *v0 = k0 + C * st_f;
         float *acc = y + h * Dh, m = -INFINITY, sum = 0;
         for (int64_t d = 0; d < Dh; d++) acc[d] = 0;
-        for (int64_t t = 0; t < T; t++) {
-            const float *k = x + t * st_t + (C + h * Dh) * st_f;
-            const float *v = k + C * st_f;
-            float s = 0;
-            for (int64_t d = 0; d < Dh; d++) s += q[d * st_f] * k[d * st_f];
-            s *= scale;
-            if (s > m) { /* a new max: rescale what was summed under the old one */
-                float r = expf(m - s);
-                sum *= r;
-                for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
-                m = s;
+        for (int64_t t0 = 0; t0 < T; t0 += TILE) {
+            int64_t nt = T - t0 < TILE ? T - t0 : TILE;
+            float s[TILE];
+            scores(q, k0, st_t, st_f, Dh, t0, nt, s);
+            for (int64_t j = 0; j < nt; j++) {
+                const float *v = v0 + (t0 + j) * st_t;
+                float sj = s[j] * scale;
+                if (sj > m) { /* a new max: rescale what was summed under the old one */
+                    float r = expf(m - sj);
+                    sum *= r;
+                    for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
+                    m = sj;
+                }
+                float p = expf(sj - m);
+                sum += p;
+                if (st_f == 1) /* the cache's layout: a loop the compiler vectorises */
+                    for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d];
+                else
+                    for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d * st_f];
             }
-            float p = expf(s - m);
-            sum += p;
-            for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d * st_f];
         }
         for (int64_t d = 0; d < Dh; d++) acc[d] /= sum;
     }
