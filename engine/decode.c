@@ -65,6 +65,8 @@ struct vn_gpt_decoder {
     int n_held;
     float *buf; /* x, h, a, b, the hidden pair, the norm's row, logits */
     float *x, *h, *a, *b, *hid, *act, *row, *logits;
+    double *dlogits; /* the logits as vn_sample_logits takes them */
+    bool stepped;    /* logits hold a step's */
     void *qmem; /* the int8 row of a packed product */
     vnq_rows q;
 };
@@ -203,6 +205,7 @@ void vn_gpt_decoder_free(vn_gpt_decoder *d)
     free(d->held);
     free(d->blocks);
     free(d->buf);
+    free(d->dlogits);
     free(d);
 }
 
@@ -244,9 +247,10 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     d->held = calloc((size_t)(4 + 17 * s->n_layer), sizeof *d->held);
     d->blocks = calloc((size_t)s->n_layer, sizeof *d->blocks);
     d->buf = malloc(nbuf * sizeof(float));
+    d->dlogits = malloc(sizeof(double) * (size_t)V);
     d->qmem = vn__mem_alloc(vnq__rows_bytes(1, Kp));
     vn_status st = VN_OK;
-    if (!d->held || !d->blocks || !d->buf || !d->qmem) {
+    if (!d->held || !d->blocks || !d->buf || !d->dlogits || !d->qmem) {
         if (d->qmem) d->q.nbytes = vnq__rows_bytes(1, Kp);
         vn_gpt_decoder_free(d);
         return vn__errp(VN_ERR_MEMORY, "%s: out of memory", OP);
@@ -328,9 +332,78 @@ const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos)
     /* the tied head: logits = ln_f(x)·wteᵀ, as vn_linear without a bias */
     vn__sgemm(CblasNoTrans, CblasTrans, 1, (int)d->V, (int)C, 1.0f, a, (int)C, d->wte, (int)C, 0.0f,
               d->logits, (int)d->V);
+    d->stepped = true;
+    return d->logits;
+}
+
+const float *vn_gpt_decoder_logits(const vn_gpt_decoder *d)
+{
+    if (!d) return vn__errp(VN_ERR_ARG, "%s: decoder is NULL", OP);
+    if (!d->stepped) return vn__errp(VN_ERR_STATE, "%s: no step yet, so no logits", OP);
     return d->logits;
 }
 
 int64_t vn_gpt_decoder_vocab(const vn_gpt_decoder *d) { return d ? d->V : 0; }
 
 int64_t vn_gpt_decoder_block_size(const vn_gpt_decoder *d) { return d ? d->T : 0; }
+
+/* ---- sampling ---------------------------------------------------------------------- */
+
+static int descending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64_t top_k, double u,
+                           int64_t *index)
+{
+    const char *op = "sample_logits";
+    if (!l || !index || n < 1)
+        return vn__err(VN_ERR_ARG, "%s: expected n ≥ 1 logits and an index to write, found n = %lld%s",
+                       op, (long long)n, l && index ? "" : " or a NULL pointer");
+    if (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || !(u >= 0 && u < 1))
+        return vn__err(VN_ERR_ARG, "%s: temperature %g, top_k %lld, u %g: expected a positive finite "
+                       "temperature, top_k ≥ 0 and u in [0, 1)", op, temperature, (long long)top_k, u);
+    double max = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(l[i]) || l[i] == INFINITY) /* would draw garbage */
+            return vn__err(VN_ERR_ARG, "%s: logits[%lld] is %g, expected a finite number or -inf", op,
+                           (long long)i, l[i]);
+        if (l[i] > max) max = l[i];
+    }
+    if (max == -INFINITY) /* would always draw the first */
+        return vn__err(VN_ERR_ARG, "%s: every logit is -inf, nothing to draw", op);
+    double *w = malloc(sizeof(double) * (size_t)n), floor = -INFINITY;
+    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    if (top_k > 0 && top_k < n) { /* the top_k-th largest value */
+        memcpy(w, l, sizeof(double) * (size_t)n);
+        qsort(w, (size_t)n, sizeof(double), descending);
+        floor = w[top_k - 1];
+    }
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        w[i] = l[i] >= floor ? exp((l[i] - max) / temperature) : 0;
+        total += w[i];
+    }
+    double target = u * total, acc = 0;
+    int64_t last = 0;
+    *index = -1;
+    for (int64_t i = 0; i < n && *index < 0; i++)
+        if (w[i] > 0) {
+            acc += w[i], last = i;
+            if (acc > target) *index = i;
+        }
+    if (*index < 0) *index = last; /* u·total rounded up to the total */
+    free(w);
+    return VN_OK;
+}
+
+vn_status vn_gpt_decoder_sample(vn_gpt_decoder *d, double temperature, int64_t top_k, double u,
+                                int64_t *index)
+{
+    if (!d) return vn__err(VN_ERR_ARG, "%s: decoder is NULL", OP);
+    if (!d->stepped) return vn__err(VN_ERR_STATE, "%s: no step yet, so no logits to sample", OP);
+    for (int64_t i = 0; i < d->V; i++) d->dlogits[i] = d->logits[i];
+    return vn_sample_logits(d->dlogits, d->V, temperature, top_k, u, index);
+}

@@ -14,13 +14,18 @@
  *       position alone, for decoding with a KV cache (CPU, no gradient)
  *   venom.bias_gelu(x, bias) → gelu(x + bias)       x (..., D), bias (D)
  *   venom.gpt_decoder(spec) → decoder              a GPT's decoding step in one
- *       call (vn_gpt_decoder_new; spec below); decoder:step(token, pos) →
- *       the logits as a Lua list, decoder:free()
+ *       call (vn_gpt_decoder_new; spec below); decoder:step(token, pos),
+ *       then decoder:logits() → its logits as a Lua list, or
+ *       decoder:sample(temperature, top_k, u) → a token drawn from them;
+ *       decoder:free()
+ *   venom.sample_logits(list, temperature, top_k, u) → a 1-based index
+ *       drawn from a list of logits (vn_sample_logits)
  *
  * Ids are 1-based here, like every index on the Lua side, and converted to
  * 0-based before they reach the engine. */
 #include "lv.h"
 
+#include <math.h>
 #include <stdio.h>
 
 static int l_embedding(lua_State *L)
@@ -160,8 +165,8 @@ static int decoder_gc(lua_State *L)
     return 0;
 }
 
-/* decoder:step(token, pos), both 1-based → the logits, a list of vocab
- * numbers (a new table each step: the caller may edit it). */
+/* decoder:step(token, pos), both 1-based: runs the step, whose logits
+ * decoder:logits() and decoder:sample(...) read. */
 static int decoder_step(lua_State *L)
 {
     vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
@@ -172,7 +177,18 @@ static int decoder_step(lua_State *L)
         return lv_raise(L, "gpt_decoder: token %lld at position %lld, expected a token in 1..%lld "
                         "at a position in 1..%lld", (long long)token, (long long)pos, (long long)V,
                         (long long)T);
-    const float *logits = vn_gpt_decoder_step(*slot, token - 1, pos - 1);
+    if (!vn_gpt_decoder_step(*slot, token - 1, pos - 1)) return lv_fail(L);
+    return 0;
+}
+
+/* decoder:logits() → the last step's logits, a list of vocab numbers (a new
+ * table each call: the caller may edit it). */
+static int decoder_logits(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    if (!*slot) return lv_raise(L, "gpt_decoder: logits of a freed decoder");
+    int64_t V = vn_gpt_decoder_vocab(*slot);
+    const float *logits = vn_gpt_decoder_logits(*slot);
     if (!logits) return lv_fail(L);
     lua_createtable(L, (int)V, 0);
     for (int64_t i = 0; i < V; i++) {
@@ -182,7 +198,61 @@ static int decoder_step(lua_State *L)
     return 1;
 }
 
-static const luaL_Reg decoder_methods[] = {{"step", decoder_step}, {"free", decoder_gc}, {NULL, NULL}};
+/* The sampling options at i, i + 1, i + 2: temperature, top_k (nil: all),
+ * u (a uniform draw in [0, 1)); the engine checks their ranges. */
+static void sample_args(lua_State *L, int i, double *temperature, int64_t *top_k, double *u)
+{
+    *temperature = lv_number(L, i, "temperature");
+    *top_k = lua_isnoneornil(L, i + 1) ? 0 : lv_int(L, i + 1, "top_k");
+    *u = lv_number(L, i + 2, "u");
+}
+
+/* decoder:sample(temperature, top_k, u) → a 1-based token drawn from the
+ * last step's logits (vn_gpt_decoder_sample). */
+static int decoder_sample(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    if (!*slot) return lv_raise(L, "gpt_decoder: sample on a freed decoder");
+    double temperature, u;
+    int64_t top_k, index;
+    sample_args(L, 2, &temperature, &top_k, &u);
+    lv_status(L, vn_gpt_decoder_sample(*slot, temperature, top_k, u, &index));
+    lua_pushnumber(L, (lua_Number)(index + 1));
+    return 1;
+}
+
+static const luaL_Reg decoder_methods[] = {
+    {"step", decoder_step}, {"logits", decoder_logits}, {"sample", decoder_sample},
+    {"free", decoder_gc}, {NULL, NULL}};
+
+/* venom.sample_logits(list, temperature, top_k, u) → a 1-based index drawn
+ * from a Lua list of logits (vn_sample_logits); an entry that is not a
+ * number, or is NaN or +inf, is an error naming its 1-based position. */
+static int l_sample_logits(lua_State *L)
+{
+    lv_checktype(L, 1, LUA_TTABLE, "logits");
+    double temperature, u;
+    int64_t top_k, index;
+    sample_args(L, 2, &temperature, &top_k, &u);
+    int n = (int)lua_objlen(L, 1);
+    double *l = lua_newuserdata(L, sizeof(double) * (size_t)(n ? n : 1)); /* collected on error */
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        int type = lua_type(L, -1);
+        l[i] = lua_tonumber(L, -1);
+        if (type != LUA_TNUMBER || l[i] != l[i] || l[i] == HUGE_VAL) {
+            char found[64];
+            if (type == LUA_TNUMBER) snprintf(found, sizeof found, "%g", l[i]);
+            else snprintf(found, sizeof found, "a %s", luaL_typename(L, -1));
+            return lv_raise(L, "sample_logits: logit %d is %s, expected a finite number or -inf", i + 1,
+                            found);
+        }
+        lua_pop(L, 1);
+    }
+    lv_status(L, vn_sample_logits(l, n, temperature, top_k, u, &index));
+    lua_pushnumber(L, (lua_Number)(index + 1));
+    return 1;
+}
 
 static int l_gpt_decoder(lua_State *L)
 {
@@ -228,6 +298,6 @@ static int l_gpt_decoder(lua_State *L)
 const luaL_Reg lv_transformer_functions[] = {
     LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention)
     LV_REG(causal_self_attention) LV_REG(causal_self_attention_last) LV_REG(bias_gelu)
-    LV_REG(gpt_decoder)
+    LV_REG(gpt_decoder) LV_REG(sample_logits)
     {NULL, NULL},
 };

@@ -396,47 +396,22 @@ function GPT:loss(idx, targets)
 end
 
 -- The 1-based index of a draw from the distribution ∝ exp(l / temperature)
--- over the list of logits l, restricted to the top_k largest (all if nil).
--- l may have been edited by generate's on_logits, so it is checked whole
--- (n = vocab_size entries, numbers, no NaN or +inf, one above -inf) before
--- the top-k sort, which a NaN would leave in an undefined order.
+-- over the list of logits l, restricted to the top_k largest (all if nil),
+-- u a uniform draw in [0, 1) (venom.sample_logits: the rule is written once,
+-- in C, for these lists and for the fused decoder's logits). l may have
+-- been edited by generate's on_logits, so it is checked whole: n =
+-- vocab_size entries, numbers, no NaN or +inf (the binding names the
+-- entry), one above -inf.
 local function sample(l, n, temperature, top_k, u)
   if #l ~= n then
     error(("GPT:generate: expected %d logits (vocab_size), found %d; did on_logits add or remove entries?")
       :format(n, #l), 0)
   end
-  local max = -math.huge
-  for i = 1, n do
-    if type(l[i]) ~= "number" or l[i] ~= l[i] or l[i] == math.huge then -- would sample garbage
-      local found = type(l[i]) == "number" and tostring(l[i]) or "a " .. type(l[i])
-      error(("GPT:generate: logit %d is %s, expected a finite number or -inf "
-        .. "(the weights are not finite, or on_logits wrote it)"):format(i, found), 0)
-    end
-    if l[i] > max then max = l[i] end
+  local ok, id = pcall(venom.sample_logits, l, temperature, top_k, u)
+  if not ok then -- say where a bad logit can come from
+    error(("GPT:generate: %s (the weights are not finite, or on_logits wrote it)"):format(id), 0)
   end
-  if max == -math.huge then -- every weight 0: would always pick token 1
-    error("GPT:generate: every logit is -inf (did on_logits mask every token?)", 0)
-  end
-  local floor = -math.huge
-  if top_k and top_k < n then
-    local sorted = {}
-    for i = 1, n do sorted[i] = l[i] end
-    table.sort(sorted, function(a, b) return a > b end)
-    floor = sorted[top_k]
-  end
-  local w, total = {}, 0
-  for i = 1, n do
-    w[i] = l[i] >= floor and math.exp((l[i] - max) / temperature) or 0
-    total = total + w[i]
-  end
-  local target, acc, last = u * total, 0, 1
-  for i = 1, n do
-    if w[i] > 0 then
-      acc, last = acc + w[i], i
-      if acc > target then return i end
-    end
-  end
-  return last -- u·total rounded up to the total
+  return id
 end
 
 -- KV cache (GPT:generate) ---------------------------------------------------------------
@@ -606,9 +581,11 @@ function GPT:generate(prompt, n_tokens, opts)
     local cached = 0 -- positions 1..cached of out are in the caches
     for _ = 1, n_tokens do
       local last, l
-      if decoder and cached > 0 and #out == cached + 1 and #out <= cfg.block_size then
-        l = decoder:step(out[#out], #out) -- one new token, one call
+      local fused = decoder and cached > 0 and #out == cached + 1 and #out <= cfg.block_size
+      if fused then
+        decoder:step(out[#out], #out) -- one new token, one call
         cached = #out
+        if on_logits then l = decoder:logits() end
       elseif caches and #out <= cfg.block_size then
         local ids = {}
         for i = cached + 1, #out do ids[#ids + 1] = out[i] end
@@ -629,7 +606,11 @@ function GPT:generate(prompt, n_tokens, opts)
       end
       if on_logits then on_logits(l) end
       local u = venom.rand(1)
-      out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
+      if fused and not on_logits then -- the same draw, from the decoder's logits
+        out[#out + 1] = decoder:sample(temperature, top_k, u:item())
+      else
+        out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
+      end
       u:free()
     end
   end)

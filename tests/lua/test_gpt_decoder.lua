@@ -26,9 +26,10 @@ local function packed_ternary()
   return m
 end
 
--- Tokens, every step's logits and the calls of the single-row attention op
--- (the ops' step) of one generation.
-local function run(m, fused, n)
+-- Tokens, every step's logits (with hook; without, the fused path draws
+-- from the decoder's own logits) and the calls of the single-row attention
+-- op (the ops' step) of one generation.
+local function run(m, fused, n, hook)
   local steps, attn = {}, 0
   local op = venom.causal_self_attention_last
   venom.causal_self_attention_last = function(...)
@@ -37,7 +38,7 @@ local function run(m, fused, n)
   end
   venom.manual_seed(5)
   local ok, out = pcall(m.generate, m, { 7, 40, 3 }, n, { temperature = 0.9, fused = fused,
-    on_logits = function(l) steps[#steps + 1] = l end })
+    on_logits = hook ~= false and function(l) steps[#steps + 1] = l end or nil })
   venom.causal_self_attention_last = op
   assert(ok, out)
   return out, steps, attn
@@ -62,7 +63,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(18)
+tap.plan(21)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -77,6 +78,9 @@ for _, kind in ipairs({ "f32", "packed" }) do
   tap.ok(ops_attn == 42 and attn == 0,
     ("%s: the fused step replaces the ops' (%d and %d single-row attentions)"):format(kind, ops_attn, attn))
   tap.is(table.concat(out, ","), table.concat(BEFORE[kind], ","), kind .. ": the tokens of the code before")
+  local plain = run(m, true, 28, false)
+  tap.is(table.concat(plain, ","), table.concat(BEFORE[kind], ","),
+    kind .. ": the tokens of the code before, drawn in C from the decoder's logits")
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.
@@ -96,7 +100,8 @@ local function spec(edit)
   return s
 end
 local dec = venom.gpt_decoder(spec())
-tap.is(#dec:step(1, 1), 64, "a valid spec makes a decoder; a step gives vocab_size logits")
+dec:step(1, 1)
+tap.is(#dec:logits(), 64, "a valid spec makes a decoder; a step gives vocab_size logits")
 tap.error_like(function() dec:step(65, 1) end, "token 65 at position 1, expected a token in 1..64",
   "a token past the vocabulary")
 tap.error_like(function() dec:step(1, 25) end, "position 25, expected .* 1..24", "a position past block_size")
@@ -117,5 +122,7 @@ local w = m.wpe.weight:clone()
 dec = venom.gpt_decoder(spec(function(s) s.wpe = w end))
 w:free()
 tap.error_like(function() dec:step(1, 1) end, "a tensor it reads was freed", "a tensor freed after the decoder was made")
+tap.error_like(function() venom.sample_logits({ 1, 0 / 0 }, 1, nil, 0.5) end, "logit 2 is %-?nan",
+  "sample_logits: a NaN logit, by its 1-based position")
 for _, c in ipairs(caches) do c:free() end
 tap.done()

@@ -131,10 +131,31 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *spec);
  * out of range), VN_ERR_STATE (a tensor it holds was freed since). */
 const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos);
 
+/* The last step's logits (as vn_gpt_decoder_step returned them); NULL with
+ * VN_ERR_ARG for a NULL decoder, VN_ERR_STATE before the first step. */
+const float *vn_gpt_decoder_logits(const vn_gpt_decoder *d);
+
 /* The vocabulary size (the logits' length) and the block size (positions
  * 0..block_size−1); 0 for NULL. */
 int64_t vn_gpt_decoder_vocab(const vn_gpt_decoder *d);
 int64_t vn_gpt_decoder_block_size(const vn_gpt_decoder *d);
+
+/* A draw from the distribution ∝ exp(l_i / temperature) over the n logits l
+ * (double), restricted to those ≥ the top_k-th largest (top_k = 0: all):
+ * with w_i = exp((l_i − max l) / temperature) (0 outside the top_k), the
+ * first i whose running sum Σ_{j ≤ i} w_j exceeds u·Σ w (the last i with
+ * w_i > 0 if rounding leaves none); u is a uniform draw in [0, 1) from the
+ * caller's RNG. models/gpt.lua's generate draws each token so. *index gets
+ * i (0-based). Errors: VN_ERR_ARG (NULL pointers, n < 1, temperature not
+ * positive and finite, top_k < 0, u outside [0, 1), a logit NaN or +inf,
+ * every logit −inf), VN_ERR_MEMORY. */
+vn_status vn_sample_logits(const double *logits, int64_t n, double temperature, int64_t top_k,
+                           double u, int64_t *index);
+
+/* vn_sample_logits over the logits of the decoder's last step
+ * (VN_ERR_STATE before the first step). */
+vn_status vn_gpt_decoder_sample(vn_gpt_decoder *d, double temperature, int64_t top_k, double u,
+                                int64_t *index);
 
 /* Releases the decoder and its references (NULL is a no-op). */
 void vn_gpt_decoder_free(vn_gpt_decoder *d);
