@@ -12,6 +12,9 @@
 #include "internal.h"
 
 #include <math.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 /* Positions whose scores are computed together: TILE independent dot
  * products in flight instead of one chain of dependent multiply-adds. */
@@ -27,6 +30,39 @@ scores(const float *q, const float *k0, int64_t st_t, int64_t st_f, int64_t Dh, 
        float *s)
 {
     float a[TILE] = {0}; /* local sums: s may alias q or k for all the compiler knows */
+#ifdef __AVX__
+    if (n == TILE && st_f == 1) { /* the cache's layout: 8 positions in the 8 lanes of a vector */
+        __m256 acc = _mm256_setzero_ps();
+        int64_t d = 0;
+        for (; d + 8 <= Dh; d += 8) {
+            /* the 8 × 8 block k[t0 + j][d + i] transposed, so that c[i] holds
+             * column d + i of the 8 positions */
+            __m256 r[8], u[8], c[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(k0 + (t0 + j) * st_t + d);
+            for (int j = 0; j < 8; j += 2) {
+                u[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+                u[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+            }
+            for (int j = 0; j < 8; j += 4) {
+                r[j] = _mm256_shuffle_ps(u[j], u[j + 2], 0x44);
+                r[j + 1] = _mm256_shuffle_ps(u[j], u[j + 2], 0xee);
+                r[j + 2] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0x44);
+                r[j + 3] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0xee);
+            }
+            for (int j = 0; j < 4; j++) {
+                c[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);
+                c[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31);
+            }
+            /* in d order, each product rounded before it is added (no FMA:
+             * this function is compiled with fp-contract off) */
+            for (int i = 0; i < 8; i++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(q[d + i]), c[i]));
+        }
+        _mm256_storeu_ps(a, acc);
+        for (; d < Dh; d++)
+            for (int j = 0; j < TILE; j++) a[j] += q[d] * k0[(t0 + j) * st_t + d];
+    } else
+#endif
     if (n == TILE) { /* a full tile: the compiler keeps the TILE sums in registers */
         for (int64_t d = 0; d < Dh; d++) {
             float qd = q[d * st_f];
