@@ -399,11 +399,11 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     return VN_OK;
 }
 
-vn_status vn_gpt_decoder_sample(vn_gpt_decoder *d, double temperature, int64_t top_k, double u,
-                                int64_t *index)
+vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, double temperature,
+                              int64_t top_k, int64_t *next)
 {
-    if (!d) return vn__err(VN_ERR_ARG, "%s: decoder is NULL", OP);
-    if (!d->stepped) return vn__err(VN_ERR_STATE, "%s: no step yet, so no logits to sample", OP);
+    if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
     for (int64_t i = 0; i < d->V; i++) d->dlogits[i] = d->logits[i];
-    return vn_sample_logits(d->dlogits, d->V, temperature, top_k, u, index);
+    /* u as vn_rand draws one element, so the same stream gives the same tokens */
+    return vn_sample_logits(d->dlogits, d->V, temperature, top_k, vn__rng_uniform_f32(), next);
 }

@@ -222,6 +222,7 @@ bool vn__allow_tf32(void);
 
 uint64_t vn__rng_next(void);   /* 64 random bits */
 double vn__rng_uniform(void);  /* uniform on [0, 1) */
+float vn__rng_uniform_f32(void); /* one element of vn_rand: a float uniform on [0, 1) */
 
 /* In-place writes. vn__begin_write refuses a leaf that requires grad while
  * grad mode is on (its old value may be needed by backward; write under

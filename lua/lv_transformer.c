@@ -15,9 +15,9 @@
  *   venom.bias_gelu(x, bias) → gelu(x + bias)       x (..., D), bias (D)
  *   venom.gpt_decoder(spec) → decoder              a GPT's decoding step in one
  *       call (vn_gpt_decoder_new; spec below); decoder:step(token, pos),
- *       then decoder:logits() → its logits as a Lua list, or
- *       decoder:sample(temperature, top_k, u) → a token drawn from them;
- *       decoder:free()
+ *       then decoder:logits() → its logits as a Lua list;
+ *       decoder:next(token, pos, temperature, top_k) → the step and a token
+ *       drawn from its logits (vn_gpt_decoder_next); decoder:free()
  *   venom.sample_logits(list, temperature, top_k, u) → a 1-based index
  *       drawn from a list of logits (vn_sample_logits)
  *
@@ -165,6 +165,16 @@ static int decoder_gc(lua_State *L)
     return 0;
 }
 
+/* token and pos (1-based) in range, or an error saying so in 1-based terms
+ * (the engine's would count from 0). */
+static void check_step(lua_State *L, vn_gpt_decoder *d, int64_t token, int64_t pos)
+{
+    int64_t V = vn_gpt_decoder_vocab(d), T = vn_gpt_decoder_block_size(d);
+    if (token < 1 || token > V || pos < 1 || pos > T)
+        lv_raise(L, "gpt_decoder: token %lld at position %lld, expected a token in 1..%lld at a "
+                 "position in 1..%lld", (long long)token, (long long)pos, (long long)V, (long long)T);
+}
+
 /* decoder:step(token, pos), both 1-based: runs the step, whose logits
  * decoder:logits() and decoder:sample(...) read. */
 static int decoder_step(lua_State *L)
@@ -172,11 +182,7 @@ static int decoder_step(lua_State *L)
     vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
     if (!*slot) return lv_raise(L, "gpt_decoder: step on a freed decoder");
     int64_t token = lv_int(L, 2, "token"), pos = lv_int(L, 3, "pos");
-    int64_t V = vn_gpt_decoder_vocab(*slot), T = vn_gpt_decoder_block_size(*slot);
-    if (token < 1 || token > V || pos < 1 || pos > T) /* said here: the engine counts from 0 */
-        return lv_raise(L, "gpt_decoder: token %lld at position %lld, expected a token in 1..%lld "
-                        "at a position in 1..%lld", (long long)token, (long long)pos, (long long)V,
-                        (long long)T);
+    check_step(L, *slot, token, pos);
     if (!vn_gpt_decoder_step(*slot, token - 1, pos - 1)) return lv_fail(L);
     return 0;
 }
@@ -198,31 +204,31 @@ static int decoder_logits(lua_State *L)
     return 1;
 }
 
-/* The sampling options at i, i + 1, i + 2: temperature, top_k (nil: all),
- * u (a uniform draw in [0, 1)); the engine checks their ranges. */
-static void sample_args(lua_State *L, int i, double *temperature, int64_t *top_k, double *u)
+/* The sampling options at i and i + 1: temperature, top_k (nil: all); the
+ * engine checks their ranges. */
+static void sample_args(lua_State *L, int i, double *temperature, int64_t *top_k)
 {
     *temperature = lv_number(L, i, "temperature");
     *top_k = lua_isnoneornil(L, i + 1) ? 0 : lv_int(L, i + 1, "top_k");
-    *u = lv_number(L, i + 2, "u");
 }
 
-/* decoder:sample(temperature, top_k, u) → a 1-based token drawn from the
- * last step's logits (vn_gpt_decoder_sample). */
-static int decoder_sample(lua_State *L)
+/* decoder:next(token, pos, temperature, top_k) → the next token (1-based):
+ * the step and the draw in one call (vn_gpt_decoder_next). */
+static int decoder_next(lua_State *L)
 {
     vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
-    if (!*slot) return lv_raise(L, "gpt_decoder: sample on a freed decoder");
-    double temperature, u;
-    int64_t top_k, index;
-    sample_args(L, 2, &temperature, &top_k, &u);
-    lv_status(L, vn_gpt_decoder_sample(*slot, temperature, top_k, u, &index));
-    lua_pushnumber(L, (lua_Number)(index + 1));
+    if (!*slot) return lv_raise(L, "gpt_decoder: next on a freed decoder");
+    int64_t token = lv_int(L, 2, "token"), pos = lv_int(L, 3, "pos"), top_k, next;
+    double temperature;
+    sample_args(L, 4, &temperature, &top_k);
+    check_step(L, *slot, token, pos);
+    lv_status(L, vn_gpt_decoder_next(*slot, token - 1, pos - 1, temperature, top_k, &next));
+    lua_pushnumber(L, (lua_Number)(next + 1));
     return 1;
 }
 
 static const luaL_Reg decoder_methods[] = {
-    {"step", decoder_step}, {"logits", decoder_logits}, {"sample", decoder_sample},
+    {"step", decoder_step}, {"logits", decoder_logits}, {"next", decoder_next},
     {"free", decoder_gc}, {NULL, NULL}};
 
 /* venom.sample_logits(list, temperature, top_k, u) → a 1-based index drawn
@@ -231,9 +237,9 @@ static const luaL_Reg decoder_methods[] = {
 static int l_sample_logits(lua_State *L)
 {
     lv_checktype(L, 1, LUA_TTABLE, "logits");
-    double temperature, u;
+    double temperature, u = lv_number(L, 4, "u");
     int64_t top_k, index;
-    sample_args(L, 2, &temperature, &top_k, &u);
+    sample_args(L, 2, &temperature, &top_k);
     int n = (int)lua_objlen(L, 1);
     double *l = lua_newuserdata(L, sizeof(double) * (size_t)(n ? n : 1)); /* collected on error */
     for (int i = 0; i < n; i++) {

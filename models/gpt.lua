@@ -398,7 +398,7 @@ end
 -- The 1-based index of a draw from the distribution ∝ exp(l / temperature)
 -- over the list of logits l, restricted to the top_k largest (all if nil),
 -- u a uniform draw in [0, 1) (venom.sample_logits: the rule is written once,
--- in C, for these lists and for the fused decoder's logits). l may have
+-- in C, for these lists and for the fused decoder's logits, decoder:next). l may have
 -- been edited by generate's on_logits, so it is checked whole: n =
 -- vocab_size entries, numbers, no NaN or +inf (the binding names the
 -- entry), one above -inf.
@@ -580,38 +580,40 @@ function GPT:generate(prompt, n_tokens, opts)
     end
     local cached = 0 -- positions 1..cached of out are in the caches
     for _ = 1, n_tokens do
-      local last, l
       local fused = decoder and cached > 0 and #out == cached + 1 and #out <= cfg.block_size
-      if fused then
-        decoder:step(out[#out], #out) -- one new token, one call
+      if fused and not on_logits then
+        -- the step and the draw (u from the engine RNG, as venom.rand) in one call
         cached = #out
-        if on_logits then l = decoder:logits() end
-      elseif caches and #out <= cfg.block_size then
-        local ids = {}
-        for i = cached + 1, #out do ids[#ids + 1] = out[i] end
-        last = decode(self, ids, cached + 1, caches)
-        cached = #out
-      else -- no cache, or the window slides: the whole window again
-        local first = math.max(1, #out - cfg.block_size + 1)
-        local ctx = {}
-        for i = first, #out do ctx[#ctx + 1] = out[i] end
-        local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
-        local logits = self:forward(idx)
-        last = logits:select(2, #ctx):reshape(-1):cpu()
-        idx:free(); logits:free()
-      end
-      if last then
-        l = last:totable()
-        last:free()
-      end
-      if on_logits then on_logits(l) end
-      local u = venom.rand(1)
-      if fused and not on_logits then -- the same draw, from the decoder's logits
-        out[#out + 1] = decoder:sample(temperature, top_k, u:item())
+        out[#out + 1] = decoder:next(out[#out], #out, temperature, top_k)
       else
+        local last, l
+        if fused then
+          decoder:step(out[#out], #out)
+          cached = #out
+          l = decoder:logits()
+        elseif caches and #out <= cfg.block_size then
+          local ids = {}
+          for i = cached + 1, #out do ids[#ids + 1] = out[i] end
+          last = decode(self, ids, cached + 1, caches)
+          cached = #out
+        else -- no cache, or the window slides: the whole window again
+          local first = math.max(1, #out - cfg.block_size + 1)
+          local ctx = {}
+          for i = first, #out do ctx[#ctx + 1] = out[i] end
+          local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
+          local logits = self:forward(idx)
+          last = logits:select(2, #ctx):reshape(-1):cpu()
+          idx:free(); logits:free()
+        end
+        if last then
+          l = last:totable()
+          last:free()
+        end
+        if on_logits then on_logits(l) end
+        local u = venom.rand(1)
         out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
+        u:free()
       end
-      u:free()
     end
   end)
   if decoder then decoder:free() end

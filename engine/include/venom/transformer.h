@@ -152,10 +152,13 @@ int64_t vn_gpt_decoder_block_size(const vn_gpt_decoder *d);
 vn_status vn_sample_logits(const double *logits, int64_t n, double temperature, int64_t top_k,
                            double u, int64_t *index);
 
-/* vn_sample_logits over the logits of the decoder's last step
- * (VN_ERR_STATE before the first step). */
-vn_status vn_gpt_decoder_sample(vn_gpt_decoder *d, double temperature, int64_t top_k, double u,
-                                int64_t *index);
+/* A step and a draw in one call, for generation: vn_gpt_decoder_step(d,
+ * token, pos), then vn_sample_logits over its logits with u drawn from the
+ * engine RNG as vn_rand draws one element (so a seed gives the tokens of
+ * vn_rand + vn_sample_logits); the drawn token (0-based) in *next. Errors:
+ * those of both. */
+vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, double temperature,
+                              int64_t top_k, int64_t *next);
 
 /* Releases the decoder and its references (NULL is a no-op). */
 void vn_gpt_decoder_free(vn_gpt_decoder *d);
