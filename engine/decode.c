@@ -263,6 +263,8 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     if (!st) st = hold2(d, s->wpe, VN_F32, "wpe", T, C);
     if (!st) st = plan_norm(d, &s->ln_f, "ln_f", &d->ln_f);
     for (int64_t i = 0; i < s->n_layer && !st; i++) st = plan_block(d, &s->blocks[i], i, &d->blocks[i]);
+    if (!st && H < 1) /* an empty MLP: BLAS libraries differ on empty products */
+        st = vn__err(VN_ERR_SHAPE, "%s: the MLP's hidden width (fc's rows) is 0, expected ≥ 1", OP);
     if (st) {
         vn_gpt_decoder_free(d);
         return NULL;

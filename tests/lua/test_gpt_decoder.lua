@@ -63,7 +63,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(21)
+tap.plan(22)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -113,6 +113,9 @@ tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].qkv.pac
   "block 1 of 2: qkv has both", "weight and packed together")
 tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].cache = venom.zeros(1, 24, 95) end)) end,
   "block 1 of 2: cache of shape %(1, 24, 95%), expected %(1, 24, 96%)", "a cache of the wrong width")
+tap.error_like(function() venom.gpt_decoder(spec(function(s)
+  for i = 1, 2 do s.blocks[i].fc, s.blocks[i].mlp_proj = { weight = venom.zeros(0, 32) }, { weight = venom.zeros(32, 0) } end
+end)) end, "hidden width %(fc's rows%) is 0", "an MLP of width 0")
 tap.error_like(function() venom.gpt_decoder(spec(function(s) s.n_head = 5 end)) end,
   "n_head = 5, expected a divisor of C = 32", "n_head not dividing C")
 tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[2].ln1 = "norm" end)) end,

@@ -119,7 +119,7 @@ typedef struct vn_gpt_decoder vn_gpt_decoder;
  * bias or norm where the kind has none, eps or γ out of range, a
  * non-contiguous tensor), VN_ERR_STATE (a freed tensor), VN_ERR_DTYPE,
  * VN_ERR_DEVICE, VN_ERR_SHAPE (the message names the tensor, blocks
- * counted from 1: "block 2 of 4: fc weight"), VN_ERR_FORMAT (a corrupt packed code),
+ * counted from 1: "block 2 of 4: fc weight"; an MLP of width 0), VN_ERR_FORMAT (a corrupt packed code),
  * VN_ERR_MEMORY. */
 vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *spec);
 
