@@ -150,7 +150,7 @@ static vn_decode_linear linear_field(lua_State *L, int t, const char *key, const
     vn_decode_linear r = {.weight = tensor_field(L, n, "weight", sub),
                           .bias = tensor_field(L, n, "bias", sub),
                           .packed = tensor_field(L, n, "packed", sub),
-                          .gamma = (float)number_field(L, n, "gamma", sub, 0),
+                          .gamma = (float)number_field(L, n, "gamma", sub, NAN), /* required with packed */
                           .norm = tensor_field(L, n, "norm", sub),
                           .norm_eps = number_field(L, n, "norm_eps", sub, 1e-6)};
     lua_pop(L, 1);

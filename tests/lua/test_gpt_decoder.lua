@@ -63,7 +63,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(22)
+tap.plan(23)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -111,6 +111,8 @@ tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[2].fc.weig
   "block 2 of 2: fc weight of shape %(128, 16%), expected %(128, 32%)", "a weight of the wrong shape is named")
 tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].qkv.packed = venom.zeros(96, 32, "u8") end)) end,
   "block 1 of 2: qkv has both", "weight and packed together")
+tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].qkv = { packed = venom.zeros(96, 32, "u8") } end)) end,
+  "block 1 of 2: qkv gamma = %-?nan, expected a finite", "packed weights without their gamma")
 tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].cache = venom.zeros(1, 24, 95) end)) end,
   "block 1 of 2: cache of shape %(1, 24, 95%), expected %(1, 24, 96%)", "a cache of the wrong width")
 tap.error_like(function() venom.gpt_decoder(spec(function(s)
