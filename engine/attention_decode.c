@@ -129,6 +129,7 @@ vn_tensor *vn_causal_self_attention_last(const vn_tensor *qkv, int64_t n_head)
     if (!out) return NULL;
     const float *x = vn__ptr(qkv);
     float *y = vn__ptr(out);
-    for (int64_t b = 0; b < B; b++) vn__attention_last_row(x + b * st[0], st[1], st[2], T, C, n_head, y + b * C);
+    for (int64_t b = 0; b < B; b++)
+        vn__attention_last_row(x + b * st[0], st[1], st[2], T, C, n_head, y + b * C);
     return out;
 }

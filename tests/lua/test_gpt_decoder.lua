@@ -49,7 +49,9 @@ local function first_difference(a, b)
   if #a ~= #b then return "step count" end
   for s = 1, #a do
     for i = 1, #a[s] do
-      if a[s][i] ~= b[s][i] then return ("step %d, logit %d: %.9g against %.9g"):format(s, i, a[s][i], b[s][i]) end
+      if a[s][i] ~= b[s][i] then
+        return ("step %d, logit %d: %.9g against %.9g"):format(s, i, a[s][i], b[s][i])
+      end
     end
   end
 end
@@ -107,26 +109,31 @@ tap.error_like(function() dec:step(65, 1) end, "token 65 at position 1, expected
 tap.error_like(function() dec:step(1, 25) end, "position 25, expected .* 1..24", "a position past block_size")
 dec:free()
 tap.error_like(function() dec:step(1, 1) end, "freed decoder", "a step on a freed decoder")
-tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[2].fc.weight = venom.zeros(128, 16) end)) end,
-  "block 2 of 2: fc weight of shape %(128, 16%), expected %(128, 32%)", "a weight of the wrong shape is named")
-tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].qkv.packed = venom.zeros(96, 32, "u8") end)) end,
+local function bad(edit) return function() venom.gpt_decoder(spec(edit)) end end
+tap.error_like(bad(function(s) s.blocks[2].fc.weight = venom.zeros(128, 16) end),
+  "block 2 of 2: fc weight of shape %(128, 16%), expected %(128, 32%)",
+  "a weight of the wrong shape is named")
+tap.error_like(bad(function(s) s.blocks[1].qkv.packed = venom.zeros(96, 32, "u8") end),
   "block 1 of 2: qkv has both", "weight and packed together")
-tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].qkv = { packed = venom.zeros(96, 32, "u8") } end)) end,
+tap.error_like(bad(function(s) s.blocks[1].qkv = { packed = venom.zeros(96, 32, "u8") } end),
   "block 1 of 2: qkv gamma = %-?nan, expected a finite", "packed weights without their gamma")
-tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[1].cache = venom.zeros(1, 24, 95) end)) end,
+tap.error_like(bad(function(s) s.blocks[1].cache = venom.zeros(1, 24, 95) end),
   "block 1 of 2: cache of shape %(1, 24, 95%), expected %(1, 24, 96%)", "a cache of the wrong width")
-tap.error_like(function() venom.gpt_decoder(spec(function(s)
-  for i = 1, 2 do s.blocks[i].fc, s.blocks[i].mlp_proj = { weight = venom.zeros(0, 32) }, { weight = venom.zeros(32, 0) } end
-end)) end, "hidden width %(fc's rows%) is 0", "an MLP of width 0")
-tap.error_like(function() venom.gpt_decoder(spec(function(s) s.n_head = 5 end)) end,
+tap.error_like(bad(function(s)
+  for i = 1, 2 do
+    s.blocks[i].fc, s.blocks[i].mlp_proj = { weight = venom.zeros(0, 32) }, { weight = venom.zeros(32, 0) }
+  end
+end), "hidden width %(fc's rows%) is 0", "an MLP of width 0")
+tap.error_like(bad(function(s) s.n_head = 5 end),
   "n_head = 5, expected a divisor of C = 32", "n_head not dividing C")
-tap.error_like(function() venom.gpt_decoder(spec(function(s) s.blocks[2].ln1 = "norm" end)) end,
+tap.error_like(bad(function(s) s.blocks[2].ln1 = "norm" end),
   "blocks%[2%]%.ln1: expected a table, found string", "a field of the wrong Lua type")
 -- A decoder reads the tensors it was given at every step: one freed since is an error, not a crash.
 local w = m.wpe.weight:clone()
 dec = venom.gpt_decoder(spec(function(s) s.wpe = w end))
 w:free()
-tap.error_like(function() dec:step(1, 1) end, "a tensor it reads was freed", "a tensor freed after the decoder was made")
+tap.error_like(function() dec:step(1, 1) end, "a tensor it reads was freed",
+  "a tensor freed after the decoder was made")
 tap.error_like(function() venom.sample_logits({ 1, 0 / 0 }, 1, nil, 0.5) end, "logit 2 is %-?nan",
   "sample_logits: a NaN logit, by its 1-based position")
 for _, c in ipairs(caches) do c:free() end
