@@ -12,6 +12,107 @@
 #include "internal.h"
 
 #include <math.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
+/* Positions whose scores are computed together: TILE independent dot
+ * products in flight instead of one chain of dependent multiply-adds. */
+#define TILE 8
+
+/* The scores q·k_t of n ≤ TILE positions t0..t0+n−1 into s (unscaled).
+ * Each is q[0]·k[0] + q[1]·k[1] + ... summed in d order with every product
+ * rounded before it is added (no fused multiply-add): the arithmetic the
+ * compiler made of the one-dot-at-a-time loop this replaced, so the same
+ * bits; only TILE of these chains are interleaved instead of one. */
+__attribute__((noinline, optimize("fp-contract=off"))) static void
+scores(const float *q, const float *k0, int64_t st_t, int64_t st_f, int64_t Dh, int64_t t0, int64_t n,
+       float *s)
+{
+    float a[TILE] = {0}; /* local sums: s may alias q or k for all the compiler knows */
+#ifdef __AVX__
+    if (n == TILE && st_f == 1) { /* the cache's layout: 8 positions in the 8 lanes of a vector */
+        __m256 acc = _mm256_setzero_ps();
+        int64_t d = 0;
+        for (; d + 8 <= Dh; d += 8) {
+            /* the 8 × 8 block k[t0 + j][d + i] transposed, so that c[i] holds
+             * column d + i of the 8 positions */
+            __m256 r[8], u[8], c[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(k0 + (t0 + j) * st_t + d);
+            for (int j = 0; j < 8; j += 2) {
+                u[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+                u[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+            }
+            for (int j = 0; j < 8; j += 4) {
+                r[j] = _mm256_shuffle_ps(u[j], u[j + 2], 0x44);
+                r[j + 1] = _mm256_shuffle_ps(u[j], u[j + 2], 0xee);
+                r[j + 2] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0x44);
+                r[j + 3] = _mm256_shuffle_ps(u[j + 1], u[j + 3], 0xee);
+            }
+            for (int j = 0; j < 4; j++) {
+                c[j] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x20);
+                c[j + 4] = _mm256_permute2f128_ps(r[j], r[j + 4], 0x31);
+            }
+            /* in d order, each product rounded before it is added (no FMA:
+             * this function is compiled with fp-contract off) */
+            for (int i = 0; i < 8; i++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(q[d + i]), c[i]));
+        }
+        _mm256_storeu_ps(a, acc);
+        for (; d < Dh; d++)
+            for (int j = 0; j < TILE; j++) a[j] += q[d] * k0[(t0 + j) * st_t + d];
+    } else
+#endif
+    if (n == TILE) { /* a full tile: the compiler keeps the TILE sums in registers */
+        for (int64_t d = 0; d < Dh; d++) {
+            float qd = q[d * st_f];
+            const float *k = k0 + t0 * st_t + d * st_f;
+            for (int j = 0; j < TILE; j++) a[j] += qd * k[j * st_t];
+        }
+    } else {
+        for (int64_t d = 0; d < Dh; d++)
+            for (int64_t j = 0; j < n; j++) a[j] += q[d * st_f] * k0[(t0 + j) * st_t + d * st_f];
+    }
+    for (int j = 0; j < TILE; j++) s[j] = a[j];
+}
+
+/* One sequence (see internal.h): each head's query row T − 1 against keys
+ * and values 0..T−1, one pass with the online softmax. Not inlined: one
+ * copy for the op and the fused decoder, the same bits. */
+__attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st_t, int64_t st_f,
+                                                      int64_t T, int64_t C, int64_t n_head, float *y)
+{
+    int64_t Dh = C / n_head;
+    float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f; /* as vn_causal_self_attention */
+    for (int64_t h = 0; h < n_head; h++) {
+        const float *q = x + (T - 1) * st_t + h * Dh * st_f;
+        const float *k0 = x + (C + h * Dh) * st_f, *v0 = k0 + C * st_f;
+        float *acc = y + h * Dh, m = -INFINITY, sum = 0;
+        for (int64_t d = 0; d < Dh; d++) acc[d] = 0;
+        for (int64_t t0 = 0; t0 < T; t0 += TILE) {
+            int64_t nt = T - t0 < TILE ? T - t0 : TILE;
+            float s[TILE];
+            scores(q, k0, st_t, st_f, Dh, t0, nt, s);
+            for (int64_t j = 0; j < nt; j++) {
+                const float *v = v0 + (t0 + j) * st_t;
+                float sj = s[j] * scale;
+                if (sj > m) { /* a new max: rescale what was summed under the old one */
+                    float r = expf(m - sj);
+                    sum *= r;
+                    for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
+                    m = sj;
+                }
+                float p = expf(sj - m);
+                sum += p;
+                if (st_f == 1) /* the cache's layout: a loop the compiler vectorises */
+                    for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d];
+                else
+                    for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d * st_f];
+            }
+        }
+        for (int64_t d = 0; d < Dh; d++) acc[d] /= sum;
+    }
+}
 
 vn_tensor *vn_causal_self_attention_last(const vn_tensor *qkv, int64_t n_head)
 {
@@ -22,35 +123,13 @@ vn_tensor *vn_causal_self_attention_last(const vn_tensor *qkv, int64_t n_head)
                         "%s: qkv of shape %s with n_head %lld, expected (B, T ≥ 1, 3·C) with C a "
                         "multiple of n_head ≥ 1",
                         op, vn__shape(qkv->ndim, qkv->shape), (long long)n_head);
-    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, Dh = C / n_head;
+    int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
     const int64_t *st = qkv->strides; /* read in place: a narrowed cache is not copied */
     vn_tensor *out = vn__new(VN_F32, 3, (int64_t[]){B, 1, C});
     if (!out) return NULL;
     const float *x = vn__ptr(qkv);
     float *y = vn__ptr(out);
-    float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f; /* as vn_causal_self_attention */
     for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < n_head; h++) {
-            const float *q = x + b * st[0] + (T - 1) * st[1] + h * Dh * st[2];
-            float *acc = y + b * C + h * Dh, m = -INFINITY, sum = 0;
-            for (int64_t d = 0; d < Dh; d++) acc[d] = 0;
-            for (int64_t t = 0; t < T; t++) {
-                const float *k = x + b * st[0] + t * st[1] + (C + h * Dh) * st[2];
-                const float *v = k + C * st[2];
-                float s = 0;
-                for (int64_t d = 0; d < Dh; d++) s += q[d * st[2]] * k[d * st[2]];
-                s *= scale;
-                if (s > m) { /* a new max: rescale what was summed under the old one */
-                    float r = expf(m - s);
-                    sum *= r;
-                    for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
-                    m = s;
-                }
-                float p = expf(s - m);
-                sum += p;
-                for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d * st[2]];
-            }
-            for (int64_t d = 0; d < Dh; d++) acc[d] /= sum;
-        }
+        vn__attention_last_row(x + b * st[0], st[1], st[2], T, C, n_head, y + b * C);
     return out;
 }

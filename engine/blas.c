@@ -28,12 +28,32 @@ _Thread_local void *vn__progress_ud;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_threaded(void) { openblas_set_num_threads(1); }
 
+/* One row of C (1 × n) = a (1 × k, stride inca) · op(B) as a matrix-vector
+ * product: OpenBLAS's sgemm with m = 1 packs all of B first (at 2048 × 512
+ * it was 10× slower than sgemv), and a single row is what decoding a
+ * token at batch 1 multiplies. */
+static void gemv_row(CBLAS_TRANSPOSE tb, int n, int k, float alpha, const float *a, int inca,
+                     const float *B, int ldb, float beta, float *c)
+{
+    if (tb == CblasTrans) /* B is n × k: c = B·a */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, B, ldb, a, inca, beta, c, 1);
+    else /* B is k × n: c = Bᵀ·a */
+        cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, B, ldb, a, inca, beta, c, 1);
+}
+
 /* The product's rows lo..hi of C (by_rows) or its columns lo..hi. */
 static void gemm_block(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
                        int ldc, int by_rows, int lo, int hi)
 {
-    if (by_rows) /* rows lo..hi of op(A): row i of A, or column i when transposed */
+    int inca = ta == CblasNoTrans ? 1 : lda; /* along a row of op(A) */
+    if (by_rows && hi - lo == 1) /* one row of op(A): row lo of A, or column lo when transposed */
+        gemv_row(tb, n, k, alpha, ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, inca, B, ldb,
+                 beta, C + (size_t)lo * ldc);
+    else if (!by_rows && m == 1) /* columns lo..hi of op(B): rows lo..hi of B, or its columns */
+        gemv_row(tb, hi - lo, k, alpha, A, inca, tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb,
+                 ldb, beta, C + lo);
+    else if (by_rows) /* rows lo..hi of op(A): row i of A, or column i when transposed */
         cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, n, k, alpha,
                     ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo, lda, B, ldb, beta,
                     C + (size_t)lo * ldc, ldc);

@@ -222,6 +222,7 @@ bool vn__allow_tf32(void);
 
 uint64_t vn__rng_next(void);   /* 64 random bits */
 double vn__rng_uniform(void);  /* uniform on [0, 1) */
+float vn__rng_uniform_f32(void); /* one element of vn_rand: a float uniform on [0, 1) */
 
 /* In-place writes. vn__begin_write refuses a leaf that requires grad while
  * grad mode is on (its old value may be needed by backward; write under
@@ -333,5 +334,17 @@ void vn__scatter_add_rows_f32(float *dst, const float *src, const int64_t *idx, 
  * array for the row loops (free() it); NULL and the error set when out of
  * memory. */
 int64_t *vn__index_list(const vn_tensor *idx);
+
+/* Rows shared by an op and the fused decoder (engine/decode.c), one copy
+ * each so that both give the same bits. LayerNorm of one row x (D values):
+ * y = (x − mean)/σ ⊙ g + b (g, b may be NULL), stats = {mean, 1/σ}
+ * (engine/ops_transformer.c). The last position's causal self-attention
+ * over T positions of one sequence whose qkv row t, feature f sits at
+ * qkv[t·st_t + f·st_f] (3C features: q | k | v) → y (C values)
+ * (engine/attention_decode.c). */
+void vn__layer_norm_row(const float *x, const float *g, const float *b, int64_t D, double eps,
+                        float *y, float *stats);
+void vn__attention_last_row(const float *qkv, int64_t st_t, int64_t st_f, int64_t T, int64_t C,
+                            int64_t n_head, float *y);
 
 #endif

@@ -298,6 +298,23 @@ static vn_status layer_norm_backward_cuda(vn_node *node, const vn_tensor *gout)
     return vn__accum_all(node, 3, d);
 }
 
+/* One row: two passes, so var = mean((x − mean)²) stays exact for rows with
+ * a large mean, where E[x²] − mean² would cancel. Not inlined: the one copy
+ * of the loop serves vn_layer_norm and the fused decoder (decode.c), so the
+ * two give the same bits (FMA contraction may differ between copies). */
+__attribute__((noinline)) void vn__layer_norm_row(const float *x, const float *g, const float *b,
+                                                  int64_t D, double eps, float *y, float *stats)
+{
+    float m, rstd;
+    row_stats(x, D, eps, &m, &rstd);
+    stats[0] = m;
+    stats[1] = rstd;
+    for (int64_t j = 0; j < D; j++) {
+        float v = (x[j] - m) * rstd;
+        y[j] = (g ? v * g[j] : v) + (b ? b[j] : 0.0f);
+    }
+}
+
 vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_tensor *beta,
                          double eps)
 {
@@ -335,19 +352,8 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
                     *pb = bc ? vn_tensor_data(bc) : NULL;
         float *po = vn_tensor_data(out), *ps = vn_tensor_data(stats);
 #pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = px + r * D;
-            /* two passes: var = mean((x − mean)²) stays exact for rows with
-             * a large mean, where E[x²] − mean² would cancel */
-            float m, rstd;
-            row_stats(xr, D, eps, &m, &rstd);
-            ps[2 * r] = m;
-            ps[2 * r + 1] = rstd;
-            for (int64_t j = 0; j < D; j++) {
-                float y = (xr[j] - m) * rstd;
-                po[r * D + j] = (pg ? y * pg[j] : y) + (pb ? pb[j] : 0.0f);
-            }
-        }
+        for (int64_t r = 0; r < rows; r++)
+            vn__layer_norm_row(px + r * D, pg, pb, D, eps, po + r * D, ps + 2 * r);
     }
     vn_tensor_release(xc);
     vn_tensor_release(gc);

@@ -75,6 +75,14 @@ uint64_t vn__rng_next(void)
 /* Uniform on [0, 1) with 53 random bits. */
 double vn__rng_uniform(void) { return (double)(vn__rng_next() >> 11) * 0x1.0p-53; }
 
+float vn__rng_uniform_f32(void)
+{
+    /* A double just below 1 rounds to 1.0f (about one draw in 2^25): keep
+     * [0, 1) by taking the largest float below 1 instead. */
+    float u = (float)vn__rng_uniform();
+    return u < 1.0f ? u : 0x1.fffffep-1f;
+}
+
 static vn_tensor *fill_random(int ndim, const int64_t *shape, bool normal)
 {
     vn_tensor *t = vn_empty(VN_F32, ndim, shape);
@@ -83,10 +91,7 @@ static vn_tensor *fill_random(int ndim, const int64_t *shape, bool normal)
     int64_t n = vn_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         if (!normal) {
-            /* A double just below 1 rounds to 1.0f (about one draw in 2^25):
-             * keep [0, 1) by taking the largest float below 1 instead. */
-            float u = (float)vn__rng_uniform();
-            p[i] = u < 1.0f ? u : 0x1.fffffep-1f;
+            p[i] = vn__rng_uniform_f32();
             continue;
         }
         /* Box–Muller: two uniforms give two independent normals. */

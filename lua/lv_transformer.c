@@ -13,10 +13,20 @@
  *   venom.causal_self_attention_last(qkv, n_head) → out (B, 1, C): its last
  *       position alone, for decoding with a KV cache (CPU, no gradient)
  *   venom.bias_gelu(x, bias) → gelu(x + bias)       x (..., D), bias (D)
+ *   venom.gpt_decoder(spec) → decoder              a GPT's decoding step in one
+ *       call (vn_gpt_decoder_new; spec below); decoder:step(token, pos),
+ *       then decoder:logits() → its logits as a Lua list;
+ *       decoder:next(token, pos, temperature, top_k) → the step and a token
+ *       drawn from its logits (vn_gpt_decoder_next); decoder:free()
+ *   venom.sample_logits(list, temperature, top_k, u) → a 1-based index
+ *       drawn from a list of logits (vn_sample_logits)
  *
  * Ids are 1-based here, like every index on the Lua side, and converted to
  * 0-based before they reach the engine. */
 #include "lv.h"
+
+#include <math.h>
+#include <stdio.h>
 
 static int l_embedding(lua_State *L)
 {
@@ -62,8 +72,238 @@ static int l_bias_gelu(lua_State *L)
     return lv_push(L, vn_bias_gelu(x, bias));
 }
 
+/* ---- the GPT decoder (vn_gpt_decoder): a box with a __gc ----------------------
+ *
+ * spec = {wte = T, wpe = T, n_head = n, ln_f = norm, blocks = {block, ...}}
+ *   norm  = {weight = T, bias = T or nil, eps = e, rms = bool}
+ *   block = {ln1 = norm, ln2 = norm, qkv = lin, attn_proj = lin, fc = lin,
+ *            mlp_proj = lin, cache = T}
+ *   lin   = {weight = T, bias = T or nil}                 (f32)
+ *         | {packed = T, gamma = g, norm = T or nil, norm_eps = e}  (ternary)
+ * The engine checks every tensor; here a field of the wrong Lua type is an
+ * error naming its path ("blocks[2].fc.weight"). */
+
+#define LV_DECODER_MT "venom.GptDecoder"
+
+/* The value at key of the table at index t, pushed; must be a table
+ * (path.key names it). */
+static void push_table_field(lua_State *L, int t, const char *key, const char *path)
+{
+    lua_getfield(L, t, key);
+    if (!lua_istable(L, -1))
+        lv_raise(L, "gpt_decoder: %s%s: expected a table, found %s", path, key, luaL_typename(L, -1));
+}
+
+/* The tensor at key of the table at t, or NULL when absent. It stays alive
+ * while the spec table (which refers to it) is on the stack. */
+static vn_tensor *tensor_field(lua_State *L, int t, const char *key, const char *path)
+{
+    lua_getfield(L, t, key);
+    vn_tensor *x = NULL;
+    if (!lua_isnil(L, -1) && !(x = lv_totensor(L, -1)))
+        lv_raise(L, "gpt_decoder: %s%s: expected a tensor, found %s", path, key, luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return x;
+}
+
+static double number_field(lua_State *L, int t, const char *key, const char *path, double def)
+{
+    lua_getfield(L, t, key);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            lv_raise(L, "gpt_decoder: %s%s: expected a number, found %s", path, key,
+                     luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static int64_t int_field(lua_State *L, int t, const char *key)
+{
+    double v = number_field(L, t, key, "", 0);
+    if (!lv_whole(v)) return lv_raise(L, "gpt_decoder: %s = %g, expected a whole number", key, v);
+    return (int64_t)v;
+}
+
+static vn_decode_norm norm_field(lua_State *L, int t, const char *key, const char *path)
+{
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s%s.", path, key);
+    push_table_field(L, t, key, path);
+    int n = lua_gettop(L);
+    vn_decode_norm r = {tensor_field(L, n, "weight", sub), tensor_field(L, n, "bias", sub),
+                        number_field(L, n, "eps", sub, 1e-5), false};
+    lua_getfield(L, n, "rms");
+    r.rms = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    return r;
+}
+
+static vn_decode_linear linear_field(lua_State *L, int t, const char *key, const char *path)
+{
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s%s.", path, key);
+    push_table_field(L, t, key, path);
+    int n = lua_gettop(L);
+    vn_decode_linear r = {.weight = tensor_field(L, n, "weight", sub),
+                          .bias = tensor_field(L, n, "bias", sub),
+                          .packed = tensor_field(L, n, "packed", sub),
+                          .gamma = (float)number_field(L, n, "gamma", sub, NAN), /* required with packed */
+                          .norm = tensor_field(L, n, "norm", sub),
+                          .norm_eps = number_field(L, n, "norm_eps", sub, 1e-6)};
+    lua_pop(L, 1);
+    return r;
+}
+
+static int decoder_gc(lua_State *L)
+{
+    vn_gpt_decoder **slot = luaL_checkudata(L, 1, LV_DECODER_MT);
+    vn_gpt_decoder_free(*slot);
+    *slot = NULL;
+    return 0;
+}
+
+/* token and pos (1-based) in range, or an error saying so in 1-based terms
+ * (the engine's would count from 0). */
+static void check_step(lua_State *L, vn_gpt_decoder *d, int64_t token, int64_t pos)
+{
+    int64_t V = vn_gpt_decoder_vocab(d), T = vn_gpt_decoder_block_size(d);
+    if (token < 1 || token > V || pos < 1 || pos > T)
+        lv_raise(L, "gpt_decoder: token %lld at position %lld, expected a token in 1..%lld at a "
+                 "position in 1..%lld", (long long)token, (long long)pos, (long long)V, (long long)T);
+}
+
+/* decoder:step(token, pos), both 1-based: runs the step, whose logits
+ * decoder:logits() and decoder:sample(...) read. */
+static int decoder_step(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    if (!*slot) return lv_raise(L, "gpt_decoder: step on a freed decoder");
+    int64_t token = lv_int(L, 2, "token"), pos = lv_int(L, 3, "pos");
+    check_step(L, *slot, token, pos);
+    if (!vn_gpt_decoder_step(*slot, token - 1, pos - 1)) return lv_fail(L);
+    return 0;
+}
+
+/* decoder:logits() → the last step's logits, a list of vocab numbers (a new
+ * table each call: the caller may edit it). */
+static int decoder_logits(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    if (!*slot) return lv_raise(L, "gpt_decoder: logits of a freed decoder");
+    int64_t V = vn_gpt_decoder_vocab(*slot);
+    const float *logits = vn_gpt_decoder_logits(*slot);
+    if (!logits) return lv_fail(L);
+    lua_createtable(L, (int)V, 0);
+    for (int64_t i = 0; i < V; i++) {
+        lua_pushnumber(L, logits[i]);
+        lua_rawseti(L, -2, (int)(i + 1));
+    }
+    return 1;
+}
+
+/* The sampling options at i and i + 1: temperature, top_k (nil: all); the
+ * engine checks their ranges. */
+static void sample_args(lua_State *L, int i, double *temperature, int64_t *top_k)
+{
+    *temperature = lv_number(L, i, "temperature");
+    *top_k = lua_isnoneornil(L, i + 1) ? 0 : lv_int(L, i + 1, "top_k");
+}
+
+/* decoder:next(token, pos, temperature, top_k) → the next token (1-based):
+ * the step and the draw in one call (vn_gpt_decoder_next). */
+static int decoder_next(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    if (!*slot) return lv_raise(L, "gpt_decoder: next on a freed decoder");
+    int64_t token = lv_int(L, 2, "token"), pos = lv_int(L, 3, "pos"), top_k, next;
+    double temperature;
+    sample_args(L, 4, &temperature, &top_k);
+    check_step(L, *slot, token, pos);
+    lv_status(L, vn_gpt_decoder_next(*slot, token - 1, pos - 1, temperature, top_k, &next));
+    lua_pushnumber(L, (lua_Number)(next + 1));
+    return 1;
+}
+
+static const luaL_Reg decoder_methods[] = {
+    {"step", decoder_step}, {"logits", decoder_logits}, {"next", decoder_next},
+    {"free", decoder_gc}, {NULL, NULL}};
+
+/* venom.sample_logits(list, temperature, top_k, u) → a 1-based index drawn
+ * from a Lua list of logits (vn_sample_logits); an entry that is not a
+ * number, or is NaN or +inf, is an error naming its 1-based position. */
+static int l_sample_logits(lua_State *L)
+{
+    lv_checktype(L, 1, LUA_TTABLE, "logits");
+    double temperature, u = lv_number(L, 4, "u");
+    int64_t top_k, index;
+    sample_args(L, 2, &temperature, &top_k);
+    int n = (int)lua_objlen(L, 1);
+    double *l = lua_newuserdata(L, sizeof(double) * (size_t)(n ? n : 1)); /* collected on error */
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, i + 1);
+        int type = lua_type(L, -1);
+        l[i] = lua_tonumber(L, -1);
+        if (type != LUA_TNUMBER || l[i] != l[i] || l[i] == HUGE_VAL) {
+            char found[64];
+            if (type == LUA_TNUMBER) snprintf(found, sizeof found, "%g", l[i]);
+            else snprintf(found, sizeof found, "a %s", luaL_typename(L, -1));
+            return lv_raise(L, "sample_logits: logit %d is %s, expected a finite number or -inf", i + 1,
+                            found);
+        }
+        lua_pop(L, 1);
+    }
+    lv_status(L, vn_sample_logits(l, n, temperature, top_k, u, &index));
+    lua_pushnumber(L, (lua_Number)(index + 1));
+    return 1;
+}
+
+static int l_gpt_decoder(lua_State *L)
+{
+    lv_checktype(L, 1, LUA_TTABLE, "spec");
+    lua_settop(L, 1);
+    if (luaL_newmetatable(L, LV_DECODER_MT)) {
+        lua_pushcfunction(L, decoder_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_newtable(L);
+        lv_setfuncs(L, decoder_methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    vn_gpt_decoder_spec spec = {.wte = tensor_field(L, 1, "wte", ""),
+                                .wpe = tensor_field(L, 1, "wpe", ""),
+                                .ln_f = norm_field(L, 1, "ln_f", ""),
+                                .n_head = int_field(L, 1, "n_head")};
+    push_table_field(L, 1, "blocks", ""); /* at 2 */
+    spec.n_layer = (int64_t)lua_objlen(L, 2);
+    /* the blocks' array as a userdata: collected if a bad field raises */
+    vn_decode_block *blocks = lua_newuserdata(L, sizeof *blocks * (size_t)(spec.n_layer ? spec.n_layer : 1));
+    for (int64_t i = 0; i < spec.n_layer; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "blocks[%lld].", (long long)i + 1);
+        lua_rawgeti(L, 2, (int)(i + 1));
+        if (!lua_istable(L, -1))
+            return lv_raise(L, "gpt_decoder: blocks[%lld]: expected a table, found %s", (long long)i + 1,
+                            luaL_typename(L, -1));
+        int b = lua_gettop(L);
+        blocks[i] = (vn_decode_block){
+            .ln1 = norm_field(L, b, "ln1", path), .ln2 = norm_field(L, b, "ln2", path),
+            .qkv = linear_field(L, b, "qkv", path), .attn_proj = linear_field(L, b, "attn_proj", path),
+            .fc = linear_field(L, b, "fc", path), .mlp_proj = linear_field(L, b, "mlp_proj", path),
+            .cache = tensor_field(L, b, "cache", path)};
+        lua_pop(L, 1);
+    }
+    spec.blocks = blocks;
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_new(L, LV_DECODER_MT);
+    if (!(*slot = vn_gpt_decoder_new(&spec))) return lv_fail(L);
+    return 1;
+}
+
 const luaL_Reg lv_transformer_functions[] = {
     LV_REG(embedding) LV_REG(layer_norm) LV_REG(causal_attention)
     LV_REG(causal_self_attention) LV_REG(causal_self_attention_last) LV_REG(bias_gelu)
+    LV_REG(gpt_decoder) LV_REG(sample_logits)
     {NULL, NULL},
 };

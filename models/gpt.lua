@@ -396,47 +396,22 @@ function GPT:loss(idx, targets)
 end
 
 -- The 1-based index of a draw from the distribution ∝ exp(l / temperature)
--- over the list of logits l, restricted to the top_k largest (all if nil).
--- l may have been edited by generate's on_logits, so it is checked whole
--- (n = vocab_size entries, numbers, no NaN or +inf, one above -inf) before
--- the top-k sort, which a NaN would leave in an undefined order.
+-- over the list of logits l, restricted to the top_k largest (all if nil),
+-- u a uniform draw in [0, 1) (venom.sample_logits: the rule is written once,
+-- in C, for these lists and for the fused decoder's logits, decoder:next). l may have
+-- been edited by generate's on_logits, so it is checked whole: n =
+-- vocab_size entries, numbers, no NaN or +inf (the binding names the
+-- entry), one above -inf.
 local function sample(l, n, temperature, top_k, u)
   if #l ~= n then
     error(("GPT:generate: expected %d logits (vocab_size), found %d; did on_logits add or remove entries?")
       :format(n, #l), 0)
   end
-  local max = -math.huge
-  for i = 1, n do
-    if type(l[i]) ~= "number" or l[i] ~= l[i] or l[i] == math.huge then -- would sample garbage
-      local found = type(l[i]) == "number" and tostring(l[i]) or "a " .. type(l[i])
-      error(("GPT:generate: logit %d is %s, expected a finite number or -inf "
-        .. "(the weights are not finite, or on_logits wrote it)"):format(i, found), 0)
-    end
-    if l[i] > max then max = l[i] end
+  local ok, id = pcall(venom.sample_logits, l, temperature, top_k, u)
+  if not ok then -- say where a bad logit can come from
+    error(("GPT:generate: %s (the weights are not finite, or on_logits wrote it)"):format(id), 0)
   end
-  if max == -math.huge then -- every weight 0: would always pick token 1
-    error("GPT:generate: every logit is -inf (did on_logits mask every token?)", 0)
-  end
-  local floor = -math.huge
-  if top_k and top_k < n then
-    local sorted = {}
-    for i = 1, n do sorted[i] = l[i] end
-    table.sort(sorted, function(a, b) return a > b end)
-    floor = sorted[top_k]
-  end
-  local w, total = {}, 0
-  for i = 1, n do
-    w[i] = l[i] >= floor and math.exp((l[i] - max) / temperature) or 0
-    total = total + w[i]
-  end
-  local target, acc, last = u * total, 0, 1
-  for i = 1, n do
-    if w[i] > 0 then
-      acc, last = acc + w[i], i
-      if acc > target then return i end
-    end
-  end
-  return last -- u·total rounded up to the total
+  return id
 end
 
 -- KV cache (GPT:generate) ---------------------------------------------------------------
@@ -489,6 +464,50 @@ local function decode(self, ids, t0, caches)
   return logits
 end
 
+-- The fused decoder (venom.gpt_decoder: a whole step in one C call, the same
+-- logits bit for bit) for the models whose layers it knows: every norm an
+-- nn.LayerNorm or nn.RMSNorm, every projection an nn.Linear or a packed
+-- nn.BitLinear (after venom.load_ternary), GELU MLPs; nil for the others
+-- (V:N:M, activation-sparse, MoE, the BitNet training path), which step
+-- through the ops with decode() above. At batch 1 on a narrow model the ops'
+-- per-call costs outweigh the products (bench/RESULTS.md, issue 20).
+local function fused_norm(n)
+  local cls = getmetatable(n)
+  if cls == nn.LayerNorm and n.weight then return { weight = n.weight, bias = n.bias, eps = n.eps } end
+  if cls == nn.RMSNorm then return { weight = n.weight, eps = n.eps, rms = true } end
+end
+
+local function fused_linear(l)
+  local cls = getmetatable(l)
+  if cls == nn.Linear then return { weight = l.weight, bias = l.bias } end
+  if cls == nn.BitLinear and l.packed then
+    local n = l.norm and fused_norm(l.norm)
+    if l.norm and not (n and n.rms) then return nil end
+    return { packed = l.packed, gamma = l.gamma, norm = n and n.weight, norm_eps = n and n.eps }
+  end
+end
+
+local function fused_decoder(self, caches)
+  local cfg = self.config
+  local spec = { wte = self.wte.weight, wpe = self.wpe.weight, n_head = cfg.n_head,
+                 ln_f = fused_norm(self.ln_f), blocks = {} }
+  if not spec.ln_f or getmetatable(self.wte) ~= nn.Embedding
+    or getmetatable(self.wpe) ~= nn.Embedding then return nil end
+  for i = 1, cfg.n_layer do
+    local b = self.blocks[i]
+    local mlp = b.mlp
+    if getmetatable(mlp) ~= MLP or mlp.activation ~= "gelu" then return nil end
+    local blk = { ln1 = fused_norm(b.ln1), ln2 = fused_norm(b.ln2), qkv = fused_linear(b.attn.qkv),
+                  attn_proj = fused_linear(b.attn.proj), fc = fused_linear(mlp.fc),
+                  mlp_proj = fused_linear(mlp.proj), cache = caches[i] }
+    for _, k in ipairs({ "ln1", "ln2", "qkv", "attn_proj", "fc", "mlp_proj" }) do
+      if not blk[k] then return nil end
+    end
+    spec.blocks[i] = blk
+  end
+  return venom.gpt_decoder(spec)
+end
+
 --- Continues `prompt` (a list of token ids or a (T) or (1, T) integer tensor, at
 -- least one token) by n_tokens sampled tokens and returns the whole
 -- sequence as a Lua list. Each token is drawn from softmax(logits /
@@ -501,15 +520,20 @@ end
 -- every position changes (absolute position embeddings), so each further
 -- token recomputes the whole window, as without the cache. On CUDA and for
 -- MoE models with a capacity limit every token recomputes the context.
+-- With the cache, models of f32 Linear or packed ternary BitLinear layers
+-- run each new token as one C call (venom.gpt_decoder: the same logits,
+-- bit for bit, as the ops; the prompt still goes through the ops).
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
--- the context for every token), on_logits = nil (a function called with
+-- the context for every token), fused = true (false: step through the ops
+-- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with
 -- each step's logits, a Lua list of vocab_size numbers, before the draw; it
 -- may edit them in place, e.g. -inf masks a token; a list that is then not
 -- vocab_size numbers, has a NaN or +inf, or is all -inf is an error).
 function GPT:generate(prompt, n_tokens, opts)
   local who = "GPT:generate"
-  opts = check_options(opts, { "temperature", "top_k", "cache", "on_logits" }, who)
+  opts = check_options(opts, { "temperature", "top_k", "cache", "fused", "on_logits" }, who)
   local use_cache = util.check_bool(opts.cache, "cache", who, true)
+  local use_fused = util.check_bool(opts.fused, "fused", who, true)
   local on_logits = opts.on_logits
   if on_logits ~= nil and type(on_logits) ~= "function" then
     fail(who .. ": on_logits must be a function, got " .. type(on_logits))
@@ -547,36 +571,52 @@ function GPT:generate(prompt, n_tokens, opts)
   local was_training = self.training
   self:eval()
   local caches -- one (1, block_size, 3C) per block while the cache is in use
+  local decoder -- the fused decoder over those caches, where it applies
   local ok, err = pcall(venom.no_grad, function()
     if n_tokens > 0 and use_cache and #out < cfg.block_size and can_cache(self) then
       caches = {}
       for i = 1, cfg.n_layer do caches[i] = venom.zeros(1, cfg.block_size, 3 * cfg.n_embd) end
+      if use_fused then decoder = fused_decoder(self, caches) end
     end
     local cached = 0 -- positions 1..cached of out are in the caches
     for _ = 1, n_tokens do
-      local last
-      if caches and #out <= cfg.block_size then
-        local ids = {}
-        for i = cached + 1, #out do ids[#ids + 1] = out[i] end
-        last = decode(self, ids, cached + 1, caches)
+      local fused = decoder and cached > 0 and #out == cached + 1 and #out <= cfg.block_size
+      if fused and not on_logits then
+        -- the step and the draw (u from the engine RNG, as venom.rand) in one call
         cached = #out
-      else -- no cache, or the window slides: the whole window again
-        local first = math.max(1, #out - cfg.block_size + 1)
-        local ctx = {}
-        for i = first, #out do ctx[#ctx + 1] = out[i] end
-        local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
-        local logits = self:forward(idx)
-        last = logits:select(2, #ctx):reshape(-1):cpu()
-        idx:free(); logits:free()
+        out[#out + 1] = decoder:next(out[#out], #out, temperature, top_k)
+      else
+        local last, l
+        if fused then
+          decoder:step(out[#out], #out)
+          cached = #out
+          l = decoder:logits()
+        elseif caches and #out <= cfg.block_size then
+          local ids = {}
+          for i = cached + 1, #out do ids[#ids + 1] = out[i] end
+          last = decode(self, ids, cached + 1, caches)
+          cached = #out
+        else -- no cache, or the window slides: the whole window again
+          local first = math.max(1, #out - cfg.block_size + 1)
+          local ctx = {}
+          for i = first, #out do ctx[#ctx + 1] = out[i] end
+          local idx = venom.tensor({ ctx }, "i64"):to(self.positions:device())
+          local logits = self:forward(idx)
+          last = logits:select(2, #ctx):reshape(-1):cpu()
+          idx:free(); logits:free()
+        end
+        if last then
+          l = last:totable()
+          last:free()
+        end
+        if on_logits then on_logits(l) end
+        local u = venom.rand(1)
+        out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
+        u:free()
       end
-      local l = last:totable()
-      last:free()
-      if on_logits then on_logits(l) end
-      local u = venom.rand(1)
-      out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
-      u:free()
     end
   end)
+  if decoder then decoder:free() end
   for _, c in ipairs(caches or {}) do c:free() end
   self:train(was_training)
   if not ok then error(err, 0) end

@@ -82,5 +82,18 @@ typedef struct {
     float *s;
 } vnq_rows;
 bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r);
+/* The same in memory the caller holds (the fused decoder's scratch):
+ * vnq__rows_bytes(B, Kp) bytes at mem, laid out by vnq__rows_at, then filled
+ * by vnq__quantize_into. */
+size_t vnq__rows_bytes(int64_t B, int64_t Kp);
+void vnq__rows_at(void *mem, int64_t B, int64_t Kp, vnq_rows *r);
+void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r);
+/* out (B, N) = the product of the quantised rows r with N packed weight rows
+ * p (Kp/4 bytes each), times γ/s: vn_ternary_matmul's kernel call, split
+ * over threads when large. */
+void vnq__product(const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r, int64_t B, float gamma,
+                  float *out);
+/* RMSNorm of one row (vn_rms_norm at inference; rms_norm.c). */
+void vnq__rms_row(const float *x, const float *w, int64_t D, double eps, float *y);
 
 #endif

@@ -30,8 +30,10 @@ static vn_tensor *rms_norm_ops(const vn_tensor *x, const vn_tensor *w, double ep
 
 /* One row of D values, rounded step by step as the composition: x·x in
  * f32, its mean as vn_mean sums a row (in double, a simd reduction, times
- * 1/D), + ε, √ and the division in f32. */
-static void rms_row(const float *x, const float *w, int64_t D, double eps, float *y)
+ * 1/D), + ε, √ and the division in f32. Not inlined: one copy for this op
+ * and the fused decoder (engine/decode.c), so both give the same bits. */
+__attribute__((noinline)) void vnq__rms_row(const float *x, const float *w, int64_t D, double eps,
+                                            float *y)
 {
     double s = 0;
 #pragma omp simd reduction(+ : s)
@@ -73,9 +75,9 @@ vn_tensor *vn_rms_norm(const vn_tensor *x, const vn_tensor *w, double eps)
          * `parallel if (false)` costs libgomp two futex system calls. */
         if (rows * D > VN_OMP_MIN_WORK) {
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < rows; i++) rms_row(px + i * D, pw, D, eps, po + i * D);
+            for (int64_t i = 0; i < rows; i++) vnq__rms_row(px + i * D, pw, D, eps, po + i * D);
         } else {
-            for (int64_t i = 0; i < rows; i++) rms_row(px + i * D, pw, D, eps, po + i * D);
+            for (int64_t i = 0; i < rows; i++) vnq__rms_row(px + i * D, pw, D, eps, po + i * D);
         }
     }
     vn_tensor_release(xc);

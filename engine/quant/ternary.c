@@ -439,22 +439,55 @@ static void quantize_one(const float *x, int64_t b, int64_t K, int64_t Kp, vnq_r
     r->sum[b] = sum;
 }
 
-bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r)
+size_t vnq__rows_bytes(int64_t B, int64_t Kp)
+{
+    return (size_t)(B * Kp + 63) / 64 * 64 + 2 * (size_t)B * 4;
+}
+
+void vnq__rows_at(void *mem, int64_t B, int64_t Kp, vnq_rows *r)
 {
     size_t qb = (size_t)(B * Kp + 63) / 64 * 64, sb = (size_t)B * 4;
-    r->nbytes = qb + 2 * sb;
-    r->mem = vn__mem_alloc(r->nbytes);
-    if (!r->mem) return false;
-    r->q = r->mem;
-    r->sum = (int32_t *)(void *)((char *)r->mem + qb);
-    r->s = (float *)(void *)((char *)r->mem + qb + sb);
+    r->mem = mem;
+    r->nbytes = vnq__rows_bytes(B, Kp);
+    r->q = mem;
+    r->sum = (int32_t *)(void *)((char *)mem + qb);
+    r->s = (float *)(void *)((char *)mem + qb + sb);
+}
+
+bool vnq__quantize_rows(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r)
+{
+    void *mem = vn__mem_alloc(vnq__rows_bytes(B, Kp));
+    if (!mem) return false;
+    vnq__rows_at(mem, B, Kp, r);
+    vnq__quantize_into(x, B, K, Kp, r);
+    return true;
+}
+
+void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r)
+{
     if (B * K > VN_OMP_MIN_WORK) {
 #pragma omp parallel for schedule(static)
         for (int64_t b = 0; b < B; b++) quantize_one(x, b, K, Kp, r);
     } else { /* no OpenMP region: see above */
         for (int64_t b = 0; b < B; b++) quantize_one(x, b, K, Kp, r);
     }
-    return true;
+}
+
+void vnq__product(const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r, int64_t B, float gamma,
+                  float *out)
+{
+    vnq_kernel kernel = vnq__kernel_for(B);
+    int64_t rb = Kp / 4;
+    /* Threads take chunks of weight rows; every chunk reads all of x̃.
+     * A small product is one call, outside any OpenMP region (above). */
+    if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {
+#pragma omp parallel for schedule(static)
+        for (int64_t n0 = 0; n0 < N; n0 += ROW_CHUNK)
+            kernel(p + n0 * rb, N - n0 < ROW_CHUNK ? N - n0 : ROW_CHUNK, Kp, r->q, r->sum, r->s, B,
+                   gamma, out + n0, N);
+    } else {
+        kernel(p, N, Kp, r->q, r->sum, r->s, B, gamma, out, N);
+    }
 }
 
 vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_t K, float gamma)
@@ -480,19 +513,7 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
         y = NULL;
     }
     if (y && B > 0) {
-        vnq_kernel kernel = vnq__kernel_for(B);
-        const uint8_t *p = vn_tensor_data(pc);
-        float *out = vn_tensor_data(y);
-        /* Threads take chunks of weight rows; every chunk reads all of x̃.
-         * A small product is one call, outside any OpenMP region (above). */
-        if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {
-#pragma omp parallel for schedule(static)
-            for (int64_t n0 = 0; n0 < N; n0 += ROW_CHUNK)
-                kernel(p + n0 * rb, N - n0 < ROW_CHUNK ? N - n0 : ROW_CHUNK, Kp, r.q, r.sum, r.s, B,
-                       gamma, out + n0, N);
-        } else {
-            kernel(p, N, Kp, r.q, r.sum, r.s, B, gamma, out, N);
-        }
+        vnq__product(vn_tensor_data(pc), N, Kp, &r, B, gamma, vn_tensor_data(y));
         vn__mem_free(r.mem, r.nbytes);
     }
     vn_tensor_release(xc);

@@ -130,6 +130,21 @@ venom.no_grad = core.no_grad
 -- error once all have run. fn must be a function.
 venom.after_backward = core.after_backward
 
+--- venom.gpt_decoder(spec) → decoder: a GPT-2-style model's decoding step
+-- at batch 1 as one C call (vn_gpt_decoder_new, venom/transformer.h), for
+-- models/gpt.lua's generate, which makes one per call. spec = {wte, wpe,
+-- n_head, ln_f = norm, blocks = {{ln1, ln2 = norm, qkv, attn_proj, fc,
+-- mlp_proj = projection, cache = (1, block_size, 3C) tensor}, ...}}, norm
+-- = {weight, bias, eps, rms = bool}, projection = {weight, bias} (f32) or
+-- {packed, gamma, norm, norm_eps} (packed ternary with its RMSNorm).
+-- decoder:step(token, pos) runs a token (1-based) at a position (1-based;
+-- the cache holds the earlier ones) and decoder:logits() gives its logits
+-- as a list, bit for bit those of the same step through the ops;
+-- decoder:next(token, pos, temperature, top_k) steps and draws the next
+-- token as venom.sample_logits does, with u = venom.rand(1)'s draw;
+-- decoder:free() lets go of the tensors. Errors name the bad field.
+venom.gpt_decoder = core.gpt_decoder
+
 --- venom.set_vnm_precision(p): the precision of the V:N:M forward product
 -- (nn.SparseLinear, venom.vnm_linear, venom.vnm_spmm, the pruning shadow's
 -- forward) on the CPU, for the whole process: "f32" (default) or "bf16", where x and the kept values are

@@ -162,12 +162,17 @@ end
 -- What a field's value makes it: a child module, a parameter (a leaf
 -- tensor that requires a gradient: one made to be trained, not the output
 -- of an op), or nil for a plain field.
+-- The closures pcall runs are file-level functions: a closure made inside
+-- a loop (FNEW) is not compiled by LuaJIT, and model:eval() / model:train()
+-- run sync() below over every module (GPT:generate calls both).
+local function trainable(v) return v:requires_grad() and v:is_leaf() end
+
 local function field_kind(v)
   if nn.is_module(v) then return "module" end
   if is_tensor(v) then
     -- (a freed tensor answers with an error: it is a plain field)
-    local ok, trainable = pcall(function() return v:requires_grad() and v:is_leaf() end)
-    if ok and trainable then return "param" end
+    local ok, yes = pcall(trainable, v)
+    if ok and yes then return "param" end
   end
 end
 
@@ -195,6 +200,12 @@ end
 -- gradient as register_parameter does; a plain field that now holds a
 -- module or a parameter is registered at the end (several in sorted
 -- order). The lists keep their identity.
+local function mark_trainable(v)
+  if v:is_leaf() and not v:requires_grad() then v:requires_grad_(true) end
+end
+
+local function by_name(a, b) return tostring(a) < tostring(b) end
+
 local function sync(m)
   if rawget(m, "_params") == nil then return end
   local mods, params, known = m._modules, m._params, {}
@@ -215,9 +226,7 @@ local function sync(m)
       table.remove(params, i)
     else
       known[name] = true
-      if v ~= nil then -- (a freed tensor stays as it is)
-        pcall(function() if v:is_leaf() and not v:requires_grad() then v:requires_grad_(true) end end)
-      end
+      if v ~= nil then pcall(mark_trainable, v) end -- (a freed tensor stays as it is)
     end
   end
   local late = {}
@@ -227,7 +236,7 @@ local function sync(m)
       late[#late + 1] = k
     end
   end
-  table.sort(late, function(a, b) return tostring(a) < tostring(b) end)
+  table.sort(late, by_name)
   for _, k in ipairs(late) do
     local v = rawget(m, k)
     if nn.is_module(v) then Module.add_module(m, k, v) else Module.register_parameter(m, k, v) end

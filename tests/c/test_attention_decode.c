@@ -2,7 +2,9 @@
  * of vn_causal_self_attention against the op itself for odd sizes (one
  * position, a softmax whose max moves late, several batches and heads),
  * a narrowed view of a longer cache against its contiguous copy (read in
- * place through the strides, the same bits), and bad arguments. */
+ * place through the strides, the same bits), the vector path of a
+ * contiguous cache against the plain loops a strided one takes (the same
+ * bits: both sum each score's products in d order), and bad arguments. */
 #include "gradcheck.h"
 
 #include <math.h>
@@ -54,6 +56,27 @@ static void test_narrowed_cache(void **state)
     for (int k = 0; k < 5; k++) vn_tensor_release(ts[k]);
 }
 
+/* Head widths 8 and 12 (a vector block and a tail), T = 19 (two full
+ * tiles of 8 positions and a partial one): the contiguous qkv (vector
+ * path) against a view whose feature stride is not 1 (plain loops). */
+static void test_vector_path_same_bits(void **state)
+{
+    (void)state;
+    for (int64_t Dh = 8; Dh <= 12; Dh += 4) {
+        int64_t B = 1, T = 19, H = 2, C = H * Dh;
+        vn_tensor *ft = trand(3, (int64_t[]){B, 3 * C, T}, -2, 2, 61); /* features × positions */
+        vn_tensor *strided = vn_transpose(ft, 1, 2), *plain = strided ? vn_contiguous(strided) : NULL;
+        CHECK_PTR(plain);
+        assert_int_not_equal(vn_tensor_strides(strided)[2], 1);
+        vn_tensor *a = vn_causal_self_attention_last(plain, H), *b = vn_causal_self_attention_last(strided, H);
+        CHECK_PTR(a);
+        CHECK_PTR(b);
+        assert_memory_equal(vn_tensor_data(a), vn_tensor_data(b), sizeof(float) * (size_t)(B * C));
+        vn_tensor *ts[] = {ft, strided, plain, a, b};
+        for (int k = 0; k < 5; k++) vn_tensor_release(ts[k]);
+    }
+}
+
 static void expect_error(vn_tensor *t, vn_status want, const char *needle)
 {
     assert_null(t);
@@ -83,6 +106,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_full_attention),
         cmocka_unit_test(test_narrowed_cache),
+        cmocka_unit_test(test_vector_path_same_bits),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -164,6 +164,32 @@ static void test_matmul_split(void **state)
             }
 }
 
+/* One row of C (engine/blas.c's sgemv path, what decoding at batch 1
+ * multiplies): on the left a (1, k) row, or a row of a column-major matrix
+ * (strides (1, 3): the transposed operand, its elements 3 apart), each
+ * right operand plain and transposed, small and large enough to be split
+ * over the threads by columns, against the definition. */
+static void test_matmul_one_row(void **state)
+{
+    (void)state;
+    for (int big = 0; big < 2; big++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int64_t n = big ? 5000 : 7, k = big ? 64 : 5;
+                int64_t sa[2] = {ta ? k : 1, ta ? 3 : k}, sb[2] = {tb ? n : k, tb ? k : n};
+                vn_tensor *a0 = rnd(2, sa, 40 + ta), *b0 = rnd(2, sb, 42 + tb);
+                vn_tensor *at = ta ? vn_transpose(a0, 0, 1) : NULL;
+                vn_tensor *a = ta ? (at ? vn_narrow(at, 0, 1, 1) : NULL) : vn_tensor_retain(a0);
+                vn_tensor_release(at);
+                vn_tensor *b = tb ? vn_transpose(b0, 0, 1) : vn_tensor_retain(b0);
+                CHECK_PTR(a);
+                CHECK_PTR(b);
+                matmul_case(a, b);
+                vn_tensor *ts[] = {a0, b0, a, b};
+                for (int i = 0; i < 4; i++) vn_tensor_release(ts[i]);
+            }
+}
+
 static void test_matmul_batched(void **state)
 {
     struct { int na, nb; int64_t sa[4], sb[4]; } cases[] = {
@@ -426,7 +452,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_2d_and_1d), cmocka_unit_test(test_matmul_layouts),
         cmocka_unit_test(test_matmul_batched),   cmocka_unit_test(test_matmul_errors),
-        cmocka_unit_test(test_matmul_split),
+        cmocka_unit_test(test_matmul_split),     cmocka_unit_test(test_matmul_one_row),
         cmocka_unit_test(test_linear_values),    cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_matmul_grad),      cmocka_unit_test(test_linear_grad),
         cmocka_unit_test(test_linear_backward_formulas), cmocka_unit_test(test_broadcast_gradient),

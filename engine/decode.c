@@ -1,0 +1,411 @@
+/* decode.c — one decoding step of a GPT (models/gpt.lua) in a single call:
+ * the new token's row through every block with the KV cache, then the
+ * final norm and the tied head, for batch 1 (venom/transformer.h,
+ * vn_gpt_decoder_*).
+ *
+ * Why: at batch 1 on a narrow model (tutorial 5: width 128) a step is some
+ * 25 small ops per block, and run one by one from Lua each pays its
+ * argument checks, a tensor allocation and a Lua ↔ C crossing, which cost
+ * more than the products themselves (bench/RESULTS.md, issue 20). Here the
+ * checks happen once, when the decoder is made, and a step writes into
+ * scratch rows it keeps.
+ *
+ * The same numbers as the ops: each step calls the row functions those ops
+ * run (vn__layer_norm_row, vnq__rms_row, vn__attention_last_row,
+ * vn__gelu_f32, vnq__quantize_into + vnq__product, vn__sgemm with the
+ * arguments vn_linear passes for one row), so a decoder's logits are bit for
+ * bit those of models/gpt.lua's step through the ops (tests/lua/
+ * test_gpt_decoder.lua checks this). f32 Linear layers and packed ternary
+ * BitLinear layers both go through here, so that their comparison
+ * (bench/ternary_generate.lua) measures the products, not the overheads. */
+#include "blas.h"
+#include "internal.h"
+#include "quant_internal.h"
+#include "vec_math.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { QKV, ATTN_PROJ, FC, MLP_PROJ, N_LINEAR };
+static const char *const linear_names[N_LINEAR] = {"qkv", "attn_proj", "fc", "mlp_proj"};
+
+typedef struct {
+    const float *weight, *bias; /* NULL weight: no norm */
+    double eps;
+    bool rms;
+} norm_plan;
+
+typedef struct {
+    const float *weight, *bias; /* f32 layer (weight NULL when packed) */
+    const uint8_t *packed;      /* packed ternary layer */
+    float gamma;
+    const float *norm; /* the RMSNorm before a packed layer, or NULL */
+    double norm_eps;
+    int64_t N, K, Kp;
+} linear_plan;
+
+typedef struct {
+    norm_plan ln1, ln2;
+    linear_plan lin[N_LINEAR];
+    float *cache; /* (T, 3C) */
+} block_plan;
+
+struct vn_gpt_decoder {
+    int64_t V, C, H, T, n_layer, n_head;
+    const float *wte, *wpe;
+    norm_plan ln_f;
+    block_plan *blocks;
+    /* Every tensor read or written, retained: a step first checks that
+     * none was freed since (vn_tensor_free), and they are released at the
+     * end. */
+    vn_tensor **held;
+    int n_held;
+    float *buf; /* x, h, a, b, the hidden pair, the norm's row, logits */
+    float *x, *h, *a, *b, *hid, *act, *row, *logits;
+    double *dlogits; /* the logits as vn_sample_logits takes them */
+    bool stepped;    /* logits hold a step's */
+    void *qmem; /* the int8 row of a packed product */
+    vnq_rows q;
+};
+
+/* ---- checks at creation ----------------------------------------------------------- */
+
+static const char OP[] = "gpt_decoder";
+
+/* t: a contiguous CPU tensor of dtype want and shape (nd dims), retained
+ * into d->held. name says where it sits. */
+static vn_status hold(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const char *name, int nd,
+                      const int64_t *shape)
+{
+    vn_status st = vn__check_dtype_arg(t, want, OP, name, 0);
+    if (st) return st;
+    bool same = t->ndim == nd;
+    for (int i = 0; same && i < nd; i++) same = t->shape[i] == shape[i];
+    if (!same)
+        return vn__err(VN_ERR_SHAPE, "%s: %s of shape %s, expected %s", OP, name,
+                       vn__shape(t->ndim, t->shape), vn__shape(nd, shape));
+    if (!vn_tensor_is_contiguous(t))
+        return vn__err(VN_ERR_ARG, "%s: %s is not contiguous, expected a plain row-major tensor",
+                       OP, name);
+    d->held[d->n_held++] = vn_tensor_retain((vn_tensor *)t);
+    return VN_OK;
+}
+
+/* hold for a vector (n), for a matrix (r, c). */
+static vn_status hold1(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const char *name,
+                       int64_t n)
+{
+    return hold(d, t, want, name, 1, &n);
+}
+
+static vn_status hold2(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const char *name,
+                       int64_t r, int64_t c)
+{
+    return hold(d, t, want, name, 2, (int64_t[]){r, c});
+}
+
+static vn_status check_eps(double eps, const char *name)
+{
+    if (!(eps > 0) || !isfinite(eps))
+        return vn__err(VN_ERR_ARG, "%s: %s eps = %g, expected a positive finite number", OP, name, eps);
+    return VN_OK;
+}
+
+static vn_status plan_norm(vn_gpt_decoder *d, const vn_decode_norm *n, const char *name,
+                           norm_plan *p)
+{
+    char w[80], b[80];
+    snprintf(w, sizeof w, "%s weight", name);
+    snprintf(b, sizeof b, "%s bias", name);
+    if (!n->weight) return vn__err(VN_ERR_ARG, "%s: %s weight is NULL, expected (%lld) f32", OP, name,
+                                   (long long)d->C);
+    if (n->rms && n->bias)
+        return vn__err(VN_ERR_ARG, "%s: %s is an RMSNorm with a bias, expected none", OP, name);
+    vn_status st = check_eps(n->eps, name);
+    if (!st) st = hold1(d, n->weight, VN_F32, w, d->C);
+    if (!st && n->bias) st = hold1(d, n->bias, VN_F32, b, d->C);
+    if (st) return st;
+    *p = (norm_plan){vn_tensor_data(n->weight), n->bias ? vn_tensor_data(n->bias) : NULL, n->eps,
+                     n->rms};
+    return VN_OK;
+}
+
+/* One projection K → N: f32 weight (N, K) with an optional bias (N), or
+ * packed ternary (N, row bytes of K) with γ and an optional RMSNorm (K). */
+static vn_status plan_linear(vn_gpt_decoder *d, const vn_decode_linear *l, const char *name,
+                             int64_t N, int64_t K, linear_plan *p)
+{
+    char buf[96];
+    vn_status st = VN_OK;
+    *p = (linear_plan){.N = N, .K = K, .Kp = vn_ternary_row_bytes(K) * 4};
+    if (!l->weight == !l->packed)
+        return vn__err(VN_ERR_ARG, "%s: %s has %s, expected either an f32 weight or packed ternary "
+                       "weights", OP, name, l->weight ? "both" : "neither");
+    if (l->weight) {
+        if (l->norm) return vn__err(VN_ERR_ARG, "%s: %s: an input RMSNorm goes with packed weights "
+                                    "only", OP, name);
+        snprintf(buf, sizeof buf, "%s weight", name);
+        st = hold2(d, l->weight, VN_F32, buf, N, K);
+        snprintf(buf, sizeof buf, "%s bias", name);
+        if (!st && l->bias) st = hold1(d, l->bias, VN_F32, buf, N);
+        if (st) return st;
+        p->weight = vn_tensor_data(l->weight);
+        p->bias = l->bias ? vn_tensor_data(l->bias) : NULL;
+        return VN_OK;
+    }
+    if (l->bias) return vn__err(VN_ERR_ARG, "%s: %s: packed ternary layers have no bias", OP, name);
+    if (!(l->gamma >= 0) || !isfinite(l->gamma))
+        return vn__err(VN_ERR_ARG, "%s: %s gamma = %g, expected a finite γ ≥ 0", OP, name, l->gamma);
+    snprintf(buf, sizeof buf, "%s packed weights", name);
+    st = hold2(d, l->packed, VN_U8, buf, N, vn_ternary_row_bytes(K));
+    if (!st) st = vnq__check_codes(l->packed, K, OP); /* a code 3 would be read as 2 */
+    if (!st && l->norm) {
+        snprintf(buf, sizeof buf, "%s norm weight", name);
+        st = check_eps(l->norm_eps, buf);
+        if (!st) st = hold1(d, l->norm, VN_F32, buf, K);
+    }
+    if (st) return st;
+    p->packed = vn_tensor_data(l->packed);
+    p->gamma = l->gamma;
+    p->norm = l->norm ? vn_tensor_data(l->norm) : NULL;
+    p->norm_eps = l->norm_eps;
+    return VN_OK;
+}
+
+static vn_status plan_block(vn_gpt_decoder *d, const vn_decode_block *s, int64_t i, block_plan *p)
+{
+    char name[64];
+    int64_t C = d->C, H = d->H, n = d->n_layer;
+    const vn_decode_linear *lin[N_LINEAR] = {&s->qkv, &s->attn_proj, &s->fc, &s->mlp_proj};
+    const int64_t out[N_LINEAR] = {3 * C, C, H, C}, in[N_LINEAR] = {C, C, C, H};
+    /* blocks counted from 1 in messages, for C and Lua callers alike */
+    snprintf(name, sizeof name, "block %lld of %lld: ln1", (long long)i + 1, (long long)n);
+    vn_status st = plan_norm(d, &s->ln1, name, &p->ln1);
+    snprintf(name, sizeof name, "block %lld of %lld: ln2", (long long)i + 1, (long long)n);
+    if (!st) st = plan_norm(d, &s->ln2, name, &p->ln2);
+    for (int k = 0; k < N_LINEAR && !st; k++) {
+        snprintf(name, sizeof name, "block %lld of %lld: %s", (long long)i + 1, (long long)n,
+                 linear_names[k]);
+        st = plan_linear(d, lin[k], name, out[k], in[k], &p->lin[k]);
+    }
+    snprintf(name, sizeof name, "block %lld of %lld: cache", (long long)i + 1, (long long)n);
+    if (!st) st = hold(d, s->cache, VN_F32, name, 3, (int64_t[]){1, d->T, 3 * C});
+    if (!st) p->cache = vn_tensor_data(s->cache);
+    return st;
+}
+
+void vn_gpt_decoder_free(vn_gpt_decoder *d)
+{
+    if (!d) return;
+    for (int i = 0; i < d->n_held; i++) vn_tensor_release(d->held[i]);
+    if (d->qmem) vn__mem_free(d->qmem, d->q.nbytes);
+    free(d->held);
+    free(d->blocks);
+    free(d->buf);
+    free(d->dlogits);
+    free(d);
+}
+
+/* The first dim of the fc layer's weights (the MLP's hidden width), 0 when
+ * there is no usable tensor (plan_linear then says what is wrong). */
+static int64_t hidden_width(const vn_decode_linear *fc)
+{
+    const vn_tensor *t = fc->weight ? fc->weight : fc->packed;
+    return t && !vn_tensor_is_freed(t) && t->ndim == 2 ? t->shape[0] : 0;
+}
+
+vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
+{
+    if (!s) return vn__errp(VN_ERR_ARG, "%s: spec is NULL", OP);
+    if (vn__check_dtype_arg(s->wte, VN_F32, OP, "wte", 0) ||
+        vn__check_dtype_arg(s->wpe, VN_F32, OP, "wpe", 0))
+        return NULL;
+    if (s->wte->ndim != 2 || s->wpe->ndim != 2)
+        return vn__errp(VN_ERR_SHAPE, "%s: wte %s and wpe %s, expected (vocab, C) and (block_size, C)",
+                        OP, vn__shape(s->wte->ndim, s->wte->shape),
+                        vn__shape(s->wpe->ndim, s->wpe->shape));
+    int64_t V = s->wte->shape[0], C = s->wte->shape[1], T = s->wpe->shape[0];
+    if (s->n_layer < 1 || !s->blocks)
+        return vn__errp(VN_ERR_ARG, "%s: n_layer = %lld with %s blocks, expected ≥ 1 blocks", OP,
+                        (long long)s->n_layer, s->blocks ? "" : "no");
+    if (s->n_head < 1 || C % s->n_head)
+        return vn__errp(VN_ERR_ARG, "%s: n_head = %lld, expected a divisor of C = %lld", OP,
+                        (long long)s->n_head, (long long)C);
+    int64_t H = hidden_width(&s->blocks[0].fc);
+    if (V < 1 || C < 1 || T < 1 || V > INT_MAX || 3 * C > INT_MAX || H > INT_MAX)
+        return vn__errp(VN_ERR_SHAPE, "%s: wte %s, wpe %s: expected non-empty sizes within BLAS's "
+                        "int", OP, vn__shape(2, s->wte->shape), vn__shape(2, s->wpe->shape));
+    vn_gpt_decoder *d = calloc(1, sizeof *d);
+    if (!d) return vn__errp(VN_ERR_MEMORY, "%s: out of memory", OP);
+    *d = (vn_gpt_decoder){.V = V, .C = C, .H = H, .T = T, .n_layer = s->n_layer, .n_head = s->n_head};
+    int64_t kmax = H > C ? H : C, Kp = vn_ternary_row_bytes(kmax) * 4;
+    /* x, h, a, b: C each; hid, act: H; row: kmax; logits: V */
+    size_t nbuf = (size_t)(4 * C + 2 * H + kmax + V);
+    d->held = calloc((size_t)(4 + 17 * s->n_layer), sizeof *d->held);
+    d->blocks = calloc((size_t)s->n_layer, sizeof *d->blocks);
+    d->buf = malloc(nbuf * sizeof(float));
+    d->dlogits = malloc(sizeof(double) * (size_t)V);
+    d->qmem = vn__mem_alloc(vnq__rows_bytes(1, Kp));
+    vn_status st = VN_OK;
+    if (!d->held || !d->blocks || !d->buf || !d->dlogits || !d->qmem) {
+        if (d->qmem) d->q.nbytes = vnq__rows_bytes(1, Kp);
+        vn_gpt_decoder_free(d);
+        return vn__errp(VN_ERR_MEMORY, "%s: out of memory", OP);
+    }
+    vnq__rows_at(d->qmem, 1, Kp, &d->q);
+    float *p = d->buf;
+    d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
+    d->row = p += H, d->logits = p + kmax;
+    st = hold2(d, s->wte, VN_F32, "wte", V, C);
+    if (!st) st = hold2(d, s->wpe, VN_F32, "wpe", T, C);
+    if (!st) st = plan_norm(d, &s->ln_f, "ln_f", &d->ln_f);
+    for (int64_t i = 0; i < s->n_layer && !st; i++) st = plan_block(d, &s->blocks[i], i, &d->blocks[i]);
+    if (!st && H < 1) /* an empty MLP: BLAS libraries differ on empty products */
+        st = vn__err(VN_ERR_SHAPE, "%s: the MLP's hidden width (fc's rows) is 0, expected ≥ 1", OP);
+    if (st) {
+        vn_gpt_decoder_free(d);
+        return NULL;
+    }
+    d->wte = vn_tensor_data(s->wte);
+    d->wpe = vn_tensor_data(s->wpe);
+    return d;
+}
+
+/* ---- the step --------------------------------------------------------------------- */
+
+static void norm(const norm_plan *n, int64_t C, const float *x, float *y)
+{
+    float stats[2];
+    if (n->rms) vnq__rms_row(x, n->weight, C, n->eps, y);
+    else vn__layer_norm_row(x, n->weight, n->bias, C, n->eps, y, stats);
+}
+
+/* y (N) = the layer applied to the row x (K): what vn_linear does for one
+ * row (the bias copied in, then sgemm adding onto it), or nn.BitLinear's
+ * vn_rms_norm + vn_ternary_matmul. */
+static void linear(vn_gpt_decoder *d, const linear_plan *l, const float *x, float *y)
+{
+    if (l->packed) {
+        if (l->norm) {
+            vnq__rms_row(x, l->norm, l->K, l->norm_eps, d->row);
+            x = d->row;
+        }
+        vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
+        vnq__product(l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
+        return;
+    }
+    if (l->bias) memcpy(y, l->bias, sizeof(float) * (size_t)l->N);
+    vn__sgemm(CblasNoTrans, CblasTrans, 1, (int)l->N, (int)l->K, 1.0f, x, (int)l->K, l->weight,
+              (int)l->K, l->bias ? 1.0f : 0.0f, y, (int)l->N);
+}
+
+const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos)
+{
+    if (!d) return vn__errp(VN_ERR_ARG, "%s: decoder is NULL", OP);
+    if (token < 0 || token >= d->V || pos < 0 || pos >= d->T)
+        return vn__errp(VN_ERR_ARG, "%s: token %lld at position %lld, expected a token in 0..%lld at "
+                        "a position in 0..%lld", OP, (long long)token, (long long)pos,
+                        (long long)d->V - 1, (long long)d->T - 1);
+    for (int i = 0; i < d->n_held; i++)
+        if (vn_tensor_is_freed(d->held[i]))
+            return vn__errp(VN_ERR_STATE, "%s: a tensor it reads was freed (vn_tensor_free) after the "
+                            "decoder was made", OP);
+    int64_t C = d->C, H = d->H;
+    float *x = d->x, *h = d->h, *a = d->a, *b = d->b;
+    for (int64_t j = 0; j < C; j++) x[j] = d->wte[token * C + j] + d->wpe[pos * C + j];
+    for (int64_t i = 0; i < d->n_layer; i++) {
+        const block_plan *bp = &d->blocks[i];
+        float *qkv = bp->cache + pos * 3 * C; /* this position's row of the cache */
+        norm(&bp->ln1, C, x, a);
+        linear(d, &bp->lin[QKV], a, qkv);
+        vn__attention_last_row(bp->cache, 3 * C, 1, pos + 1, C, d->n_head, b);
+        linear(d, &bp->lin[ATTN_PROJ], b, a);
+        for (int64_t j = 0; j < C; j++) h[j] = x[j] + a[j];
+        norm(&bp->ln2, C, h, a);
+        linear(d, &bp->lin[FC], a, d->hid);
+        vn__gelu_f32(d->act, d->hid, H);
+        linear(d, &bp->lin[MLP_PROJ], d->act, a);
+        for (int64_t j = 0; j < C; j++) x[j] = h[j] + a[j];
+    }
+    norm(&d->ln_f, C, x, a);
+    /* the tied head: logits = ln_f(x)·wteᵀ, as vn_linear without a bias */
+    vn__sgemm(CblasNoTrans, CblasTrans, 1, (int)d->V, (int)C, 1.0f, a, (int)C, d->wte, (int)C, 0.0f,
+              d->logits, (int)d->V);
+    d->stepped = true;
+    return d->logits;
+}
+
+const float *vn_gpt_decoder_logits(const vn_gpt_decoder *d)
+{
+    if (!d) return vn__errp(VN_ERR_ARG, "%s: decoder is NULL", OP);
+    if (!d->stepped) return vn__errp(VN_ERR_STATE, "%s: no step yet, so no logits", OP);
+    return d->logits;
+}
+
+int64_t vn_gpt_decoder_vocab(const vn_gpt_decoder *d) { return d ? d->V : 0; }
+
+int64_t vn_gpt_decoder_block_size(const vn_gpt_decoder *d) { return d ? d->T : 0; }
+
+/* ---- sampling ---------------------------------------------------------------------- */
+
+static int descending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64_t top_k, double u,
+                           int64_t *index)
+{
+    const char *op = "sample_logits";
+    if (!l || !index || n < 1)
+        return vn__err(VN_ERR_ARG, "%s: expected n ≥ 1 logits and an index to write, found n = %lld%s",
+                       op, (long long)n, l && index ? "" : " or a NULL pointer");
+    if (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || !(u >= 0 && u < 1))
+        return vn__err(VN_ERR_ARG, "%s: temperature %g, top_k %lld, u %g: expected a positive finite "
+                       "temperature, top_k ≥ 0 and u in [0, 1)", op, temperature, (long long)top_k, u);
+    double max = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(l[i]) || l[i] == INFINITY) /* would draw garbage */
+            return vn__err(VN_ERR_ARG, "%s: logits[%lld] is %g, expected a finite number or -inf", op,
+                           (long long)i, l[i]);
+        if (l[i] > max) max = l[i];
+    }
+    if (max == -INFINITY) /* would always draw the first */
+        return vn__err(VN_ERR_ARG, "%s: every logit is -inf, nothing to draw", op);
+    double *w = malloc(sizeof(double) * (size_t)n), floor = -INFINITY;
+    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    if (top_k > 0 && top_k < n) { /* the top_k-th largest value */
+        memcpy(w, l, sizeof(double) * (size_t)n);
+        qsort(w, (size_t)n, sizeof(double), descending);
+        floor = w[top_k - 1];
+    }
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        w[i] = l[i] >= floor ? exp((l[i] - max) / temperature) : 0;
+        total += w[i];
+    }
+    double target = u * total, acc = 0;
+    int64_t last = 0;
+    *index = -1;
+    for (int64_t i = 0; i < n && *index < 0; i++)
+        if (w[i] > 0) {
+            acc += w[i], last = i;
+            if (acc > target) *index = i;
+        }
+    if (*index < 0) *index = last; /* u·total rounded up to the total */
+    free(w);
+    return VN_OK;
+}
+
+vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, double temperature,
+                              int64_t top_k, int64_t *next)
+{
+    if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
+    for (int64_t i = 0; i < d->V; i++) d->dlogits[i] = d->logits[i];
+    /* u as vn_rand draws one element, so the same stream gives the same tokens */
+    return vn_sample_logits(d->dlogits, d->V, temperature, top_k, vn__rng_uniform_f32(), next);
+}

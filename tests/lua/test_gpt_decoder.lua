@@ -1,0 +1,140 @@
+-- The fused decoding step (venom.gpt_decoder, engine/decode.c) that
+-- GPT:generate runs for f32 and packed ternary models: every step's logits
+-- bit for bit those of the step through the ops (fused = false), for a
+-- LayerNorm f32 model and a packed BitNet model (RMSNorm, SubLN) whose
+-- widths are not multiples of the packing's 128 columns, through the slide
+-- past block_size; the fused step really replaces the ops; the tokens a
+-- fixed seed gives are those the code before the fused decoder gave; bad
+-- specs and steps are errors that name what is wrong.
+package.path = "tests/lua/?.lua;" .. package.path
+local tap = require "tap"
+local venom = require "venom"
+local GPT = require "models.gpt"
+
+local function model(extra)
+  local cfg = { vocab_size = 64, block_size = 24, n_layer = 2, n_head = 2, n_embd = 32, emb_std = 0.25 }
+  for k, v in pairs(extra or {}) do cfg[k] = v end
+  return GPT(cfg)
+end
+
+local function packed_ternary()
+  local bit = model({ bitnet = true })
+  local path = os.tmpname()
+  venom.export_ternary(bit, path)
+  local m = venom.load_ternary(model({ bitnet = true }), path)
+  os.remove(path)
+  return m
+end
+
+-- Tokens, every step's logits (with hook; without, the fused path draws
+-- from the decoder's own logits) and the calls of the single-row attention
+-- op (the ops' step) of one generation.
+local function run(m, fused, n, hook)
+  local steps, attn = {}, 0
+  local op = venom.causal_self_attention_last
+  venom.causal_self_attention_last = function(...)
+    attn = attn + 1
+    return op(...)
+  end
+  venom.manual_seed(5)
+  local ok, out = pcall(m.generate, m, { 7, 40, 3 }, n, { temperature = 0.9, fused = fused,
+    on_logits = hook ~= false and function(l) steps[#steps + 1] = l end or nil })
+  venom.causal_self_attention_last = op
+  assert(ok, out)
+  return out, steps, attn
+end
+
+-- The first step and logit where two runs differ at all, or nil.
+local function first_difference(a, b)
+  if #a ~= #b then return "step count" end
+  for s = 1, #a do
+    for i = 1, #a[s] do
+      if a[s][i] ~= b[s][i] then
+        return ("step %d, logit %d: %.9g against %.9g"):format(s, i, a[s][i], b[s][i])
+      end
+    end
+  end
+end
+
+-- What the generation above gave before the fused decoder existed (models/
+-- gpt.lua stepping through the ops, main at 263124f).
+local BEFORE = {
+  f32 = { 7, 40, 3, 3, 34, 34, 34, 34, 47, 47, 47, 47, 47, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+          64, 64, 46, 46, 46, 46, 46, 46 },
+  packed = { 7, 40, 3, 3, 26, 43, 43, 43, 46, 46, 46, 46, 46, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
+             64, 64, 36, 36, 36, 36, 36, 36 },
+}
+
+tap.plan(23)
+
+venom.manual_seed(11)
+local models = { f32 = model() }
+venom.manual_seed(11)
+models.packed = packed_ternary()
+for _, kind in ipairs({ "f32", "packed" }) do
+  local m = models[kind]
+  local ops_out, ops_steps, ops_attn = run(m, false, 28) -- 3 + 28 > 24: the last 7 steps slide
+  local out, steps, attn = run(m, true, 28)
+  tap.is(first_difference(steps, ops_steps), nil, kind .. ": every step's logits equal the ops' bit for bit")
+  tap.is(table.concat(out, ","), table.concat(ops_out, ","), kind .. ": the same tokens")
+  tap.ok(ops_attn == 42 and attn == 0,
+    ("%s: the fused step replaces the ops' (%d and %d single-row attentions)"):format(kind, ops_attn, attn))
+  tap.is(table.concat(out, ","), table.concat(BEFORE[kind], ","), kind .. ": the tokens of the code before")
+  local plain = run(m, true, 28, false)
+  tap.is(table.concat(plain, ","), table.concat(BEFORE[kind], ","),
+    kind .. ": the tokens of the code before, drawn in C from the decoder's logits")
+end
+
+-- Bad input: a spec built from the f32 model, broken one field at a time.
+local m = models.f32
+local caches = { venom.zeros(1, 24, 96), venom.zeros(1, 24, 96) }
+local function spec(edit)
+  local s = { wte = m.wte.weight, wpe = m.wpe.weight, n_head = 2, blocks = {},
+              ln_f = { weight = m.ln_f.weight, bias = m.ln_f.bias, eps = 1e-5 } }
+  for i = 1, 2 do
+    local b = m.blocks[i]
+    s.blocks[i] = { ln1 = { weight = b.ln1.weight, bias = b.ln1.bias }, ln2 = { weight = b.ln2.weight },
+                    qkv = { weight = b.attn.qkv.weight, bias = b.attn.qkv.bias },
+                    attn_proj = { weight = b.attn.proj.weight }, fc = { weight = b.mlp.fc.weight },
+                    mlp_proj = { weight = b.mlp.proj.weight, bias = b.mlp.proj.bias }, cache = caches[i] }
+  end
+  if edit then edit(s) end
+  return s
+end
+local dec = venom.gpt_decoder(spec())
+dec:step(1, 1)
+tap.is(#dec:logits(), 64, "a valid spec makes a decoder; a step gives vocab_size logits")
+tap.error_like(function() dec:step(65, 1) end, "token 65 at position 1, expected a token in 1..64",
+  "a token past the vocabulary")
+tap.error_like(function() dec:step(1, 25) end, "position 25, expected .* 1..24", "a position past block_size")
+dec:free()
+tap.error_like(function() dec:step(1, 1) end, "freed decoder", "a step on a freed decoder")
+local function bad(edit) return function() venom.gpt_decoder(spec(edit)) end end
+tap.error_like(bad(function(s) s.blocks[2].fc.weight = venom.zeros(128, 16) end),
+  "block 2 of 2: fc weight of shape %(128, 16%), expected %(128, 32%)",
+  "a weight of the wrong shape is named")
+tap.error_like(bad(function(s) s.blocks[1].qkv.packed = venom.zeros(96, 32, "u8") end),
+  "block 1 of 2: qkv has both", "weight and packed together")
+tap.error_like(bad(function(s) s.blocks[1].qkv = { packed = venom.zeros(96, 32, "u8") } end),
+  "block 1 of 2: qkv gamma = %-?nan, expected a finite", "packed weights without their gamma")
+tap.error_like(bad(function(s) s.blocks[1].cache = venom.zeros(1, 24, 95) end),
+  "block 1 of 2: cache of shape %(1, 24, 95%), expected %(1, 24, 96%)", "a cache of the wrong width")
+tap.error_like(bad(function(s)
+  for i = 1, 2 do
+    s.blocks[i].fc, s.blocks[i].mlp_proj = { weight = venom.zeros(0, 32) }, { weight = venom.zeros(32, 0) }
+  end
+end), "hidden width %(fc's rows%) is 0", "an MLP of width 0")
+tap.error_like(bad(function(s) s.n_head = 5 end),
+  "n_head = 5, expected a divisor of C = 32", "n_head not dividing C")
+tap.error_like(bad(function(s) s.blocks[2].ln1 = "norm" end),
+  "blocks%[2%]%.ln1: expected a table, found string", "a field of the wrong Lua type")
+-- A decoder reads the tensors it was given at every step: one freed since is an error, not a crash.
+local w = m.wpe.weight:clone()
+dec = venom.gpt_decoder(spec(function(s) s.wpe = w end))
+w:free()
+tap.error_like(function() dec:step(1, 1) end, "a tensor it reads was freed",
+  "a tensor freed after the decoder was made")
+tap.error_like(function() venom.sample_logits({ 1, 0 / 0 }, 1, nil, 0.5) end, "logit 2 is %-?nan",
+  "sample_logits: a NaN logit, by its 1-based position")
+for _, c in ipairs(caches) do c:free() end
+tap.done()
