@@ -471,14 +471,23 @@ end
 -- (V:N:M, activation-sparse, MoE, the BitNet training path), which step
 -- through the ops with decode() above. At batch 1 on a narrow model the ops'
 -- per-call costs outweigh the products (bench/RESULTS.md, issue 20).
+
+-- m's class when m runs its class's own forward; nil when one instance has
+-- a forward of its own (GMP's V:N:M shadow gives an nn.Linear one that
+-- computes with W⊙m while W stays dense; a script may patch one), which the
+-- decoder, reading the weights, would bypass.
+local function plain_class(m)
+  if type(m) == "table" and rawget(m, "forward") == nil then return getmetatable(m) end
+end
+
 local function fused_norm(n)
-  local cls = getmetatable(n)
+  local cls = plain_class(n)
   if cls == nn.LayerNorm and n.weight then return { weight = n.weight, bias = n.bias, eps = n.eps } end
   if cls == nn.RMSNorm then return { weight = n.weight, eps = n.eps, rms = true } end
 end
 
 local function fused_linear(l)
-  local cls = getmetatable(l)
+  local cls = plain_class(l)
   if cls == nn.Linear then return { weight = l.weight, bias = l.bias } end
   if cls == nn.BitLinear and l.packed then
     local n = l.norm and fused_norm(l.norm)
@@ -491,12 +500,14 @@ local function fused_decoder(self, caches)
   local cfg = self.config
   local spec = { wte = self.wte.weight, wpe = self.wpe.weight, n_head = cfg.n_head,
                  ln_f = fused_norm(self.ln_f), blocks = {} }
-  if not spec.ln_f or getmetatable(self.wte) ~= nn.Embedding
-    or getmetatable(self.wpe) ~= nn.Embedding then return nil end
+  if not spec.ln_f or plain_class(self.wte) ~= nn.Embedding
+    or plain_class(self.wpe) ~= nn.Embedding then return nil end
   for i = 1, cfg.n_layer do
     local b = self.blocks[i]
     local mlp = b.mlp
-    if getmetatable(mlp) ~= MLP or mlp.activation ~= "gelu" then return nil end
+    if plain_class(mlp) ~= MLP or mlp.activation ~= "gelu" or plain_class(mlp.gelu) ~= nn.GELU then
+      return nil
+    end
     local blk = { ln1 = fused_norm(b.ln1), ln2 = fused_norm(b.ln2), qkv = fused_linear(b.attn.qkv),
                   attn_proj = fused_linear(b.attn.proj), fc = fused_linear(mlp.fc),
                   mlp_proj = fused_linear(mlp.proj), cache = caches[i] }

@@ -3,13 +3,16 @@
 -- bit for bit those of the step through the ops (fused = false), for a
 -- LayerNorm f32 model and a packed BitNet model (RMSNorm, SubLN) whose
 -- widths are not multiples of the packing's 128 columns, through the slide
--- past block_size; the fused step really replaces the ops; the tokens a
+-- past block_size; the fused step really replaces the ops; a layer with a
+-- forward of its own (GMP's shadow) is left to the ops; the tokens a
 -- fixed seed gives are those the code before the fused decoder gave; bad
 -- specs and steps are errors that name what is wrong.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
 local GPT = require "models.gpt"
+local optim = require "venom.optim"
+local prune = require "venom.prune"
 
 local function model(extra)
   local cfg = { vocab_size = 64, block_size = 24, n_layer = 2, n_head = 2, n_embd = 32, emb_std = 0.25 }
@@ -65,7 +68,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(23)
+tap.plan(24)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -83,6 +86,20 @@ for _, kind in ipairs({ "f32", "packed" }) do
   local plain = run(m, true, 28, false)
   tap.is(table.concat(plain, ","), table.concat(BEFORE[kind], ","),
     kind .. ": the tokens of the code before, drawn in C from the decoder's logits")
+end
+
+-- A layer with a forward of its own is left to the ops: GMP's V:N:M shadow
+-- computes an nn.Linear's output with W⊙m while W stays dense (the decoder,
+-- reading W, gave other logits).
+do
+  venom.manual_seed(11)
+  local sm = model()
+  local g = prune.GMP(sm, { optimizer = optim.AdamW(sm:parameters(), { lr = 1e-3 }), pattern = "32:2:8",
+                            layers = sm:mlp_layers(), t0 = 0, n = 3, dt = 1 })
+  g:step() -- the first event: the shadow's masked forward
+  local _, ops_steps = run(sm, false, 4)
+  local _, steps = run(sm, true, 4)
+  tap.is(first_difference(steps, ops_steps), nil, "GMP's V:N:M shadow: the logits of the ops")
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.
