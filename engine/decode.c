@@ -161,7 +161,8 @@ static vn_status plan_linear(vn_gpt_decoder *d, const vn_decode_linear *l, const
         return vn__err(VN_ERR_ARG, "%s: %s gamma = %g, expected a finite γ ≥ 0", OP, name, l->gamma);
     snprintf(buf, sizeof buf, "%s packed weights", name);
     st = hold2(d, l->packed, VN_U8, buf, N, vn_ternary_row_bytes(K));
-    if (!st) st = vnq__check_codes(l->packed, K, OP); /* a code 3 would be read as 2 */
+    snprintf(buf, sizeof buf, "%s: %s", OP, name); /* the message names the layer */
+    if (!st) st = vnq__check_codes(l->packed, K, buf); /* a code 3 would be read as 2 */
     if (!st && l->norm) {
         snprintf(buf, sizeof buf, "%s norm weight", name);
         st = check_eps(l->norm_eps, buf);
@@ -229,8 +230,8 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
                         vn__shape(s->wpe->ndim, s->wpe->shape));
     int64_t V = s->wte->shape[0], C = s->wte->shape[1], T = s->wpe->shape[0];
     if (s->n_layer < 1 || !s->blocks)
-        return vn__errp(VN_ERR_ARG, "%s: n_layer = %lld with %s blocks, expected ≥ 1 blocks", OP,
-                        (long long)s->n_layer, s->blocks ? "" : "no");
+        return vn__errp(VN_ERR_ARG, "%s: n_layer = %lld%s, expected ≥ 1 blocks", OP,
+                        (long long)s->n_layer, s->blocks ? "" : " and no blocks");
     if (s->n_head < 1 || C % s->n_head)
         return vn__errp(VN_ERR_ARG, "%s: n_head = %lld, expected a divisor of C = %lld", OP,
                         (long long)s->n_head, (long long)C);
@@ -357,6 +358,15 @@ static int descending(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* The sampling options of vn_sample_logits and vn_gpt_decoder_next. */
+static vn_status check_sampling(const char *op, double temperature, int64_t top_k)
+{
+    if (!(temperature > 0) || !isfinite(temperature) || top_k < 0)
+        return vn__err(VN_ERR_ARG, "%s: temperature %g, top_k %lld: expected a positive finite "
+                       "temperature and top_k ≥ 0 (0: every token)", op, temperature, (long long)top_k);
+    return VN_OK;
+}
+
 vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64_t top_k, double u,
                            int64_t *index)
 {
@@ -364,9 +374,9 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     if (!l || !index || n < 1)
         return vn__err(VN_ERR_ARG, "%s: expected n ≥ 1 logits and an index to write, found n = %lld%s",
                        op, (long long)n, l && index ? "" : " or a NULL pointer");
-    if (!(temperature > 0) || !isfinite(temperature) || top_k < 0 || !(u >= 0 && u < 1))
-        return vn__err(VN_ERR_ARG, "%s: temperature %g, top_k %lld, u %g: expected a positive finite "
-                       "temperature, top_k ≥ 0 and u in [0, 1)", op, temperature, (long long)top_k, u);
+    vn_status st = check_sampling(op, temperature, top_k);
+    if (st) return st;
+    if (!(u >= 0 && u < 1)) return vn__err(VN_ERR_ARG, "%s: u = %g, expected u in [0, 1)", op, u);
     double max = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         if (isnan(l[i]) || l[i] == INFINITY) /* would draw garbage */
@@ -404,8 +414,17 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
 vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, double temperature,
                               int64_t top_k, int64_t *next)
 {
+    /* bad options are refused before the step writes its cache row and
+     * the draw advances the RNG: a failed call changes nothing */
+    vn_status st = check_sampling(OP, temperature, top_k);
+    if (st) return st;
     if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
-    for (int64_t i = 0; i < d->V; i++) d->dlogits[i] = d->logits[i];
+    for (int64_t i = 0; i < d->V; i++) {
+        if (isnan(d->logits[i]) || d->logits[i] == INFINITY) /* no index: it says nothing of the cause */
+            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %g, expected a finite number or "
+                           "-inf (are the weights finite?)", OP, d->logits[i]);
+        d->dlogits[i] = d->logits[i];
+    }
     /* u as vn_rand draws one element, so the same stream gives the same tokens */
     return vn_sample_logits(d->dlogits, d->V, temperature, top_k, vn__rng_uniform_f32(), next);
 }

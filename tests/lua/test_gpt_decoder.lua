@@ -6,7 +6,8 @@
 -- past block_size; the fused step really replaces the ops; a layer with a
 -- forward of its own (GMP's shadow) is left to the ops; the tokens a
 -- fixed seed gives are those the code before the fused decoder gave; bad
--- specs and steps are errors that name what is wrong.
+-- specs and steps are errors that name what is wrong, and a refused
+-- decoder:next changes nothing.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
@@ -68,7 +69,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(24)
+tap.plan(27)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -124,6 +125,16 @@ tap.is(#dec:logits(), 64, "a valid spec makes a decoder; a step gives vocab_size
 tap.error_like(function() dec:step(65, 1) end, "token 65 at position 1, expected a token in 1..64",
   "a token past the vocabulary")
 tap.error_like(function() dec:step(1, 25) end, "position 25, expected .* 1..24", "a position past block_size")
+-- A bad temperature or top_k is refused before the step: the cache row and
+-- the RNG's next draw are what they were (the step ran and a draw was spent).
+venom.manual_seed(3)
+local want_u = venom.rand(1):item()
+venom.manual_seed(3)
+tap.error_like(function() dec:next(5, 2, 0) end, "temperature 0, top_k 0: expected a positive",
+  "next: temperature 0")
+tap.error_like(function() dec:next(5, 2, 1, -1) end, "top_k %-1: expected", "next: top_k -1")
+tap.ok(caches[1]:narrow(2, 2, 1):abs():sum():item() == 0 and venom.rand(1):item() == want_u,
+  "next with bad options leaves the cache and the RNG as they were")
 dec:free()
 tap.error_like(function() dec:step(1, 1) end, "freed decoder", "a step on a freed decoder")
 local function bad(edit) return function() venom.gpt_decoder(spec(edit)) end end
