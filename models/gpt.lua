@@ -496,6 +496,21 @@ local function fused_linear(l)
   end
 end
 
+-- Whether every tensor in the spec (nested tables) is contiguous: the
+-- decoder reads plain row-major tensors and refuses others, while the ops
+-- take any strides (a weight assigned as a transpose, say), so such a model
+-- steps through the ops.
+local function contiguous(spec)
+  for _, v in pairs(spec) do
+    if venom.is_tensor(v) then
+      if not v:is_contiguous() then return false end
+    elseif type(v) == "table" and not contiguous(v) then
+      return false
+    end
+  end
+  return true
+end
+
 local function fused_decoder(self, caches)
   local cfg = self.config
   local spec = { wte = self.wte.weight, wpe = self.wpe.weight, n_head = cfg.n_head,
@@ -516,6 +531,7 @@ local function fused_decoder(self, caches)
     end
     spec.blocks[i] = blk
   end
+  if not contiguous(spec) then return nil end
   return venom.gpt_decoder(spec)
 end
 

@@ -4,10 +4,10 @@
 -- LayerNorm f32 model and a packed BitNet model (RMSNorm, SubLN) whose
 -- widths are not multiples of the packing's 128 columns, through the slide
 -- past block_size; the fused step really replaces the ops; a layer with a
--- forward of its own (GMP's shadow) is left to the ops; the tokens a
--- fixed seed gives are those the code before the fused decoder gave; bad
--- specs and steps are errors that name what is wrong, and a refused
--- decoder:next changes nothing.
+-- forward of its own (GMP's shadow) or a strided weight is left to the
+-- ops; the tokens a fixed seed gives are those the code before the fused
+-- decoder gave; bad specs and steps are errors that name what is wrong, and
+-- a refused decoder:next changes nothing.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
@@ -69,7 +69,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(27)
+tap.plan(28)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -101,6 +101,12 @@ do
   local _, ops_steps = run(sm, false, 4)
   local _, steps = run(sm, true, 4)
   tap.is(first_difference(steps, ops_steps), nil, "GMP's V:N:M shadow: the logits of the ops")
+  -- A weight with strides of its own (the decoder reads row-major ones only)
+  -- also steps through the ops, as it did before the decoder.
+  local nc = model()
+  nc.blocks[2].mlp.fc.weight = nc.blocks[2].mlp.fc.weight:t():contiguous():t()
+  local ops_out = run(nc, false, 4)
+  tap.is(table.concat(run(nc, true, 4), ","), table.concat(ops_out, ","), "a transposed weight: the ops' tokens")
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.
