@@ -468,8 +468,9 @@ end
 -- logits bit for bit) for the models whose layers it knows: every norm an
 -- nn.LayerNorm or nn.RMSNorm, every projection an nn.Linear or a packed
 -- nn.BitLinear (after venom.load_ternary), GELU MLPs; nil for the others
--- (V:N:M, activation-sparse, MoE, the BitNet training path), which step
--- through the ops with decode() above. At batch 1 on a narrow model the ops'
+-- (V:N:M, activation-sparse, MoE, the BitNet training path, a layer with a
+-- forward of its own, a strided weight), which step through the ops with
+-- decode() above. At batch 1 on a narrow model the ops'
 -- per-call costs outweigh the products (bench/RESULTS.md, issue 20).
 
 -- m's class when m runs its class's own forward; nil when one instance has
