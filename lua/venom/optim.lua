@@ -22,7 +22,7 @@ local function check_number(who, name, v, lo, hi, lo_open, hi_open)
   if bad then
     local range = ("%s%s, %s%s"):format(lo_open and "(" or "[", tostring(lo or "-inf"),
       tostring(hi or "inf"), hi_open and ")" or "]")
-    fail(("%s: %s must be a number in %s, got %s"):format(who, name, range, tostring(v)))
+    fail(("%s: %s must be a number in %s, got %s"):format(who, name, range, util.shown(v)))
   end
   return v
 end
@@ -469,13 +469,23 @@ end
 -- inside it). A last event at or after the last step leaves nothing to
 -- restart. Returns the options for optim.CosineWarmup and the restart step
 -- (nil without a restart). The tutorials that prune (2, 3, 8) share it.
+-- Errors name an option that is missing or out of range: warmup_steps an
+-- integer ≥ 0, total_steps one above it, last_event an integer ≥ 0, rewind
+-- a fraction in [0, 1], lr a positive number.
 function optim.rewind_options(o)
-  o = util.check_options(o, { "total_steps", "warmup_steps", "last_event", "rewind", "lr" },
-                         "optim.rewind_options")
-  local sched_opts = { warmup_steps = o.warmup_steps, total_steps = o.total_steps }
-  local restart = math.max(o.last_event, o.warmup_steps) -- not inside the warm-up
-  if o.rewind > 0 and restart < o.total_steps then
-    sched_opts.restart_step, sched_opts.restart_lr = restart, o.rewind * o.lr
+  local who = "optim.rewind_options"
+  o = util.check_options(o, { "total_steps", "warmup_steps", "last_event", "rewind", "lr" }, who)
+  local w = util.check_int(o.warmup_steps, "warmup_steps", { min = 0, who = who })
+  local T = util.check_int(o.total_steps, "total_steps", { min = w + 1, who = who,
+    what = ("an integer greater than warmup_steps (%d)"):format(w) })
+  local last = util.check_int(o.last_event, "last_event", { min = 0, who = who })
+  -- a NaN or negative rewind would quietly mean no restart
+  local rewind = check_number(who, "rewind", o.rewind, 0, 1)
+  local lr = check_number(who, "lr", o.lr, 0, math.huge, true, true)
+  local sched_opts = { warmup_steps = w, total_steps = T }
+  local restart = math.max(last, w) -- not inside the warm-up
+  if rewind > 0 and restart < T then
+    sched_opts.restart_step, sched_opts.restart_lr = restart, rewind * lr
     return sched_opts, restart
   end
   return sched_opts, nil

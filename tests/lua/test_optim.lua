@@ -228,6 +228,23 @@ do
   tap.ok(S == nil and o.restart_lr == nil, "rewind_options: rewind 0 is no restart")
   tap.error_like(function() optim.rewind_options{ total_steps = 100, restart = 3 } end, "restart",
     "rewind_options: an unknown option is refused")
+  -- Values out of range are named (a NaN or negative rewind was taken as no
+  -- restart; a missing one was a Lua error about comparing nil).
+  local function with(k, v)
+    local t = { total_steps = 100, warmup_steps = 5, last_event = 60, rewind = 0.5, lr = 1 }
+    t[k] = v
+    return function() optim.rewind_options(t) end
+  end
+  tap.error_like(with("rewind", 0 / 0), "rewind must be a number in %[0, 1%], got %-?nan",
+    "rewind_options: rewind NaN")
+  tap.error_like(with("rewind", -1), "rewind must be a number in %[0, 1%], got %-1", "rewind_options: rewind < 0")
+  tap.error_like(with("rewind", nil), "rewind must be a number in %[0, 1%], got nil",
+    "rewind_options: rewind missing")
+  tap.error_like(with("lr", -1), "lr must be a number in %(0, inf%), got %-1", "rewind_options: lr < 0")
+  tap.error_like(with("last_event", 2.5), "last_event must be a non%-negative integer, got 2.5",
+    "rewind_options: last_event not an integer")
+  tap.error_like(with("total_steps", 5), "total_steps must be an integer greater than warmup_steps %(5%)",
+    "rewind_options: total_steps within the warm-up")
 end
 
 -- A warm restart (learning-rate rewinding): the first cosine until S, then a
