@@ -64,6 +64,19 @@ local root = arg[0]:match("^(.*)/tutorials/[^/]*$") or "."
 package.path = root .. "/?.lua;" .. package.path
 local GPT = require "models.gpt"
 
+-- The steps of the schedules, from the options: the first pruning event,
+-- their count and spacing (20 events, or one per step, from --prune-start to
+-- --prune-end; section 4) and the warm-up of the cosine (section 4 too).
+-- The option check below uses them to refuse a --rewind with nothing to
+-- restart.
+local function schedule_steps(o)
+  local t0 = math.floor(o.prune_start * o.steps)
+  local span = math.floor(o.prune_end * o.steps) - t0
+  local dt = math.max(1, math.floor(span / 20))
+  local n = math.max(1, math.floor(span / dt))
+  return t0, n, dt, o.warmup > 0 and o.warmup or math.floor(o.steps / 20)
+end
+
 -- 1. Options ------------------------------------------------------------------
 --
 -- The defaults are sized so that a run takes a few minutes on two CPU cores;
@@ -180,6 +193,15 @@ local opts = util.parse_cli(arg, {
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
       :format(o.prune_start, o.prune_end))
   end
+  if o.rewind > 0 then -- a restart past the last step, or no cosine at all, would quietly not happen
+    local t0, n, dt, warmup = schedule_steps(o)
+    local restart = math.max(t0 + n * dt, warmup)
+    if restart >= o.steps then
+      util.fail(("--rewind restarts the cosine after the last pruning event and the warm-up (step %d), "
+        .. "which leaves nothing to restart with --steps %d; lower --prune-end or --warmup")
+        :format(restart, o.steps))
+    end
+  end
   if #o.prompt == 0 then util.fail("--prompt must not be empty") end
   if o.activation ~= "gelu" and o.activation ~= "relu" and o.activation ~= "relu2" then
     util.fail("--activation must be gelu, relu or relu2, got " .. o.activation)
@@ -245,10 +267,7 @@ local opt = optim.AdamW(model:parameters(), { lr = opts.lr, weight_decay = opts.
 -- projections too (model:attn_layers(): blocks.i.attn.qkv and .proj). The
 -- embeddings (and the output layer, which is the token embedding) stay dense.
 -- The schedule: 20 events (or one per step) from --prune-start to --prune-end.
-local prune_t0 = math.floor(opts.prune_start * opts.steps)
-local prune_span = math.floor(opts.prune_end * opts.steps) - prune_t0
-local prune_dt = math.max(1, math.floor(prune_span / 20))
-local prune_n = math.max(1, math.floor(prune_span / prune_dt))
+local prune_t0, prune_n, prune_dt, warmup = schedule_steps(opts)
 local gmp
 if opts.sparse ~= "" then
   local layers = model:mlp_layers()
@@ -268,7 +287,6 @@ end
 -- second cosine from F·lr starts after the last pruning event (tutorial 2
 -- explains why). Without --sparse it starts at the same step: a dense run to
 -- compare a rewound sparse one with, since the restart alone changes the loss.
-local warmup = opts.warmup > 0 and opts.warmup or math.floor(opts.steps / 20)
 local sched
 if opts.steps > warmup then
   local sched_opts, restart = optim.rewind_options{ total_steps = opts.steps, warmup_steps = warmup,

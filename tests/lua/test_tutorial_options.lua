@@ -36,6 +36,9 @@ local cases = {
   { "08-cnn.lua --sparse 64:2:8 --rewind 2", "%-%-rewind must be a number in %[0, 1%], got 2" },
   { "02-sparse-fashion-mnist.lua --rewind 1.5", "%-%-rewind must be a number in %[0, 1%], got 1%.5" },
   { "03-tiny-gpt.lua --rewind 3", "%-%-rewind must be a number in %[0, 1%], got 3" },
+  -- a restart at or past the last step would quietly not happen
+  { "03-tiny-gpt.lua --rewind 0.5 --prune-end 1 --steps 100", "%-%-rewind .*%(step 100%), which leaves nothing to restart" },
+  { "03-tiny-gpt.lua --rewind 0.5 --steps 20 --warmup 20", "%-%-rewind .*%(step 20%), which leaves nothing" },
 }
 for _, c in ipairs(cases) do
   local p = io.popen(("'%s' tutorials/%s 2>&1; echo \"rc=$?\""):format(exe, c[1]))
