@@ -94,15 +94,22 @@ static void push_table_field(lua_State *L, int t, const char *key, const char *p
         lv_raise(L, "gpt_decoder: %s%s: expected a table, found %s", path, key, luaL_typename(L, -1));
 }
 
-/* The tensor at key of the table at t, or NULL when absent. It stays alive
- * while the spec table (which refers to it) is on the stack. */
+/* l_gpt_decoder keeps a table at this stack index that holds every tensor
+ * read from the spec until the decoder has retained them: a field may be
+ * computed (an __index function) and referenced by nothing else, and a
+ * collection before vn_gpt_decoder_new would free it under the pointer. */
+#define SPEC_TENSORS 2
+
+/* The tensor at key of the table at t, or NULL when absent; anchored in
+ * the SPEC_TENSORS table. */
 static vn_tensor *tensor_field(lua_State *L, int t, const char *key, const char *path)
 {
     lua_getfield(L, t, key);
     vn_tensor *x = NULL;
     if (!lua_isnil(L, -1) && !(x = lv_totensor(L, -1)))
         lv_raise(L, "gpt_decoder: %s%s: expected a tensor, found %s", path, key, luaL_typename(L, -1));
-    lua_pop(L, 1);
+    if (x) lua_rawseti(L, SPEC_TENSORS, (int)lua_objlen(L, SPEC_TENSORS) + 1); /* pops it */
+    else lua_pop(L, 1);
     return x;
 }
 
@@ -272,18 +279,19 @@ static int l_gpt_decoder(lua_State *L)
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
+    lua_newtable(L); /* at SPEC_TENSORS */
     vn_gpt_decoder_spec spec = {.wte = tensor_field(L, 1, "wte", ""),
                                 .wpe = tensor_field(L, 1, "wpe", ""),
                                 .ln_f = norm_field(L, 1, "ln_f", ""),
                                 .n_head = int_field(L, 1, "n_head")};
-    push_table_field(L, 1, "blocks", ""); /* at 2 */
-    spec.n_layer = (int64_t)lua_objlen(L, 2);
+    push_table_field(L, 1, "blocks", ""); /* at 3 */
+    spec.n_layer = (int64_t)lua_objlen(L, 3);
     /* the blocks' array as a userdata: collected if a bad field raises */
     vn_decode_block *blocks = lua_newuserdata(L, sizeof *blocks * (size_t)(spec.n_layer ? spec.n_layer : 1));
     for (int64_t i = 0; i < spec.n_layer; i++) {
         char path[32];
         snprintf(path, sizeof path, "blocks[%lld].", (long long)i + 1);
-        lua_rawgeti(L, 2, (int)(i + 1));
+        lua_rawgeti(L, 3, (int)(i + 1));
         if (!lua_istable(L, -1))
             return lv_raise(L, "gpt_decoder: blocks[%lld]: expected a table, found %s", (long long)i + 1,
                             luaL_typename(L, -1));
