@@ -198,6 +198,29 @@ static vn_status plan_block(vn_gpt_decoder *d, const vn_decode_block *s, int64_t
     return st;
 }
 
+/* Block i's cache shares no memory with any other tensor the decoder holds
+ * (the tensors are contiguous, so each is one range of bytes): a step
+ * writes into it, and would change a weight, or another block's cache,
+ * that lay there. A tensor held twice is the same range: only the cache's
+ * own entries are skipped, by identity, and one cache given to two blocks
+ * is refused. */
+static vn_status check_cache_apart(const vn_gpt_decoder *d, const vn_tensor *cache, int64_t i)
+{
+    const char *c0 = vn_tensor_data(cache), *c1 = c0 + vn_tensor_numel(cache) * sizeof(float);
+    int own = 0;
+    for (int k = 0; k < d->n_held; k++) {
+        const vn_tensor *t = d->held[k];
+        if (t == cache && own++ == 0) continue; /* the cache's own entry (a second: shared) */
+        const char *t0 = vn_tensor_data(t), *t1 = t0 + vn_tensor_numel(t) * vn_dtype_size(t->dtype);
+        if (t0 < t1 && t0 < c1 && c0 < t1)
+            return vn__err(VN_ERR_ARG, "%s: block %lld of %lld: cache shares memory with another "
+                           "tensor of the spec (a weight or another block's cache), which the "
+                           "steps would overwrite; expected a cache of its own", OP, (long long)i + 1,
+                           (long long)d->n_layer);
+    }
+    return VN_OK;
+}
+
 void vn_gpt_decoder_free(vn_gpt_decoder *d)
 {
     if (!d) return;
@@ -266,6 +289,7 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     for (int64_t i = 0; i < s->n_layer && !st; i++) st = plan_block(d, &s->blocks[i], i, &d->blocks[i]);
     if (!st && H < 1) /* an empty MLP: BLAS libraries differ on empty products */
         st = vn__err(VN_ERR_SHAPE, "%s: the MLP's hidden width (fc's rows) is 0, expected ≥ 1", OP);
+    for (int64_t i = 0; i < s->n_layer && !st; i++) st = check_cache_apart(d, s->blocks[i].cache, i);
     if (st) {
         vn_gpt_decoder_free(d);
         return NULL;

@@ -69,7 +69,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(29)
+tap.plan(31)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -158,6 +158,12 @@ tap.error_like(bad(function(s)
     s.blocks[i].fc, s.blocks[i].mlp_proj = { weight = venom.zeros(0, 32) }, { weight = venom.zeros(32, 0) }
   end
 end), "hidden width %(fc's rows%) is 0", "an MLP of width 0")
+-- A step writes into the caches: one that shares memory with another
+-- tensor of the spec would overwrite it.
+tap.error_like(bad(function(s) s.blocks[2].cache = s.blocks[1].cache end),
+  "block 1 of 2: cache shares memory with another tensor", "one cache for two blocks")
+tap.error_like(bad(function(s) s.wpe = caches[2]:reshape(24 * 96):narrow(1, 97, 24 * 32):reshape(24, 32) end),
+  "block 2 of 2: cache shares memory", "a weight inside a cache")
 tap.error_like(bad(function(s) s.n_head = 5 end),
   "n_head = 5, expected a divisor of C = 32", "n_head not dividing C")
 tap.error_like(bad(function(s) s.blocks[2].ln1 = "norm" end),

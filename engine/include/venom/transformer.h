@@ -117,7 +117,8 @@ typedef struct vn_gpt_decoder vn_gpt_decoder;
  * each step. Errors: VN_ERR_ARG (NULL spec or tensor, n_head not dividing
  * C, n_layer < 1, a projection with both or neither of weight and packed, a
  * bias or norm where the kind has none, eps or γ out of range, a
- * non-contiguous tensor), VN_ERR_STATE (a freed tensor), VN_ERR_DTYPE,
+ * non-contiguous tensor, a cache sharing memory with another tensor of the
+ * spec, which the steps would overwrite), VN_ERR_STATE (a freed tensor), VN_ERR_DTYPE,
  * VN_ERR_DEVICE, VN_ERR_SHAPE (the message names the tensor, blocks
  * counted from 1: "block 2 of 4: fc weight"; an MLP of width 0), VN_ERR_FORMAT (a corrupt packed code),
  * VN_ERR_MEMORY. */
