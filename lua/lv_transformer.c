@@ -129,7 +129,12 @@ static double number_field(lua_State *L, int t, const char *key, const char *pat
 
 static int64_t int_field(lua_State *L, int t, const char *key)
 {
-    double v = number_field(L, t, key, "", 0);
+    lua_getfield(L, t, key);
+    int type = lua_type(L, -1);
+    double v = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    if (type != LUA_TNUMBER) /* required: no default */
+        return lv_raise(L, "gpt_decoder: %s: expected a whole number, found %s", key, lua_typename(L, type));
     if (!lv_whole(v)) return lv_raise(L, "gpt_decoder: %s = %g, expected a whole number", key, v);
     return (int64_t)v;
 }

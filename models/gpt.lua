@@ -514,14 +514,16 @@ end
 
 local function fused_decoder(self, caches)
   local cfg = self.config
-  local spec = { wte = self.wte.weight, wpe = self.wpe.weight, n_head = cfg.n_head,
+  -- the attention's own n_head, which the ops use (one for every block)
+  local spec = { wte = self.wte.weight, wpe = self.wpe.weight, n_head = self.blocks[1].attn.n_head,
                  ln_f = fused_norm(self.ln_f), blocks = {} }
   if not spec.ln_f or plain_class(self.wte) ~= nn.Embedding
     or plain_class(self.wpe) ~= nn.Embedding then return nil end
   for i = 1, cfg.n_layer do
     local b = self.blocks[i]
     local mlp = b.mlp
-    if plain_class(mlp) ~= MLP or mlp.activation ~= "gelu" or plain_class(mlp.gelu) ~= nn.GELU then
+    if plain_class(mlp) ~= MLP or mlp.activation ~= "gelu" or plain_class(mlp.gelu) ~= nn.GELU
+      or b.attn.n_head ~= spec.n_head then
       return nil
     end
     local blk = { ln1 = fused_norm(b.ln1), ln2 = fused_norm(b.ln2), qkv = fused_linear(b.attn.qkv),

@@ -69,7 +69,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(31)
+tap.plan(33)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -107,6 +107,12 @@ do
   nc.blocks[2].mlp.fc.weight = nc.blocks[2].mlp.fc.weight:t():contiguous():t()
   local ops_out = run(nc, false, 4)
   tap.is(table.concat(run(nc, true, 4), ","), table.concat(ops_out, ","), "a transposed weight: the ops' tokens")
+  -- The attention's own n_head is the one the ops use: blocks that differ step through them.
+  local heads = model()
+  heads.blocks[2].attn.n_head = 4
+  _, ops_steps = run(heads, false, 4)
+  _, steps = run(heads, true, 4)
+  tap.is(first_difference(steps, ops_steps), nil, "blocks of different n_head: the logits of the ops")
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.
@@ -164,6 +170,8 @@ tap.error_like(bad(function(s) s.blocks[2].cache = s.blocks[1].cache end),
   "block 1 of 2: cache shares memory with another tensor", "one cache for two blocks")
 tap.error_like(bad(function(s) s.wpe = caches[2]:reshape(24 * 96):narrow(1, 97, 24 * 32):reshape(24, 32) end),
   "block 2 of 2: cache shares memory", "a weight inside a cache")
+tap.error_like(bad(function(s) s.n_head = nil end), "n_head: expected a whole number, found nil",
+  "n_head missing")
 tap.error_like(bad(function(s) s.n_head = 5 end),
   "n_head = 5, expected a divisor of C = 32", "n_head not dividing C")
 tap.error_like(bad(function(s) s.blocks[2].ln1 = "norm" end),
