@@ -441,6 +441,7 @@ vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, dou
     /* bad options are refused before the step writes its cache row and
      * the draw advances the RNG: a failed call changes nothing */
     vn_status st = check_sampling(OP, temperature, top_k);
+    if (!st && !next) st = vn__err(VN_ERR_ARG, "%s: next is NULL, expected where to write the token", OP);
     if (st) return st;
     if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
     for (int64_t i = 0; i < d->V; i++) {

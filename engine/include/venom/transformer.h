@@ -157,8 +157,8 @@ vn_status vn_sample_logits(const double *logits, int64_t n, double temperature, 
  * token, pos), then vn_sample_logits over its logits with u drawn from the
  * engine RNG as vn_rand draws one element (so a seed gives the tokens of
  * vn_rand + vn_sample_logits); the drawn token (0-based) in *next. Errors:
- * those of both; a temperature or top_k out of range is refused before the
- * step, so the cache and the RNG are untouched. */
+ * those of both; a temperature or top_k out of range, or a NULL next, is
+ * refused before the step, so the cache and the RNG are untouched. */
 vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, double temperature,
                               int64_t top_k, int64_t *next);
 

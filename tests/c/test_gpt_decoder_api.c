@@ -1,0 +1,137 @@
+/* The C API of the fused decoder (engine/decode.c) on bad arguments, which
+ * the Lua binding never passes: NULL spec, decoder, out pointers and
+ * logits are errors with a message; vn_gpt_decoder_next refuses a bad
+ * temperature, top_k or out pointer before its step, so the cache row and
+ * the engine RNG are as they were; a good call draws the token that
+ * vn_sample_logits draws from the step's logits with u = vn_rand's draw. */
+#include "gradcheck.h"
+
+#include <string.h>
+
+enum { V = 5, C = 4, T = 3, H = 8 };
+
+/* A one-block model of random weights; release with GC_RELEASE over t[]. */
+typedef struct {
+    vn_tensor *t[12];
+    vn_decode_block block;
+    vn_gpt_decoder_spec spec;
+} tiny;
+
+static void tiny_make(tiny *m)
+{
+    const int64_t shapes[12][3] = {{V, C}, {T, C}, {C}, {C}, {C}, {3 * C, C}, {C, C},
+                                   {H, C}, {C, H}, {1, T, 3 * C}, {C}, {C}};
+    const int nd[12] = {2, 2, 1, 1, 1, 2, 2, 2, 2, 3, 1, 1};
+    for (int k = 0; k < 12; k++) m->t[k] = trand(nd[k], shapes[k], -1, 1, 70 + (unsigned)k);
+    memset(vn_tensor_data(m->t[9]), 0, sizeof(float) * T * 3 * C); /* the cache starts empty */
+    vn_tensor **t = m->t;
+    m->block = (vn_decode_block){.ln1 = {t[2], t[3], 1e-5, false}, .ln2 = {t[4], NULL, 1e-5, false},
+                                 .qkv = {.weight = t[5]}, .attn_proj = {.weight = t[6]},
+                                 .fc = {.weight = t[7]}, .mlp_proj = {.weight = t[8]}, .cache = t[9]};
+    m->spec = (vn_gpt_decoder_spec){.wte = t[0], .wpe = t[1], .ln_f = {t[10], t[11], 1e-5, false},
+                                    .n_layer = 1, .n_head = 2, .blocks = &m->block};
+}
+
+/* Whether the cache rows from `row` on are still zero. */
+static bool cache_empty_from(const tiny *m, int row)
+{
+    const float *c = vn_tensor_data(m->t[9]);
+    for (int i = row * 3 * C; i < T * 3 * C; i++)
+        if (c[i] != 0) return false;
+    return true;
+}
+
+/* The first draw of vn_rand after seeding with s. */
+static float first_draw(uint64_t s)
+{
+    vn_manual_seed(s);
+    vn_tensor *u = vn_rand(1, (int64_t[]){1});
+    float v = *(float *)vn_tensor_data(u);
+    vn_tensor_release(u);
+    return v;
+}
+
+static void expect_status(vn_status got, vn_status want, const char *needle)
+{
+    assert_int_equal(got, want);
+    assert_non_null(strstr(vn_last_error(), needle));
+}
+
+static void test_null_arguments(void **state)
+{
+    (void)state;
+    assert_null(vn_gpt_decoder_new(NULL));
+    expect_status(vn_last_status(), VN_ERR_ARG, "spec is NULL");
+    assert_null(vn_gpt_decoder_step(NULL, 0, 0));
+    expect_status(vn_last_status(), VN_ERR_ARG, "decoder is NULL");
+    assert_null(vn_gpt_decoder_logits(NULL));
+    int64_t next = -1;
+    expect_status(vn_gpt_decoder_next(NULL, 0, 0, 1.0, 0, &next), VN_ERR_ARG, "decoder is NULL");
+    vn_gpt_decoder_free(NULL);
+    const double l[2] = {0, 1};
+    expect_status(vn_sample_logits(NULL, 2, 1.0, 0, 0.5, &next), VN_ERR_ARG, "NULL pointer");
+    expect_status(vn_sample_logits(l, 2, 1.0, 0, 0.5, NULL), VN_ERR_ARG, "NULL pointer");
+    expect_status(vn_sample_logits(l, 0, 1.0, 0, 0.5, &next), VN_ERR_ARG, "n = 0");
+    expect_status(vn_sample_logits(l, 2, 1.0, 0, 1.0, &next), VN_ERR_ARG, "u = 1");
+    assert_int_equal(next, -1);
+}
+
+static void test_next_refused_changes_nothing(void **state)
+{
+    (void)state;
+    tiny m;
+    tiny_make(&m);
+    vn_gpt_decoder *d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    float want_u = first_draw(9);
+    vn_manual_seed(9);
+    int64_t next = -1;
+    expect_status(vn_gpt_decoder_next(d, 1, 0, 1.0, 0, NULL), VN_ERR_ARG, "next is NULL");
+    expect_status(vn_gpt_decoder_next(d, 1, 0, 0.0, 0, &next), VN_ERR_ARG, "temperature 0");
+    expect_status(vn_gpt_decoder_next(d, 1, 0, 1.0, -2, &next), VN_ERR_ARG, "top_k -2");
+    assert_true(cache_empty_from(&m, 0));
+    vn_tensor *u = vn_rand(1, (int64_t[]){1});
+    assert_true(*(float *)vn_tensor_data(u) == want_u); /* no draw was spent */
+    vn_tensor_release(u);
+    assert_int_equal(next, -1);
+    vn_gpt_decoder_free(d);
+    GC_RELEASE(m.t[0], m.t[1], m.t[2], m.t[3], m.t[4], m.t[5], m.t[6], m.t[7], m.t[8], m.t[9], m.t[10],
+               m.t[11]);
+}
+
+/* next = step + vn_sample_logits over its logits with u = vn_rand's draw. */
+static void test_next_is_step_and_sample(void **state)
+{
+    (void)state;
+    tiny m;
+    tiny_make(&m);
+    vn_gpt_decoder *d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    for (int temp = 0; temp < 3; temp++) {
+        double temperature = 0.3 + temp;
+        int64_t got = -1, want = -1;
+        vn_manual_seed(40 + (uint64_t)temp);
+        CHECK_OK(vn_gpt_decoder_next(d, 2, 0, temperature, 3, &got));
+        const float *l = vn_gpt_decoder_logits(d);
+        CHECK_PTR(l);
+        double dl[V];
+        for (int i = 0; i < V; i++) dl[i] = l[i];
+        CHECK_OK(vn_sample_logits(dl, V, temperature, 3, first_draw(40 + (uint64_t)temp), &want));
+        assert_int_equal(got, want);
+        assert_true(got >= 0 && got < V);
+    }
+    vn_gpt_decoder_free(d);
+    GC_RELEASE(m.t[0], m.t[1], m.t[2], m.t[3], m.t[4], m.t[5], m.t[6], m.t[7], m.t[8], m.t[9], m.t[10],
+               m.t[11]);
+}
+
+int main(void)
+{
+    cmocka_set_message_output(CM_OUTPUT_TAP);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_next_refused_changes_nothing),
+        cmocka_unit_test(test_next_is_step_and_sample),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
