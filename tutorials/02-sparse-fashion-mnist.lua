@@ -66,7 +66,9 @@ local defaults, help, check_shared = data.fashion_mnist_options({
 })
 -- The files the run writes are checked with the options, as in tutorial 1.
 local log
+local rewind_given -- --rewind on the command line: refused below if it has nothing to restart
 local opts = util.parse_cli(arg, defaults, help, function(o, given)
+  rewind_given = given.rewind
   check_shared(o)
   util.check_arg_int(o, "every", 0)
   util.check_arg_int(o, "stop_after", 0)
@@ -181,7 +183,7 @@ end
 -- than the small ones of the first cosine's tail, which gains 0.2–0.4
 -- points here (and 0.2 for the dense model given the same restart:
 -- bench/RESULTS.md, issue 17). A run whose last event falls on the last
--- step has nothing to restart.
+-- step has nothing to restart (a --rewind given for it is refused).
 local t_end = t0 + gmp.n * dt -- the last pruning event
 local lr_sched, restart
 if opts.cosine then
@@ -189,6 +191,10 @@ if opts.cosine then
   sched_opts, restart = optim.rewind_options{ total_steps = total_steps,
     warmup_steps = math.floor(total_steps / 20), last_event = t_end, rewind = opts.rewind, lr = opts.lr }
   lr_sched = optim.CosineWarmup(opt, sched_opts)
+end
+if rewind_given and opts.rewind > 0 and not restart then -- the step counts are known only now
+  util.die(("--rewind restarts the cosine after the last pruning event (step %d), which leaves "
+    .. "nothing to restart in %d steps; lower --prune-end"):format(t_end, total_steps), 2)
 end
 print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)%s")
   :format(opts.mode, opts.mode == "unstructured" and ("%g%%"):format(100 * opts.sparsity)

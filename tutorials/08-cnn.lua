@@ -56,7 +56,9 @@ local defaults, help, check_shared = data.fashion_mnist_options({
   workers = { 2, "with --root-images: threads decoding each batch's image files" },
 })
 local log, folders
+local rewind_given -- --rewind on the command line: refused below if it has nothing to restart
 local opts = util.parse_cli(arg, defaults, help, function(o, given)
+  rewind_given = given.rewind
   check_shared(o)
   util.check_arg_int(o, "width", 1)
   if o.sparse ~= "" then
@@ -285,13 +287,18 @@ end
 -- small ones of the first cosine's tail: at 10 epochs the 2:8 network ends
 -- 0.35–0.42 points below dense instead of 0.51–0.59 (bench/RESULTS.md,
 -- two seeds; --rewind 0 lets the first cosine go on). A run whose last
--- event is its last step (--prune-end 1) has nothing to restart.
+-- event is its last step (--prune-end 1) has nothing to restart (a --rewind
+-- given for it is refused).
 local sched, restart
 if opts.cosine then
   local sched_opts
   sched_opts, restart = optim.rewind_options{ total_steps = total, warmup_steps = math.floor(total / 20),
     last_event = t_end or total, rewind = gmp and opts.rewind or 0, lr = opts.lr }
   sched = optim.CosineWarmup(opt, sched_opts)
+end
+if rewind_given and opts.rewind > 0 and not restart then -- the step counts are known only now
+  util.die(("--rewind restarts the cosine after the last pruning event (step %d), which leaves "
+    .. "nothing to restart in %d steps; lower --prune-end"):format(t_end, total), 2)
 end
 if restart then
   print(("the lr restarts at %g after step %d (the last pruning event)"):format(opts.rewind * opts.lr, restart))

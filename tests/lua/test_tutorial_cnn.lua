@@ -73,6 +73,12 @@ tap.ok(out3c:find("layer 5   8:2:8    288 of 1152 weights kept (75.0% sparse)", 
   and out3c:find("layer 10  8:2:8    6272 of 25088 weights kept (75.0% sparse)", 1, true) ~= nil,
   "--rewind: both layers end at exactly 2 of every 8 weights")
 
+-- Given on the command line where it has nothing to restart (the last
+-- event is the last step), --rewind is refused (it did nothing quietly).
+local out3d, rc3d = tutorial("--epochs 2 --sparse 8:2:8 --prune-end 1 --rewind 0.5")
+tap.ok(rc3d == 2 and out3d:find("%-%-rewind restarts .* %(step 16%), which leaves nothing to restart") ~= nil,
+  "--rewind with --prune-end 1: an error, status 2" .. (rc3d ~= 2 and ": " .. out3d or ""))
+
 local out4, rc4 = tutorial("--sparse 8:3:8")
 tap.is(rc4, 2, "a bad --sparse exits with status 2")
 tap.ok(out4:find("--sparse: prune.GMP: pattern must be V:2:M", 1, true) ~= nil, "and says what a pattern is")

@@ -60,6 +60,11 @@ out, rc = tutorial("--prune-end 1")
 tap.ok(rc == 0 and out:find("pruning vnm towards 64:2:8: steps 4 to 20, every 1 steps %(20 steps "
   .. "in all%)\n") ~= nil, "no step after the last event: no restart")
 
+-- The same with --rewind given: refused, as it would do nothing.
+out, rc = tutorial("--prune-end 1 --rewind 0.5")
+tap.ok(rc == 2 and out:find("%-%-rewind restarts .* %(step 20%), which leaves nothing to restart in 20 steps") ~= nil,
+  "--rewind with nothing to restart: an error, status 2" .. (rc ~= 2 and ": " .. out or ""))
+
 out, rc = tutorial("--mode nm --target 2:4")
 tap.is(rc, 0, "nm run" .. (rc ~= 0 and ": " .. out or ""))
 tap.ok(out:find("\n1      2:4 +25088 of 50176 +50.00%%") ~= nil, "nm: layer 1 keeps 2 of 4")
