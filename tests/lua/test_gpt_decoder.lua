@@ -77,7 +77,8 @@ for _, kind in ipairs({ "f32", "packed" }) do
   local out, steps, attn = run(m, true, 28)
   tap.is(first_difference(steps, ops_steps), nil, kind .. ": every step's logits equal the ops' bit for bit")
   tap.is(table.concat(out, ","), table.concat(ops_out, ","), kind .. ": the same tokens")
-  tap.ok(ops_attn == 42 and attn == 0,
+  -- the ops: 24 positions (the 3 of the prompt too) × 2 blocks; fused: none
+  tap.ok(ops_attn == 48 and attn == 0,
     ("%s: the fused step replaces the ops' (%d and %d single-row attentions)"):format(kind, ops_attn, attn))
   tap.is(table.concat(out, ","), table.concat(BEFORE[kind], ","), kind .. ": the tokens of the code before")
   local plain = run(m, true, 28, false)
