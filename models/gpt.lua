@@ -510,7 +510,8 @@ end
 -- sequence as a Lua list. Each token is drawn from softmax(logits /
 -- temperature) of the last position, keeping only the top_k most likely
 -- tokens when top_k is given (top_k = 1 is greedy); the context is the last
--- block_size tokens. Runs in eval mode under no_grad; draws come from the
+-- block_size tokens. Runs in eval mode (switched only when a module's
+-- forward runs, and restored) under no_grad; draws come from the
 -- engine RNG, so a fixed venom.manual_seed gives the same text.
 -- While the sequence fits in block_size, a KV cache (above) runs only each
 -- new token through the blocks; once it is longer, the window slides and
@@ -519,7 +520,7 @@ end
 -- MoE models with a capacity limit every token recomputes the context.
 -- With the cache, models of f32 Linear or packed ternary BitLinear layers
 -- run each new token as one C call (venom.gpt_decoder: the same logits,
--- bit for bit, as the ops; the prompt still goes through the ops).
+-- bit for bit, as the ops; the prompt too, one position at a time).
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), fused = true (false: step through the ops
 -- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with
