@@ -168,17 +168,88 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vnni")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 
 /* Activation rows per pass over a weight row, as AVX2_ROWS: 32 zmm
  * registers hold the accumulators, the two weight vectors and the loads. */
 #define VNNI_ROWS 8
 
+/* Weight rows per pass of vnni_one_row: two per zmm, four zmm accumulators. */
+#define VNNI_ONE_ROW_N 8
+
+/* One activation row (decoding) with VNNI: each zmm holds the same group of
+ * two weight rows (one per 256-bit half) against x̃'s group broadcast to
+ * both halves, so one instruction serves two rows, and unlike the general
+ * loop below no 512-bit horizontal sum per row: the eight rows of a pass
+ * are reduced together by one tree of hadds and scaled as one vector (the
+ * same float operations as finish(), so the same bits). On Zen 4 at the
+ * tiny GPT's shapes (K = 128, 512) 1.2× avx2_one_row, at 4096 columns 1.5×
+ * (bench/RESULTS.md, issue 20, wt-k). */
+static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                         const int32_t *xsum, const float *s, float gamma, float *y)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP, n = 0;
+    const __m512i mask = _mm512_set1_epi8(3);
+    const __m256 scale = _mm256_set1_ps(s[0] == 0 ? 0.0f : gamma / s[0]); /* as avx2_one_row */
+    const __m256i off = _mm256_set1_epi32(xsum[0]);
+    for (; n + VNNI_ONE_ROW_N <= N; n += VNNI_ONE_ROW_N) {
+        __m512i acc[VNNI_ONE_ROW_N / 2];
+        for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) acc[r] = _mm512_setzero_si512();
+        for (int64_t g = 0; g < G; g++) {
+            const __m256i *xr = (const __m256i *)(xq + g * VNQ_GROUP);
+            __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr)),
+                    x1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 1)),
+                    x2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 2)),
+                    x3 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 3));
+            for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) {
+                const uint8_t *w = packed + (n + 2 * r) * rb + g * 32; /* rows n+2r, n+2r+1 */
+                __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w)),
+                                               _mm256_loadu_si256((const __m256i *)(w + rb)), 1);
+                /* two chains of two vpdpbusd each, not one of four (latency) */
+                __m512i a = _mm512_dpbusd_epi32(acc[r], _mm512_and_si512(p, mask), x0);
+                __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                _mm512_and_si512(_mm512_srli_epi16(p, 2), mask), x1);
+                a = _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(p, 4), mask), x2);
+                b = _mm512_dpbusd_epi32(b, _mm512_and_si512(_mm512_srli_epi16(p, 6), mask), x3);
+                acc[r] = _mm512_add_epi32(a, b);
+            }
+        }
+        /* Rows 2r and 2r+1 are the halves of acc[r]. Per 128-bit lane, h[0]
+         * holds partial sums of rows 0–3 and h[1] of rows 4–7; adding the
+         * two lanes gives the eight row sums in order. */
+        __m256i h[2];
+        for (int q = 0; q < 2; q++) {
+            __m512i u = acc[2 * q], v = acc[2 * q + 1];
+            h[q] = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
+                _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+        }
+        __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
+                                        _mm256_permute2x128_si256(h[0], h[1], 0x31));
+        _mm256_storeu_ps(y + n, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)), scale));
+    }
+    const __m256i m = _mm256_set1_epi8(3);
+    for (; n < N; n++) { /* the last N mod 8 rows, one at a time */
+        const uint8_t *w = packed + n * rb;
+        __m256i acc = _mm256_setzero_si256();
+        for (int64_t g = 0; g < G; g++) {
+            const __m256i *xr = (const __m256i *)(xq + g * VNQ_GROUP);
+            __m256i p = _mm256_loadu_si256((const __m256i *)(w + g * 32));
+            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(p, m), _mm256_loadu_si256(xr));
+            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 2), m), _mm256_loadu_si256(xr + 1));
+            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 4), m), _mm256_loadu_si256(xr + 2));
+            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 6), m), _mm256_loadu_si256(xr + 3));
+        }
+        y[n] = finish(hsum_epi32(acc), xsum[0], s[0], gamma);
+    }
+}
+
 /* AVX-512 VNNI: vpdpbusd adds the four u8 × s8 products of each 32-bit
  * lane straight into an s32 accumulator (no s16 step, no saturation). One
  * 128-column group is two 64-byte vectors: the group's 32 packed bytes are
  * broadcast to both halves of a zmm and shifted by 0 | 2 bits (columns
- * 0–63 of the group, in x̃'s order) and by 4 | 6 bits (columns 64–127). */
+ * 0–63 of the group, in x̃'s order) and by 4 | 6 bits (columns 64–127).
+ * One activation row goes to vnni_one_row. */
 static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
                               const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
                               int64_t ldy)
@@ -188,6 +259,10 @@ static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, cons
     /* Per-16-bit-lane shift counts: the low 256 bits by a, the high by b. */
     const __m512i sh01 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    if (B == 1) {
+        vnni_one_row(packed, N, Kp, xq, xsum, s, gamma, y);
+        return;
+    }
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = packed + n * rb;
         for (int64_t b0 = 0; b0 < B; b0 += VNNI_ROWS) {
@@ -223,7 +298,8 @@ static vnq_kernel by_name(const char *isa)
 {
 #ifdef VNQ_HAVE_AVX2
     if (!strcmp(isa, "avx512vnni") && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
         return kernel_avx512vnni;
     if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2")) return kernel_avx2;
 #endif
@@ -243,13 +319,14 @@ static bool env_set(const char *name)
  * Atomic: products on other threads read it on every call. */
 static vnq_kernel forced;
 
-/* Up to this many activation rows, AMD CPUs get the AVX2 kernel rather than
- * VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit halves) the
- * VNNI kernel was 1.1–1.6× slower than AVX2 for one row, level at 2–4 rows
- * and 10–40% faster from 8 rows on 4096-wide weights, and 2–6× slower at 1–4
- * rows on the 128-wide weights of tutorial 5's model (bench/RESULTS.md,
- * "AVX-512 VNNI" and issue 20's batch-1 dispatch). Intel CPUs were not
- * measured and keep VNNI for every batch. */
+/* From 2 up to this many activation rows, AMD CPUs get the AVX2 kernel
+ * rather than VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit
+ * halves) the general VNNI loop was level with AVX2 at 2–4 rows and 10–40%
+ * faster from 8 rows on 4096-wide weights, and 2–6× slower at 2–4 rows on
+ * the 128-wide weights of tutorial 5's model (bench/RESULTS.md, "AVX-512
+ * VNNI" and issue 20's batch-1 dispatch). One row runs VNNI's own one-row
+ * loop, 1.2–1.5× AVX2's (issue 20, wt-k). Intel CPUs were not measured and
+ * keep VNNI for every batch. */
 #define VNQ_AVX2_MAX_ROWS 4
 
 static vnq_kernel auto_kernel(int64_t rows)
@@ -257,7 +334,7 @@ static vnq_kernel auto_kernel(int64_t rows)
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
 #ifdef VNQ_HAVE_AVX2
-    if (k && rows <= VNQ_AVX2_MAX_ROWS && __builtin_cpu_is("amd")) k = NULL;
+    if (k && rows > 1 && rows <= VNQ_AVX2_MAX_ROWS && __builtin_cpu_is("amd")) k = NULL;
 #else
     (void)rows;
 #endif
@@ -473,10 +550,10 @@ void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_ro
     }
 }
 
-void vnq__product(const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r, int64_t B, float gamma,
-                  float *out)
+void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
+                  int64_t B, float gamma, float *out)
 {
-    vnq_kernel kernel = vnq__kernel_for(B);
+    if (!kernel) kernel = vnq__kernel_for(B);
     int64_t rb = Kp / 4;
     /* Threads take chunks of weight rows; every chunk reads all of x̃.
      * A small product is one call, outside any OpenMP region (above). */
@@ -513,7 +590,7 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
         y = NULL;
     }
     if (y && B > 0) {
-        vnq__product(vn_tensor_data(pc), N, Kp, &r, B, gamma, vn_tensor_data(y));
+        vnq__product(NULL, vn_tensor_data(pc), N, Kp, &r, B, gamma, vn_tensor_data(y));
         vn__mem_free(r.mem, r.nbytes);
     }
     vn_tensor_release(xc);
