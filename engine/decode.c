@@ -259,7 +259,8 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
         return vn__errp(VN_ERR_MEMORY, "%s: out of memory", OP);
     }
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
-    d->kernel = vnq__kernel_for(1);
+    /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
+    d->kernel = vnq__kernel_for_shape(1, (3 * C > H ? 3 * C : H) * (Kp / 4));
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;

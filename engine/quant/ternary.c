@@ -182,9 +182,9 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
  * both halves, so one instruction serves two rows, and unlike the general
  * loop below no 512-bit horizontal sum per row: the eight rows of a pass
  * are reduced together by one tree of hadds and scaled as one vector (the
- * same float operations as finish(), so the same bits). On Zen 4 at the
- * tiny GPT's shapes (K = 128, 512) 1.2× avx2_one_row, at 4096 columns 1.5×
- * (bench/RESULTS.md, issue 20, wt-k). */
+ * same float operations as finish(), so the same bits). On Zen 4 faster
+ * than avx2_one_row for weights that fit in L2, slower past them
+ * (auto_kernel below). */
 static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
                          const int32_t *xsum, const float *s, float gamma, float *y)
 {
@@ -235,10 +235,9 @@ static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int
         for (int64_t g = 0; g < G; g++) {
             const __m256i *xr = (const __m256i *)(xq + g * VNQ_GROUP);
             __m256i p = _mm256_loadu_si256((const __m256i *)(w + g * 32));
-            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(p, m), _mm256_loadu_si256(xr));
-            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 2), m), _mm256_loadu_si256(xr + 1));
-            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 4), m), _mm256_loadu_si256(xr + 2));
-            acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 6), m), _mm256_loadu_si256(xr + 3));
+            for (int q = 0; q < 4; q++) /* columns 32q .. 32q+31 of the group */
+                acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 2 * q), m),
+                                          _mm256_loadu_si256(xr + q));
         }
         y[n] = finish(hsum_epi32(acc), xsum[0], s[0], gamma);
     }
@@ -319,24 +318,30 @@ static bool env_set(const char *name)
  * Atomic: products on other threads read it on every call. */
 static vnq_kernel forced;
 
-/* From 2 up to this many activation rows, AMD CPUs get the AVX2 kernel
- * rather than VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit
- * halves) the general VNNI loop was level with AVX2 at 2–4 rows and 10–40%
- * faster from 8 rows on 4096-wide weights, and 2–6× slower at 2–4 rows on
- * the 128-wide weights of tutorial 5's model (bench/RESULTS.md, "AVX-512
- * VNNI" and issue 20's batch-1 dispatch). One row runs VNNI's own one-row
- * loop, 1.2–1.5× AVX2's (issue 20, wt-k). Intel CPUs were not measured and
- * keep VNNI for every batch. */
+/* Up to this many activation rows, AMD CPUs get the AVX2 kernel rather than
+ * VNNI: on Zen 4 (which runs 512-bit operations as two 256-bit halves) the
+ * VNNI kernel was 1.1–1.6× slower than AVX2 for one row, level at 2–4 rows
+ * and 10–40% faster from 8 rows on 4096-wide weights, and 2–6× slower at 1–4
+ * rows on the 128-wide weights of tutorial 5's model (bench/RESULTS.md,
+ * "AVX-512 VNNI" and issue 20's batch-1 dispatch). Intel CPUs were not
+ * measured and keep VNNI for every batch. */
 #define VNQ_AVX2_MAX_ROWS 4
 
-static vnq_kernel auto_kernel(int64_t rows)
+/* ... except one row against packed weights of at most this many bytes
+ * (the 1 MiB L2 of a Zen 4 core): there VNNI's one-row loop was 1.1–1.4×
+ * AVX2's (384×128 to 2048×512), and 1.25× slower at 4096×4096 (4 MiB,
+ * streamed from L3) (bench/RESULTS.md, issue 20, wt-k). */
+#define VNQ_VNNI_ONE_ROW_MAX_BYTES (1 << 20)
+
+static vnq_kernel auto_kernel(int64_t rows, int64_t weight_bytes)
 {
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
 #ifdef VNQ_HAVE_AVX2
-    if (k && rows > 1 && rows <= VNQ_AVX2_MAX_ROWS && __builtin_cpu_is("amd")) k = NULL;
+    bool small_one_row = rows == 1 && weight_bytes <= VNQ_VNNI_ONE_ROW_MAX_BYTES;
+    if (k && rows <= VNQ_AVX2_MAX_ROWS && !small_one_row && __builtin_cpu_is("amd")) k = NULL;
 #else
-    (void)rows;
+    (void)rows, (void)weight_bytes;
 #endif
     if (!k) k = by_name("avx2");
     return k ? k : kernel_portable;
@@ -347,10 +352,12 @@ vnq_kernel vnq__kernel(const char *isa)
     return isa ? by_name(isa) : vnq__kernel_for(INT64_MAX);
 }
 
-vnq_kernel vnq__kernel_for(int64_t rows)
+vnq_kernel vnq__kernel_for(int64_t rows) { return vnq__kernel_for_shape(rows, INT64_MAX); }
+
+vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t weight_bytes)
 {
     vnq_kernel k = __atomic_load_n(&forced, __ATOMIC_RELAXED);
-    return k ? k : auto_kernel(rows);
+    return k ? k : auto_kernel(rows, weight_bytes);
 }
 
 static const char *kernel_name(vnq_kernel k)
@@ -553,8 +560,8 @@ void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_ro
 void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
                   int64_t B, float gamma, float *out)
 {
-    if (!kernel) kernel = vnq__kernel_for(B);
     int64_t rb = Kp / 4;
+    if (!kernel) kernel = vnq__kernel_for_shape(B, N * rb);
     /* Threads take chunks of weight rows; every chunk reads all of x̃.
      * A small product is one call, outside any OpenMP region (above). */
     if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {
