@@ -587,8 +587,6 @@ function GPT:generate(prompt, n_tokens, opts)
       -- generated tokens (the ops would run it as one batch of rows)
       for i = 1, #out - 1 do decoder:step(out[i], i) end
       cached = #out - 1
-    else
-      eval_mode()
     end
     for _ = 1, n_tokens do
       local fused = decoder and #out == cached + 1 and #out <= cfg.block_size

@@ -4,8 +4,9 @@
 -- LayerNorm f32 model and a packed BitNet model (RMSNorm, SubLN) whose
 -- widths are not multiples of the packing's 128 columns, through the slide
 -- past block_size; the fused step really replaces the ops; the tokens a
--- fixed seed gives are those the code before the fused decoder gave; bad
--- specs and steps are errors that name what is wrong.
+-- fixed seed gives are those the code before the fused decoder gave; a
+-- fused generation makes no mode switch; bad specs and steps are errors that
+-- name what is wrong.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
@@ -65,7 +66,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(23)
+tap.plan(25)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -84,6 +85,26 @@ for _, kind in ipairs({ "f32", "packed" }) do
   local plain = run(m, true, 28, false)
   tap.is(table.concat(plain, ","), table.concat(BEFORE[kind], ","),
     kind .. ": the tokens of the code before, drawn in C from the decoder's logits")
+end
+
+-- The mode switch (eval, then train to restore: a walk of every module)
+-- only where a module's forward runs: a fused generation within the window
+-- makes none; through the ops, one of each, and every module is back in
+-- training mode.
+do
+  local m, calls = models.f32, {}
+  m.train = function(self, mode)
+    calls[#calls + 1] = mode
+    return GPT.train(self, mode)
+  end
+  m:train()
+  calls = {}
+  m:generate({ 7, 40, 3 }, 5)
+  tap.is(#calls, 0, "a fused generation does not switch the mode")
+  m:generate({ 7, 40, 3 }, 5, { fused = false })
+  tap.ok(#calls == 2 and calls[1] == false and calls[2] == true and m.blocks[2].mlp.fc.training,
+    "through the ops: eval, then training mode restored")
+  m.train = nil
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.
