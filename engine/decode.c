@@ -69,6 +69,9 @@ struct vn_gpt_decoder {
     bool stepped;    /* logits hold a step's */
     void *qmem; /* the int8 row of a packed product */
     vnq_rows q;
+    /* The packed products' kernel, chosen once (vnq__product: the choice
+     * reads the environment, ~2% of a narrow model's step). */
+    vnq_kernel kernel;
 };
 
 /* ---- checks at creation ----------------------------------------------------------- */
@@ -280,6 +283,8 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
         return vn__errp(VN_ERR_MEMORY, "%s: out of memory", OP);
     }
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
+    /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
+    d->kernel = vnq__kernel_for_shape(1, (3 * C > H ? 3 * C : H) * (Kp / 4));
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;
@@ -319,7 +324,7 @@ static void linear(vn_gpt_decoder *d, const linear_plan *l, const float *x, floa
             x = d->row;
         }
         vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
-        vnq__product(l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
+        vnq__product(d->kernel, l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
         return;
     }
     if (l->bias) memcpy(y, l->bias, sizeof(float) * (size_t)l->N);

@@ -8,7 +8,7 @@
  *   core.ternary_check(packed, K)             raises on corrupt data
  *   core.ternary_matmul(x, packed, K, γ) → y  int8 × ternary inference
  *   core.ternary_isa() → "avx512vnni" | "avx2" | "portable"
- *   core.ternary_kernel(rows) → the kernel a product of that many rows runs
+ *   core.ternary_kernel(rows) → the kernel a product of that many rows runs (large weights)
  *   core.ternary_set_kernel(name)             "auto" or a kernel: force it
  *   core.rms_norm(x, weight, eps) → y          differentiable (nn.RMSNorm)
  *   core.ternary_fake_quant(w, count) → γ·W̃  differentiable (STE)

@@ -439,27 +439,24 @@ local function can_cache(self)
   return true
 end
 
--- Runs the tokens `ids` (a list) at positions t0.. through the blocks,
--- appending their qkv rows to caches[i] (one per block); returns the
--- logits (vocab) of the last one. t0 = 1 (the prompt) runs the rows
--- together with the causal attention; later calls, one token each, attend
--- over the cache.
-local function decode(self, ids, t0, caches)
-  local n = #ids
-  local idx = venom.tensor({ ids }, "i64")
-  local x = self.wte(idx) + self.wpe(self.positions:narrow(1, t0, n))
+-- Runs the token `id` at position t through the blocks, appending its qkv
+-- row to caches[i] (one per block), and returns its logits (vocab). The
+-- prompt too runs one position at a time: every position goes through the
+-- same single-row step, so these logits are the fused decoder's bit for bit
+-- (a batch of rows would round differently).
+local function decode(self, id, t, caches)
+  local idx = venom.tensor({ { id } }, "i64")
+  local x = self.wte(idx) + self.wpe(self.positions:narrow(1, t, 1))
   for i = 1, self.config.n_layer do
     local b = self.blocks[i]
     local attn = b.attn
     local qkv = attn.qkv(b.ln1(x))
-    caches[i]:narrow(2, t0, n):copy_(qkv)
-    local y = n == 1 and venom.causal_self_attention_last(caches[i]:narrow(2, 1, t0), attn.n_head)
-      or venom.causal_self_attention(qkv, attn.n_head) -- the prompt: t0 = 1
+    caches[i]:narrow(2, t, 1):copy_(qkv)
+    local y = venom.causal_self_attention_last(caches[i]:narrow(2, 1, t), attn.n_head)
     local h = x + attn.proj(y)
     x = h + b.mlp(b.ln2(h))
   end
-  local last = n == 1 and x or x:narrow(2, n, 1) -- the head on the last row only
-  local logits = venom.linear(self.ln_f(last), self.wte.weight):reshape(-1)
+  local logits = venom.linear(self.ln_f(x), self.wte.weight):reshape(-1)
   idx:free()
   return logits
 end
@@ -543,7 +540,8 @@ end
 -- sequence as a Lua list. Each token is drawn from softmax(logits /
 -- temperature) of the last position, keeping only the top_k most likely
 -- tokens when top_k is given (top_k = 1 is greedy); the context is the last
--- block_size tokens. Runs in eval mode under no_grad; draws come from the
+-- block_size tokens. Runs in eval mode (switched only when a module's
+-- forward runs, and restored) under no_grad; draws come from the
 -- engine RNG, so a fixed venom.manual_seed gives the same text.
 -- While the sequence fits in block_size, a KV cache (above) runs only each
 -- new token through the blocks; once it is longer, the window slides and
@@ -552,7 +550,7 @@ end
 -- MoE models with a capacity limit every token recomputes the context.
 -- With the cache, models of f32 Linear or packed ternary BitLinear layers
 -- run each new token as one C call (venom.gpt_decoder: the same logits,
--- bit for bit, as the ops; the prompt still goes through the ops).
+-- bit for bit, as the ops; the prompt too, one position at a time).
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), fused = true (false: step through the ops
 -- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with
@@ -598,8 +596,13 @@ function GPT:generate(prompt, n_tokens, opts)
     end
     out[i] = id
   end
-  local was_training = self.training
-  self:eval()
+  -- eval() and the train() that restores the mode walk every module (tens
+  -- of µs for the tiny GPT, about a token's time): only a generation that
+  -- runs the modules' forward (not the fused decoder's) switches the mode.
+  local was_training, switched = self.training, false
+  local function eval_mode()
+    if not switched then self:eval(); switched = true end
+  end
   local caches -- one (1, block_size, 3C) per block while the cache is in use
   local decoder -- the fused decoder over those caches, where it applies
   local ok, err = pcall(venom.no_grad, function()
@@ -609,8 +612,14 @@ function GPT:generate(prompt, n_tokens, opts)
       if use_fused then decoder = fused_decoder(self, caches) end
     end
     local cached = 0 -- positions 1..cached of out are in the caches
+    if decoder then
+      -- the prompt but its last token, one position at a time, as the
+      -- generated tokens (the ops would run it as one batch of rows)
+      for i = 1, #out - 1 do decoder:step(out[i], i) end
+      cached = #out - 1
+    end
     for _ = 1, n_tokens do
-      local fused = decoder and cached > 0 and #out == cached + 1 and #out <= cfg.block_size
+      local fused = decoder and #out == cached + 1 and #out <= cfg.block_size
       if fused and not on_logits then
         -- the step and the draw (u from the engine RNG, as venom.rand) in one call
         cached = #out
@@ -622,11 +631,14 @@ function GPT:generate(prompt, n_tokens, opts)
           cached = #out
           l = decoder:logits()
         elseif caches and #out <= cfg.block_size then
-          local ids = {}
-          for i = cached + 1, #out do ids[#ids + 1] = out[i] end
-          last = decode(self, ids, cached + 1, caches)
+          eval_mode()
+          for i = cached + 1, #out do
+            if last then last:free() end
+            last = decode(self, out[i], i, caches)
+          end
           cached = #out
         else -- no cache, or the window slides: the whole window again
+          eval_mode()
           local first = math.max(1, #out - cfg.block_size + 1)
           local ctx = {}
           for i = first, #out do ctx[#ctx + 1] = out[i] end
@@ -648,7 +660,11 @@ function GPT:generate(prompt, n_tokens, opts)
   end)
   if decoder then decoder:free() end
   for _, c in ipairs(caches or {}) do c:free() end
-  self:train(was_training)
+  if switched then self:train(was_training) end
+  local refused = not ok and type(err) == "string" and err:match("sample_logits: .*$")
+  if refused then -- decoder:next's draw refused the logits: as sample() says, from where
+    err = ("GPT:generate: %s (the weights are not finite)"):format(refused)
+  end
   if not ok then error(err, 0) end
   return out
 end

@@ -52,6 +52,9 @@ vnq_kernel vnq__kernel(const char *isa);
 /* The kernel a product of `rows` activation rows runs: the one forced by
  * vn_ternary_set_kernel, else the automatic choice (vn_ternary_kernel). */
 vnq_kernel vnq__kernel_for(int64_t rows);
+/* The same for a product with packed weights of weight_bytes bytes in all
+ * (vnq__kernel_for: of unknown size, taken as large). */
+vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t weight_bytes);
 
 /* Where column k of a packed row sits: byte and bit shift; its code. */
 static inline int64_t vnq__code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
@@ -90,9 +93,11 @@ void vnq__rows_at(void *mem, int64_t B, int64_t Kp, vnq_rows *r);
 void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r);
 /* out (B, N) = the product of the quantised rows r with N packed weight rows
  * p (Kp/4 bytes each), times γ/s: vn_ternary_matmul's kernel call, split
- * over threads when large. */
-void vnq__product(const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r, int64_t B, float gamma,
-                  float *out);
+ * over threads when large. kernel: NULL for vnq__kernel_for_shape(B,
+ * N·Kp/4), which reads the environment (VENOM_NO_AVX2, ...) on every call;
+ * a caller making many small products (the decoder) picks it once. */
+void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
+                  int64_t B, float gamma, float *out);
 /* RMSNorm of one row (vn_rms_norm at inference; rms_norm.c). */
 void vnq__rms_row(const float *x, const float *w, int64_t D, double eps, float *y);
 

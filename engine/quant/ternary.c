@@ -168,17 +168,87 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vnni")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 
 /* Activation rows per pass over a weight row, as AVX2_ROWS: 32 zmm
  * registers hold the accumulators, the two weight vectors and the loads. */
 #define VNNI_ROWS 8
 
+/* Weight rows per pass of vnni_one_row: two per zmm, four zmm accumulators. */
+#define VNNI_ONE_ROW_N 8
+
+/* One activation row (decoding) with VNNI: each zmm holds the same group of
+ * two weight rows (one per 256-bit half) against x̃'s group broadcast to
+ * both halves, so one instruction serves two rows, and unlike the general
+ * loop below no 512-bit horizontal sum per row: the eight rows of a pass
+ * are reduced together by one tree of hadds and scaled as one vector (the
+ * same float operations as finish(), so the same bits). On Zen 4 faster
+ * than avx2_one_row for weights that fit in L2, slower past them
+ * (auto_kernel below). */
+static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                         const int32_t *xsum, const float *s, float gamma, float *y)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP, n = 0;
+    const __m512i mask = _mm512_set1_epi8(3);
+    const __m256 scale = _mm256_set1_ps(s[0] == 0 ? 0.0f : gamma / s[0]); /* as avx2_one_row */
+    const __m256i off = _mm256_set1_epi32(xsum[0]);
+    for (; n + VNNI_ONE_ROW_N <= N; n += VNNI_ONE_ROW_N) {
+        __m512i acc[VNNI_ONE_ROW_N / 2];
+        for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) acc[r] = _mm512_setzero_si512();
+        for (int64_t g = 0; g < G; g++) {
+            const __m256i *xr = (const __m256i *)(xq + g * VNQ_GROUP);
+            __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr)),
+                    x1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 1)),
+                    x2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 2)),
+                    x3 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 3));
+            for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) {
+                const uint8_t *w = packed + (n + 2 * r) * rb + g * 32; /* rows n+2r, n+2r+1 */
+                __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)w)),
+                                               _mm256_loadu_si256((const __m256i *)(w + rb)), 1);
+                /* two chains of two vpdpbusd each, not one of four (latency) */
+                __m512i a = _mm512_dpbusd_epi32(acc[r], _mm512_and_si512(p, mask), x0);
+                __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                _mm512_and_si512(_mm512_srli_epi16(p, 2), mask), x1);
+                a = _mm512_dpbusd_epi32(a, _mm512_and_si512(_mm512_srli_epi16(p, 4), mask), x2);
+                b = _mm512_dpbusd_epi32(b, _mm512_and_si512(_mm512_srli_epi16(p, 6), mask), x3);
+                acc[r] = _mm512_add_epi32(a, b);
+            }
+        }
+        /* Rows 2r and 2r+1 are the halves of acc[r]. Per 128-bit lane, h[0]
+         * holds partial sums of rows 0–3 and h[1] of rows 4–7; adding the
+         * two lanes gives the eight row sums in order. */
+        __m256i h[2];
+        for (int q = 0; q < 2; q++) {
+            __m512i u = acc[2 * q], v = acc[2 * q + 1];
+            h[q] = _mm256_hadd_epi32(
+                _mm256_hadd_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
+                _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+        }
+        __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
+                                        _mm256_permute2x128_si256(h[0], h[1], 0x31));
+        _mm256_storeu_ps(y + n, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)), scale));
+    }
+    const __m256i m = _mm256_set1_epi8(3);
+    for (; n < N; n++) { /* the last N mod 8 rows, one at a time */
+        const uint8_t *w = packed + n * rb;
+        __m256i acc = _mm256_setzero_si256();
+        for (int64_t g = 0; g < G; g++) {
+            const __m256i *xr = (const __m256i *)(xq + g * VNQ_GROUP);
+            __m256i p = _mm256_loadu_si256((const __m256i *)(w + g * 32));
+            for (int q = 0; q < 4; q++) /* columns 32q .. 32q+31 of the group */
+                acc = _mm256_dpbusd_epi32(acc, _mm256_and_si256(_mm256_srli_epi16(p, 2 * q), m),
+                                          _mm256_loadu_si256(xr + q));
+        }
+        y[n] = finish(hsum_epi32(acc), xsum[0], s[0], gamma);
+    }
+}
+
 /* AVX-512 VNNI: vpdpbusd adds the four u8 × s8 products of each 32-bit
  * lane straight into an s32 accumulator (no s16 step, no saturation). One
  * 128-column group is two 64-byte vectors: the group's 32 packed bytes are
  * broadcast to both halves of a zmm and shifted by 0 | 2 bits (columns
- * 0–63 of the group, in x̃'s order) and by 4 | 6 bits (columns 64–127). */
+ * 0–63 of the group, in x̃'s order) and by 4 | 6 bits (columns 64–127).
+ * One activation row goes to vnni_one_row. */
 static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
                               const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
                               int64_t ldy)
@@ -188,6 +258,10 @@ static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, cons
     /* Per-16-bit-lane shift counts: the low 256 bits by a, the high by b. */
     const __m512i sh01 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    if (B == 1) {
+        vnni_one_row(packed, N, Kp, xq, xsum, s, gamma, y);
+        return;
+    }
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = packed + n * rb;
         for (int64_t b0 = 0; b0 < B; b0 += VNNI_ROWS) {
@@ -223,7 +297,8 @@ static vnq_kernel by_name(const char *isa)
 {
 #ifdef VNQ_HAVE_AVX2
     if (!strcmp(isa, "avx512vnni") && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
         return kernel_avx512vnni;
     if (!strcmp(isa, "avx2") && __builtin_cpu_supports("avx2")) return kernel_avx2;
 #endif
@@ -252,14 +327,21 @@ static vnq_kernel forced;
  * measured and keep VNNI for every batch. */
 #define VNQ_AVX2_MAX_ROWS 4
 
-static vnq_kernel auto_kernel(int64_t rows)
+/* ... except one row against packed weights of at most this many bytes
+ * (the 1 MiB L2 of a Zen 4 core): there VNNI's one-row loop was 1.1–1.4×
+ * AVX2's (384×128 to 2048×512), and 1.25× slower at 4096×4096 (4 MiB,
+ * streamed from L3) (bench/RESULTS.md, issue 20, wt-k). */
+#define VNQ_VNNI_ONE_ROW_MAX_BYTES (1 << 20)
+
+static vnq_kernel auto_kernel(int64_t rows, int64_t weight_bytes)
 {
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
 #ifdef VNQ_HAVE_AVX2
-    if (k && rows <= VNQ_AVX2_MAX_ROWS && __builtin_cpu_is("amd")) k = NULL;
+    bool small_one_row = rows == 1 && weight_bytes <= VNQ_VNNI_ONE_ROW_MAX_BYTES;
+    if (k && rows <= VNQ_AVX2_MAX_ROWS && !small_one_row && __builtin_cpu_is("amd")) k = NULL;
 #else
-    (void)rows;
+    (void)rows, (void)weight_bytes;
 #endif
     if (!k) k = by_name("avx2");
     return k ? k : kernel_portable;
@@ -270,10 +352,12 @@ vnq_kernel vnq__kernel(const char *isa)
     return isa ? by_name(isa) : vnq__kernel_for(INT64_MAX);
 }
 
-vnq_kernel vnq__kernel_for(int64_t rows)
+vnq_kernel vnq__kernel_for(int64_t rows) { return vnq__kernel_for_shape(rows, INT64_MAX); }
+
+vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t weight_bytes)
 {
     vnq_kernel k = __atomic_load_n(&forced, __ATOMIC_RELAXED);
-    return k ? k : auto_kernel(rows);
+    return k ? k : auto_kernel(rows, weight_bytes);
 }
 
 static const char *kernel_name(vnq_kernel k)
@@ -473,11 +557,11 @@ void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_ro
     }
 }
 
-void vnq__product(const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r, int64_t B, float gamma,
-                  float *out)
+void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
+                  int64_t B, float gamma, float *out)
 {
-    vnq_kernel kernel = vnq__kernel_for(B);
     int64_t rb = Kp / 4;
+    if (!kernel) kernel = vnq__kernel_for_shape(B, N * rb);
     /* Threads take chunks of weight rows; every chunk reads all of x̃.
      * A small product is one call, outside any OpenMP region (above). */
     if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {
@@ -513,7 +597,7 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
         y = NULL;
     }
     if (y && B > 0) {
-        vnq__product(vn_tensor_data(pc), N, Kp, &r, B, gamma, vn_tensor_data(y));
+        vnq__product(NULL, vn_tensor_data(pc), N, Kp, &r, B, gamma, vn_tensor_data(y));
         vn__mem_free(r.mem, r.nbytes);
     }
     vn_tensor_release(xc);

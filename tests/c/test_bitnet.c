@@ -314,6 +314,56 @@ static void test_pack_and_kernels(void **state)
     }
 }
 
+/* One activation row (decoding) through each kernel this CPU has, against
+ * the portable one bit for bit and an exact integer sum: N past the rows a
+ * pass takes (4, 8) and not a multiple of them, K not a multiple of the
+ * 128-column group, random codes with x̃ at the int8 extremes (−128, 127)
+ * as well as random, and a zero row (s = 0: output 0). The trits are drawn
+ * uniformly and set one by one (vnq__set_trit), not by vn_ternary_pack. */
+static void test_one_row_kernels(void **state)
+{
+    (void)state;
+    const int64_t Ks[] = {37, 128, 300, 512}, N = 21;
+    unsigned seed = 7;
+    for (int ik = 0; ik < 4; ik++) {
+        int64_t K = Ks[ik], rb = vn_ternary_row_bytes(K), Kp = rb * 4;
+        uint8_t *p = malloc((size_t)(N * rb));
+        int8_t *xq = calloc((size_t)Kp, 1), *w = malloc((size_t)(N * K));
+        vnq__clear_packed(p, N * rb);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) {
+                seed = seed * 1103515245u + 12345u;
+                w[n * K + k] = (int8_t)((seed >> 16) % 3) - 1;
+                vnq__set_trit(p + n * rb, k, w[n * K + k]);
+            }
+        for (int pass = 0; pass < 4; pass++) {
+            int32_t sum = 0;
+            for (int64_t k = 0; k < K; k++) {
+                seed = seed * 1103515245u + 12345u;
+                int v = pass == 0 ? -128 : pass == 1 ? 127 : pass == 2 ? (int)((seed >> 16) % 256) - 128 : 0;
+                xq[k] = (int8_t)v, sum += v;
+            }
+            float s = pass == 3 ? 0.0f : 0.37f, g = 0.81f, y0[21], y[21];
+            const char *isas[] = {"portable", "avx2", "avx512vnni"};
+            for (int i = 0; i < 3; i++) {
+                vnq_kernel kern = vnq__kernel(isas[i]);
+                if (!kern) continue; /* not on this CPU */
+                float *out = i == 0 ? y0 : y;
+                memset(out, 0xff, sizeof y);
+                kern(p, N, Kp, xq, &sum, &s, 1, g, out, N);
+                if (i > 0) assert_memory_equal(y, y0, sizeof y);
+            }
+            for (int64_t n = 0; n < N; n++) {
+                int32_t acc = 0;
+                for (int64_t k = 0; k < K; k++) acc += w[n * K + k] * xq[k];
+                float want = s == 0 ? 0.0f : (float)acc * (g / s);
+                assert_memory_equal(&y0[n], &want, sizeof want);
+            }
+        }
+        free(p), free(xq), free(w);
+    }
+}
+
 /* Rows of x̃ = 127 against all-+1 weights: the largest sums the s16 lanes
  * see, exact in the output (no saturation); rows with a NaN or an ∞. */
 static void test_kernel_extremes(void **state)
@@ -483,7 +533,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
-        cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_one_row_kernels),
+        cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
         cmocka_unit_test(test_rms_norm),
     };

@@ -6,8 +6,9 @@
 -- past block_size; the fused step really replaces the ops; a layer with a
 -- forward of its own (GMP's shadow) or a strided weight is left to the
 -- ops; the tokens a fixed seed gives are those the code before the fused
--- decoder gave; bad specs and steps are errors that name what is wrong, and
--- a refused decoder:next changes nothing.
+-- decoder gave; a fused generation makes no mode switch; bad specs and
+-- steps are errors that name what is wrong, and a refused decoder:next
+-- changes nothing.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
@@ -69,7 +70,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(33)
+tap.plan(35)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -81,7 +82,8 @@ for _, kind in ipairs({ "f32", "packed" }) do
   local out, steps, attn = run(m, true, 28)
   tap.is(first_difference(steps, ops_steps), nil, kind .. ": every step's logits equal the ops' bit for bit")
   tap.is(table.concat(out, ","), table.concat(ops_out, ","), kind .. ": the same tokens")
-  tap.ok(ops_attn == 42 and attn == 0,
+  -- the ops: 24 positions (the 3 of the prompt too) × 2 blocks; fused: none
+  tap.ok(ops_attn == 48 and attn == 0,
     ("%s: the fused step replaces the ops' (%d and %d single-row attentions)"):format(kind, ops_attn, attn))
   tap.is(table.concat(out, ","), table.concat(BEFORE[kind], ","), kind .. ": the tokens of the code before")
   local plain = run(m, true, 28, false)
@@ -113,6 +115,26 @@ do
   _, ops_steps = run(heads, false, 4)
   _, steps = run(heads, true, 4)
   tap.is(first_difference(steps, ops_steps), nil, "blocks of different n_head: the logits of the ops")
+end
+
+-- The mode switch (eval, then train to restore: a walk of every module)
+-- only where a module's forward runs: a fused generation within the window
+-- makes none; through the ops, one of each, and every module is back in
+-- training mode.
+do
+  local m, calls = models.f32, {}
+  m.train = function(self, mode)
+    calls[#calls + 1] = mode
+    return GPT.train(self, mode)
+  end
+  m:train()
+  calls = {}
+  m:generate({ 7, 40, 3 }, 5)
+  tap.is(#calls, 0, "a fused generation does not switch the mode")
+  m:generate({ 7, 40, 3 }, 5, { fused = false })
+  tap.ok(#calls == 2 and calls[1] == false and calls[2] == true and m.blocks[2].mlp.fc.training,
+    "through the ops: eval, then training mode restored")
+  m.train = nil
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.

@@ -93,7 +93,9 @@ vn_tensor *vn_ternary_matmul(const vn_tensor *x, const vn_tensor *packed, int64_
 vn_status vn_ternary_set_kernel(const char *name);
 
 /* The name of the kernel a product with `rows` activation rows runs now
- * ("avx512vnni", "avx2" or "portable"). */
+ * ("avx512vnni", "avx2" or "portable"), for large weights: on AMD CPUs one
+ * row against packed weights of at most 1 MiB runs "avx512vnni" (its
+ * one-row loop) where this says "avx2". */
 const char *vn_ternary_kernel(int64_t rows);
 
 /* The name of the kernel for large products (many rows): the widest
