@@ -451,8 +451,8 @@ vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, dou
     if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
     for (int64_t i = 0; i < d->V; i++) {
         if (isnan(d->logits[i]) || d->logits[i] == INFINITY) /* no index: it says nothing of the cause */
-            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %g, expected a finite number or "
-                           "-inf (are the weights finite?)", OP, d->logits[i]);
+            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %s, expected a finite number or "
+                           "-inf (are the weights not finite?)", OP, isnan(d->logits[i]) ? "nan" : "inf");
         d->dlogits[i] = d->logits[i];
     }
     /* u as vn_rand draws one element, so the same stream gives the same tokens */
