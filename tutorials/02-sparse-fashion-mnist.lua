@@ -187,14 +187,13 @@ end
 local t_end = t0 + gmp.n * dt -- the last pruning event
 local lr_sched, restart
 if opts.cosine then
-  local sched_opts
-  sched_opts, restart = optim.rewind_options{ total_steps = total_steps,
+  local sched_opts, no_restart
+  sched_opts, restart, no_restart = optim.rewind_options{ total_steps = total_steps,
     warmup_steps = math.floor(total_steps / 20), last_event = t_end, rewind = opts.rewind, lr = opts.lr }
+  if rewind_given and no_restart then -- the step counts are known only now
+    util.die("--rewind " .. no_restart .. "; lower --prune-end", 2)
+  end
   lr_sched = optim.CosineWarmup(opt, sched_opts)
-end
-if rewind_given and opts.rewind > 0 and not restart then -- the step counts are known only now
-  util.die(("--rewind restarts the cosine after the last pruning event (step %d), which leaves "
-    .. "nothing to restart in %d steps; lower --prune-end"):format(t_end, total_steps), 2)
 end
 print(("pruning %s towards %s: steps %d to %d, every %d steps (%d steps in all)%s")
   :format(opts.mode, opts.mode == "unstructured" and ("%g%%"):format(100 * opts.sparsity)

@@ -153,7 +153,7 @@ local opts = util.parse_cli(arg, {
   plot = "draw the training curves to FILE.png or FILE.svg after every evaluation (gnuplot)",
   device = "cpu or cuda: where the model trains",
   amp = "bf16 or f16: run the forward under venom.autocast (matmul operands in 16 bits; f16 with loss scaling)",
-}, function(o)
+}, function(o, given)
   for _, k in ipairs({ "steps", "batch_size", "block_size", "n_layer", "n_head", "n_embd",
                        "eval_every", "eval_batches" }) do
     util.check_arg_int(o, k, 1)
@@ -193,14 +193,13 @@ local opts = util.parse_cli(arg, {
     util.fail(("--prune-start and --prune-end must satisfy 0 <= start < end <= 1, got %g and %g")
       :format(o.prune_start, o.prune_end))
   end
-  if o.rewind > 0 then -- a restart past the last step, or no cosine at all, would quietly not happen
+  if given.rewind and o.rewind > 0 then -- a restart past the last step would quietly not happen
     local t0, n, dt, warmup = schedule_steps(o)
-    local restart = math.max(t0 + n * dt, warmup)
-    if restart >= o.steps then
-      util.fail(("--rewind restarts the cosine after the last pruning event and the warm-up (step %d), "
-        .. "which leaves nothing to restart with --steps %d; lower --prune-end or --warmup")
-        :format(restart, o.steps))
-    end
+    local why = o.steps <= warmup and ("restarts the cosine, which --steps %d inside the warm-up "
+      .. "(%d steps) never reaches"):format(o.steps, warmup)
+      or select(3, optim.rewind_options{ total_steps = o.steps, warmup_steps = warmup,
+        last_event = t0 + n * dt, rewind = o.rewind, lr = o.lr })
+    if why then util.fail("--rewind " .. why .. "; lower --prune-end or --warmup") end
   end
   if #o.prompt == 0 then util.fail("--prompt must not be empty") end
   if o.activation ~= "gelu" and o.activation ~= "relu" and o.activation ~= "relu2" then

@@ -291,14 +291,14 @@ end
 -- given for it is refused).
 local sched, restart
 if opts.cosine then
-  local sched_opts
-  sched_opts, restart = optim.rewind_options{ total_steps = total, warmup_steps = math.floor(total / 20),
-    last_event = t_end or total, rewind = gmp and opts.rewind or 0, lr = opts.lr }
+  local sched_opts, no_restart
+  sched_opts, restart, no_restart = optim.rewind_options{ total_steps = total,
+    warmup_steps = math.floor(total / 20), last_event = t_end or total, rewind = gmp and opts.rewind or 0,
+    lr = opts.lr }
+  if rewind_given and no_restart then -- the step counts are known only now
+    util.die("--rewind " .. no_restart .. "; lower --prune-end", 2)
+  end
   sched = optim.CosineWarmup(opt, sched_opts)
-end
-if rewind_given and opts.rewind > 0 and not restart then -- the step counts are known only now
-  util.die(("--rewind restarts the cosine after the last pruning event (step %d), which leaves "
-    .. "nothing to restart in %d steps; lower --prune-end"):format(t_end, total), 2)
 end
 if restart then
   print(("the lr restarts at %g after step %d (the last pruning event)"):format(opts.rewind * opts.lr, restart))

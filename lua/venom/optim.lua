@@ -467,8 +467,12 @@ end
 -- when `rewind` > 0, a warm restart at `rewind`·`lr` after step `last_event`
 -- (the last pruning event; moved to the end of the warm-up if it falls
 -- inside it). A last event at or after the last step leaves nothing to
--- restart. Returns the options for optim.CosineWarmup and the restart step
--- (nil without a restart). The tutorials that prune (2, 3, 8) share it.
+-- restart. Returns the options for optim.CosineWarmup, the restart step
+-- (nil without a restart) and, when rewind > 0 found nothing to restart, a
+-- sentence saying why ("restarts the cosine after the last pruning event
+-- and the warm-up (step S), which leaves nothing to restart in T steps"),
+-- which the tutorials that prune (2, 3, 8) print after their option's name
+-- when the user gave it.
 -- Errors name an option that is missing or out of range: warmup_steps an
 -- integer ≥ 0, total_steps one above it, last_event an integer ≥ 0, rewind
 -- a fraction in [0, 1], lr a positive number.
@@ -487,6 +491,10 @@ function optim.rewind_options(o)
   if rewind > 0 and restart < T then
     sched_opts.restart_step, sched_opts.restart_lr = restart, rewind * lr
     return sched_opts, restart
+  end
+  if rewind > 0 then
+    return sched_opts, nil, ("restarts the cosine after the last pruning event and the warm-up (step %d), "
+      .. "which leaves nothing to restart in %d steps"):format(restart, T)
   end
   return sched_opts, nil
 end

@@ -222,10 +222,15 @@ do
          and o.warmup_steps == 5, "rewind_options: a restart at 0.5·lr after the last event")
   o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 2, rewind = 1, lr = 1 }
   tap.is(S, 5, "rewind_options: an event inside the warm-up restarts at its end")
-  o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 100, rewind = 1, lr = 1 }
+  local why
+  o, S, why = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 100, rewind = 1, lr = 1 }
   tap.ok(S == nil and o.restart_step == nil, "rewind_options: nothing to restart after the last step")
-  o, S = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 60, rewind = 0, lr = 1 }
-  tap.ok(S == nil and o.restart_lr == nil, "rewind_options: rewind 0 is no restart")
+  tap.is(why, "restarts the cosine after the last pruning event and the warm-up (step 100), "
+    .. "which leaves nothing to restart in 100 steps", "rewind_options: says why there is no restart")
+  o, S, why = optim.rewind_options{ total_steps = 100, warmup_steps = 100 - 1, last_event = 3, rewind = 1, lr = 1 }
+  tap.ok(S == 99 and why == nil, "rewind_options: a restart at the warm-up's end, one step before the last")
+  o, S, why = optim.rewind_options{ total_steps = 100, warmup_steps = 5, last_event = 60, rewind = 0, lr = 1 }
+  tap.ok(S == nil and o.restart_lr == nil and why == nil, "rewind_options: rewind 0 is no restart, and no reason")
   tap.error_like(function() optim.rewind_options{ total_steps = 100, restart = 3 } end, "restart",
     "rewind_options: an unknown option is refused")
   -- Values out of range are named (a NaN or negative rewind was taken as no
