@@ -4,21 +4,29 @@
  * which the cache holds, so only one query row is computed instead of the
  * whole T × T score matrix of vn_causal_self_attention.
  *
- * One pass over the keys per (batch, head) with the online softmax (a
- * running max m and sum, the partial output rescaled by exp(m_old − m_new)
- * when the max grows; Milakov & Gimelshein 2018): no scratch of T scores.
+ * Per (batch, head) the scores of up to CHUNK positions are held at once
+ * and turned into softmax weights by one call of the vectorised exp that
+ * vn_causal_self_attention uses (vec_math.h); past CHUNK positions the
+ * chunks are joined by the online softmax (a running max m and sum, what
+ * was summed rescaled by exp(m_old − m_new) when the max grows; Milakov &
+ * Gimelshein 2018), so no scratch of T scores. A decoding window of at
+ * most CHUNK positions (tutorial 5's 64) is one chunk: a plain two-pass
+ * softmax, with no scalar expf per position (bench/RESULTS.md, issue 20).
  * Single-threaded: at batch 1 there are n_head tasks of T·Dh multiply-adds,
  * far below what a parallel region pays for. */
 #include "internal.h"
+#include "vec_math.h" /* vn__exp_shift_f32 */
 
 #include <math.h>
-#ifdef __AVX__
+#if defined(__AVX__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
 /* Positions whose scores are computed together: TILE independent dot
  * products in flight instead of one chain of dependent multiply-adds. */
 #define TILE 8
+/* Positions whose scores are held at once (a multiple of TILE). */
+#define CHUNK 64
 
 /* The scores q·k_t of n ≤ TILE positions t0..t0+n−1 into s (unscaled).
  * Each is q[0]·k[0] + q[1]·k[1] + ... summed in d order with every product
@@ -76,9 +84,32 @@ scores(const float *q, const float *k0, int64_t st_t, int64_t st_f, int64_t Dh, 
     for (int j = 0; j < TILE; j++) s[j] = a[j];
 }
 
+/* acc[d] += Σ_j p[j] · v_j[d] over n positions (v_j[d] at v[j·st_t +
+ * d·st_f]), for each d in j order, each step one fused multiply-add. */
+static void weighted_values(const float *p, const float *v, int64_t st_t, int64_t st_f, int64_t n,
+                            int64_t Dh, float *acc)
+{
+    int64_t d0 = 0;
+#ifdef __FMA__
+    if (st_f == 1) /* the cache's layout: 32 of acc in registers through all n positions */
+        for (; d0 + 32 <= Dh; d0 += 32) {
+            __m256 a[4];
+            for (int i = 0; i < 4; i++) a[i] = _mm256_loadu_ps(acc + d0 + 8 * i);
+            for (int64_t j = 0; j < n; j++) {
+                __m256 pj = _mm256_set1_ps(p[j]);
+                for (int i = 0; i < 4; i++)
+                    a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * st_t + d0 + 8 * i), a[i]);
+            }
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(acc + d0 + 8 * i, a[i]);
+        }
+#endif
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t d = d0; d < Dh; d++) acc[d] = fmaf(p[j], v[j * st_t + d * st_f], acc[d]);
+}
+
 /* One sequence (see internal.h): each head's query row T − 1 against keys
- * and values 0..T−1, one pass with the online softmax. Not inlined: one
- * copy for the op and the fused decoder, the same bits. */
+ * and values 0..T−1, a chunk of CHUNK positions at a time. Not inlined:
+ * one copy for the op and the fused decoder, the same bits. */
 __attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st_t, int64_t st_f,
                                                       int64_t T, int64_t C, int64_t n_head, float *y)
 {
@@ -89,26 +120,25 @@ __attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st
         const float *k0 = x + (C + h * Dh) * st_f, *v0 = k0 + C * st_f;
         float *acc = y + h * Dh, m = -INFINITY, sum = 0;
         for (int64_t d = 0; d < Dh; d++) acc[d] = 0;
-        for (int64_t t0 = 0; t0 < T; t0 += TILE) {
-            int64_t nt = T - t0 < TILE ? T - t0 : TILE;
-            float s[TILE];
-            scores(q, k0, st_t, st_f, Dh, t0, nt, s);
-            for (int64_t j = 0; j < nt; j++) {
-                const float *v = v0 + (t0 + j) * st_t;
-                float sj = s[j] * scale;
-                if (sj > m) { /* a new max: rescale what was summed under the old one */
-                    float r = expf(m - sj);
-                    sum *= r;
-                    for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
-                    m = sj;
-                }
-                float p = expf(sj - m);
-                sum += p;
-                if (st_f == 1) /* the cache's layout: a loop the compiler vectorises */
-                    for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d];
-                else
-                    for (int64_t d = 0; d < Dh; d++) acc[d] += p * v[d * st_f];
+        for (int64_t c0 = 0; c0 < T; c0 += CHUNK) {
+            int64_t n = T - c0 < CHUNK ? T - c0 : CHUNK;
+            float s[CHUNK], cm = m;
+            for (int64_t t0 = 0; t0 < n; t0 += TILE)
+                scores(q, k0, st_t, st_f, Dh, c0 + t0, n - t0 < TILE ? n - t0 : TILE, s + t0);
+            for (int64_t j = 0; j < n; j++) {
+                s[j] *= scale;
+                cm = s[j] > cm ? s[j] : cm; /* NaN scores leave the max alone (and give NaN) */
             }
+            if (cm > m && m > -INFINITY) { /* a later chunk raised the max: rescale the sums */
+                float r = m;
+                vn__exp_shift_f32(&r, 1, cm, 1.0f);
+                sum *= r;
+                for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
+            }
+            m = cm > m ? cm : m;
+            vn__exp_shift_f32(s, n, m, 1.0f); /* the weights e^(s − m) */
+            for (int64_t j = 0; j < n; j++) sum += s[j];
+            weighted_values(s, v0 + c0 * st_t, st_t, st_f, n, Dh, acc);
         }
         for (int64_t d = 0; d < Dh; d++) acc[d] /= sum;
     }

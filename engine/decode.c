@@ -415,16 +415,27 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     }
     if (max == -INFINITY) /* would always draw the first */
         return vn__err(VN_ERR_ARG, "%s: every logit is -inf, nothing to draw", op);
-    double *w = malloc(sizeof(double) * (size_t)n), floor = -INFINITY;
-    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    double floor = -INFINITY;
     if (top_k > 0 && top_k < n) { /* the top_k-th largest value */
-        memcpy(w, l, sizeof(double) * (size_t)n);
-        qsort(w, (size_t)n, sizeof(double), descending);
-        floor = w[top_k - 1];
+        double *sorted = malloc(sizeof(double) * (size_t)n);
+        if (!sorted) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+        memcpy(sorted, l, sizeof(double) * (size_t)n);
+        qsort(sorted, (size_t)n, sizeof(double), descending);
+        floor = sorted[top_k - 1];
+        free(sorted);
     }
-    double total = 0;
+    float *w = malloc(sizeof(float) * (size_t)n);
+    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    /* The weights in f32 through the vectorised exp of the softmaxes
+     * (vec_math.h): libm's exp, one call per logit, cost as much as the
+     * rest of a narrow model's draw (bench/RESULTS.md, issue 20). An
+     * exponent below VN_EXP_MIN (where the exp clamps) gives 0, as does a
+     * logit outside the top_k or −inf; the sum is in double, in index order. */
+    double inv_t = 1.0 / temperature, total = 0;
+    for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * inv_t);
+    vn__exp_shift_f32(w, n, 0.0f, 1.0f);
     for (int64_t i = 0; i < n; i++) {
-        w[i] = l[i] >= floor ? exp((l[i] - max) / temperature) : 0;
+        if (!(l[i] >= floor) || !((l[i] - max) * inv_t >= VN_EXP_MIN)) w[i] = 0;
         total += w[i];
     }
     double target = u * total, acc = 0;

@@ -1,6 +1,8 @@
 /* vn_causal_self_attention_last (engine/attention_decode.c): the last row
  * of vn_causal_self_attention against the op itself for odd sizes (one
- * position, a softmax whose max moves late, several batches and heads),
+ * position, a softmax whose max moves late, within the first chunk of 64
+ * positions and in a later chunk of a longer window, several batches and
+ * heads),
  * a narrowed view of a longer cache against its contiguous copy (read in
  * place through the strides, the same bits), the vector path of a
  * contiguous cache against the plain loops a strided one takes (the same
@@ -15,12 +17,13 @@ static float *f32(const vn_tensor *t) { return vn_tensor_data(t); }
 static void test_matches_full_attention(void **state)
 {
     (void)state;
-    const int64_t Ts[] = {1, 2, 7, 40}, Hs[] = {1, 3}, Dh = 8;
-    for (int it = 0; it < 4; it++)
+    const int64_t Ts[] = {1, 2, 7, 40, 150}, Hs[] = {1, 3}, Dh = 8;
+    for (int it = 0; it < 5; it++)
         for (int ih = 0; ih < 2; ih++) {
             int64_t B = 2, T = Ts[it], H = Hs[ih], C = H * Dh;
             vn_tensor *qkv = trand(3, (int64_t[]){B, T, 3 * C}, -2, 2, 50 + (unsigned)(it * 2 + ih));
-            if (T > 2) /* a key far above the others late: the online max must rescale */
+            if (T > 2) /* a key far above the others late (at 150: in the third chunk, whose
+                        * max must rescale what the first two summed) */
                 for (int64_t d = 0; d < Dh; d++) f32(qkv)[(T - 2) * 3 * C + C + d] = 4;
             vn_tensor *full = vn_causal_self_attention(qkv, H);
             vn_tensor *last = vn_causal_self_attention_last(qkv, H);

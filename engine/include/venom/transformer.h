@@ -143,8 +143,10 @@ int64_t vn_gpt_decoder_block_size(const vn_gpt_decoder *d);
 
 /* A draw from the distribution ∝ exp(l_i / temperature) over the n logits l
  * (double), restricted to those ≥ the top_k-th largest (top_k = 0: all):
- * with w_i = exp((l_i − max l) / temperature) (0 outside the top_k), the
- * first i whose running sum Σ_{j ≤ i} w_j exceeds u·Σ w (the last i with
+ * with w_i = exp((l_i − max l) / temperature) (in f32, by the polynomial exp
+ * of the engine's softmaxes, to about 2 ulp; 0 outside the top_k and for an
+ * exponent below −87.3), the first i whose running sum Σ_{j ≤ i} w_j (in
+ * double) exceeds u·Σ w (the last i with
  * w_i > 0 if rounding leaves none); u is a uniform draw in [0, 1) from the
  * caller's RNG. models/gpt.lua's generate draws each token so. *index gets
  * i (0-based). Errors: VN_ERR_ARG (NULL pointers, n < 1, temperature not
