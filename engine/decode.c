@@ -351,7 +351,7 @@ const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos)
         float *qkv = bp->cache + pos * 3 * C; /* this position's row of the cache */
         norm(&bp->ln1, C, x, a);
         linear(d, &bp->lin[QKV], a, qkv);
-        vn__attention_last_row(bp->cache, 3 * C, 1, pos + 1, C, d->n_head, b);
+        vn__attention_last_row(bp->cache, 3 * C, pos + 1, C, d->n_head, b);
         linear(d, &bp->lin[ATTN_PROJ], b, a);
         for (int64_t j = 0; j < C; j++) h[j] = x[j] + a[j];
         norm(&bp->ln2, C, h, a);

@@ -4,9 +4,9 @@
  * positions and in a later chunk of a longer window, several batches and
  * heads),
  * a narrowed view of a longer cache against its contiguous copy (read in
- * place through the strides, the same bits), the vector path of a
- * contiguous cache against the plain loops a strided one takes (the same
- * bits: both sum each score's products in d order), and bad arguments. */
+ * place through the strides, the same bits), a contiguous cache against
+ * one whose features are strided (copied first: the same bits), and bad
+ * arguments. */
 #include "gradcheck.h"
 
 #include <math.h>
@@ -60,8 +60,8 @@ static void test_narrowed_cache(void **state)
 }
 
 /* Head widths 8 and 12 (a vector block and a tail), T = 19 (two full
- * tiles of 8 positions and a partial one): the contiguous qkv (vector
- * path) against a view whose feature stride is not 1 (plain loops). */
+ * tiles of 8 positions and a partial one): the contiguous qkv against a
+ * view whose feature stride is not 1. */
 static void test_vector_path_same_bits(void **state)
 {
     (void)state;
