@@ -430,12 +430,15 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
      * (vec_math.h): libm's exp, one call per logit, cost as much as the
      * rest of a narrow model's draw (bench/RESULTS.md, issue 20). An
      * exponent below VN_EXP_MIN (where the exp clamps) gives 0, as does a
-     * logit outside the top_k or −inf; the sum is in double, in index order. */
+     * logit outside the top_k or −inf. Σ w in double in vector lanes (the
+     * running sum below is in index order: where the two round apart, the
+     * last resort below takes the last token). */
     double inv_t = 1.0 / temperature, total = 0;
     for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * inv_t);
     vn__exp_shift_f32(w, n, 0.0f, 1.0f);
+#pragma omp simd reduction(+ : total)
     for (int64_t i = 0; i < n; i++) {
-        if (!(l[i] >= floor) || !((l[i] - max) * inv_t >= VN_EXP_MIN)) w[i] = 0;
+        w[i] = l[i] >= floor && (l[i] - max) * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
         total += w[i];
     }
     double target = u * total, acc = 0;
