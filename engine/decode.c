@@ -406,13 +406,19 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     vn_status st = check_sampling(op, temperature, top_k);
     if (st) return st;
     if (!(u >= 0 && u < 1)) return vn__err(VN_ERR_ARG, "%s: u = %g, expected u in [0, 1)", op, u);
+    /* the max, and whether any logit is NaN or +inf (which would draw
+     * garbage), in vector lanes; the culprit is looked for only then */
     double max = -INFINITY;
+    int bad = 0;
+#pragma omp simd reduction(max : max) reduction(| : bad)
     for (int64_t i = 0; i < n; i++) {
-        if (isnan(l[i]) || l[i] == INFINITY) /* would draw garbage */
+        bad |= !(l[i] < INFINITY); /* NaN or +inf */
+        max = l[i] > max ? l[i] : max;
+    }
+    for (int64_t i = 0; bad && i < n; i++)
+        if (!(l[i] < INFINITY))
             return vn__err(VN_ERR_ARG, "%s: logits[%lld] is %g, expected a finite number or -inf", op,
                            (long long)i, l[i]);
-        if (l[i] > max) max = l[i];
-    }
     if (max == -INFINITY) /* would always draw the first */
         return vn__err(VN_ERR_ARG, "%s: every logit is -inf, nothing to draw", op);
     double floor = -INFINITY;
@@ -463,12 +469,16 @@ vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, dou
     if (!st && !next) st = vn__err(VN_ERR_ARG, "%s: next is NULL, expected where to write the token", OP);
     if (st) return st;
     if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
+    int bad = 0; /* a NaN or +inf logit, looked for in vector lanes */
+#pragma omp simd reduction(| : bad)
     for (int64_t i = 0; i < d->V; i++) {
-        if (isnan(d->logits[i]) || d->logits[i] == INFINITY) /* no index: it says nothing of the cause */
-            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %s, expected a finite number or "
-                           "-inf (are the weights not finite?)", OP, isnan(d->logits[i]) ? "nan" : "inf");
+        bad |= !(d->logits[i] < INFINITY);
         d->dlogits[i] = d->logits[i];
     }
+    for (int64_t i = 0; bad && i < d->V; i++)
+        if (!(d->logits[i] < INFINITY)) /* no index: it says nothing of the cause */
+            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %s, expected a finite number or "
+                           "-inf (are the weights not finite?)", OP, isnan(d->logits[i]) ? "nan" : "inf");
     /* u as vn_rand draws one element, so the same stream gives the same tokens */
     return vn_sample_logits(d->dlogits, d->V, temperature, top_k, vn__rng_uniform_f32(), next);
 }
