@@ -47,9 +47,11 @@ vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
  * attends to all T keys:
  *   out[b, 0, h·Dh + d] = Σ_t softmax_t(q_h[T−1]·k_h[t] / √Dh) · v_h[t, d].
  * qkv (B, T, 3C) f32 on the CPU, any strides (a narrowed view of a longer
- * cache is read in place) → out (B, 1, C) f32. The same values as the last
- * row of vn_causal_self_attention up to f32 rounding (expf and the online
- * softmax against its vectorized exp). Not recorded on the tape
+ * cache is read in place; features not adjacent are copied first) → out
+ * (B, 1, C) f32. The same values as the last row of
+ * vn_causal_self_attention up to f32 rounding (the same vectorized exp;
+ * the scores summed in another order, and past 64 positions the online
+ * softmax over chunks of 64). Not recorded on the tape
  * (inference). Errors: VN_ERR_ARG (NULL or freed), VN_ERR_DTYPE (not f32),
  * VN_ERR_DEVICE (a CUDA tensor), VN_ERR_SHAPE (qkv not 3-d, T = 0, n_head
  * < 1, or the last dim not a multiple of 3·n_head), VN_ERR_MEMORY. */
