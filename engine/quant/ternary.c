@@ -177,6 +177,24 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
 /* Weight rows per pass of vnni_one_row: two per zmm, four zmm accumulators. */
 #define VNNI_ONE_ROW_N 8
 
+/* y[0..7] = (Σ of rows 0..7 − off) · scale, the same float operations as
+ * finish(), where rows 2r and 2r+1 are the 256-bit halves of acc[r]. Per
+ * 128-bit lane, h[0] holds partial sums of rows 0–3 and h[1] of rows 4–7;
+ * adding the two lanes gives the eight row sums in order. */
+static inline void store_eight(const __m512i acc[VNNI_ONE_ROW_N / 2], __m256i off, __m256 scale, float *y)
+{
+    __m256i h[2];
+    for (int q = 0; q < 2; q++) {
+        __m512i u = acc[2 * q], v = acc[2 * q + 1];
+        h[q] = _mm256_hadd_epi32(
+            _mm256_hadd_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
+            _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+    }
+    __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
+                                    _mm256_permute2x128_si256(h[0], h[1], 0x31));
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)), scale));
+}
+
 /* One activation row (decoding) with VNNI: each zmm holds the same group of
  * two weight rows (one per 256-bit half) against x̃'s group broadcast to
  * both halves, so one instruction serves two rows, and unlike the general
@@ -214,19 +232,7 @@ static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int
                 acc[r] = _mm512_add_epi32(a, b);
             }
         }
-        /* Rows 2r and 2r+1 are the halves of acc[r]. Per 128-bit lane, h[0]
-         * holds partial sums of rows 0–3 and h[1] of rows 4–7; adding the
-         * two lanes gives the eight row sums in order. */
-        __m256i h[2];
-        for (int q = 0; q < 2; q++) {
-            __m512i u = acc[2 * q], v = acc[2 * q + 1];
-            h[q] = _mm256_hadd_epi32(
-                _mm256_hadd_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
-                _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
-        }
-        __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
-                                        _mm256_permute2x128_si256(h[0], h[1], 0x31));
-        _mm256_storeu_ps(y + n, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)), scale));
+        store_eight(acc, off, scale, y + n);
     }
     const __m256i m = _mm256_set1_epi8(3);
     for (; n < N; n++) { /* the last N mod 8 rows, one at a time */
@@ -241,6 +247,58 @@ static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int
         }
         y[n] = finish(hsum_epi32(acc), xsum[0], s[0], gamma);
     }
+}
+
+/* Groups per row up to which several activation rows take narrow_rows:
+ * 8 weight rows unpacked are 1 KiB per group, in L1. */
+#define VNNI_NARROW_MAX_GROUPS 8
+
+/* Several activation rows against narrow weights (K ≤ 1024: a sliding
+ * window's 64 rows through tutorial 5's model): blocks of eight weight rows
+ * are unpacked once, as vnni_one_row lays them out (two rows per zmm, the
+ * codes of one 32-column quarter of a group per vector), and each activation
+ * row then runs vnni_one_row's products and reduction on them: per output
+ * about a quarter of the operations of the general loop below, whose
+ * 512-bit horizontal sum per (row, weight row) dominates at one or two
+ * groups. The same integer sums and float operations, so the same bits.
+ * The last N mod 8 weight rows go to the general loop (rows). */
+static void vnni_narrow_rows(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                             const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                             int64_t ldy, vnq_kernel rows)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP, n = 0;
+    const __m512i mask = _mm512_set1_epi8(3);
+    __m512i w[VNNI_NARROW_MAX_GROUPS][VNNI_ONE_ROW_N / 2][4]; /* [group][row pair][quarter] */
+    for (; n + VNNI_ONE_ROW_N <= N; n += VNNI_ONE_ROW_N) {
+        for (int64_t g = 0; g < G; g++)
+            for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) {
+                const uint8_t *pw = packed + (n + 2 * r) * rb + g * 32;
+                __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pw)),
+                                               _mm256_loadu_si256((const __m256i *)(pw + rb)), 1);
+                for (int q = 0; q < 4; q++) w[g][r][q] = _mm512_and_si512(_mm512_srli_epi16(p, 2 * (unsigned)q), mask);
+            }
+        for (int64_t b = 0; b < B; b++) {
+            __m512i acc[VNNI_ONE_ROW_N / 2];
+            for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) acc[r] = _mm512_setzero_si512();
+            for (int64_t g = 0; g < G; g++) {
+                const __m256i *xr = (const __m256i *)(xq + b * Kp + g * VNQ_GROUP);
+                __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr)),
+                        x1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 1)),
+                        x2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 2)),
+                        x3 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 3));
+                for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) { /* as vnni_one_row */
+                    __m512i a = _mm512_dpbusd_epi32(acc[r], w[g][r][0], x0);
+                    __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g][r][1], x1);
+                    a = _mm512_dpbusd_epi32(a, w[g][r][2], x2);
+                    c = _mm512_dpbusd_epi32(c, w[g][r][3], x3);
+                    acc[r] = _mm512_add_epi32(a, c);
+                }
+            }
+            const __m256 scale = _mm256_set1_ps(s[b] == 0 ? 0.0f : gamma / s[b]); /* as finish() */
+            store_eight(acc, _mm256_set1_epi32(xsum[b]), scale, y + b * ldy + n);
+        }
+    }
+    if (n < N) rows(packed + n * rb, N - n, Kp, xq, xsum, s, B, gamma, y + n, ldy);
 }
 
 /* AVX-512 VNNI: vpdpbusd adds the four u8 × s8 products of each 32-bit
@@ -260,6 +318,10 @@ static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, cons
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     if (B == 1) {
         vnni_one_row(packed, N, Kp, xq, xsum, s, gamma, y);
+        return;
+    }
+    if (G <= VNNI_NARROW_MAX_GROUPS && N >= VNNI_ONE_ROW_N) {
+        vnni_narrow_rows(packed, N, Kp, xq, xsum, s, B, gamma, y, ldy, kernel_avx512vnni);
         return;
     }
     for (int64_t n = 0; n < N; n++) {

@@ -252,7 +252,7 @@ static void test_pack_and_kernels(void **state)
      * and past the 4 and 8 rows the SIMD kernels take per pass. */
     const int64_t Ks[] = {1, 37, 128, 129, 300}, Bs[] = {1, 3, 8, 64};
     for (int ik = 0; ik < 5; ik++) {
-        int64_t K = Ks[ik], N = 7, rb;
+        int64_t K = Ks[ik], N = 21, rb; /* two blocks of 8 weight rows and 5 more */
         vn_tensor *w = trand(2, (int64_t[]){N, K}, -1, 1, 10 + (unsigned)ik);
         float g = 0, g2 = 0;
         vn_tensor *p = vn_ternary_pack(w, &g), *wq = vn_ternary_quantize(w, &g2);
