@@ -284,7 +284,7 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     }
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
     /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
-    d->kernel = vnq__kernel_for_shape(1, (3 * C > H ? 3 * C : H) * (Kp / 4));
+    d->kernel = vnq__kernel_for_shape(1, 3 * C > H ? 3 * C : H, Kp / 4);
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;

@@ -389,21 +389,25 @@ static vnq_kernel forced;
  * measured and keep VNNI for every batch. */
 #define VNQ_AVX2_MAX_ROWS 4
 
-/* ... except one row against packed weights of at most this many bytes
- * (the 1 MiB L2 of a Zen 4 core): there VNNI's one-row loop was 1.1–1.4×
- * AVX2's (384×128 to 2048×512), and 1.25× slower at 4096×4096 (4 MiB,
- * streamed from L3) (bench/RESULTS.md, issue 20, wt-k). */
+/* ... except against packed weights of at most this many bytes (the 1 MiB
+ * L2 of a Zen 4 core) for one row, or for 2–4 rows when the weights are
+ * narrow (vnni_narrow_rows): there VNNI's one-row loop was 1.1–1.4× AVX2's
+ * (384×128 to 2048×512), and 1.25× slower at 4096×4096 (4 MiB, streamed
+ * from L3) (bench/RESULTS.md, issue 20, wt-k); the narrow loop 1.25–3× AVX2's
+ * at 2 and 4 rows (384×128, 128×512, 1536×512; wt-c). */
 #define VNQ_VNNI_ONE_ROW_MAX_BYTES (1 << 20)
 
-static vnq_kernel auto_kernel(int64_t rows, int64_t weight_bytes)
+static vnq_kernel auto_kernel(int64_t rows, int64_t N, int64_t row_bytes)
 {
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
 #ifdef VNQ_HAVE_AVX2
-    bool small_one_row = rows == 1 && weight_bytes <= VNQ_VNNI_ONE_ROW_MAX_BYTES;
-    if (k && rows <= VNQ_AVX2_MAX_ROWS && !small_one_row && __builtin_cpu_is("amd")) k = NULL;
+    int64_t weight_bytes = N > INT64_MAX / row_bytes ? INT64_MAX : N * row_bytes;
+    bool narrow = row_bytes <= VNNI_NARROW_MAX_GROUPS * VNQ_GROUP_BYTES && N >= VNNI_ONE_ROW_N;
+    bool small = weight_bytes <= VNQ_VNNI_ONE_ROW_MAX_BYTES && (rows == 1 || narrow);
+    if (k && rows <= VNQ_AVX2_MAX_ROWS && !small && __builtin_cpu_is("amd")) k = NULL;
 #else
-    (void)rows, (void)weight_bytes;
+    (void)rows, (void)N, (void)row_bytes;
 #endif
     if (!k) k = by_name("avx2");
     return k ? k : kernel_portable;
@@ -414,12 +418,12 @@ vnq_kernel vnq__kernel(const char *isa)
     return isa ? by_name(isa) : vnq__kernel_for(INT64_MAX);
 }
 
-vnq_kernel vnq__kernel_for(int64_t rows) { return vnq__kernel_for_shape(rows, INT64_MAX); }
+vnq_kernel vnq__kernel_for(int64_t rows) { return vnq__kernel_for_shape(rows, INT64_MAX, INT64_MAX); }
 
-vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t weight_bytes)
+vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t N, int64_t row_bytes)
 {
     vnq_kernel k = __atomic_load_n(&forced, __ATOMIC_RELAXED);
-    return k ? k : auto_kernel(rows, weight_bytes);
+    return k ? k : auto_kernel(rows, N, row_bytes);
 }
 
 static const char *kernel_name(vnq_kernel k)
@@ -623,7 +627,7 @@ void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, co
                   int64_t B, float gamma, float *out)
 {
     int64_t rb = Kp / 4;
-    if (!kernel) kernel = vnq__kernel_for_shape(B, N * rb);
+    if (!kernel) kernel = vnq__kernel_for_shape(B, N, rb);
     /* Threads take chunks of weight rows; every chunk reads all of x̃.
      * A small product is one call, outside any OpenMP region (above). */
     if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {
