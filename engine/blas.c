@@ -7,6 +7,7 @@
 #include "blas.h"
 #include "internal.h"
 
+#include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -28,13 +29,80 @@ _Thread_local void *vn__progress_ud;
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_threaded(void) { openblas_set_num_threads(1); }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_ROWS_DOT_AVX512 1
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#include <immintrin.h>
+
+/* c[i] = alpha · (row i of B) · a (+ beta · c[i]; c is not read when beta
+ * is 0, as in BLAS) for n rows of k floats, B row-major (row stride ldb),
+ * a contiguous: y = W·x of a Linear layer at batch 1. Eight rows at a time,
+ * each summed in 16 lanes (eight independent chains of fused multiply-adds
+ * against x's 16 columns), the eight reduced together by one tree of hadds.
+ * On Zen 4 at the decoding shapes of a narrow GPT (256 × 128, 384 × 128)
+ * OpenBLAS 0.3.21's sgemv keeps four rows of two accumulators, one chain of
+ * dependent FMAs per row, and is latency-bound (bench/RESULTS.md, issue 20). */
+static void rows_dot_avx512(int n, int k, float alpha, const float *B, int ldb, const float *a,
+                            float beta, float *c)
+{
+    const __mmask16 tail = (__mmask16)((1u << (k % 16)) - 1);
+    int kf = k - k % 16, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512 acc[8];
+        for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+        for (int j = 0; j < kf; j += 16) {
+            __m512 x = _mm512_loadu_ps(a + j);
+            for (int r = 0; r < 8; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(B + (size_t)(i + r) * ldb + j), x, acc[r]);
+        }
+        if (tail) {
+            __m512 x = _mm512_maskz_loadu_ps(tail, a + kf);
+            for (int r = 0; r < 8; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, B + (size_t)(i + r) * ldb + kf), x,
+                                         acc[r]);
+        }
+        /* the 16 lanes of row r folded to 8, then hadds: h holds, per
+         * 128-bit half, partial sums of rows 0–3 and 4–7 */
+        __m256 f[8];
+        for (int r = 0; r < 8; r++)
+            f[r] = _mm256_add_ps(_mm512_castps512_ps256(acc[r]),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)));
+        __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(f[0], f[1]), _mm256_hadd_ps(f[2], f[3]));
+        __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(f[4], f[5]), _mm256_hadd_ps(f[6], f[7]));
+        __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+        __m256 y = _mm256_mul_ps(_mm256_set1_ps(alpha), sums);
+        if (beta != 0) y = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(c + i), y);
+        _mm256_storeu_ps(c + i, y);
+    }
+    for (; i < n; i++) { /* the last n mod 8 rows */
+        __m512 acc = _mm512_setzero_ps();
+        for (int j = 0; j < kf; j += 16)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(B + (size_t)i * ldb + j), _mm512_loadu_ps(a + j), acc);
+        if (tail)
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, B + (size_t)i * ldb + kf),
+                                  _mm512_maskz_loadu_ps(tail, a + kf), acc);
+        float y = alpha * _mm512_reduce_add_ps(acc);
+        c[i] = beta != 0 ? fmaf(beta, c[i], y) : y;
+    }
+}
+#pragma GCC pop_options
+#endif
+
 /* One row of C (1 × n) = a (1 × k, stride inca) · op(B) as a matrix-vector
  * product: OpenBLAS's sgemm with m = 1 packs all of B first (at 2048 × 512
  * it was 10× slower than sgemv), and a single row is what decoding a
- * token at batch 1 multiplies. */
+ * token at batch 1 multiplies. A Linear's product (B n × k row-major, a
+ * contiguous) runs rows_dot_avx512 where the CPU has AVX-512. */
 static void gemv_row(CBLAS_TRANSPOSE tb, int n, int k, float alpha, const float *a, int inca,
                      const float *B, int ldb, float beta, float *c)
 {
+#ifdef HAVE_ROWS_DOT_AVX512
+    if (tb == CblasTrans && inca == 1 && __builtin_cpu_supports("avx512f")) {
+        rows_dot_avx512(n, k, alpha, B, ldb, a, beta, c);
+        return;
+    }
+#endif
     if (tb == CblasTrans) /* B is n × k: c = B·a */
         cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, B, ldb, a, inca, beta, c, 1);
     else /* B is k × n: c = Bᵀ·a */

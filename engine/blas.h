@@ -11,7 +11,8 @@
  * with one single-threaded call each. Called inside a parallel region, it
  * runs on the calling thread alone. With a progress hook set (internal.h),
  * a large product runs as consecutive slices with vn__progress() after
- * each. */
+ * each. A Linear's one-row product (m = 1, B transposed, a contiguous)
+ * runs blas.c's own AVX-512 loop where the CPU has it, other rows sgemv. */
 void vn__sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 #endif

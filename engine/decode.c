@@ -284,7 +284,7 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     }
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
     /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
-    d->kernel = vnq__kernel_for_shape(1, (3 * C > H ? 3 * C : H) * (Kp / 4));
+    d->kernel = vnq__kernel_for_shape(1, 3 * C > H ? 3 * C : H, Kp / 4);
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;
@@ -351,7 +351,7 @@ const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos)
         float *qkv = bp->cache + pos * 3 * C; /* this position's row of the cache */
         norm(&bp->ln1, C, x, a);
         linear(d, &bp->lin[QKV], a, qkv);
-        vn__attention_last_row(bp->cache, 3 * C, 1, pos + 1, C, d->n_head, b);
+        vn__attention_last_row(bp->cache, 3 * C, pos + 1, C, d->n_head, b);
         linear(d, &bp->lin[ATTN_PROJ], b, a);
         for (int64_t j = 0; j < C; j++) h[j] = x[j] + a[j];
         norm(&bp->ln2, C, h, a);
@@ -406,25 +406,45 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     vn_status st = check_sampling(op, temperature, top_k);
     if (st) return st;
     if (!(u >= 0 && u < 1)) return vn__err(VN_ERR_ARG, "%s: u = %g, expected u in [0, 1)", op, u);
+    /* the max, and whether any logit is NaN or +inf (which would draw
+     * garbage), in vector lanes; the culprit is looked for only then */
     double max = -INFINITY;
+    int bad = 0;
+#pragma omp simd reduction(max : max) reduction(| : bad)
     for (int64_t i = 0; i < n; i++) {
-        if (isnan(l[i]) || l[i] == INFINITY) /* would draw garbage */
+        bad |= !(l[i] < INFINITY); /* NaN or +inf */
+        max = l[i] > max ? l[i] : max;
+    }
+    for (int64_t i = 0; bad && i < n; i++)
+        if (!(l[i] < INFINITY))
             return vn__err(VN_ERR_ARG, "%s: logits[%lld] is %g, expected a finite number or -inf", op,
                            (long long)i, l[i]);
-        if (l[i] > max) max = l[i];
-    }
     if (max == -INFINITY) /* would always draw the first */
         return vn__err(VN_ERR_ARG, "%s: every logit is -inf, nothing to draw", op);
-    double *w = malloc(sizeof(double) * (size_t)n), floor = -INFINITY;
-    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    double floor = -INFINITY;
     if (top_k > 0 && top_k < n) { /* the top_k-th largest value */
-        memcpy(w, l, sizeof(double) * (size_t)n);
-        qsort(w, (size_t)n, sizeof(double), descending);
-        floor = w[top_k - 1];
+        double *sorted = malloc(sizeof(double) * (size_t)n);
+        if (!sorted) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+        memcpy(sorted, l, sizeof(double) * (size_t)n);
+        qsort(sorted, (size_t)n, sizeof(double), descending);
+        floor = sorted[top_k - 1];
+        free(sorted);
     }
-    double total = 0;
+    float *w = malloc(sizeof(float) * (size_t)n);
+    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    /* The weights in f32 through the vectorised exp of the softmaxes
+     * (vec_math.h): libm's exp, one call per logit, cost as much as the
+     * rest of a narrow model's draw (bench/RESULTS.md, issue 20). An
+     * exponent below VN_EXP_MIN (where the exp clamps) gives 0, as does a
+     * logit outside the top_k or −inf. Σ w in double in vector lanes (the
+     * running sum below is in index order: where the two round apart, the
+     * last resort below takes the last token). */
+    double inv_t = 1.0 / temperature, total = 0;
+    for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * inv_t);
+    vn__exp_shift_f32(w, n, 0.0f, 1.0f);
+#pragma omp simd reduction(+ : total)
     for (int64_t i = 0; i < n; i++) {
-        w[i] = l[i] >= floor ? exp((l[i] - max) / temperature) : 0;
+        w[i] = l[i] >= floor && (l[i] - max) * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
         total += w[i];
     }
     double target = u * total, acc = 0;
@@ -449,12 +469,16 @@ vn_status vn_gpt_decoder_next(vn_gpt_decoder *d, int64_t token, int64_t pos, dou
     if (!st && !next) st = vn__err(VN_ERR_ARG, "%s: next is NULL, expected where to write the token", OP);
     if (st) return st;
     if (!vn_gpt_decoder_step(d, token, pos)) return vn_last_status();
+    int bad = 0; /* a NaN or +inf logit, looked for in vector lanes */
+#pragma omp simd reduction(| : bad)
     for (int64_t i = 0; i < d->V; i++) {
-        if (isnan(d->logits[i]) || d->logits[i] == INFINITY) /* no index: it says nothing of the cause */
-            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %s, expected a finite number or "
-                           "-inf (are the weights not finite?)", OP, isnan(d->logits[i]) ? "nan" : "inf");
+        bad |= !(d->logits[i] < INFINITY);
         d->dlogits[i] = d->logits[i];
     }
+    for (int64_t i = 0; bad && i < d->V; i++)
+        if (!(d->logits[i] < INFINITY)) /* no index: it says nothing of the cause */
+            return vn__err(VN_ERR_ARG, "%s: a logit of the step is %s, expected a finite number or "
+                           "-inf (are the weights not finite?)", OP, isnan(d->logits[i]) ? "nan" : "inf");
     /* u as vn_rand draws one element, so the same stream gives the same tokens */
     return vn_sample_logits(d->dlogits, d->V, temperature, top_k, vn__rng_uniform_f32(), next);
 }

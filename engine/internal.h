@@ -340,11 +340,11 @@ int64_t *vn__index_list(const vn_tensor *idx);
  * y = (x − mean)/σ ⊙ g + b (g, b may be NULL), stats = {mean, 1/σ}
  * (engine/ops_transformer.c). The last position's causal self-attention
  * over T positions of one sequence whose qkv row t, feature f sits at
- * qkv[t·st_t + f·st_f] (3C features: q | k | v) → y (C values)
+ * qkv[t·st_t + f] (3C features: q | k | v) → y (C values)
  * (engine/attention_decode.c). */
 void vn__layer_norm_row(const float *x, const float *g, const float *b, int64_t D, double eps,
                         float *y, float *stats);
-void vn__attention_last_row(const float *qkv, int64_t st_t, int64_t st_f, int64_t T, int64_t C,
-                            int64_t n_head, float *y);
+void vn__attention_last_row(const float *qkv, int64_t st_t, int64_t T, int64_t C, int64_t n_head,
+                            float *y);
 
 #endif

@@ -24,7 +24,7 @@
  * NaN in gives NaN out. */
 static inline float exp_poly(float x)
 {
-    float c = x > -87.3f ? x : -87.3f; /* selects, not branches (see the top); NaN → -87.3 */
+    float c = x > VN_EXP_MIN ? x : VN_EXP_MIN; /* selects, not branches (see the top); NaN → min */
     c = c < 88.3f ? c : 88.3f;
     float n = __builtin_floorf(c * 1.44269504088896341f + 0.5f); /* c / ln2, rounded */
     float r = c - n * 0.693359375f + n * 2.12194440e-4f;   /* ln2 split in two: r exact */

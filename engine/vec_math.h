@@ -22,7 +22,10 @@ void vn__bias_gelu_backward_f32(float *out, const float *g, const float *x, cons
                                 int64_t rows, int64_t D);
 
 /* x[i] = e^(x[i] − shift) · scale, in place: the rows of a softmax (shift
- * the row's max, so every exponent is <= 0). */
+ * the row's max, so every exponent is <= 0). The exponent is clamped to
+ * [VN_EXP_MIN, 88.3] (to about 2 ulp; NaN stays NaN): below VN_EXP_MIN the
+ * result is e^VN_EXP_MIN ≈ 1.2e-38, not 0. */
+#define VN_EXP_MIN (-87.3f)
 void vn__exp_shift_f32(float *x, int64_t n, float shift, float scale);
 
 #endif

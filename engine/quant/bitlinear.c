@@ -9,6 +9,9 @@
 #include "quant_internal.h"
 
 #include <float.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 float vnq__gamma(const float *w, int64_t n, int64_t count)
 {
@@ -41,8 +44,24 @@ float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
     }
     /* An all-zero row has no scale (127/0): it quantises to zeros. */
     float s = m > 0 ? 127.0f / m : 0.0f;
-    if (q && !xq) { /* the packed products' case, in a loop the compiler vectorises */
-        for (int64_t k = 0; k < K; k++) {
+    if (q && !xq) { /* the packed products' case */
+        int64_t k = 0;
+#ifdef __AVX2__
+        /* 32 at a time: cvtps rounds to nearest even (as nearbyintf in the
+         * default mode) and the saturating packs are the clamp (|x·s| ≤ 127
+         * up to rounding here: no value near int32's range); the packs
+         * interleave 128-bit halves, which the permute puts back in order.
+         * GCC's vectorisation of the loop below took 3× longer. */
+        const __m256 vs = _mm256_set1_ps(s);
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (; k + 32 <= K; k += 32) {
+            __m256i i[4];
+            for (int j = 0; j < 4; j++) i[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * j), vs));
+            __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+            _mm256_storeu_si256((__m256i *)(void *)(q + k), _mm256_permutevar8x32_epi32(b, order));
+        }
+#endif
+        for (; k < K; k++) {
             float r = nearbyintf(x[k] * s);
             q[k] = (int8_t)(r > 127.0f ? 127.0f : r < -128.0f ? -128.0f : r);
         }

@@ -52,9 +52,9 @@ vnq_kernel vnq__kernel(const char *isa);
 /* The kernel a product of `rows` activation rows runs: the one forced by
  * vn_ternary_set_kernel, else the automatic choice (vn_ternary_kernel). */
 vnq_kernel vnq__kernel_for(int64_t rows);
-/* The same for a product with packed weights of weight_bytes bytes in all
- * (vnq__kernel_for: of unknown size, taken as large). */
-vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t weight_bytes);
+/* The same for a product with N packed weight rows of row_bytes bytes each
+ * (vnq__kernel_for: of unknown size, taken as large and wide). */
+vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t N, int64_t row_bytes);
 
 /* Where column k of a packed row sits: byte and bit shift; its code. */
 static inline int64_t vnq__code_byte(int64_t k) { return k / VNQ_GROUP * VNQ_GROUP_BYTES + k % 32; }
@@ -93,8 +93,8 @@ void vnq__rows_at(void *mem, int64_t B, int64_t Kp, vnq_rows *r);
 void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_rows *r);
 /* out (B, N) = the product of the quantised rows r with N packed weight rows
  * p (Kp/4 bytes each), times γ/s: vn_ternary_matmul's kernel call, split
- * over threads when large. kernel: NULL for vnq__kernel_for_shape(B,
- * N·Kp/4), which reads the environment (VENOM_NO_AVX2, ...) on every call;
+ * over threads when large. kernel: NULL for vnq__kernel_for_shape(B, N,
+ * Kp/4), which reads the environment (VENOM_NO_AVX2, ...) on every call;
  * a caller making many small products (the decoder) picks it once. */
 void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
                   int64_t B, float gamma, float *out);

@@ -177,6 +177,24 @@ static void kernel_avx2(const uint8_t *packed, int64_t N, int64_t Kp, const int8
 /* Weight rows per pass of vnni_one_row: two per zmm, four zmm accumulators. */
 #define VNNI_ONE_ROW_N 8
 
+/* y[0..7] = (Σ of rows 0..7 − off) · scale, the same float operations as
+ * finish(), where rows 2r and 2r+1 are the 256-bit halves of acc[r]. Per
+ * 128-bit lane, h[0] holds partial sums of rows 0–3 and h[1] of rows 4–7;
+ * adding the two lanes gives the eight row sums in order. */
+static inline void store_eight(const __m512i acc[VNNI_ONE_ROW_N / 2], __m256i off, __m256 scale, float *y)
+{
+    __m256i h[2];
+    for (int q = 0; q < 2; q++) {
+        __m512i u = acc[2 * q], v = acc[2 * q + 1];
+        h[q] = _mm256_hadd_epi32(
+            _mm256_hadd_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
+            _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+    }
+    __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
+                                    _mm256_permute2x128_si256(h[0], h[1], 0x31));
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)), scale));
+}
+
 /* One activation row (decoding) with VNNI: each zmm holds the same group of
  * two weight rows (one per 256-bit half) against x̃'s group broadcast to
  * both halves, so one instruction serves two rows, and unlike the general
@@ -214,19 +232,7 @@ static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int
                 acc[r] = _mm512_add_epi32(a, b);
             }
         }
-        /* Rows 2r and 2r+1 are the halves of acc[r]. Per 128-bit lane, h[0]
-         * holds partial sums of rows 0–3 and h[1] of rows 4–7; adding the
-         * two lanes gives the eight row sums in order. */
-        __m256i h[2];
-        for (int q = 0; q < 2; q++) {
-            __m512i u = acc[2 * q], v = acc[2 * q + 1];
-            h[q] = _mm256_hadd_epi32(
-                _mm256_hadd_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1)),
-                _mm256_hadd_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
-        }
-        __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(h[0], h[1], 0x20),
-                                        _mm256_permute2x128_si256(h[0], h[1], 0x31));
-        _mm256_storeu_ps(y + n, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, off)), scale));
+        store_eight(acc, off, scale, y + n);
     }
     const __m256i m = _mm256_set1_epi8(3);
     for (; n < N; n++) { /* the last N mod 8 rows, one at a time */
@@ -241,6 +247,58 @@ static void vnni_one_row(const uint8_t *packed, int64_t N, int64_t Kp, const int
         }
         y[n] = finish(hsum_epi32(acc), xsum[0], s[0], gamma);
     }
+}
+
+/* Groups per row up to which several activation rows take narrow_rows:
+ * 8 weight rows unpacked are 1 KiB per group, in L1. */
+#define VNNI_NARROW_MAX_GROUPS 8
+
+/* Several activation rows against narrow weights (K ≤ 1024: a sliding
+ * window's 64 rows through tutorial 5's model): blocks of eight weight rows
+ * are unpacked once, as vnni_one_row lays them out (two rows per zmm, the
+ * codes of one 32-column quarter of a group per vector), and each activation
+ * row then runs vnni_one_row's products and reduction on them: per output
+ * about a quarter of the operations of the general loop below, whose
+ * 512-bit horizontal sum per (row, weight row) dominates at one or two
+ * groups. The same integer sums and float operations, so the same bits.
+ * The last N mod 8 weight rows go to the general loop (rows). */
+static void vnni_narrow_rows(const uint8_t *packed, int64_t N, int64_t Kp, const int8_t *xq,
+                             const int32_t *xsum, const float *s, int64_t B, float gamma, float *y,
+                             int64_t ldy, vnq_kernel rows)
+{
+    int64_t rb = Kp / 4, G = Kp / VNQ_GROUP, n = 0;
+    const __m512i mask = _mm512_set1_epi8(3);
+    __m512i w[VNNI_NARROW_MAX_GROUPS][VNNI_ONE_ROW_N / 2][4]; /* [group][row pair][quarter] */
+    for (; n + VNNI_ONE_ROW_N <= N; n += VNNI_ONE_ROW_N) {
+        for (int64_t g = 0; g < G; g++)
+            for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) {
+                const uint8_t *pw = packed + (n + 2 * r) * rb + g * 32;
+                __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)pw)),
+                                               _mm256_loadu_si256((const __m256i *)(pw + rb)), 1);
+                for (int q = 0; q < 4; q++) w[g][r][q] = _mm512_and_si512(_mm512_srli_epi16(p, 2 * (unsigned)q), mask);
+            }
+        for (int64_t b = 0; b < B; b++) {
+            __m512i acc[VNNI_ONE_ROW_N / 2];
+            for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) acc[r] = _mm512_setzero_si512();
+            for (int64_t g = 0; g < G; g++) {
+                const __m256i *xr = (const __m256i *)(xq + b * Kp + g * VNQ_GROUP);
+                __m512i x0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr)),
+                        x1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 1)),
+                        x2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 2)),
+                        x3 = _mm512_broadcast_i64x4(_mm256_loadu_si256(xr + 3));
+                for (int r = 0; r < VNNI_ONE_ROW_N / 2; r++) { /* as vnni_one_row */
+                    __m512i a = _mm512_dpbusd_epi32(acc[r], w[g][r][0], x0);
+                    __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g][r][1], x1);
+                    a = _mm512_dpbusd_epi32(a, w[g][r][2], x2);
+                    c = _mm512_dpbusd_epi32(c, w[g][r][3], x3);
+                    acc[r] = _mm512_add_epi32(a, c);
+                }
+            }
+            const __m256 scale = _mm256_set1_ps(s[b] == 0 ? 0.0f : gamma / s[b]); /* as finish() */
+            store_eight(acc, _mm256_set1_epi32(xsum[b]), scale, y + b * ldy + n);
+        }
+    }
+    if (n < N) rows(packed + n * rb, N - n, Kp, xq, xsum, s, B, gamma, y + n, ldy);
 }
 
 /* AVX-512 VNNI: vpdpbusd adds the four u8 × s8 products of each 32-bit
@@ -260,6 +318,10 @@ static void kernel_avx512vnni(const uint8_t *packed, int64_t N, int64_t Kp, cons
     const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
     if (B == 1) {
         vnni_one_row(packed, N, Kp, xq, xsum, s, gamma, y);
+        return;
+    }
+    if (G <= VNNI_NARROW_MAX_GROUPS && N >= VNNI_ONE_ROW_N) {
+        vnni_narrow_rows(packed, N, Kp, xq, xsum, s, B, gamma, y, ldy, kernel_avx512vnni);
         return;
     }
     for (int64_t n = 0; n < N; n++) {
@@ -327,21 +389,25 @@ static vnq_kernel forced;
  * measured and keep VNNI for every batch. */
 #define VNQ_AVX2_MAX_ROWS 4
 
-/* ... except one row against packed weights of at most this many bytes
- * (the 1 MiB L2 of a Zen 4 core): there VNNI's one-row loop was 1.1–1.4×
- * AVX2's (384×128 to 2048×512), and 1.25× slower at 4096×4096 (4 MiB,
- * streamed from L3) (bench/RESULTS.md, issue 20, wt-k). */
+/* ... except against packed weights of at most this many bytes (the 1 MiB
+ * L2 of a Zen 4 core) for one row, or for 2–4 rows when the weights are
+ * narrow (vnni_narrow_rows): there VNNI's one-row loop was 1.1–1.4× AVX2's
+ * (384×128 to 2048×512), and 1.25× slower at 4096×4096 (4 MiB, streamed
+ * from L3) (bench/RESULTS.md, issue 20, wt-k); the narrow loop 1.25–3× AVX2's
+ * at 2 and 4 rows (384×128, 128×512, 1536×512; wt-c). */
 #define VNQ_VNNI_ONE_ROW_MAX_BYTES (1 << 20)
 
-static vnq_kernel auto_kernel(int64_t rows, int64_t weight_bytes)
+static vnq_kernel auto_kernel(int64_t rows, int64_t N, int64_t row_bytes)
 {
     if (env_set("VENOM_NO_AVX2")) return kernel_portable;
     vnq_kernel k = env_set("VENOM_NO_AVX512") ? NULL : by_name("avx512vnni");
 #ifdef VNQ_HAVE_AVX2
-    bool small_one_row = rows == 1 && weight_bytes <= VNQ_VNNI_ONE_ROW_MAX_BYTES;
-    if (k && rows <= VNQ_AVX2_MAX_ROWS && !small_one_row && __builtin_cpu_is("amd")) k = NULL;
+    int64_t weight_bytes = N > INT64_MAX / row_bytes ? INT64_MAX : N * row_bytes;
+    bool narrow = row_bytes <= VNNI_NARROW_MAX_GROUPS * VNQ_GROUP_BYTES && N >= VNNI_ONE_ROW_N;
+    bool small = weight_bytes <= VNQ_VNNI_ONE_ROW_MAX_BYTES && (rows == 1 || narrow);
+    if (k && rows <= VNQ_AVX2_MAX_ROWS && !small && __builtin_cpu_is("amd")) k = NULL;
 #else
-    (void)rows, (void)weight_bytes;
+    (void)rows, (void)N, (void)row_bytes;
 #endif
     if (!k) k = by_name("avx2");
     return k ? k : kernel_portable;
@@ -352,12 +418,12 @@ vnq_kernel vnq__kernel(const char *isa)
     return isa ? by_name(isa) : vnq__kernel_for(INT64_MAX);
 }
 
-vnq_kernel vnq__kernel_for(int64_t rows) { return vnq__kernel_for_shape(rows, INT64_MAX); }
+vnq_kernel vnq__kernel_for(int64_t rows) { return vnq__kernel_for_shape(rows, INT64_MAX, INT64_MAX); }
 
-vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t weight_bytes)
+vnq_kernel vnq__kernel_for_shape(int64_t rows, int64_t N, int64_t row_bytes)
 {
     vnq_kernel k = __atomic_load_n(&forced, __ATOMIC_RELAXED);
-    return k ? k : auto_kernel(rows, weight_bytes);
+    return k ? k : auto_kernel(rows, N, row_bytes);
 }
 
 static const char *kernel_name(vnq_kernel k)
@@ -561,7 +627,7 @@ void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, co
                   int64_t B, float gamma, float *out)
 {
     int64_t rb = Kp / 4;
-    if (!kernel) kernel = vnq__kernel_for_shape(B, N * rb);
+    if (!kernel) kernel = vnq__kernel_for_shape(B, N, rb);
     /* Threads take chunks of weight rows; every chunk reads all of x̃.
      * A small product is one call, outside any OpenMP region (above). */
     if (N * Kp / 8 * B > VN_OMP_MIN_WORK) {

@@ -1,10 +1,12 @@
 /* vn_causal_self_attention_last (engine/attention_decode.c): the last row
  * of vn_causal_self_attention against the op itself for odd sizes (one
- * position, a softmax whose max moves late, several batches and heads),
+ * position, a softmax whose max moves late, within the first chunk of 64
+ * positions and in a later chunk of a longer window, several batches and
+ * heads),
  * a narrowed view of a longer cache against its contiguous copy (read in
- * place through the strides, the same bits), the vector path of a
- * contiguous cache against the plain loops a strided one takes (the same
- * bits: both sum each score's products in d order), and bad arguments. */
+ * place through the strides, the same bits), a contiguous cache against
+ * one whose features are strided (copied first: the same bits), and bad
+ * arguments. */
 #include "gradcheck.h"
 
 #include <math.h>
@@ -15,12 +17,13 @@ static float *f32(const vn_tensor *t) { return vn_tensor_data(t); }
 static void test_matches_full_attention(void **state)
 {
     (void)state;
-    const int64_t Ts[] = {1, 2, 7, 40}, Hs[] = {1, 3}, Dh = 8;
-    for (int it = 0; it < 4; it++)
+    const int64_t Ts[] = {1, 2, 7, 40, 150}, Hs[] = {1, 3}, Dh = 8;
+    for (int it = 0; it < 5; it++)
         for (int ih = 0; ih < 2; ih++) {
             int64_t B = 2, T = Ts[it], H = Hs[ih], C = H * Dh;
             vn_tensor *qkv = trand(3, (int64_t[]){B, T, 3 * C}, -2, 2, 50 + (unsigned)(it * 2 + ih));
-            if (T > 2) /* a key far above the others late: the online max must rescale */
+            if (T > 2) /* a key far above the others late (at 150: in the third chunk, whose
+                        * max must rescale what the first two summed) */
                 for (int64_t d = 0; d < Dh; d++) f32(qkv)[(T - 2) * 3 * C + C + d] = 4;
             vn_tensor *full = vn_causal_self_attention(qkv, H);
             vn_tensor *last = vn_causal_self_attention_last(qkv, H);
@@ -57,8 +60,8 @@ static void test_narrowed_cache(void **state)
 }
 
 /* Head widths 8 and 12 (a vector block and a tail), T = 19 (two full
- * tiles of 8 positions and a partial one): the contiguous qkv (vector
- * path) against a view whose feature stride is not 1 (plain loops). */
+ * tiles of 8 positions and a partial one): the contiguous qkv against a
+ * view whose feature stride is not 1. */
 static void test_vector_path_same_bits(void **state)
 {
     (void)state;

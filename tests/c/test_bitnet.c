@@ -252,7 +252,7 @@ static void test_pack_and_kernels(void **state)
      * and past the 4 and 8 rows the SIMD kernels take per pass. */
     const int64_t Ks[] = {1, 37, 128, 129, 300}, Bs[] = {1, 3, 8, 64};
     for (int ik = 0; ik < 5; ik++) {
-        int64_t K = Ks[ik], N = 7, rb;
+        int64_t K = Ks[ik], N = 21, rb; /* two blocks of 8 weight rows and 5 more */
         vn_tensor *w = trand(2, (int64_t[]){N, K}, -1, 1, 10 + (unsigned)ik);
         float g = 0, g2 = 0;
         vn_tensor *p = vn_ternary_pack(w, &g), *wq = vn_ternary_quantize(w, &g2);
@@ -311,6 +311,34 @@ static void test_pack_and_kernels(void **state)
         free(want);
         vn_tensor *ts[] = {w, p, wq, u};
         for (int k = 0; k < 4; k++) vn_tensor_release(ts[k]);
+    }
+}
+
+/* The packed products' row quantiser (vnq__quantize_row into int8, its
+ * vector loop and its tail) against the plain reference, exactly: K below,
+ * at and past the 32 values of a vector pass, with ties (the max 127 makes
+ * s = 1, so ±0.5, 2.5, −3.5 round half to even) and values that round to
+ * ±127 and −128 at the clamp. */
+static void test_quantize_row(void **state)
+{
+    (void)state;
+    const int64_t Ks[] = {5, 32, 37, 128, 300};
+    for (int ik = 0; ik < 5; ik++) {
+        int64_t K = Ks[ik];
+        vn_tensor *x = trand(1, &K, -120, 120, 90 + (unsigned)ik);
+        float *v = f32(x), ties[] = {0.5f, -0.5f, 2.5f, -3.5f, 126.5f, -127.0f, 127.0f};
+        for (int64_t k = 0; k < K; k++)
+            if (k % 3 == 0) v[k] = ties[(k / 3) % 7];
+        v[K - 1] = 127.0f; /* the max: s = 1 */
+        int8_t q[300];
+        float want[300];
+        float s = vnq__quantize_row(v, K, q, NULL), s_ref = ref_act(v, K, want);
+        assert_true(s == s_ref);
+        for (int64_t k = 0; k < K; k++)
+            if (q[k] != (int8_t)want[k])
+                fail_msg("K %lld: q[%lld] = %d for x = %g, expected %g", (long long)K, (long long)k, q[k],
+                         v[k], want[k]);
+        vn_tensor_release(x);
     }
 }
 
@@ -534,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_one_row_kernels),
+        cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
         cmocka_unit_test(test_rms_norm),

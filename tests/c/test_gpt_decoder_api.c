@@ -3,9 +3,11 @@
  * logits are errors with a message; vn_gpt_decoder_next refuses a bad
  * temperature, top_k or out pointer before its step, so the cache row and
  * the engine RNG are as they were; a good call draws the token that
- * vn_sample_logits draws from the step's logits with u = vn_rand's draw. */
+ * vn_sample_logits draws from the step's logits with u = vn_rand's draw;
+ * vn_sample_logits draws what the rule in double gives. */
 #include "gradcheck.h"
 
+#include <math.h>
 #include <string.h>
 
 enum { V = 5, C = 4, T = 3, H = 8 };
@@ -125,6 +127,57 @@ static void test_next_is_step_and_sample(void **state)
                m.t[11]);
 }
 
+/* vn_sample_logits against the rule in double with libm's exp: the same
+ * index for every u of a grid except within 1e-5 of a boundary of the
+ * running sums (the weights are f32, about 2 ulp); −inf logits, those
+ * outside the top_k and one 200 below the max (an exponent under −87.3,
+ * weight 0) are never drawn, even with u just below 1. */
+static void test_sample_matches_reference(void **state)
+{
+    (void)state;
+    enum { N = 37 };
+    double l[N], w[N];
+    vn_manual_seed(3);
+    vn_tensor *r = vn_rand(1, (int64_t[]){N});
+    CHECK_PTR(r);
+    for (int i = 0; i < N; i++) l[i] = 12.0 * ((float *)vn_tensor_data(r))[i] - 6.0;
+    vn_tensor_release(r);
+    l[4] = l[N - 2] = -INFINITY; /* at the end, where the last resort looks */
+    l[9] = 7.0;   /* the max */
+    l[N - 1] = -193; /* 200 below it */
+    const double temps[] = {0.5, 1.0, 1.7};
+    const int64_t ks[] = {0, 10};
+    for (int it = 0; it < 3; it++)
+        for (int ik = 0; ik < 2; ik++) {
+            double t = temps[it], floor = -INFINITY, total = 0;
+            if (ks[ik]) { /* the k-th largest, by counting */
+                for (int i = 0; i < N; i++) {
+                    int above = 0;
+                    for (int j = 0; j < N; j++) above += l[j] > l[i];
+                    if (above == ks[ik] - 1) floor = l[i];
+                }
+            }
+            for (int i = 0; i < N; i++) {
+                w[i] = l[i] >= floor ? exp((l[i] - 7.0) / t) : 0;
+                total += w[i];
+            }
+            for (int g = 0; g <= 400; g++) {
+                double u = g < 400 ? g / 400.0 : nextafter(1.0, 0.0), acc = 0, near = INFINITY;
+                int64_t want = -1, got = -1;
+                for (int i = 0; i < N; i++) {
+                    acc += w[i];
+                    near = fmin(near, fabs(acc - u * total));
+                    if (want < 0 && w[i] > 0 && acc > u * total) want = i;
+                }
+                CHECK_OK(vn_sample_logits(l, N, t, ks[ik], u, &got));
+                assert_true(got >= 0 && got < N && l[got] >= floor && l[got] > -100);
+                if (near > 1e-5 * total && want >= 0 && got != want)
+                    fail_msg("temperature %g top_k %lld u %.4f: drew %lld, expected %lld", t,
+                             (long long)ks[ik], u, (long long)got, (long long)want);
+            }
+        }
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -132,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_next_refused_changes_nothing),
         cmocka_unit_test(test_next_is_step_and_sample),
+        cmocka_unit_test(test_sample_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

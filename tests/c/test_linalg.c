@@ -164,8 +164,8 @@ static void test_matmul_split(void **state)
             }
 }
 
-/* One row of C (engine/blas.c's sgemv path, what decoding at batch 1
- * multiplies): on the left a (1, k) row, or a row of a column-major matrix
+/* One row of C (engine/blas.c's sgemv path and its AVX-512 loop for a
+ * plain row, what decoding at batch 1 multiplies): on the left a (1, k) row, or a row of a column-major matrix
  * (strides (1, 3): the transposed operand, its elements 3 apart), each
  * right operand plain and transposed, small and large enough to be split
  * over the threads by columns, against the definition. */
@@ -175,7 +175,8 @@ static void test_matmul_one_row(void **state)
     for (int big = 0; big < 2; big++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                int64_t n = big ? 5000 : 7, k = big ? 64 : 5;
+                /* 13 × 21: a block of 8 rows and 5 more, 16 columns and 5 more */
+                int64_t n = big ? 5000 : 13, k = big ? 64 : 21;
                 int64_t sa[2] = {ta ? k : 1, ta ? 3 : k}, sb[2] = {tb ? n : k, tb ? k : n};
                 vn_tensor *a0 = rnd(2, sa, 40 + ta), *b0 = rnd(2, sb, 42 + tb);
                 vn_tensor *at = ta ? vn_transpose(a0, 0, 1) : NULL;

@@ -47,9 +47,11 @@ vn_tensor *vn_causal_self_attention(const vn_tensor *qkv, int64_t n_head);
  * attends to all T keys:
  *   out[b, 0, h·Dh + d] = Σ_t softmax_t(q_h[T−1]·k_h[t] / √Dh) · v_h[t, d].
  * qkv (B, T, 3C) f32 on the CPU, any strides (a narrowed view of a longer
- * cache is read in place) → out (B, 1, C) f32. The same values as the last
- * row of vn_causal_self_attention up to f32 rounding (expf and the online
- * softmax against its vectorized exp). Not recorded on the tape
+ * cache is read in place; features not adjacent are copied first) → out
+ * (B, 1, C) f32. The same values as the last row of
+ * vn_causal_self_attention up to f32 rounding (the same vectorized exp;
+ * the scores summed in another order, and past 64 positions the online
+ * softmax over chunks of 64). Not recorded on the tape
  * (inference). Errors: VN_ERR_ARG (NULL or freed), VN_ERR_DTYPE (not f32),
  * VN_ERR_DEVICE (a CUDA tensor), VN_ERR_SHAPE (qkv not 3-d, T = 0, n_head
  * < 1, or the last dim not a multiple of 3·n_head), VN_ERR_MEMORY. */
@@ -143,8 +145,10 @@ int64_t vn_gpt_decoder_block_size(const vn_gpt_decoder *d);
 
 /* A draw from the distribution ∝ exp(l_i / temperature) over the n logits l
  * (double), restricted to those ≥ the top_k-th largest (top_k = 0: all):
- * with w_i = exp((l_i − max l) / temperature) (0 outside the top_k), the
- * first i whose running sum Σ_{j ≤ i} w_j exceeds u·Σ w (the last i with
+ * with w_i = exp((l_i − max l) / temperature) (in f32, by the polynomial exp
+ * of the engine's softmaxes, to about 2 ulp; 0 outside the top_k and for an
+ * exponent below −87.3), the first i whose running sum Σ_{j ≤ i} w_j (in
+ * double) exceeds u·Σ w (the last i with
  * w_i > 0 if rounding leaves none); u is a uniform draw in [0, 1) from the
  * caller's RNG. models/gpt.lua's generate draws each token so. *index gets
  * i (0-based). Errors: VN_ERR_ARG (NULL pointers, n < 1, temperature not
