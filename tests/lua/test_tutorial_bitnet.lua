@@ -16,7 +16,8 @@ local function tutorial(args)
 end
 
 local export = tmp .. ".ternary"
-local out, rc = tutorial("--text " .. tmp .. " --export " .. export)
+-- --gen-tokens 0 (the default): the 12 bytes that fit the 16-byte window after "The "
+local out, rc = tutorial("--text " .. tmp .. " --export " .. export .. " --gen-tokens 0")
 tap.is(rc, 0, "a run of the three models" .. (rc ~= 0 and ": " .. out or ""))
 tap.ok(out:find("f32 +step +4 .* val loss %d") ~= nil and out:find("bitnet +step +8 .* val loss %d") ~= nil,
   "validation losses of the f32 and the BitNet run")
@@ -33,7 +34,7 @@ tap.ok(e32 and math.abs(tonumber(e32) - 0.02) < 0.003 and math.abs(tonumber(ebit
 local sp, spacked = out:match("BitNet 64:2:8 %(ternary V:N:M MLPs%) ([%d.]+) %([^)]*%), packed ([%d.]+)")
 tap.ok(sp and math.abs(tonumber(sp) - tonumber(spacked)) < 1e-3 * tonumber(sp),
   "the 2:8 model with packed MLPs has the val loss it trained to")
-tap.ok(out:find("generation %(median of 3%): f32 [%d.]+ tokens/s, packed ternary [%d.]+ tokens/s") ~= nil,
+tap.ok(out:find("generation of 12 bytes %(median of 9%): f32 [%d.]+ tokens/s, packed ternary [%d.]+ tokens/s") ~= nil,
   "tokens/s of both models")
 local ef = io.open(export, "rb")
 tap.ok(ef ~= nil and ef:read(8) ~= nil, "--export wrote the packed file")
@@ -41,6 +42,9 @@ if ef then ef:close() end
 os.remove(export)
 out, rc = tutorial("--text " .. tmp .. " --sparse 2:8")
 tap.is(rc, 2, "--sparse that is not V:2:M exits with status 2")
+out, rc = tutorial("--text " .. tmp .. " --gen-tokens 0 --prompt 0123456789abcdef")
+tap.ok(rc == 2 and out:find("%-%-prompt %(16 bytes%) fills the %-%-block%-size window %(16%)") ~= nil,
+  "--gen-tokens 0 with a prompt that fills the window exits with status 2" .. (rc ~= 2 and ": " .. out or ""))
 out, rc = tutorial("--text " .. tmp .. " --bitnet-emb-std 0")
 tap.is(rc, 2, "--bitnet-emb-std 0 exits with status 2")
 out, rc = tutorial("--text " .. tmp .. " --n-embd 15")
