@@ -139,8 +139,8 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
  * in x, both values and both biases. On the CPU the hidden (..., R1)
  * activation never leaves the kernels' panel layout (no transposes of it
  * between the ops), and it is kept for the backward in that layout with
- * its GELU (2·B·R1 floats, about what the three ops keep). On CUDA it is
- * those three ops. Errors: those of vn_vnm_linear, naming "fc" or
+ * its GELU (2·B·R1 floats for B rows of x, where the three ops keep
+ * 3·B·R1). On CUDA it is those three ops. Errors: those of vn_vnm_linear, naming "fc" or
  * "proj"; VN_ERR_SHAPE when proj's K is not fc's R. */
 vn_tensor *vn_vnm_mlp(const vn_tensor *x, const vn_vnm *fc, const vn_tensor *fc_values,
                       const vn_tensor *fc_bias, const vn_vnm *proj, const vn_tensor *proj_values,
