@@ -4,7 +4,8 @@
 -- (its values' gradient always by dot products here, where the ops may
 -- take the SDDMM by rows; its bias's summed lane by lane) to float
 -- rounding; on shapes where the batch, the columns and the rows do
--- not fill the kernels' panels, groups and blocks; bad arguments raise
+-- not fill the kernels' panels, groups and blocks; y under the bf16
+-- forward where the CPU has it; bad arguments raise
 -- errors that name the layer and the shapes.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
@@ -71,6 +72,22 @@ for _, c in ipairs(cases) do
     return venom.vnm_mlp(x0, fc.matrix, fc.values, fc.bias, proj.matrix, proj.values, proj.bias)
   end)
   tap.is(maxdiff(yn, yb), 0, what .. ": under no_grad the same y")
+end
+
+-- under the bf16 forward (where the CPU has it) the fused op's panel output
+-- goes through the bf16 tile kernel: the same y as the three ops
+if pcall(venom.set_vnm_precision, "bf16") then
+  local fc = nn.SparseLinear(64, 256, { V = 64, M = 8 })
+  local proj = nn.SparseLinear(256, 64, { V = 64, M = 8 })
+  local x = venom.randn(130, 64)
+  local ya = venom.vnm_mlp(x, fc.matrix, fc.values, fc.bias, proj.matrix, proj.values, proj.bias)
+  local yb = proj(nn.GELU()(fc(x)))
+  venom.set_vnm_precision("f32")
+  local yf = proj(nn.GELU()(fc(x)))
+  tap.is(maxdiff(ya, yb), 0, "vnm_mlp under set_vnm_precision('bf16'): the three ops' y bit for bit")
+  tap.ok(maxdiff(ya, yf) > 0, "vnm_mlp under bf16: not the f32 y (the bf16 kernel ran)")
+else
+  tap.skip("no avx512_bf16 here: the bf16 forward is not available", 2)
 end
 
 -- bad arguments
