@@ -7,6 +7,8 @@
  *   core.vnm_from_dense(W, V, N, M) → S
  *   core.vnm_from_pattern(R, K, V, N, M, columns, indices [, values]) → S
  *   core.vnm_linear(x, S, values [, bias]) → y      differentiable
+ *   core.vnm_mlp(x, S1, values1, bias1, S2, values2, bias2) → y
+ *                                                    differentiable (biases may be nil)
  *   core.vnm_spmm(S, values, x), core.vnm_spmm_t(S, values, dy),
  *   core.vnm_sddmm(S, dy, x)                         the plain kernels
  *   core.vnm_isa() → "avx512" | "portable"
@@ -133,6 +135,16 @@ static int l_vnm_linear(lua_State *L)
     return lv_push(L, vn_vnm_linear(x, s, values, bias));
 }
 
+/* core.vnm_mlp(x, S1, values1, bias1, S2, values2, bias2): bias1, bias2 may be nil */
+static int l_vnm_mlp(lua_State *L)
+{
+    vn_tensor *x = lv_check(L, 1);
+    vn_vnm *fc = lv_check_vnm(L, 2), *proj = lv_check_vnm(L, 5);
+    vn_tensor *v1 = lv_check(L, 3), *b1 = lv_optcheck(L, 4), *v2 = lv_check(L, 6);
+    vn_tensor *b2 = lv_optcheck(L, 7);
+    return lv_push(L, vn_vnm_mlp(x, fc, v1, b1, proj, v2, b2));
+}
+
 /* core.vnm_shadow_linear(x, S, W [, bias]) */
 static int l_vnm_shadow_linear(lua_State *L)
 {
@@ -195,7 +207,7 @@ static int l_vnm_precision(lua_State *L)
 }
 
 const luaL_Reg lv_sparse_functions[] = {
-    LV_REG(vnm_from_dense) LV_REG(vnm_from_pattern) LV_REG(vnm_linear)
+    LV_REG(vnm_from_dense) LV_REG(vnm_from_pattern) LV_REG(vnm_linear) LV_REG(vnm_mlp)
     LV_REG(vnm_shadow_linear) LV_REG(vnm_shadow_decay_)
     LV_VNM_KERNELS(LV_REG) LV_REG(vnm_isa)
     LV_REG(set_vnm_precision) LV_REG(vnm_precision)

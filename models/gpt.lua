@@ -142,13 +142,20 @@ end
 -- projections that are no longer plain nn.Linear, the same maths in steps.
 -- On the GPU a dense fc's bias add is fused into the GELU (venom.bias_gelu:
 -- one pass instead of two); the CPU keeps the unfused ops, whose numbers
--- the tutorials' recorded runs were made with.
+-- the tutorials' recorded runs were made with. Two nn.SparseLinear
+-- projections on the CPU run as one op (venom.vnm_mlp: the same numbers
+-- up to the summation order of fc's values gradient, with the hidden
+-- activation kept in the sparse kernels' layout).
 function MLP:forward(x)
   local act = self.activation
   local fc, proj = self.fc, self.proj
   if act == "gelu" then
     if fc.__name == "Linear" and fc.bias and x:device() == "cuda" then
       return self.drop(proj(venom.bias_gelu(venom.linear(x, fc.weight), fc.bias)))
+    end
+    if fc.__name == "SparseLinear" and proj.__name == "SparseLinear" and x:device() == "cpu" then
+      return self.drop(venom.vnm_mlp(x, fc.matrix, fc.values, fc.bias, proj.matrix, proj.values,
+                                     proj.bias))
     end
     return self.drop(proj(self.gelu(fc(x))))
   end

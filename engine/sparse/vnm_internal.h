@@ -92,18 +92,25 @@ static inline int vnm__index(const vnm_pattern *p, int64_t r, int64_t g, int slo
 
 /* dst (panels of `rows` ≥ C rows) = src (B × C, row stride lds), zero-padded. */
 void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, int64_t rows);
+/* dst (nc × nb, stride ldd) = the transpose of the nb × nc block at src
+ * (stride lds), in 8 × 8 tiles, element by element at the ragged edges. */
+void vnm__transpose(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc);
 /* dst (B × C, row stride ldd) = the first C rows of each panel of src. */
 void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t C, int64_t ldd);
 
-/* Y (B × R, row-major) = X·Wᵀ + bias (bias may be NULL), from Xt. */
+/* Y = X·Wᵀ + bias (bias may be NULL), from Xt: with yrows 0, y is B × R
+ * row-major; with yrows >= R, y is Yt in panels of yrows rows (rows R..
+ * yrows−1 and the lanes past B in the last panel are left as they are),
+ * written straight from the kernel's tiles with no transpose. */
 vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
-                    const float *bias, float *y);
+                    const float *bias, float *y, int64_t yrows);
 /* dXt = (dY·W)ᵀ in panels of Kp rows, from dYt. */
 vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
                       float *dxt);
 /* dvalues (R × 2G) = dYᵀ·X sampled at the kept positions, from dY (B × R,
  * row-major), Xt and, if the caller has it, dYt (else NULL: packed here
- * when needed). */
+ * when needed). dY may be NULL when dYt is given: then always by dot
+ * products (sddmm_by_rows reads dY row-major). */
 vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, const float *xt,
                      int64_t B, float *dvalues);
 

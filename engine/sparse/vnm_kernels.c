@@ -121,9 +121,7 @@ static void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd)
     }
 }
 
-/* dst (nc × nb, stride ldd) = the transpose of the nb × nc block at src
- * (stride lds), in 8 × 8 tiles, element by element at the ragged edges. */
-static void transpose_block(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb,
+void vnm__transpose(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb,
                             int64_t nc)
 {
     int64_t nb8 = nb / 8 * 8, nc8 = nc / 8 * 8;
@@ -142,7 +140,7 @@ void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, 
         int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
         for (int64_t c0 = 0; c0 < C; c0 += VNM_PANEL) {
             int64_t nc = min64(VNM_PANEL, C - c0);
-            transpose_block(src + pn * VNM_PANEL * lds + c0, lds, panel + c0 * VNM_PANEL,
+            vnm__transpose(src + pn * VNM_PANEL * lds + c0, lds, panel + c0 * VNM_PANEL,
                             VNM_PANEL, nb, nc);
             for (int64_t c = 0; c < nc && nb < VNM_PANEL; c++)
                 memset(panel + (c0 + c) * VNM_PANEL + nb, 0, sizeof(float) * (size_t)(VNM_PANEL - nb));
@@ -159,7 +157,7 @@ void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t 
         const float *panel = src + pn * rows * VNM_PANEL;
         int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
         for (int64_t c0 = 0; c0 < C; c0 += VNM_PANEL)
-            transpose_block(panel + c0 * VNM_PANEL, VNM_PANEL, dst + pn * VNM_PANEL * ldd + c0,
+            vnm__transpose(panel + c0 * VNM_PANEL, VNM_PANEL, dst + pn * VNM_PANEL * ldd + c0,
                             ldd, min64(VNM_PANEL, C - c0), nb);
     }
 }
@@ -206,7 +204,7 @@ static vn_status bf16_convert(const vnm_pattern *p, const float *values, const f
 }
 
 vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
-                    const float *bias, float *y)
+                    const float *bias, float *y, int64_t yrows)
 {
     const vnm_kernels *k = pick();
     int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, vrows = min64(p->V, p->R);
@@ -229,21 +227,24 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
             if (!tile) continue;
             int64_t pn = w / p->nblocks, rb = w % p->nblocks; /* blocks inner: one panel of X stays in L2 */
             int64_t r0 = rb * p->V, rows = min64(p->V, p->R - r0);
+            /* Panels out: the tile is rows r0.. of panel pn, so the kernel
+             * writes it in place. */
+            float *out = yrows ? y + (pn * yrows + r0) * VNM_PANEL : tile;
             if (bf16)
                 vnm__spmm_tile_bf16(p, (const uint32_t *)o.vals, o.poff, o.xt + pn * p->Kp * VNM_PANEL, rb,
-                                    (char *)tile + tile_bytes, tile);
+                                    (char *)tile + tile_bytes, out);
             else
                 for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
                     k->spmm_tile(p, values, xt + pn * p->Kp * VNM_PANEL, rb, g0,
-                                 min64(p->G, g0 + SPMM_GROUPS), g0 == 0, tile);
+                                 min64(p->G, g0 + SPMM_GROUPS), g0 == 0, out);
             /* The tile holds Yᵀ for these rows: add the bias along its rows
              * (contiguous, in L1), then write it back transposed in 8 × 8
              * blocks; an element-by-element transpose here cost about a
              * tenth of the forward. */
             int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
             for (int64_t v = 0; v < rows && bias; v++)
-                for (int64_t l = 0; l < nb; l++) tile[v * VNM_PANEL + l] += bias[r0 + v];
-            transpose_block(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0, p->R, rows, nb);
+                for (int64_t l = 0; l < nb; l++) out[v * VNM_PANEL + l] += bias[r0 + v];
+            if (!yrows) vnm__transpose(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0, p->R, rows, nb);
         }
         if (tile) vn__mem_free(tile, scratch_bytes);
     }
@@ -397,7 +398,7 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
         memset(dvalues, 0, sizeof(float) * (size_t)(2 * p->R * p->G));
         return VN_OK;
     }
-    bool by_rows = k->sddmm_rows && (double)B * (double)p->Kp * sizeof(float) <= SDDMM_ROWS_MAX_X_BYTES;
+    bool by_rows = dy && k->sddmm_rows && (double)B * (double)p->Kp * sizeof(float) <= SDDMM_ROWS_MAX_X_BYTES;
     size_t bytes = 0;
     float *packed = NULL;
     if (!by_rows && !dyt) {

@@ -210,17 +210,25 @@ static void VNM_ISA(sddmm_tile)(const vnm_pattern *p, const float *dyt, const fl
     for (int64_t pg = 0; pg < npanels; pg += PANELS) {
         int64_t pend = pg + PANELS < npanels ? pg + PANELS : npanels;
         for (int64_t v = 0; v < rows; v++) {
-            const int32_t *xo = xoff + v * DOTS;
             VEC acc[DOTS];
-            for (int t = 0; t < DOTS; t++) acc[t] = (VEC){0};
-            for (int64_t pn = pg; pn < pend; pn++) {
-                const float *dy = dyt + (pn * p->R + r0 + v) * VNM_PANEL;
-                const float *xb = xt + pn * p->Kp * VNM_PANEL;
-                for (int s = 0; s < VNM_PANEL / VNM_VL; s++) {
-                    VEC d = LOADV(dy + s * VNM_VL);
-                    for (int t = 0; t < DOTS; t++)
-                        acc[t] += d * LOADV(xb + xo[t] + s * VNM_VL);
+            /* Half of the dots at a time: the 8 (or 4) column pointers
+             * of a half stay in registers, where all 16 spilled to the
+             * stack; dY is read twice, from L1. Each accumulator sums the
+             * same products in the same order either way. */
+            for (int half = 0; half < 2; half++) {
+                const int32_t *xo = xoff + v * DOTS + half * (DOTS / 2);
+                VEC a[DOTS / 2];
+                for (int t = 0; t < DOTS / 2; t++) a[t] = (VEC){0};
+                for (int64_t pn = pg; pn < pend; pn++) {
+                    const float *dy = dyt + (pn * p->R + r0 + v) * VNM_PANEL;
+                    const float *xb = xt + pn * p->Kp * VNM_PANEL;
+                    for (int s = 0; s < VNM_PANEL / VNM_VL; s++) {
+                        VEC d = LOADV(dy + s * VNM_VL);
+                        for (int t = 0; t < DOTS / 2; t++)
+                            a[t] += d * LOADV(xb + xo[t] + s * VNM_VL);
+                    }
                 }
+                for (int t = 0; t < DOTS / 2; t++) acc[half * (DOTS / 2) + t] = a[t];
             }
             float sum[VNM_VL];
             VNM_ISA(reduce)(acc, sum);

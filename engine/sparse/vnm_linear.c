@@ -5,7 +5,8 @@
  * keeps the packed X from the forward for the values' gradient. */
 #include "vnm_internal.h"
 
-#include "blas.h" /* vn__sgemm: the shadow's dW */
+#include "blas.h"     /* vn__sgemm: the shadow's dW */
+#include "vec_math.h" /* the fused MLP's GELU */
 
 #include <limits.h>
 #include <math.h>
@@ -100,7 +101,7 @@ vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor
     vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
     vn_tensor *xt = vc ? packed(xc, B, p.K, p.Kp) : NULL;
     vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
-    if (y && vnm__spmm(&p, vn_tensor_data(vc), vn_tensor_data(xt), B, NULL, vn_tensor_data(y))) {
+    if (y && vnm__spmm(&p, vn_tensor_data(vc), vn_tensor_data(xt), B, NULL, vn_tensor_data(y), 0)) {
         vn_tensor_release(y);
         y = NULL;
     }
@@ -111,13 +112,13 @@ vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor
 }
 
 /* dX = dY·W into a new tensor shaped like dy with K features. */
-static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const vn_tensor *dyt,
+static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const float *dyt,
                              const vn_tensor *dy, int64_t B)
 {
     int64_t n = (B + VNM_PANEL - 1) / VNM_PANEL * p->Kp * VNM_PANEL;
     vn_tensor *dxt = vn__new(VN_F32, 1, &n);
     vn_tensor *dx = dxt ? like_rows(dy, p->K) : NULL;
-    if (dx && vnm__spmm_t(p, values, vn_tensor_data(dyt), B, vn_tensor_data(dxt))) {
+    if (dx && vnm__spmm_t(p, values, dyt, B, vn_tensor_data(dxt))) {
         vn_tensor_release(dx);
         dx = NULL;
     }
@@ -138,24 +139,24 @@ vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tens
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *vc = dyc ? plain(values) : NULL;
     vn_tensor *dyt = vc ? packed(dyc, B, p.R, p.R) : NULL;
-    vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(vc), dyt, dy, B) : NULL;
+    vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(vc), vn_tensor_data(dyt), dy, B) : NULL;
     vn_tensor_release(dyc);
     vn_tensor_release(vc);
     vn_tensor_release(dyt);
     return dx;
 }
 
-/* dvalues from dy (contiguous), Xt and dYt if already packed (or NULL).
- * In a backward (node: the values are its input 1) the SDDMM hands the
- * rows of dvalues over as it computes them (DataParallel, internal.h). */
-static vn_tensor *values_grad(vn_node *node, const vnm_pattern *p, const vn_tensor *dy,
-                              const vn_tensor *dyt, const vn_tensor *xt, int64_t B)
+/* dvalues from dy (contiguous; or NULL, then by dYt), Xt and dYt if
+ * already packed (or NULL). In a backward (node: the values are its input
+ * `in`) the SDDMM hands the rows of dvalues over as it computes them
+ * (DataParallel, internal.h). */
+static vn_tensor *values_grad(vn_node *node, int in, const vnm_pattern *p, const vn_tensor *dy,
+                              const float *dyt, const float *xt, int64_t B)
 {
     int64_t shape[2] = {p->R, 2 * p->G};
     vn_tensor *dv = vn__new(VN_F32, 2, shape);
-    if (dv && node) vn__grad_rows_watch(node, 1, vn_tensor_data(dv));
-    if (dv && vnm__sddmm(p, vn_tensor_data(dy), dyt ? vn_tensor_data(dyt) : NULL,
-                         vn_tensor_data(xt), B, vn_tensor_data(dv))) {
+    if (dv && node) vn__grad_rows_watch(node, in, vn_tensor_data(dv));
+    if (dv && vnm__sddmm(p, dy ? vn_tensor_data(dy) : NULL, dyt, xt, B, vn_tensor_data(dv))) {
         vn_tensor_release(dv);
         dv = NULL;
     }
@@ -179,7 +180,7 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *xc = dyc ? plain(x) : NULL;
     vn_tensor *xt = xc ? packed(xc, B, p.K, p.Kp) : NULL;
-    vn_tensor *dv = xt ? values_grad(NULL, &p, dyc, NULL, xt, B) : NULL;
+    vn_tensor *dv = xt ? values_grad(NULL, 1, &p, dyc, NULL, vn_tensor_data(xt), B) : NULL;
     vn_tensor_release(dyc);
     vn_tensor_release(xc);
     vn_tensor_release(xt);
@@ -206,7 +207,7 @@ static vn_tensor *cpu_forward(const vnm_pattern *p, const vn_tensor *x, int64_t 
     *xt = xc && (bc || !bias) ? packed(xc, B, p->K, p->Kp) : NULL;
     vn_tensor *y = *xt ? like_rows(x, p->R) : NULL;
     if (y && vnm__spmm(p, values, vn_tensor_data(*xt), B, bc ? vn_tensor_data(bc) : NULL,
-                       vn_tensor_data(y))) {
+                       vn_tensor_data(y), 0)) {
         vn_tensor_release(y);
         y = NULL;
     }
@@ -215,23 +216,47 @@ static vn_tensor *cpu_forward(const vnm_pattern *p, const vn_tensor *x, int64_t 
     return y;
 }
 
-/* The bias's gradient, input 2 of the node: db[r] = Σ_b dy[b, r] for dy (B, R).
- * One thread, in row order: split over two threads by columns (as
- * vn_linear's) it was slower on the 2-core Zen 4 VM, 1.7 against 0.95 ms
- * for 4096 × 1024 (best of 40), a memory-bound pass (bench/RESULTS.md). */
-static vn_status bias_grad(vn_node *node, const vn_tensor *dy, int64_t B, int64_t R)
+/* The bias's gradient, input `in` of the node: db[r] = Σ_b dy[b, r], from
+ * dy (B, R) row-major, or with `panels` from dYt (panels of R rows; the
+ * lanes past B are not read). Row-major: one thread, in row order: split
+ * over two threads by columns (as vn_linear's) it was slower on the 2-core
+ * Zen 4 VM, 1.7 against 0.95 ms for 4096 × 1024 (best of 40), a
+ * memory-bound pass (bench/RESULTS.md). Panels: rows go to the threads,
+ * and the sums are taken in another order (to float rounding the same). */
+static vn_status bias_grad(vn_node *node, int in, const vn_tensor *dy, bool panels, int64_t B,
+                           int64_t R)
 {
     vn_tensor *db = vn_zeros(VN_F32, 1, &R);
     if (db) {
         float *restrict acc = vn_tensor_data(db);
         const float *pdy = vn_tensor_data(dy);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t r = 0; r < R; r++) acc[r] += pdy[b * R + r];
+        if (panels) {
+            /* Lane by lane over the panels, then the 64 lanes: a vector add
+             * per 16 floats read, on 16 rows (4 KiB of each panel) at a time.
+             * One scalar chain per row in batch order (the order of the
+             * row-major sum) waited on each add: 4% of a 2:8 GPT step. */
+            int64_t chunks = (R + 15) / 16;
+#pragma omp parallel for schedule(static) if (B * R > VN_OMP_MIN_WORK)
+            for (int64_t ch = 0; ch < chunks; ch++) {
+                int64_t r0 = ch * 16, nr = R - r0 < 16 ? R - r0 : 16;
+                float lanes[16][VNM_PANEL] = {{0}};
+                for (int64_t b0 = 0; b0 < B; b0 += VNM_PANEL) {
+                    int64_t nb = B - b0 < VNM_PANEL ? B - b0 : VNM_PANEL;
+                    const float *src = pdy + (b0 / VNM_PANEL * R + r0) * VNM_PANEL;
+                    for (int64_t i = 0; i < nr; i++)
+                        for (int64_t l = 0; l < nb; l++) lanes[i][l] += src[i * VNM_PANEL + l];
+                }
+                for (int64_t i = 0; i < nr; i++)
+                    for (int l = 0; l < VNM_PANEL; l++) acc[r0 + i] += lanes[i][l];
+            }
+        } else
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t r = 0; r < R; r++) acc[r] += pdy[b * R + r];
         /* handed over whole, before the weight's rows (see the backward rules) */
-        if (vn__grad_rows_watch(node, 2, acc)) vn__grad_rows_done(0, R);
+        if (vn__grad_rows_watch(node, in, acc)) vn__grad_rows_done(0, R);
         vn__grad_rows_unwatch();
     }
-    return vn__accum(node, 2, db);
+    return vn__accum(node, in, db);
 }
 
 static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
@@ -253,18 +278,20 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
      * the bias handed over first and the values' rows as the SDDMM computes
      * them, their buckets can start while the rest (dX) is computed. */
     vn_status s = VN_OK;
-    if (node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
+    if (node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, 2, dy, false, B, p.R);
     if (!s && vn__input_needs_grad(node, 1)) {
         vn_tensor *xc = node->saved[SAVED_XT] ? NULL : plain(node->inputs[0]);
         vn_tensor *xt = node->saved[SAVED_XT] ? vn_tensor_retain(node->saved[SAVED_XT])
                         : xc ? packed(xc, B, p.K, p.Kp) : NULL;
-        s = vn__accum(node, 1, xt ? values_grad(node, &p, dy, dyt, xt, B) : NULL);
+        s = vn__accum(node, 1, xt ? values_grad(node, 1, &p, dy, dyt ? vn_tensor_data(dyt) : NULL,
+                                                   vn_tensor_data(xt), B) : NULL);
         vn_tensor_release(xc);
         vn_tensor_release(xt);
     }
     if (!s && vn__input_needs_grad(node, 0)) {
         vn_tensor *vc = plain(node->inputs[1]);
-        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), dyt, node->inputs[0], B) : NULL;
+        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), vn_tensor_data(dyt), node->inputs[0], B)
+                           : NULL;
         vn_tensor_release(vc);
         s = vn__accum(node, 0, dx);
     }
@@ -302,6 +329,171 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
     }
     vn_tensor_release(vc);
     vn_tensor_release(xt);
+    return y;
+}
+
+/* ---- the fused MLP: y = proj(gelu(fc(x))) ----------------------------------------------- */
+
+/* As three ops (vnm_linear, gelu, vnm_linear), the MLP's hidden activation
+ * moves between the row-major tensors that ops exchange and the panel
+ * layout that the kernels read four times a step: fc's output written back
+ * from the kernel's tiles, proj's input packed, proj's dX unpacked, fc's dY
+ * packed (B × 4C floats each in a GPT). Here it stays in panels: fc's
+ * kernel writes its tiles into them, the GELU and its backward run on
+ * them, proj's kernels read them. Only x, y and their gradients are packed
+ * or unpacked.
+ *
+ * Node: inputs x, fc's values, proj's values, fc's bias, proj's bias (the
+ * biases may be NULL); saved the two pattern blobs, x packed (fc's Kp rows
+ * per panel) and one tensor holding the hidden pre-activation H, then
+ * GELU(H), each in panels of proj's Kp rows; saved state the two shapes. */
+enum { MLP_X, MLP_V1, MLP_V2, MLP_B1, MLP_B2 };
+enum { MLP_BLOB1, MLP_BLOB2, MLP_XT, MLP_ACT };
+struct vnm_mlp_saved { int64_t R1, K1, V1, M1, R2, K2, V2, M2; };
+
+/* out = gelu(h), or with g given g ⊙ gelu'(h), over the first `rows` rows
+ * of each of npanels panels: h and g in panels of hrows rows, out of orows
+ * rows. out's rows from `rows` on are zeroed: a kernel reads them as
+ * padding columns, which it multiplies by zero values (0 · NaN is NaN). */
+static void gelu_panels(float *out, int64_t orows, const float *g, const float *h, int64_t hrows,
+                        int64_t rows, int64_t npanels)
+{
+#pragma omp parallel for schedule(static) if (npanels * rows * VNM_PANEL > VN_OMP_MIN_WORK)
+    for (int64_t pn = 0; pn < npanels; pn++) {
+        float *o = out + pn * orows * VNM_PANEL;
+        const float *hp = h + pn * hrows * VNM_PANEL;
+        if (g)
+            vn__gelu_backward_f32(o, g + pn * hrows * VNM_PANEL, hp, rows * VNM_PANEL);
+        else
+            vn__gelu_f32(o, hp, rows * VNM_PANEL);
+        memset(o + rows * VNM_PANEL, 0, sizeof(float) * (size_t)((orows - rows) * VNM_PANEL));
+    }
+}
+
+/* A new f32 tensor of n elements, for scratch in panels. */
+static vn_tensor *panels_new(int64_t n) { return vn__new(VN_F32, 1, &n); }
+
+static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
+{
+    const struct vnm_mlp_saved *sv = VN_SAVED_STATE(node, struct vnm_mlp_saved);
+    vnm_pattern p1, p2;
+    vnm__layout(&p1, sv->R1, sv->K1, sv->V1, sv->M1, vn_tensor_data(node->saved[MLP_BLOB1]));
+    vnm__layout(&p2, sv->R2, sv->K2, sv->V2, sv->M2, vn_tensor_data(node->saved[MLP_BLOB2]));
+    bool want[5];
+    for (int i = 0; i < 5; i++)
+        want[i] = i < node->ninputs && node->inputs[i] && vn__input_needs_grad(node, i);
+    int64_t B = vn_tensor_numel(gout) / p2.R, npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+    const float *hpre = vn_tensor_data(node->saved[MLP_ACT]);
+    const float *h = hpre + npanels * p2.Kp * VNM_PANEL;
+    vn_tensor *gy = plain(gout), *gyt = gy ? packed(gy, B, p2.R, p2.R) : NULL;
+    vn_status s = gyt ? VN_OK : VN_ERR_MEMORY;
+    /* proj's bias and values, then fc's, then dX: the order of
+     * vnm_linear's backward, for DataParallel's buckets */
+    if (!s && want[MLP_B2]) s = bias_grad(node, MLP_B2, gy, false, B, p2.R);
+    if (!s && want[MLP_V2])
+        s = vn__accum(node, MLP_V2, values_grad(node, MLP_V2, &p2, gy, vn_tensor_data(gyt), h, B));
+    vn_tensor *v2 = NULL, *dh = NULL, *dhpre = NULL;
+    if (!s && (want[MLP_X] || want[MLP_V1] || want[MLP_B1])) {
+        /* dH = dY·W2 in panels of proj's Kp rows, then dH ⊙ gelu'(H) in
+         * panels of fc's R rows: the dYt of fc's kernels */
+        v2 = plain(node->inputs[MLP_V2]);
+        dh = v2 ? panels_new(npanels * p2.Kp * VNM_PANEL) : NULL;
+        dhpre = dh ? panels_new(npanels * p1.R * VNM_PANEL) : NULL;
+        s = dhpre ? vnm__spmm_t(&p2, vn_tensor_data(v2), vn_tensor_data(gyt), B, vn_tensor_data(dh))
+                  : VN_ERR_MEMORY;
+        if (!s)
+            gelu_panels(vn_tensor_data(dhpre), p1.R, vn_tensor_data(dh), hpre, p2.Kp, p1.R, npanels);
+    }
+    if (!s && want[MLP_B1]) s = bias_grad(node, MLP_B1, dhpre, true, B, p1.R);
+    if (!s && want[MLP_V1])
+        s = vn__accum(node, MLP_V1, values_grad(node, MLP_V1, &p1, NULL, vn_tensor_data(dhpre),
+                                                vn_tensor_data(node->saved[MLP_XT]), B));
+    if (!s && want[MLP_X]) {
+        vn_tensor *v1 = plain(node->inputs[MLP_V1]);
+        vn_tensor *dx = v1 ? input_grad(&p1, vn_tensor_data(v1), vn_tensor_data(dhpre),
+                                        node->inputs[MLP_X], B)
+                           : NULL;
+        vn_tensor_release(v1);
+        s = vn__accum(node, MLP_X, dx);
+    }
+    vn_tensor *all[5] = {gy, gyt, v2, dh, dhpre};
+    for (int i = 0; i < 5; i++) vn_tensor_release(all[i]);
+    return s;
+}
+
+/* The checks of vn_vnm_linear for one of the two layers, `which` naming it. */
+static vn_status check_layer(const vn_vnm *s, const vn_tensor *values, const vn_tensor *bias,
+                             const char *which)
+{
+    char op[32], what[40];
+    snprintf(op, sizeof op, "vnm_mlp: %s", which);
+    snprintf(what, sizeof what, "vnm_mlp: %s bias", which);
+    if (check_matrix(s, op) || check_values(s, values, op) ||
+        (bias && vn__check_dtype_for(bias, VN_F32, what, VN_ALLOW_CUDA)))
+        return vn_last_status();
+    if (bias && (bias->ndim != 1 || bias->shape[0] != s->R))
+        return vn__err(VN_ERR_SHAPE, "%s: bias of shape %s, expected %s", op,
+                       vn__shape(bias->ndim, bias->shape), vn__shape(1, &s->R));
+    return VN_OK;
+}
+
+vn_tensor *vn_vnm_mlp(const vn_tensor *x, const vn_vnm *fc, const vn_tensor *fc_values,
+                      const vn_tensor *fc_bias, const vn_vnm *proj, const vn_tensor *proj_values,
+                      const vn_tensor *proj_bias)
+{
+    int64_t B = 0;
+    if (check_layer(fc, fc_values, fc_bias, "fc") || check_layer(proj, proj_values, proj_bias, "proj") ||
+        check_rows(x, fc->K, "vnm_mlp", "input", "fc's in features", &B))
+        return NULL;
+    if (proj->K != fc->R)
+        return vn__errp(VN_ERR_SHAPE, "vnm_mlp: proj has %lld in features, expected fc's %lld out "
+                        "features", (long long)proj->K, (long long)fc->R);
+    bool cuda, cuda2;
+    if (device_of("vnm_mlp", x, fc_values, fc_bias, &cuda) ||
+        device_of("vnm_mlp", x, proj_values, proj_bias, &cuda2))
+        return NULL;
+    if (cuda) { /* the three ops: the CUDA kernels take row-major operands */
+        vn_tensor *h = vn_vnm_linear(x, fc, fc_values, fc_bias), *a = h ? vn_gelu(h) : NULL;
+        vn_tensor *y = a ? vn_vnm_linear(a, proj, proj_values, proj_bias) : NULL;
+        vn_tensor_release(h);
+        vn_tensor_release(a);
+        return y;
+    }
+    vnm_pattern p1 = vnm__pattern_of(fc), p2 = vnm__pattern_of(proj);
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, hn = npanels * p2.Kp * VNM_PANEL;
+    vn_tensor *xc = plain(x), *v1 = xc ? plain(fc_values) : NULL, *v2 = v1 ? plain(proj_values) : NULL;
+    vn_tensor *b1 = v2 && fc_bias ? plain(fc_bias) : NULL, *b2 = v2 && proj_bias ? plain(proj_bias) : NULL;
+    bool ok = v2 && (b1 || !fc_bias) && (b2 || !proj_bias);
+    vn_tensor *xt = ok ? packed(xc, B, p1.K, p1.Kp) : NULL;
+    vn_tensor *act = xt ? panels_new(2 * hn) : NULL; /* H, then GELU(H) */
+    vn_tensor *y = act ? like_rows(x, p2.R) : NULL;
+    if (y) {
+        float *hpre = vn_tensor_data(act), *h = hpre + hn;
+        vn_status s = vnm__spmm(&p1, vn_tensor_data(v1), vn_tensor_data(xt), B,
+                                b1 ? vn_tensor_data(b1) : NULL, hpre, p2.Kp);
+        if (!s) {
+            gelu_panels(h, p2.Kp, NULL, hpre, p2.Kp, p1.R, npanels);
+            s = vnm__spmm(&p2, vn_tensor_data(v2), h, B, b2 ? vn_tensor_data(b2) : NULL,
+                          vn_tensor_data(y), 0);
+        }
+        if (s) {
+            vn_tensor_release(y);
+            y = NULL;
+        }
+    }
+    const vn_tensor *ins[5] = {x, fc_values, proj_values, fc_bias, proj_bias};
+    vn_node *node = y ? vn__record(y, "vnm_mlp", vnm_mlp_backward, proj_bias ? 5 : fc_bias ? 4 : 3, ins)
+                      : NULL;
+    if (node) {
+        *VN_SAVED_STATE(node, struct vnm_mlp_saved) =
+            (struct vnm_mlp_saved){p1.R, p1.K, p1.V, p1.M, p2.R, p2.K, p2.V, p2.M};
+        node->saved[MLP_BLOB1] = vn_tensor_retain(fc->blob);
+        node->saved[MLP_BLOB2] = vn_tensor_retain(proj->blob);
+        node->saved[MLP_XT] = vn_tensor_retain(xt);
+        node->saved[MLP_ACT] = vn_tensor_retain(act);
+    }
+    vn_tensor *all[7] = {xc, v1, v2, b1, b2, xt, act};
+    for (int i = 0; i < 7; i++) vn_tensor_release(all[i]);
     return y;
 }
 
@@ -350,7 +542,7 @@ static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
     /* The bias, dW (its rows handed over as the GEMM computes them), then
      * dX: the order of vnm_linear_backward, for the same reason. */
     vn_status s = VN_OK;
-    if (node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, dy, B, p.R);
+    if (node->ninputs == 3 && vn__input_needs_grad(node, 2)) s = bias_grad(node, 2, dy, false, B, p.R);
     if (!s && vn__input_needs_grad(node, 1)) { /* straight through: dW = dYᵀ·X everywhere */
         vn_tensor *xc = plain(node->inputs[0]);
         int64_t shape[2] = {p.R, p.K};
@@ -369,8 +561,8 @@ static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
     }
     if (!s && vn__input_needs_grad(node, 0)) {
         vn_tensor *dyt = packed(dy, B, p.R, p.R);
-        vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(node->saved[SHADOW_VALUES]), dyt,
-                                         node->inputs[0], B)
+        vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(node->saved[SHADOW_VALUES]),
+                                         vn_tensor_data(dyt), node->inputs[0], B)
                             : NULL;
         vn_tensor_release(dyt);
         s = vn__accum(node, 0, dx);

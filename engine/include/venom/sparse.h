@@ -130,6 +130,21 @@ vn_vnm_precision vn_vnm_get_precision(void);
  * a CUDA call fails (CUDA's message); VN_ERR_ARG for a NULL s. */
 vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *values,
                          const vn_tensor *bias);
+/* The MLP of a transformer block with both projections V:N:M:
+ * y = gelu(x·W1ᵀ + b1)·W2ᵀ + b2 (GELU in its tanh form), for x (..., K1)
+ * → y (..., R2), fc = W1 (R1 × K1) with fc_values and fc_bias (R1) or
+ * NULL, proj = W2 (R2 × R1) with proj_values and proj_bias (R2) or NULL.
+ * The same numbers as vn_vnm_linear, vn_gelu, vn_vnm_linear one after the
+ * other, up to the summation order of fc's values gradient; differentiable
+ * in x, both values and both biases. On the CPU the hidden (..., R1)
+ * activation never leaves the kernels' panel layout (no transposes of it
+ * between the ops), and it is kept for the backward in that layout with
+ * its GELU (2·B·R1 floats for B rows of x, where the three ops keep
+ * 3·B·R1). On CUDA it is those three ops. Errors: those of vn_vnm_linear, naming "fc" or
+ * "proj"; VN_ERR_SHAPE when proj's K is not fc's R. */
+vn_tensor *vn_vnm_mlp(const vn_tensor *x, const vn_vnm *fc, const vn_tensor *fc_values,
+                      const vn_tensor *fc_bias, const vn_vnm *proj, const vn_tensor *proj_values,
+                      const vn_tensor *proj_bias);
 /* The three kernels of vn_vnm_linear as plain calls (not recorded), same
  * shape, device and precision rules: forward SpMM y = x·Wᵀ (..., R); input
  * gradient dx = dy·W (..., K) for dy (..., R); SDDMM dvalues = dyᵀ·x at the
