@@ -396,6 +396,11 @@ static vn_status check_sampling(const char *op, double temperature, int64_t top_
     return VN_OK;
 }
 
+/* (l − max)/temperature as d · (1/temperature): a max itself (d = 0) is 0
+ * even where 1/temperature overflows to inf (a temperature below about
+ * 5.6e-309), where 0 · inf would be NaN and leave no weight at all. */
+static inline double exponent(double d, double inv_t) { return d == 0 ? 0.0 : d * inv_t; }
+
 vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64_t top_k, double u,
                            int64_t *index)
 {
@@ -440,11 +445,11 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
      * running sum below is in index order: where the two round apart, the
      * last resort below takes the last token). */
     double inv_t = 1.0 / temperature, total = 0;
-    for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * inv_t);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)exponent(l[i] - max, inv_t);
     vn__exp_shift_f32(w, n, 0.0f, 1.0f);
 #pragma omp simd reduction(+ : total)
     for (int64_t i = 0; i < n; i++) {
-        w[i] = l[i] >= floor && (l[i] - max) * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
+        w[i] = l[i] >= floor && exponent(l[i] - max, inv_t) >= VN_EXP_MIN ? w[i] : 0.0f;
         total += w[i];
     }
     double target = u * total, acc = 0;
