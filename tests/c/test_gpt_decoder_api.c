@@ -218,6 +218,7 @@ static void test_sample_edges(void **state)
     expect_draws(greedy, 3, 1e300, 0, draw_third, "temperature 1e300: uniform");
     const double sub[2] = {4.9e-324, 0}; /* subnormal: the same weight, 1 */
     expect_draws(sub, 2, 1.0, 0, draw_half, "subnormal logits");
+    expect_draws(sub, 2, 1e-310, 0, draw_half, "a subnormal gap at temperature 1e-310: e^(-5e-14) each");
     expect_draws(equal, 3, 1.0, 0, draw_third, "equal logits");
     expect_draws(equal, 3, 1.0, 1, draw_third, "equal logits, top_k 1 (ties at the k-th kept)");
     expect_draws(one, 1, 1.0, 0, draw_0, "one logit");
