@@ -110,7 +110,12 @@ __attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st
                 for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
             }
             m = cm > m ? cm : m;
-            vn__exp_shift_f32(s, n, m, 1.0f); /* the weights e^(s − m) */
+            if (m == -INFINITY) /* every score so far −inf (or NaN): weight 0 (NaN stays), where
+                                 * e^(s − m) would be e^(−inf + inf) = NaN though a later chunk
+                                 * may hold finite scores; none at all: 0/0 below, as the full op */
+                for (int64_t j = 0; j < n; j++) s[j] = s[j] == -INFINITY ? 0.0f : s[j];
+            else
+                vn__exp_shift_f32(s, n, m, 1.0f); /* the weights e^(s − m) */
             for (int64_t j = 0; j < n; j++) sum += s[j];
             weighted_values(s, v0 + c0 * st_t, st_t, n, Dh, acc);
         }

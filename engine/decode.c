@@ -438,13 +438,18 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
      * exponent below VN_EXP_MIN (where the exp clamps) gives 0, as does a
      * logit outside the top_k or −inf. Σ w in double in vector lanes (the
      * running sum below is in index order: where the two round apart, the
-     * last resort below takes the last token). */
-    double inv_t = 1.0 / temperature, total = 0;
-    for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * inv_t);
+     * last resort below takes the last token). The exponent (l − max) /
+     * temperature is (l − max)·pre·inv_t: pre = 1 (exact) unless
+     * 1/temperature overflows (a temperature below about 5.6e-309), where
+     * the max's 0·inf would be NaN and leave no weight at all; there
+     * pre = inv_t = 1/√temperature, both finite. */
+    double inv_t = 1.0 / temperature, pre = 1.0, total = 0;
+    if (isinf(inv_t)) pre = inv_t = 1.0 / sqrt(temperature);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * pre * inv_t);
     vn__exp_shift_f32(w, n, 0.0f, 1.0f);
 #pragma omp simd reduction(+ : total)
     for (int64_t i = 0; i < n; i++) {
-        w[i] = l[i] >= floor && (l[i] - max) * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
+        w[i] = l[i] >= floor && (l[i] - max) * pre * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
         total += w[i];
     }
     double target = u * total, acc = 0;

@@ -415,8 +415,10 @@ local function sample(l, n, temperature, top_k, u)
       :format(n, #l), 0)
   end
   local ok, id = pcall(venom.sample_logits, l, temperature, top_k, u)
-  if not ok then -- say where a bad logit can come from
-    error(("GPT:generate: %s (the weights are not finite, or on_logits wrote it)"):format(id), 0)
+  if not ok then -- say where a bad logit can come from (not where in Lua the binding was called)
+    id = tostring(id)
+    error(("GPT:generate: %s (the weights are not finite, or on_logits wrote it)")
+      :format(id:match("sample_logits: .*$") or id), 0)
   end
   return id
 end
@@ -668,7 +670,9 @@ function GPT:generate(prompt, n_tokens, opts)
   if decoder then decoder:free() end
   for _, c in ipairs(caches or {}) do c:free() end
   if switched then self:train(was_training) end
-  local refused = not ok and type(err) == "string" and err:match("sample_logits: .*$")
+  -- (sample()'s own errors already say it, and start with "GPT:generate:")
+  local refused = not ok and type(err) == "string" and not err:find("^GPT:generate:")
+    and err:match("sample_logits: .*$")
   if refused then -- decoder:next's draw refused the logits: as sample() says, from where
     err = ("GPT:generate: %s (the weights are not finite)"):format(refused)
   end

@@ -140,8 +140,8 @@ local opts = util.parse_cli(arg, {
   prune_start = "fraction of the steps after which pruning starts",
   prune_end = "fraction of the steps at which the final pattern is reached",
   rewind = "with --sparse: restart the cosine at this fraction of --lr after the last pruning event "
-    .. "(learning-rate rewinding, as tutorial 2; 0: off); given without --sparse, at the step "
-    .. "where that event would be: the dense control",
+    .. "(learning-rate rewinding, as tutorial 2; 0: off); without --sparse 0 unless given, and "
+    .. "given, at the step where that event would be: the dense control",
   sample = "bytes of text generated at the end",
   prompt = "start of the generated text",
   temperature = "sampling temperature",

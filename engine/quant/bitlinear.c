@@ -42,8 +42,9 @@ float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
         }
         return NAN;
     }
-    /* An all-zero row has no scale (127/0): it quantises to zeros. */
-    float s = m > 0 ? 127.0f / m : 0.0f;
+    /* An all-zero row has no scale (127/0), nor has one too small for a
+     * finite 127/max: it quantises to zeros (outputs 0). */
+    float s = m >= VNQ_MIN_ROW_MAX ? 127.0f / m : 0.0f;
     if (q && !xq) { /* the packed products' case */
         int64_t k = 0;
 #ifdef __AVX2__
@@ -186,9 +187,10 @@ vn_tensor *vnq__quantize_input_ops(const vn_tensor *x)
 {
     vn_tensor *a = vn_abs(x);
     vn_tensor *m = a ? vn_max(a, -1, true) : NULL;
-    vn_tensor *zero = m ? scalar_on(x, 0) : NULL, *one = zero ? scalar_on(x, 1) : NULL;
-    vn_tensor *pos = one ? vn_gt(m, zero) : NULL;
-    /* A zero row divides by 1 instead: its x̃ and x̃/s are 0 all the same. */
+    vn_tensor *least = m ? scalar_on(x, VNQ_MIN_ROW_MAX) : NULL, *one = least ? scalar_on(x, 1) : NULL;
+    vn_tensor *pos = one ? vn_ge(m, least) : NULL;
+    /* A zero row, or one too small for a finite 127/max, divides by 1
+     * instead: its x̃ and x̃/s are 0 all the same. */
     vn_tensor *ms = pos ? vn_where(pos, m, one) : NULL;
     vn_tensor *c127 = ms ? scalar_on(x, 127) : NULL;
     vn_tensor *s = c127 ? vn_div(c127, ms) : NULL;
@@ -197,7 +199,7 @@ vn_tensor *vnq__quantize_input_ops(const vn_tensor *x)
      * nothing to do. */
     vn_tensor *r = xs ? round_even(xs) : NULL;
     vn_tensor *xq = r ? vn_div(r, s) : NULL;
-    vn_tensor *tmp[] = {a, m, zero, one, pos, ms, c127, s, xs, r};
+    vn_tensor *tmp[] = {a, m, least, one, pos, ms, c127, s, xs, r};
     for (int i = 0; i < 10; i++) vn_tensor_release(tmp[i]);
     return xq;
 }

@@ -7,6 +7,7 @@
 
 #include "internal.h"
 
+#include <float.h>
 #include <stdint.h>
 
 #define VNQ_EPS 1e-5f    /* ε of W / (γ + ε) */
@@ -24,8 +25,13 @@ static inline float vnq__trit(float w, float gamma)
     return r > 1.0f ? 1.0f : r < -1.0f ? -1.0f : r;
 }
 
-/* Row x (K values) → s = 127 / max|x| (0 for an all-zero row, whose x̃ is
- * 0; NaN for a row holding a NaN or ∞, whose x̃ is 0 and x̃/s NaN), and
+/* The least row max |x| whose s = 127 / max is finite in f32 (≈ 3.7e-37):
+ * a row below it has no scale, as an all-zero row (0·∞ would give NaN). */
+#define VNQ_MIN_ROW_MAX (127.0f / FLT_MAX)
+
+/* Row x (K values) → s = 127 / max|x| (0 for an all-zero row, or one whose
+ * max is below VNQ_MIN_ROW_MAX, whose x̃ is 0; NaN for a row holding a NaN
+ * or ∞, whose x̃ is 0 and x̃/s NaN), and
  * x̃ = clamp(round(x·s), −128, 127) into q as int8 (q may be NULL) and as
  * x̃/s into xq (may be NULL). Returns s. */
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq);

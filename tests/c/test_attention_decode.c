@@ -2,8 +2,8 @@
  * of vn_causal_self_attention against the op itself for odd sizes (one
  * position, a softmax whose max moves late, within the first chunk of 64
  * positions and in a later chunk of a longer window, several batches and
- * heads),
- * a narrowed view of a longer cache against its contiguous copy (read in
+ * heads), scores of ±inf and a NaN value (a first chunk of −inf scores
+ * before finite ones), a narrowed view of a longer cache against its contiguous copy (read in
  * place through the strides, the same bits), a contiguous cache against
  * one whose features are strided (copied first: the same bits), and bad
  * arguments. */
@@ -38,6 +38,50 @@ static void test_matches_full_attention(void **state)
                         fail_msg("T %lld H %lld out[%lld, %lld]: %.9g, expected %.9g", (long long)T,
                                  (long long)H, (long long)b, (long long)c, got, want);
                 }
+            vn_tensor_release(qkv);
+            vn_tensor_release(full);
+            vn_tensor_release(last);
+        }
+}
+
+/* Scores at the ends of f32, against the full op (NaN where it gives NaN,
+ * else close): a query of 1e20 against keys of −1e20 gives −inf scores,
+ * for all of the first chunk of 64 positions (T = 70, 150: a later chunk
+ * holds every finite score), for a few positions, and for every position
+ * (nothing to attend to: NaN, as the full op's 0/0); keys of +1e20 give a
+ * +inf score; a NaN in one value. */
+static void test_extreme_scores(void **state)
+{
+    (void)state;
+    const int64_t Ts[] = {5, 70, 150}, Dh = 12, C = Dh; /* one head */
+    for (int it = 0; it < 3; it++)
+        for (int pass = 0; pass < 4; pass++) {
+            int64_t T = Ts[it];
+            vn_tensor *qkv = trand(3, (int64_t[]){1, T, 3 * C}, -1, 1, 80 + (unsigned)(it * 4 + pass));
+            float *x = f32(qkv);
+            for (int64_t d = 0; d < Dh; d++) x[(T - 1) * 3 * C + d] = 1e20f; /* the query */
+            for (int64_t t = 0; t < T; t++) {
+                /* pass 0: −inf scores in the first 64 positions (all but the last when T = 5);
+                 * 1: at every position; 2: one +inf score; 3: a NaN value at position 2 */
+                bool ninf = pass == 1 || (pass == 0 && t < (T > 64 ? 64 : T - 1)) || (pass >= 2 && t % 3 == 0);
+                for (int64_t d = 0; d < Dh; d++) {
+                    float *k = x + t * 3 * C + C + d;
+                    if (ninf) *k = -1e20f;
+                    else if (pass != 1) *k = (float)d * 1e-21f; /* finite scores under 1 */
+                }
+                if (pass == 2 && t == 4) x[t * 3 * C + C] = 1e20f;
+            }
+            if (pass == 3) x[2 * 3 * C + 2 * C + 5] = NAN;
+            vn_tensor *full = vn_causal_self_attention(qkv, 1), *last = vn_causal_self_attention_last(qkv, 1);
+            CHECK_PTR(full);
+            CHECK_PTR(last);
+            for (int64_t c = 0; c < C; c++) {
+                double want = f32(full)[(T - 1) * C + c], got = f32(last)[c];
+                bool same = isnan(want) ? isnan(got) : fabs(got - want) <= 1e-5 * (1 + fabs(want));
+                if (!same)
+                    fail_msg("T %lld pass %d out[%lld]: %.9g, expected %.9g", (long long)T, pass, (long long)c,
+                             got, want);
+            }
             vn_tensor_release(qkv);
             vn_tensor_release(full);
             vn_tensor_release(last);
@@ -108,6 +152,7 @@ int main(void)
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_full_attention),
+        cmocka_unit_test(test_extreme_scores),
         cmocka_unit_test(test_narrowed_cache),
         cmocka_unit_test(test_vector_path_same_bits),
         cmocka_unit_test(test_errors),

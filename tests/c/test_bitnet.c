@@ -12,6 +12,7 @@
 #include "ref_quant.h"
 #include "quant_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,6 +343,48 @@ static void test_quantize_row(void **state)
     }
 }
 
+/* Rows whose max |x| is below 127/FLT_MAX (≈ 3.7e-37, normal floats), where
+ * s = 127/max would overflow to inf (and 0·inf gave NaN): no scale, as a
+ * zero row, so x̃ = 0 and the outputs are 0, in the loop, the CUDA path's
+ * ops and both products; a row whose max is exactly 127/FLT_MAX still has
+ * its scale (FLT_MAX) and quantises as the reference. */
+static void test_tiny_rows(void **state)
+{
+    (void)state;
+    int64_t K = 40, N = 3;
+    vn_tensor *x = vn_zeros(VN_F32, 2, (int64_t[]){3, K}), *w = trand(2, (int64_t[]){N, K}, -1, 1, 33);
+    float *v = f32(x), edge = 127.0f / FLT_MAX;
+    for (int64_t k = 0; k < K; k++) {
+        v[k] = (float)((k % 7) - 3) * 1e-38f;   /* row 0: tiny, with zeros */
+        v[K + k] = (float)((k % 5) - 2) / 2 * edge; /* row 1: the max is 127/FLT_MAX */
+        v[2 * K + k] = (float)k - 20;              /* row 2: plain */
+    }
+    int8_t q[40];
+    float xq[40], want[40];
+    assert_true(vnq__quantize_row(v, K, q, NULL) == 0 && vnq__quantize_row(v, K, NULL, xq) == 0);
+    for (int64_t k = 0; k < K; k++) assert_true(q[k] == 0 && xq[k] == 0);
+    float s = vnq__quantize_row(v + K, K, q, NULL), s_ref = ref_act(v + K, K, want);
+    assert_true(s == FLT_MAX && s == s_ref);
+    for (int64_t k = 0; k < K; k++) assert_int_equal(q[k], (int8_t)want[k]);
+    vn_tensor *ops = vnq__quantize_input_ops(x);
+    CHECK_PTR(ops);
+    for (int64_t b = 0; b < 3; b++) {
+        vnq__quantize_row(v + b * K, K, NULL, xq);
+        assert_memory_equal(f32(ops) + b * K, xq, sizeof xq);
+    }
+    float g;
+    vn_tensor *p = vn_ternary_pack(w, &g), *yt = p ? vn_ternary_matmul(x, p, K, g) : NULL;
+    vn_tensor *yb = vn_bitlinear(x, w);
+    CHECK_PTR(yt);
+    CHECK_PTR(yb);
+    for (int64_t n = 0; n < N; n++) {
+        assert_true(f32(yt)[n] == 0 && f32(yb)[n] == 0);
+        assert_close(f32(yt)[2 * N + n], f32(yb)[2 * N + n], 1e-5, "plain row", n);
+    }
+    vn_tensor *ts[] = {x, w, ops, p, yt, yb};
+    for (int k = 0; k < 6; k++) vn_tensor_release(ts[k]);
+}
+
 /* One activation row (decoding) through each kernel this CPU has, against
  * the portable one bit for bit and an exact integer sum: N past the rows a
  * pass takes (4, 8) and not a multiple of them, K not a multiple of the
@@ -390,6 +433,62 @@ static void test_one_row_kernels(void **state)
         }
         free(p), free(xq), free(w);
     }
+}
+
+/* Every kernel this CPU has at 1 to 9 activation rows (VNNI's one-row loop,
+ * its narrow multi-row loop and the general one) against an exact integer
+ * sum: weight rows below, at and past the narrow loop's 8 and not a
+ * multiple of it, K not a multiple of 32, 64 or 128, and at and past the
+ * narrow loop's 1024 (8 groups); a zero activation row (s = 0) and one at
+ * the int8 extremes. */
+static void test_narrow_rows_kernels(void **state)
+{
+    (void)state;
+    const int64_t Ks[] = {1, 31, 100, 1024, 1025}, Ns[] = {1, 7, 8, 9, 17};
+    unsigned seed = 11;
+    for (int ik = 0; ik < 5; ik++)
+        for (int in = 0; in < 5; in++) {
+            int64_t K = Ks[ik], N = Ns[in], rb = vn_ternary_row_bytes(K), Kp = rb * 4;
+            uint8_t *p = malloc((size_t)(N * rb));
+            int8_t *w = malloc((size_t)(N * K)), *xq = calloc((size_t)(9 * Kp), 1);
+            vnq__clear_packed(p, N * rb);
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++) {
+                    seed = seed * 1103515245u + 12345u;
+                    w[n * K + k] = (int8_t)((seed >> 16) % 3) - 1;
+                    vnq__set_trit(p + n * rb, k, w[n * K + k]);
+                }
+            int32_t sum[9] = {0};
+            float s[9], y[9 * 17], g = 0.63f;
+            for (int64_t b = 0; b < 9; b++) {
+                s[b] = b == 2 ? 0.0f : 0.25f + 0.1f * (float)b; /* row 2: zero */
+                for (int64_t k = 0; k < K && b != 2; k++) {
+                    seed = seed * 1103515245u + 12345u;
+                    int v = b == 5 ? (k % 2 ? 127 : -128) : (int)((seed >> 16) % 256) - 128;
+                    xq[b * Kp + k] = (int8_t)v, sum[b] += v;
+                }
+            }
+            const char *isas[] = {"portable", "avx2", "avx512vnni"};
+            for (int i = 0; i < 3; i++) {
+                vnq_kernel kern = vnq__kernel(isas[i]);
+                if (!kern) continue; /* not on this CPU */
+                for (int64_t B = 1; B <= 9; B++) {
+                    memset(y, 0xff, sizeof y);
+                    kern(p, N, Kp, xq, sum, s, B, g, y, N);
+                    for (int64_t b = 0; b < B; b++)
+                        for (int64_t n = 0; n < N; n++) {
+                            int32_t acc = 0;
+                            for (int64_t k = 0; k < K; k++) acc += w[n * K + k] * xq[b * Kp + k];
+                            float want = s[b] == 0 ? 0.0f : (float)acc * (g / s[b]);
+                            if (memcmp(&y[b * N + n], &want, sizeof want) != 0)
+                                fail_msg("%s K %lld N %lld B %lld: y[%lld, %lld] = %g, expected %g", isas[i],
+                                         (long long)K, (long long)N, (long long)B, (long long)b, (long long)n,
+                                         y[b * N + n], want);
+                        }
+                }
+            }
+            free(p), free(w), free(xq);
+        }
 }
 
 /* Rows of x̃ = 127 against all-+1 weights: the largest sums the s16 lanes
@@ -562,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_one_row_kernels),
+        cmocka_unit_test(test_narrow_rows_kernels), cmocka_unit_test(test_tiny_rows),
         cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),

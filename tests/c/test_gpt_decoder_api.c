@@ -7,6 +7,7 @@
  * vn_sample_logits draws what the rule in double gives. */
 #include "gradcheck.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -178,6 +179,74 @@ static void test_sample_matches_reference(void **state)
         }
 }
 
+/* vn_sample_logits at the edges, where the rule's answer is plain: the
+ * index every u of a grid draws (want(u)). A temperature so small that
+ * 1/temperature overflows (1e-310) or merely huge (1e-300) is greedy; a
+ * huge one (1e300) is uniform over the finite logits; logits near ±DBL_MAX
+ * (whose difference overflows), subnormal ones, all equal, a single one;
+ * top_k 1, n, past n, with ties at the k-th largest (kept) and with −inf
+ * logits counted in; NaN and +inf past the vector lanes' first pass. */
+typedef int64_t (*rule_fn)(double u);
+static int64_t draw_1(double u) { (void)u; return 1; }
+static int64_t draw_0(double u) { (void)u; return 0; }
+static int64_t draw_0_or_2(double u) { return u < 0.5 ? 0 : 2; }
+static int64_t draw_third(double u) { return (int64_t)(u * 3); }
+static int64_t draw_half(double u) { return u < 0.5 ? 0 : 1; }
+
+static void expect_draws(const double *l, int64_t n, double t, int64_t k, rule_fn want, const char *what)
+{
+    for (int g = 0; g < 64; g++) {
+        double u = (g + 0.37) / 64; /* away from the boundaries at thirds and halves */
+        int64_t got = -1;
+        CHECK_OK(vn_sample_logits(l, n, t, k, u, &got));
+        if (got != want(u))
+            fail_msg("%s: u %.4f drew %lld, expected %lld", what, u, (long long)got, (long long)want(u));
+    }
+}
+
+static void test_sample_edges(void **state)
+{
+    (void)state;
+    const double greedy[3] = {0, 5, 1}, equal[3] = {2, 2, 2}, one[1] = {-3};
+    expect_draws(greedy, 3, 1e-310, 0, draw_1, "temperature 1e-310 (1/t overflows)");
+    expect_draws(greedy, 3, 1e-300, 0, draw_1, "temperature 1e-300");
+    expect_draws(greedy, 3, 1e-310, 2, draw_1, "temperature 1e-310, top_k 2");
+    const double tie[3] = {5, -1, 5}, huge[3] = {DBL_MAX, -DBL_MAX, DBL_MAX};
+    expect_draws(tie, 3, 1e-310, 0, draw_0_or_2, "temperature 1e-310, two maxima");
+    expect_draws(huge, 3, 1.0, 0, draw_0_or_2, "logits ±DBL_MAX");
+    expect_draws(huge, 3, 1e300, 0, draw_0_or_2, "logits ±DBL_MAX, temperature 1e300");
+    expect_draws(greedy, 3, 1e300, 0, draw_third, "temperature 1e300: uniform");
+    const double sub[2] = {4.9e-324, 0}; /* subnormal: the same weight, 1 */
+    expect_draws(sub, 2, 1.0, 0, draw_half, "subnormal logits");
+    expect_draws(sub, 2, 1e-310, 0, draw_half, "a subnormal gap at temperature 1e-310: e^(-5e-14) each");
+    expect_draws(equal, 3, 1.0, 0, draw_third, "equal logits");
+    expect_draws(equal, 3, 1.0, 1, draw_third, "equal logits, top_k 1 (ties at the k-th kept)");
+    expect_draws(one, 1, 1.0, 0, draw_0, "one logit");
+    expect_draws(one, 1, 1e-310, 5, draw_0, "one logit, tiny temperature, top_k past n");
+    expect_draws(greedy, 3, 1.0, 1, draw_1, "top_k 1 is greedy");
+    const double inf2[3] = {-INFINITY, 0.5, -INFINITY};
+    expect_draws(inf2, 3, 1.0, 2, draw_1, "top_k 2 with −inf logits");
+    expect_draws(inf2, 3, 1e-310, 3, draw_1, "top_k n with −inf logits, tiny temperature");
+    /* A bad logit past the first 16 (the vector loop's body, not a tail)
+     * is named by its index. */
+    double l[37];
+    for (int i = 0; i < 37; i++) l[i] = i * 0.1;
+    int64_t got = -1;
+    l[33] = NAN;
+    expect_status(vn_sample_logits(l, 37, 1.0, 0, 0.5, &got), VN_ERR_ARG, "logits[33] is nan");
+    l[33] = 0, l[20] = INFINITY;
+    expect_status(vn_sample_logits(l, 37, 1.0, 0, 0.5, &got), VN_ERR_ARG, "logits[20] is inf");
+    l[20] = 0, l[36] = -NAN;
+    expect_status(vn_sample_logits(l, 37, 1.0, 0, 0.5, &got), VN_ERR_ARG, "logits[36] is");
+    const double all_ninf[2] = {-INFINITY, -INFINITY};
+    expect_status(vn_sample_logits(all_ninf, 2, 1.0, 0, 0.5, &got), VN_ERR_ARG, "every logit is -inf");
+    expect_status(vn_sample_logits(greedy, 3, 0.0, 0, 0.5, &got), VN_ERR_ARG, "temperature 0");
+    expect_status(vn_sample_logits(greedy, 3, INFINITY, 0, 0.5, &got), VN_ERR_ARG, "temperature inf");
+    expect_status(vn_sample_logits(greedy, 3, 1.0, -1, 0.5, &got), VN_ERR_ARG, "top_k -1");
+    expect_status(vn_sample_logits(greedy, 3, 1.0, 0, -1e-300, &got), VN_ERR_ARG, "u = -1e-300");
+    assert_int_equal(got, -1);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -186,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_next_refused_changes_nothing),
         cmocka_unit_test(test_next_is_step_and_sample),
         cmocka_unit_test(test_sample_matches_reference),
+        cmocka_unit_test(test_sample_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

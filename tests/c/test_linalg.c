@@ -191,6 +191,55 @@ static void test_matmul_one_row(void **state)
             }
 }
 
+/* The AVX-512 one-row loop (a Linear's y = W·x at batch 1) at widths below,
+ * at and past its 16 columns and 8 rows, with W a column slice of a wider
+ * matrix (row stride k + 3) whose cut-off columns are NaN (never read), and
+ * NaN, ±inf and 0·inf among the values: each output against the plain
+ * formula summed in double, NaN where it is NaN, the same inf where it is
+ * inf, else close. */
+static void test_one_row_widths_and_specials(void **state)
+{
+    (void)state;
+    const int64_t ks[] = {1, 15, 16, 17, 48}, ns[] = {1, 7, 8, 9, 17};
+    for (int ik = 0; ik < 5; ik++)
+        for (int in = 0; in < 5; in++)
+            for (int special = 0; special < 2; special++) {
+                int64_t k = ks[ik], n = ns[in];
+                vn_tensor *wide = rnd(2, (int64_t[]){n, k + 3}, 60 + (unsigned)(ik * 5 + in));
+                vn_tensor *x = rnd(2, (int64_t[]){1, k}, 90 + (unsigned)ik);
+                float *wd = vn_tensor_data(wide), *xd = vn_tensor_data(x);
+                for (int64_t i = 0; i < n; i++) wd[i * (k + 3)] = wd[i * (k + 3) + k + 1] = wd[i * (k + 3) + k + 2] = NAN;
+                if (special) { /* row i: NaN, +inf, -inf, +inf and -inf, inf · 0 by turns */
+                    xd[k - 1] = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        float *row = wd + i * (k + 3) + 1;
+                        int kind = (int)(i % 5);
+                        if (kind == 0) row[k / 2] = NAN;
+                        if (kind == 1) row[0] = xd[0] > 0 ? INFINITY : -INFINITY;
+                        if (kind == 2) row[k - 1 - (k > 1)] = -INFINITY * (xd[k - 1 - (k > 1)] > 0 ? 1 : -1);
+                        if (kind == 3 && k > 2) row[0] = INFINITY * (xd[0] > 0 ? 1 : -1),
+                                                row[1] = -INFINITY * (xd[1] > 0 ? 1 : -1);
+                        if (kind == 4) row[k - 1] = INFINITY; /* against x = 0 */
+                    }
+                }
+                vn_tensor *w = vn_narrow(wide, 1, 1, k), *wt = w ? vn_transpose(w, 0, 1) : NULL;
+                vn_tensor *y = wt ? vn_matmul(x, wt) : NULL;
+                CHECK_PTR(y);
+                for (int64_t i = 0; i < n; i++) {
+                    double want = 0;
+                    for (int64_t j = 0; j < k; j++) want += (double)wd[i * (k + 3) + 1 + j] * xd[j];
+                    double got = ((float *)vn_tensor_data(y))[i];
+                    bool same = isnan(want) ? isnan(got) : isinf(want) ? got == want
+                                                         : fabs(got - want) <= 1e-5 * (1 + fabs(want));
+                    if (!same)
+                        fail_msg("k %lld n %lld%s: y[%lld] = %g, expected %g", (long long)k, (long long)n,
+                                 special ? " (specials)" : "", (long long)i, got, want);
+                }
+                vn_tensor *ts[] = {wide, x, w, wt, y};
+                for (int t = 0; t < 5; t++) vn_tensor_release(ts[t]);
+            }
+}
+
 static void test_matmul_batched(void **state)
 {
     struct { int na, nb; int64_t sa[4], sb[4]; } cases[] = {
@@ -454,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_matmul_2d_and_1d), cmocka_unit_test(test_matmul_layouts),
         cmocka_unit_test(test_matmul_batched),   cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_matmul_split),     cmocka_unit_test(test_matmul_one_row),
+        cmocka_unit_test(test_one_row_widths_and_specials),
         cmocka_unit_test(test_linear_values),    cmocka_unit_test(test_linear_errors),
         cmocka_unit_test(test_matmul_grad),      cmocka_unit_test(test_linear_grad),
         cmocka_unit_test(test_linear_backward_formulas), cmocka_unit_test(test_broadcast_gradient),

@@ -6,7 +6,8 @@
 -- past block_size; the fused step really replaces the ops; a layer with a
 -- forward of its own (GMP's shadow) or a strided weight is left to the
 -- ops; the tokens a fixed seed gives are those the code before the fused
--- decoder gave; a fused generation makes no mode switch; bad specs and
+-- decoder gave; a fused generation makes no mode switch; a temperature of
+-- 1e-310 is greedy; bad specs and
 -- steps are errors that name what is wrong, and a refused decoder:next
 -- changes nothing.
 package.path = "tests/lua/?.lua;" .. package.path
@@ -70,7 +71,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(35)
+tap.plan(36)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -135,6 +136,20 @@ do
   tap.ok(#calls == 2 and calls[1] == false and calls[2] == true and m.blocks[2].mlp.fc.training,
     "through the ops: eval, then training mode restored")
   m.train = nil
+end
+
+-- A temperature whose inverse overflows a double (1e-310) is greedy: the
+-- tokens of top_k = 1, fused and through the ops (the draw gave the first
+-- token every time).
+do
+  local m, prompt = models.f32, { 7, 40, 3 }
+  local function tokens(o)
+    venom.manual_seed(5)
+    return table.concat(m:generate(prompt, 8, o), " ")
+  end
+  local greedy = tokens({ top_k = 1 })
+  tap.ok(tokens({ temperature = 1e-310 }) == greedy and tokens({ temperature = 1e-310, fused = false }) == greedy,
+    "temperature 1e-310: the greedy tokens, fused and through the ops")
 end
 
 -- Bad input: a spec built from the f32 model, broken one field at a time.

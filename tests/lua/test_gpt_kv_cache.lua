@@ -124,6 +124,12 @@ do
     "generate: on_logits writing a string is an error")
   tap.error_like(edited(function(l) l[3] = 0 / 0 end), "logit 3 is %-?nan",
     "generate: a NaN logit is an error")
+  -- (once: not wrapped again on the way out, and without a Lua position)
+  local ok, err = pcall(edited(function(l) l[3] = 0 / 0 end))
+  local _, said = tostring(err):gsub("the weights are not finite", "")
+  tap.ok(not ok and said == 1 and err:find("^GPT:generate: sample_logits: logit 3 is") ~= nil
+    and err:find("or on_logits wrote it%)$") ~= nil,
+    "generate: a NaN logit's error says once where it can come from: " .. tostring(err))
   local masked = m:generate({ 1 }, 3, { on_logits = function(l)
     for i = 1, #l do if i ~= 4 then l[i] = -math.huge end end end })
   tap.is(table.concat(masked, ","), "1,4,4,4", "generate: on_logits masking all but one token draws it")

@@ -3,7 +3,8 @@
 -- the pattern (with --sparse-attn the attention projections too) and print
 -- a sample; a bad option exits with status 2 and a
 -- missing text file with status 1 and its name; a --sparse run stopped
--- and resumed matches the uninterrupted one; --amp f16 on the CPU (matmuls
+-- and resumed matches the uninterrupted one (a resume with another
+-- effective --rewind is refused); --amp f16 on the CPU (matmuls
 -- stay f32, the loss scaled by powers of two) prints the dense run's losses.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
@@ -99,6 +100,23 @@ tap.ok(rc == 1 and out:find("had %-%-sparse%-attn false; this one has %-%-sparse
 out, rc = tutorial(sp .. " --steps 12 --lr 0.01 --resume " .. stopped)
 tap.ok(rc == 1 and out:find("had %-%-lr 0%.002; this one has %-%-lr 0%.01 ") ~= nil,
   "resuming with another --lr is refused (it was ignored: the schedule came from the checkpoint)")
+-- The --rewind a checkpoint records is the run's effective one: the
+-- --sparse run stopped with --rewind 1 resumes without it (1 is --sparse's
+-- default) to the same losses; a dense run's checkpoint (no restart: 0)
+-- resumed with --rewind 1 given, and a dense --rewind 1 one resumed without
+-- it (0 again), are refused naming --rewind.
+out, rc = tutorial(" --sparse 16:2:8 --text " .. tmp .. " --resume " .. stopped)
+tap.ok(rc == 0 and losses(out) == losses(want),
+  "a --sparse checkpoint of --rewind 1 resumes with the default --rewind" .. (rc ~= 0 and ": " .. out or ""))
+for _, c in ipairs({ { "", " --rewind 1", "had %-%-rewind 0; this one has %-%-rewind 1 " },
+                     { " --rewind 1", "", "had %-%-rewind 1; this one has %-%-rewind 0 " } }) do
+  tutorial("--text " .. tmp .. c[1] .. " --save " .. stopped .. " --stop-after 5")
+  out, rc = tutorial("--text " .. tmp .. c[2] .. " --resume " .. stopped)
+  local function shown(flag) return flag == "" and "out --rewind" or flag end
+  tap.ok(rc == 1 and out:find(c[3]) ~= nil, ("a dense checkpoint written with%s, resumed with%s, is refused")
+    :format(shown(c[1]), shown(c[2]))
+    .. (rc ~= 1 and ": " .. out or ""))
+end
 os.remove(full); os.remove(stopped); os.remove(resumed)
 
 -- The loss scaler's wiring: scaling by 2^16 and unscaling is exact, so the

@@ -10,7 +10,8 @@
  *                x̃_bk = clamp(round(x_bk·s_b), −128, 127), the layer uses x̃/s;
  *   output       Y = (x̃·W̃ᵀ)·γ/s (no bias).
  * round() is round-half-to-even (as torch.round). An all-zero row has no
- * scale (s = ∞): its x̃ is 0 and its output row is 0. A zero weight matrix
+ * scale (s = ∞): its x̃ is 0 and its output row is 0; so has a row whose
+ * max |x| is below 127/FLT_MAX ≈ 3.7e-37 (s overflows f32). A zero weight matrix
  * (γ = 0) gives W̃ = 0 and a zero output, never NaN. A row holding a NaN or
  * ∞ gives a NaN output row. */
 #ifndef VENOM_H
