@@ -292,5 +292,5 @@ if sparse_model then
   print(("BitNet %s (ternary V:N:M MLPs) %.4f (%+.1f%% vs f32), packed %.4f"):format(opts.sparse,
     sparse_val, 100 * (sparse_val / f32_val - 1), final_loss(sparse_model)))
 end
-print(("generation of %d bytes (median of %d): f32 %.1f tokens/s, packed ternary %.1f tokens/s (×%.2f)")
-  :format(opts.gen_tokens, ROUNDS, f32_tps, packed_tps, packed_tps / f32_tps))
+print(("generation of %d byte%s (median of %d): f32 %.1f tokens/s, packed ternary %.1f tokens/s (×%.2f)")
+  :format(opts.gen_tokens, opts.gen_tokens == 1 and "" or "s", ROUNDS, f32_tps, packed_tps, packed_tps / f32_tps))
