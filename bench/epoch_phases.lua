@@ -2,7 +2,7 @@
 -- wall time, phase by phase, against the same GEMMs run alone: the MLP
 -- 784-1024-1024-10 with AdamW of bench/epoch.lua, batch 128.
 --
---     venom bench/epoch_phases.lua [--steps 200]
+--     venom bench/epoch_phases.lua [--steps 200] [--cpu-time]
 --
 -- Runs `steps` steps twice (the first pass warms caches and the allocator)
 -- and prints, for the second, ms per step of each phase: the loader (index
@@ -12,14 +12,17 @@
 -- nothing else on the machine got in its way). Then the forward's 3 GEMMs
 -- and the backward's 5 (layer 1 has no dX: its input needs no gradient)
 -- alone, same shapes and BLAS path, best of 5 × 20. The differences are
--- what the step does besides its GEMMs. Prints a table; never fails on time.
+-- what the step does besides its GEMMs. --cpu-time measures the process's
+-- CPU time (os.clock) instead of wall time: with OMP_NUM_THREADS=1 that is
+-- robust to other programs taking the cores. Prints a table; never fails on time.
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
 local data = require "venom.data"
 local util = require "venom.util"
 
-local opts = util.parse_cli(arg, { steps = 200, seed = 0, root = data.FASHION_MNIST_ROOT }, nil,
+local opts = util.parse_cli(arg, { steps = 200, seed = 0, root = data.FASHION_MNIST_ROOT,
+  cpu_time = false }, nil,
   function(o)
     util.check_arg_int(o, "steps", 1)
     util.check_arg_int(o, "seed", 0)
@@ -31,7 +34,7 @@ if not ok then util.die(loader) end
 local model = nn.mlp({ 784, 1024, 1024, 10 })
 local criterion = nn.CrossEntropyLoss()
 local opt = optim.AdamW(model:parameters(), { lr = 1e-3, weight_decay = 0.01 })
-local clock = venom.clock
+local clock = opts.cpu_time and os.clock or venom.clock
 
 local phases = { "loader", "forward", "backward", "adam", "step" }
 local T = {}
@@ -83,7 +86,8 @@ local function pct(a, q)
   table.sort(a)
   return a[math.floor((#a - 1) * q) + 1]
 end
-print(("%d steps of MLP 784-1024-1024-10, AdamW, batch 128 (ms per step)"):format(#T.step))
+print(("%d steps of MLP 784-1024-1024-10, AdamW, batch 128 (ms per step, %s)"):format(#T.step,
+  opts.cpu_time and "CPU time" or "wall time"))
 print(("%-10s %8s %8s %14s"):format("phase", "p10", "median", "GEMMs alone"))
 for _, k in ipairs(phases) do
   print(("%-10s %8.3f %8.3f %14s"):format(k, 1e3 * pct(T[k], 0.1), 1e3 * pct(T[k], 0.5),
