@@ -28,10 +28,10 @@
 -- epochs) under venom.profile and prints where their time went per op kind
 -- (linear, relu, cross_entropy, adam_step, the loader's ops, ...).
 --
--- Loading the data happens before the clock starts (each batch is normalised
--- from u8 inside the step, as in tutorial 1); a few
--- warm-up steps (allocator caches, BLAS threads) run untimed. Prints a table;
--- never fails on time.
+-- Loading the data happens before the clock starts (each batch is converted
+-- from u8 and normalised inside the epoch, as in tutorial 1); a few warm-up
+-- steps (allocator caches, BLAS threads) run untimed. Prints a table; never
+-- fails on time.
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
