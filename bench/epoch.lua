@@ -3,6 +3,7 @@
 -- cross-entropy) on the 60,000 Fashion-MNIST training images.
 --
 --     venom bench/epoch.lua [--batch-size 128] [--hidden 1024] [--epochs 1] [--sparse 64:2:8]
+--                           [--profile-steps 0]
 --     OMP_NUM_THREADS=1 mpirun -np 2 venom bench/epoch.lua --distributed [--bucket-mb 25]
 --
 -- With --distributed each of the processes mpirun starts trains on
@@ -23,9 +24,14 @@
 -- same BLAS) and prints the arithmetic floor (the epoch's GEMM work at that
 -- rate) and, with --epochs > 1, each epoch's time and their spread.
 --
--- Loading and normalizing the data happens before the clock starts; a few
--- warm-up steps (allocator caches, BLAS threads) run untimed. Prints a table;
--- never fails on time.
+-- --profile-steps N runs N more steps (after the warm-up, before the timed
+-- epochs) under venom.profile and prints where their time went per op kind
+-- (linear, relu, cross_entropy, adam_step, the loader's ops, ...).
+--
+-- Loading the data happens before the clock starts (each batch is converted
+-- from u8 and normalised inside the epoch, as in tutorial 1); a few warm-up
+-- steps (allocator caches, BLAS threads) run untimed. Prints a table; never
+-- fails on time.
 local venom = require "venom"
 local nn = require "venom.nn"
 local optim = require "venom.optim"
@@ -37,9 +43,10 @@ local dist = require "venom.distributed"
 local opts = util.parse_cli(arg, {
   batch_size = 128, hidden = 1024, epochs = 1, warmup = 5, seed = 0,
   root = data.FASHION_MNIST_ROOT, limit = 0, distributed = false, bucket_mb = 25, sparse = "",
+  profile_steps = 0,
 }, nil, function(o)
   for _, k in ipairs({ "batch_size", "hidden", "epochs" }) do util.check_arg_int(o, k, 1) end
-  for _, k in ipairs({ "warmup", "seed", "limit" }) do util.check_arg_int(o, k, 0) end
+  for _, k in ipairs({ "warmup", "seed", "limit", "profile_steps" }) do util.check_arg_int(o, k, 0) end
   util.check_arg_number(o, "bucket_mb", 0)
   if o.sparse ~= "" and not o.sparse:match("^%d+:2:%d+$") then
     util.fail("--sparse must be V:2:M, e.g. 64:2:8; got " .. o.sparse)
@@ -82,6 +89,22 @@ for xb, yb in loader:iter() do
   step(xb, yb)
   k = k + 1
   if k >= opts.warmup then break end
+end
+
+-- The next N batches under the per-op profiler, loader included (index_select,
+-- the u8 → f32 conversion and the normalisation are ops too); printed at the end.
+local report
+if opts.profile_steps > 0 and not dp then
+  report = venom.profile(function()
+    local j = 0
+    while j < opts.profile_steps do
+      for xb, yb in loader:iter() do
+        step(xb, yb)
+        j = j + 1
+        if j >= opts.profile_steps then break end
+      end
+    end
+  end)
 end
 
 local before = dp and dp:stats() -- the warm-up's counters, left out below
@@ -165,6 +188,10 @@ if not dp and opts.sparse == "" then
   print(("%-28s %.2f s; the epoch is %.2f × it"):format("arithmetic floor", floor, secs / floor))
 end
 print(("%-28s %s"):format("cores (nproc)", nproc()))
+if report then
+  print(("\nper op kind, %d profiled steps (ms summed over them):"):format(opts.profile_steps))
+  print(report:format())
+end
 print(("%-28s %s"):format("CPU", cpu_model()))
 
 if dp then

@@ -381,7 +381,7 @@ static vn_status linear_backward(vn_node *node, const vn_tensor *gout)
             float *restrict acc = vn_tensor_data(db);
             /* Each thread sums whole columns, in row order as one thread
              * would: the same bits for any thread count. */
-            bool par = rows * out_f > VN_OMP_MIN_WORK;
+            bool par = rows * out_f >= VN_OMP_MIN_STREAM;
             if (!DY.trans) {
                 int nt = par ? omp_get_max_threads() : 1;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
@@ -477,7 +477,7 @@ vn_tensor *vn_linear(const vn_tensor *x, const vn_tensor *w, const vn_tensor *bi
         /* Start every row at the bias; sgemm adds x·wᵀ onto it (beta = 1),
          * so the bias costs no extra pass over the result. */
         const float *pb = vn_tensor_data(bv);
-#pragma omp parallel for schedule(static) if (X.rows * out_f > VN_OMP_MIN_WORK)
+#pragma omp parallel for schedule(static) if (X.rows * out_f >= VN_OMP_MIN_STREAM)
         for (int64_t i = 0; i < X.rows; i++) memcpy(py + i * out_f, pb, sizeof(float) * (size_t)out_f);
     } else if (bv) { /* the same with a broadcast copy on the GPU */
         vnk_loop L;

@@ -114,7 +114,7 @@ static void loop_run(kernel_fn k, const kparams *p, int cost, vn_tensor *out, in
         L.shape[0] = 1;
         for (int i = 0; i < nin; i++) L.st[i][0] = 0;
     }
-    if (total * cost < VN_OMP_MIN_WORK) {
+    if (total * cost < VN_OMP_MIN_WORK || (cost == 1 && total < VN_OMP_MIN_STREAM)) {
         loop_range(&L, 0, total);
         return;
     }

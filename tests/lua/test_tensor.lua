@@ -118,6 +118,27 @@ do
   same(y, { 6, 8 }, 0, "add_ works in place")
 end
 
+-- u8 -> f32 ----------------------------------------------------------------------------
+-- Every byte value, as a loader converts image rows: contiguous (the vectorised loop) and
+-- through a transposed view (the strided one). A byte read as signed would give 200 -> -56.
+do
+  local vals = {}
+  for i = 0, 255 do vals[#vals + 1] = i end
+  local u = venom.tensor(vals, "u8"):reshape(16, 16)
+  local want = {}
+  for r = 1, 16 do
+    want[r] = {}
+    for c = 1, 16 do want[r][c] = vals[(r - 1) * 16 + c] end
+  end
+  same(u:float(), want, 0, "u8 -> f32, contiguous: 0..255 exactly")
+  local wt = {}
+  for r = 1, 16 do
+    wt[r] = {}
+    for c = 1, 16 do wt[r][c] = want[c][r] end
+  end
+  same(u:transpose(1, 2):float(), wt, 0, "u8 -> f32 through a transposed view")
+end
+
 -- printing ---------------------------------------------------------------------------
 do
   local s = tostring(venom.tensor({ { 0.1, -2 }, { 3, 4 } }))
