@@ -385,6 +385,19 @@ static void test_tiny_rows(void **state)
     for (int k = 0; k < 6; k++) vn_tensor_release(ts[k]);
 }
 
+/* N rows of K random trits (an LCG from *seed), as int8 in w (N × K) and
+ * packed at vn_ternary_row_bytes(K) per row in p. */
+static void random_packed_trits(uint8_t *p, int8_t *w, int64_t N, int64_t K, unsigned *seed)
+{
+    int64_t rb = vn_ternary_row_bytes(K);
+    vnq__clear_packed(p, N * rb);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            *seed = *seed * 1103515245u + 12345u;
+            w[n * K + k] = (int8_t)((*seed >> 16) % 3) - 1;
+            vnq__set_trit(p + n * rb, k, w[n * K + k]);
+        }
+}
 /* One activation row (decoding) through each kernel this CPU has, against
  * the portable one bit for bit and an exact integer sum: N past the rows a
  * pass takes (4, 8) and not a multiple of them, K not a multiple of the
@@ -400,13 +413,7 @@ static void test_one_row_kernels(void **state)
         int64_t K = Ks[ik], rb = vn_ternary_row_bytes(K), Kp = rb * 4;
         uint8_t *p = malloc((size_t)(N * rb));
         int8_t *xq = calloc((size_t)Kp, 1), *w = malloc((size_t)(N * K));
-        vnq__clear_packed(p, N * rb);
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) {
-                seed = seed * 1103515245u + 12345u;
-                w[n * K + k] = (int8_t)((seed >> 16) % 3) - 1;
-                vnq__set_trit(p + n * rb, k, w[n * K + k]);
-            }
+        random_packed_trits(p, w, N, K, &seed);
         for (int pass = 0; pass < 4; pass++) {
             int32_t sum = 0;
             for (int64_t k = 0; k < K; k++) {
@@ -451,13 +458,7 @@ static void test_narrow_rows_kernels(void **state)
             int64_t K = Ks[ik], N = Ns[in], rb = vn_ternary_row_bytes(K), Kp = rb * 4;
             uint8_t *p = malloc((size_t)(N * rb));
             int8_t *w = malloc((size_t)(N * K)), *xq = calloc((size_t)(9 * Kp), 1);
-            vnq__clear_packed(p, N * rb);
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t k = 0; k < K; k++) {
-                    seed = seed * 1103515245u + 12345u;
-                    w[n * K + k] = (int8_t)((seed >> 16) % 3) - 1;
-                    vnq__set_trit(p + n * rb, k, w[n * K + k]);
-                }
+            random_packed_trits(p, w, N, K, &seed);
             int32_t sum[9] = {0};
             float s[9], y[9 * 17], g = 0.63f;
             for (int64_t b = 0; b < 9; b++) {
