@@ -32,7 +32,7 @@ static void blas_single_threaded(void) { openblas_set_num_threads(1); }
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_ROWS_DOT_AVX512 1
 #pragma GCC push_options
-#pragma GCC target("avx512f")
+#pragma GCC target("avx512f,fma") /* fma: the 256-bit beta term; a Debug build has no -march */
 #include <immintrin.h>
 
 /* c[i] = alpha · (row i of B) · a (+ beta · c[i]; c is not read when beta
