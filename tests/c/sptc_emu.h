@@ -1,8 +1,10 @@
 /* sptc_emu.h — software models of the PTX instructions the V:N:M Sparse
  * Tensor Core kernels use (cp.async, ldmatrix, mma.sp m16n8k32, mma
- * m16n8k16) over a model of one CTA's shared memory, written from the PTX
- * ISA's definitions, not from the kernels' helpers. Included by the host
- * emulator, tests/c/test_vnm_sptc_emu.c, only (static functions). */
+ * m16n8k16, and on sm_90a wgmma.mma_async.sp m64nNk32 with its shared-
+ * memory matrix descriptor) over a model of one CTA's shared memory,
+ * written from the PTX ISA's definitions, not from the kernels' helpers.
+ * Included by the host emulators, tests/c/test_vnm_sptc_emu.c and
+ * test_vnm_wgmma_emu.c, only (static inline: each uses a part). */
 #ifndef VENOM_TESTS_SPTC_EMU_H
 #define VENOM_TESTS_SPTC_EMU_H
 
@@ -11,11 +13,12 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- software instructions (PTX ISA) -------------------------------------------- */
 
-static float half_to_f32(uint16_t bits, vn_dtype dt)
+static inline float half_to_f32(uint16_t bits, vn_dtype dt)
 {
     return dt == VN_BF16 ? vn__bf16_to_f32(bits) : vn__f16_to_f32(bits);
 }
@@ -27,14 +30,14 @@ typedef struct {
     size_t n;
 } emu_smem;
 
-static void *smem_at(const emu_smem *s, size_t off, size_t len, const char *what)
+static inline void *smem_at(const emu_smem *s, size_t off, size_t len, const char *what)
 {
     if (off + len > s->n) fail_msg("%s: %zu bytes at shared offset %zu, past %zu", what, len, off, s->n);
     return s->b + off;
 }
 
 /* cp.async.cg.shared.global 16 bytes: src (16-byte aligned) or zeros. */
-static void cp_async16(emu_smem *s, size_t dst, const void *src, bool valid, const void *lo,
+static inline void cp_async16(emu_smem *s, size_t dst, const void *src, bool valid, const void *lo,
                        const void *hi)
 {
     if (dst % 16) fail_msg("cp.async: shared offset %zu not 16-byte aligned", dst);
@@ -55,7 +58,7 @@ static void cp_async16(emu_smem *s, size_t dst, const void *src, bool valid, con
  * and 2(l % 4) + 1 of row l / 4 of matrix m, the first in the low half;
  * .trans delivers the transpose: elements (row 2(l % 4), column l / 4) and
  * (row 2(l % 4) + 1, column l / 4). */
-static void sw_ldmatrix_x4(const emu_smem *s, const size_t addr[32], uint32_t out[32][4], bool trans)
+static inline void sw_ldmatrix_x4(const emu_smem *s, const size_t addr[32], uint32_t out[32][4], bool trans)
 {
     for (int l = 0; l < 32; l++)
         if (addr[l] % 16) fail_msg("ldmatrix: lane %d address %zu not 16-byte aligned", l, addr[l]);
@@ -98,11 +101,13 @@ static void sw_ldmatrix_x4(const emu_smem *s, const size_t addr[32], uint32_t ou
  *   B: lane l's 4 registers hold b0..b7: row 2·tig + (k & 1) + 8·(k / 2),
  *      column gid.
  *   C/D: c0..c3: row gid (+8 for c2, c3), column 2·tig + (k & 1).
- * Products are exact in f32 (16-bit inputs); sums are f32 in k order. */
-static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][4],
-                      const uint32_t e[32], vn_dtype dt)
+ * Products are exact in f32 (16-bit inputs); sums are f32 in k order.
+ * sw_sp_decode_a expands one warp's A registers and metadata (as above)
+ * into the dense 16 × 32 A; sw_wgmma_sp uses it for each warp too. */
+static inline void sw_sp_decode_a(float A[16][32], const uint32_t a[32][4], const uint32_t e[32], vn_dtype dt,
+                           const char *what)
 {
-    float A[16][32] = {{0}}, Bm[32][8];
+    memset(A, 0, sizeof(float) * 16 * 32);
     for (int l = 0; l < 32; l++) {
         int gid = l >> 2, tig = l & 3;
         for (int k = 0; k < 8; k++) {
@@ -111,12 +116,23 @@ static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[
             uint32_t word = e[4 * gid + chunk / 4];
             unsigned nib = (word >> ((row >= 8 ? 16 : 0) + 4 * (chunk % 4))) & 0xf;
             unsigned p0 = nib & 3, p1 = nib >> 2;
-            if (p0 >= p1) fail_msg("mma.sp: row %d chunk %d: metadata nibble 0x%x is not two "
-                                   "ascending positions", row, chunk, nib);
+            if (p0 >= p1) fail_msg("%s: row %d chunk %d: metadata nibble 0x%x is not two "
+                                   "ascending positions", what, row, chunk, nib);
             uint16_t bits = (uint16_t)(a[l][k / 2] >> (16 * (k & 1)));
             A[row][4 * chunk + ((ccol & 1) ? p1 : p0)] = half_to_f32(bits, dt);
-            Bm[2 * tig + (k & 1) + 8 * (k / 2)][gid] = half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
         }
+    }
+}
+
+static inline void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][4],
+                      const uint32_t e[32], vn_dtype dt)
+{
+    float A[16][32], Bm[32][8];
+    sw_sp_decode_a(A, a, e, dt, "mma.sp");
+    for (int l = 0; l < 32; l++) {
+        int gid = l >> 2, tig = l & 3;
+        for (int k = 0; k < 8; k++)
+            Bm[2 * tig + (k & 1) + 8 * (k / 2)][gid] = half_to_f32((uint16_t)(b[l][k / 2] >> (16 * (k & 1))), dt);
     }
     for (int l = 0; l < 32; l++) {
         int gid = l >> 2, tig = l & 3;
@@ -135,7 +151,7 @@ static void sw_mma_sp(float d[32][4], const uint32_t a[32][4], const uint32_t b[
  *      (k & 1), + 8 for k ≥ 4.
  *   B (16 × 8): b0..b3: row 2·tig + (k & 1), + 8 for k ≥ 2; column gid.
  *   C/D: as for mma.sp. */
-static void sw_mma16(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2], vn_dtype dt)
+static inline void sw_mma16(float d[32][4], const uint32_t a[32][4], const uint32_t b[32][2], vn_dtype dt)
 {
     float A[16][16], Bm[16][8];
     for (int l = 0; l < 32; l++) {
@@ -157,6 +173,79 @@ static void sw_mma16(float d[32][4], const uint32_t a[32][4], const uint32_t b[3
             d[l][k] = sum;
         }
     }
+}
+
+/* ---- wgmma (sm_90a) ------------------------------------------------------------- */
+
+/* A wgmma matrix descriptor's fields (PTX ISA, "Matrix Descriptor Format"):
+ * bits 0–13, 16–29 and 32–45 hold the start address, the leading and the
+ * stride dimension byte offsets, each stored as (x & 0x3FFFF) >> 4; bits
+ * 49–51 the base offset; bits 62–63 the swizzle mode (0 none, 1 128-byte,
+ * 2 64-byte, 3 32-byte). */
+typedef struct {
+    uint32_t start, lbo, sbo, base_offset, swizzle;
+} sw_desc;
+
+static inline sw_desc sw_desc_decode(uint64_t d)
+{
+    return (sw_desc){.start = (uint32_t)(d & 0x3fff) << 4,
+                     .lbo = (uint32_t)((d >> 16) & 0x3fff) << 4,
+                     .sbo = (uint32_t)((d >> 32) & 0x3fff) << 4,
+                     .base_offset = (uint32_t)((d >> 49) & 7),
+                     .swizzle = (uint32_t)(d >> 62)};
+}
+
+/* The shared address of element (k, n) of an MN-major (N-major) 16-bit B
+ * operand with 128-byte swizzling, as the PTX ISA's "Canonical Layouts"
+ * give it: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)) in elements (T = 8), so
+ * n = n0 + 8·n1 + 64·n2, k = k0 + 8·k1 sits at byte start + 2·n0 + 16·n1 +
+ * LBO·n2 + 128·k0 + SBO·k1, then Swizzle<3,4,3> on the byte address: bits
+ * 4–6 XOR bits 7–9. Base offset 0 means the pattern repeats from 1024-byte
+ * boundaries, which is the only case modelled. */
+static inline uint32_t sw_desc_b_addr(const sw_desc *d, int k, int n)
+{
+    if (d->swizzle != 1 || d->base_offset != 0)
+        fail_msg("wgmma: only the 128-byte swizzle with base offset 0 is modelled (got mode %u, "
+                 "base offset %u)", d->swizzle, d->base_offset);
+    uint32_t a = d->start + 2 * (uint32_t)(n % 8) + 16 * (uint32_t)(n / 8 % 8) + d->lbo * (uint32_t)(n / 64) +
+                 128 * (uint32_t)(k % 8) + d->sbo * (uint32_t)(k / 8);
+    return a ^ (((a >> 7) & 7) << 4);
+}
+
+/* wgmma.mma_async.sp.sync.aligned.m64nNk32.f32.{bf16,f16}.{bf16,f16} with A
+ * from registers, B from shared memory through descriptor bdesc, N-major
+ * (imm-trans-b = 1), sparsity selector 0, scale-d 1: d[t] += A·B for the
+ * 128 threads of the warpgroup. Per the PTX ISA ("Matrix fragments for
+ * warpgroup-level multiply-accumulate operation with sparse matrix A"),
+ * warp w (threads 32w..32w+31) provides rows 16w..16w+15 of A, its
+ * registers and metadata laid out as for mma.sp m16n8k32 (the same figure).
+ * D (N/2 f32 per thread): register i of thread t in warp w, lane (gid,
+ * tig): row 16w + gid + 8·(bit 1 of i), column 8·(i/4) + 2·tig + (i & 1)
+ * ("WGMMA .m64nNk16 register fragment layout for accumulator matrix D").
+ * d is [128][N/2]. */
+static inline void sw_wgmma_sp(const emu_smem *s, float *d, int N, const uint32_t a[128][4], uint64_t bdesc,
+                        const uint32_t e[128], vn_dtype dt)
+{
+    float A[64][32];
+    float *Bm = malloc(sizeof(float) * 32 * (size_t)N);
+    assert_non_null(Bm);
+    for (int w = 0; w < 4; w++)
+        sw_sp_decode_a(A + 16 * w, a + 32 * w, e + 32 * w, dt, "wgmma.sp");
+    sw_desc dd = sw_desc_decode(bdesc);
+    if (dd.start % 16) fail_msg("wgmma: B start address %u not 16-byte aligned", dd.start);
+    for (int k = 0; k < 32; k++)
+        for (int n = 0; n < N; n++)
+            Bm[k * N + n] = half_to_f32(*(const uint16_t *)smem_at(s, sw_desc_b_addr(&dd, k, n), 2, "wgmma B"), dt);
+    for (int t = 0; t < 128; t++) {
+        int w = t / 32, gid = (t % 32) / 4, tig = t % 4;
+        for (int i = 0; i < N / 2; i++) {
+            int row = 16 * w + gid + 8 * ((i >> 1) & 1), col = 8 * (i / 4) + 2 * tig + (i & 1);
+            float sum = d[t * (N / 2) + i];
+            for (int kk = 0; kk < 32; kk++) sum += A[row][kk] * Bm[kk * N + col];
+            d[t * (N / 2) + i] = sum;
+        }
+    }
+    free(Bm);
 }
 
 #endif
