@@ -1,5 +1,8 @@
-/* vnm_gpu.c — the V:N:M Sparse Tensor Core kernels (kernels/vnm_sptc.cu)
- * against cuBLAS dense bf16 GEMM of the same shape, in the same run.
+/* vnm_gpu.c — the V:N:M Sparse Tensor Core kernels (kernels/vnm_sptc.cu,
+ * and the sm_90a forward kernels/vnm_wgmma.cu where it runs) against
+ * cuBLAS dense bf16 GEMM of the same shape, in the same run. Where the
+ * forward is the wgmma kernel, each row also times the mma.sp forward
+ * (its fallback) and the check covers both.
  * Prints a table (never pass/fail on time): for W of R × K, X of B rows,
  * each M and V, the median time of forward SpMM, dX, SDDMM and a whole
  * layer step (the three), the dense-equivalent TFLOP/s (2·B·R·K per GEMM)
@@ -167,8 +170,20 @@ static void verify(const vn_vnm *s, const vnk_vnm *w)
     vn_tensor *values = vn_vnm_values(s);
     vn_tensor *ref[3] = {vn_vnm_spmm(s, values, x), vn_vnm_spmm_t(s, values, dy), vn_vnm_sddmm(s, dy, x)};
     int64_t n[3] = {B * R, B * K, R * 2 * w->G};
-    const char *name[3] = {"forward", "dX", "SDDMM"};
-    for (int k = 0; k < 3; k++) {
+    bool wg = vnk_vnm_fwd_auto(w) == VNK_VNM_FWD_WGMMA;
+    const char *name[4] = {wg ? "forward (wgmma)" : "forward (mma.sp)", "dX", "SDDMM", "forward (mma.sp)"};
+    for (int k = 0; k < (wg ? 4 : 3); k++) {
+        if (k == 3) { /* the fallback forward too, against the same reference */
+            float *out = vnk_alloc((size_t)n[0] * 4), *host = malloc((size_t)n[0] * 4);
+            CUDA_OK(cudaMemset(out, 0xff, (size_t)n[0] * 4));
+            OK(vnk_vnm_spmm_with(VNK_VNM_FWD_MMA_SP, out, w, xt_d, ldx, NULL, B));
+            OK(vnk_copy(host, false, out, true, (size_t)n[0] * 4));
+            double e = rel_err(host, vn_tensor_data(ref[0]), n[0]);
+            printf("  check %-16s %s (relative error %.2e)\n", name[3], e < 1e-3 ? "PASS" : "FAIL", e);
+            vnk_free(out, (size_t)n[0] * 4);
+            free(host);
+            break;
+        }
         VN_OK_PTR(ref[k]);
         float *out = vnk_alloc((size_t)n[k] * 4), *host = malloc((size_t)n[k] * 4);
         CUDA_OK(cudaMemset(out, 0xff, (size_t)n[k] * 4)); /* NaN poison */
@@ -177,11 +192,11 @@ static void verify(const vn_vnm *s, const vnk_vnm *w)
         if (k == 2) OK(vnk_vnm_sddmm(out, w, dy_d, xt_d, ldx, B));
         OK(vnk_copy(host, false, out, true, (size_t)n[k] * 4));
         double e = rel_err(host, vn_tensor_data(ref[k]), n[k]);
-        printf("  check %-8s %s (relative error %.2e)\n", name[k], e < 1e-3 ? "PASS" : "FAIL", e);
+        printf("  check %-16s %s (relative error %.2e)\n", name[k], e < 1e-3 ? "PASS" : "FAIL", e);
         vnk_free(out, (size_t)n[k] * 4);
         free(host);
-        vn_tensor_release(ref[k]);
     }
+    for (int k = 0; k < 3; k++) vn_tensor_release(ref[k]);
     vnk_free(xt_d, (size_t)(K * ldx) * 2);
     vnk_free(dy_d, (size_t)(B * R) * 2);
     vn_tensor_release(values);
@@ -195,8 +210,9 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median milliseconds of `what` (0 fwd, 1 dX, 2 SDDMM, 3 step, 4 dense
- * X·Wᵀ, 5 dense dY·W, 6 dense dYᵀ·X) after one warm-up run. */
+/* Median milliseconds of `what` (0 fwd (the kernel vnk_vnm_spmm picks),
+ * 1 dX, 2 SDDMM, 3 step, 4 dense X·Wᵀ, 5 dense dY·W, 6 dense dYᵀ·X, 7 fwd
+ * by the mma.sp kernel) after one warm-up run. */
 typedef struct {
     const vnk_vnm *w;
     int64_t B, R, K, ldx;
@@ -210,6 +226,7 @@ static void run_once(const bench_args *a, int what)
     if (what == 0 || what == 3) OK(vnk_vnm_spmm(a->y, w, a->xt, a->ldx, NULL, a->B));
     if (what == 1 || what == 3) OK(vnk_vnm_spmm_t(a->dx, w, a->dy, a->B));
     if (what == 2 || what == 3) OK(vnk_vnm_sddmm(a->dv, w, a->dy, a->xt, a->ldx, a->B));
+    if (what == 7) OK(vnk_vnm_spmm_with(VNK_VNM_FWD_MMA_SP, a->y, w, a->xt, a->ldx, NULL, a->B));
     if (what == 4)
         OK(vnk_gemm(a->y, a->R, 0, a->x, a->K, 0, a->wd, a->K, 0, VN_BF16, false, true, a->B, a->R, a->K, 1, 1, 0, false));
     if (what == 5)
@@ -261,6 +278,9 @@ int main(void)
           *dw = vnk_alloc((size_t)11008 * 4096 * 4);
     free(h);
     if (!y || !dx || !dv || !dw) OK(1);
+    printf("forward kernel: wgmma (sm_90a) where V %% 64 == 0 on a compute capability 9.0 device in a "
+           "build with the sm_90a code, else mma.sp; rows with V=64 here use %s\n",
+           vnk_vnm_fwd_auto(&(vnk_vnm){.V = 64}) == VNK_VNM_FWD_WGMMA ? "wgmma" : "mma.sp");
     printf("%6s %6s %6s %3s %4s | %-22s | %-22s | %-22s | %-22s\n", "R", "K", "B", "M", "V",
            "fwd ms TF/s x", "dX ms TF/s x", "SDDMM ms TF/s x", "step ms TF/s x");
     for (int sh = 0; sh < 3; sh++)
@@ -286,7 +306,12 @@ int main(void)
                         double f = k < 3 ? flop : 3 * flop;
                         printf(" | %7.3f %6.1f %5.2fx", ms, f / ms / 1e9, base / ms);
                     }
-                    printf(" | dense fwd %.3f ms %.1f TF/s\n", dense[0], flop / dense[0] / 1e9);
+                    printf(" | dense fwd %.3f ms %.1f TF/s", dense[0], flop / dense[0] / 1e9);
+                    if (vnk_vnm_fwd_auto(&w) == VNK_VNM_FWD_WGMMA) { /* fwd was wgmma: the fallback too */
+                        float ms = time_ms(&a, 7);
+                        printf(" | fwd mma.sp %.3f ms %.2fx", ms, dense[0] / ms);
+                    }
+                    printf("\n");
                 }
                 free_dev(&w);
                 vnm_sptc_free(p);

@@ -5,7 +5,8 @@
 # ON requires one, OFF never builds it. Without it kernels/stub.c stands in:
 # vn_cuda_device_count() is 0 and moving a tensor to CUDA is a clear error.
 # Code is generated for sm_90 (H200/H100) plus compute_90 PTX, which the
-# driver can compile for newer GPUs. The CUDA runtime is linked statically
+# driver can compile for newer GPUs; kernels/vnm_wgmma.cu (wgmma, an sm_90a
+# instruction) is built for sm_90a alone (VENOM_CUDA_SM90A). The CUDA runtime is linked statically
 # (no libcudart at run time). cuBLAS (with cuBLASLt) and cuSPARSE are not
 # linked: kernels/gemm.cu and csr.cu dlopen them on first use, so that a
 # CPU-only run does not load them (~180 MB resident at start-up); their
@@ -44,6 +45,7 @@ if(VENOM_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   file(GLOB VENOM_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cu)
+  list(REMOVE_ITEM VENOM_CUDA_SOURCES ${PROJECT_SOURCE_DIR}/kernels/vnm_wgmma.cu) # below
   target_sources(venom PRIVATE ${VENOM_CUDA_SOURCES})
   # The target exists before CUDA is enabled, so it is set here, not by
   # CMAKE_CUDA_ARCHITECTURES. -DVENOM_CUDA_ARCHITECTURES=... overrides.
@@ -63,6 +65,23 @@ if(VENOM_HAVE_CUDA)
   set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu
                               ${PROJECT_SOURCE_DIR}/kernels/attention.cu PROPERTIES
                               COMPILE_OPTIONS "-Xptxas=-v,-warn-spills,-Werror")
+  # The sm_90a forward V:N:M kernel (wgmma.mma_async.sp): its own object
+  # library, since sm_90a code is a separate -gencode and runs on compute
+  # capability 9.0 only. With it, vnm_sptc.cu is built with VNK_HAVE_SM90A
+  # and vnk_vnm_spmm picks it on such a device (the rule: kernels.h,
+  # vnk_vnm_fwd); without it (-DVENOM_CUDA_SM90A=OFF) the mma.sp kernel
+  # runs everywhere.
+  option(VENOM_CUDA_SM90A "Build the sm_90a (wgmma) forward V:N:M kernel" ON)
+  if(VENOM_CUDA_SM90A)
+    add_library(venom_sm90a OBJECT ${PROJECT_SOURCE_DIR}/kernels/vnm_wgmma.cu)
+    set_target_properties(venom_sm90a PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDEPENDENT_CODE ON)
+    target_include_directories(venom_sm90a PRIVATE $<TARGET_PROPERTY:venom,INCLUDE_DIRECTORIES>)
+    target_compile_options(venom_sm90a PRIVATE -gencode=arch=compute_90a,code=sm_90a ${cuda_flags}
+                           -Xptxas=-v,-warn-spills,-Werror)
+    target_sources(venom PRIVATE $<TARGET_OBJECTS:venom_sm90a>)
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu APPEND PROPERTY COMPILE_DEFINITIONS
+                 VNK_HAVE_SM90A)
+  endif()
   target_link_libraries(venom PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
   # The soname is what libX.so links to (libcublas.so -> libcublas.so.13),
   # the name the loader searches; the full path is the fallback.
@@ -79,7 +98,8 @@ if(VENOM_HAVE_CUDA)
   endforeach()
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/kernels/gemm.cu ${PROJECT_SOURCE_DIR}/kernels/csr.cu
                APPEND PROPERTY COMPILE_DEFINITIONS ${lib_defs})
-  message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}")
+  message(STATUS "venom: building the CUDA backend for ${VENOM_CUDA_ARCHITECTURES}"
+                 " (sm_90a wgmma kernel: ${VENOM_CUDA_SM90A})")
   # GPU benchmarks (tables, never pass/fail; tests/gpu/device-check.sh runs
   # them): bench/cuda_ops (GEMM against cuBLAS, launch overhead, bandwidth)
   # and bench/vnm_gpu (the V:N:M Sparse Tensor Core kernels) when present.

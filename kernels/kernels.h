@@ -341,11 +341,32 @@ typedef struct {
  * engine's conversion writes zeros). dy is B × R row-major (rows that are
  * 16-byte aligned, R % 8 == 0, are copied by cp.async, others element by
  * element). Outputs are f32, written in full.
- *   spmm:   y (B × R) = X·Wᵀ + bias (bias (R) or NULL), mma.sp;
+ *   spmm:   y (B × R) = X·Wᵀ + bias (bias (R) or NULL), by the kernel
+ *           vnk_vnm_fwd_auto picks;
  *   spmm_t: dx (B × K) = dY·W;
  *   sddmm:  dvalues (R × 2G) = dYᵀ·X at the kept positions (0 at padding). */
 int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
                  int64_t B);
+/* The forward kernels (same operands, same result up to f32 summation
+ * order):
+ *   VNK_VNM_FWD_MMA_SP  k_spmm, mma.sp.sync m16n8k32 (runs on sm_90 and
+ *                       newer);
+ *   VNK_VNM_FWD_WGMMA   k_spmm_wgmma (kernels/vnm_wgmma.cu),
+ *                       wgmma.mma_async.sp m64n128k32: needs a libvenom
+ *                       built with its sm_90a code (VENOM_CUDA_SM90A, on by
+ *                       default), a device of compute capability exactly
+ *                       9.0 (sm_90a code runs nowhere else: H100, H200),
+ *                       and V % 64 == 0 (a 64-row CTA tile in one block);
+ *   VNK_VNM_FWD_AUTO    WGMMA where it can run, else MMA_SP: the rule of
+ *                       vnk_vnm_spmm.
+ * vnk_vnm_fwd_auto says which AUTO picks for w on the current device
+ * (MMA_SP when the device cannot be queried). vnk_vnm_spmm_with runs the
+ * given kernel; WGMMA where it cannot run fails with a message that says
+ * why. */
+typedef enum { VNK_VNM_FWD_AUTO, VNK_VNM_FWD_MMA_SP, VNK_VNM_FWD_WGMMA } vnk_vnm_fwd;
+vnk_vnm_fwd vnk_vnm_fwd_auto(const vnk_vnm *w);
+int vnk_vnm_spmm_with(vnk_vnm_fwd kernel, float *y, const vnk_vnm *w, const void *xt, int64_t ldx,
+                      const float *bias, int64_t B);
 int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B);
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
                   int64_t B);

@@ -188,6 +188,14 @@ int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const 
     NO_CUDA;
 }
 
+vnk_vnm_fwd vnk_vnm_fwd_auto(const vnk_vnm *w) { return VNK_VNM_FWD_MMA_SP; }
+
+int vnk_vnm_spmm_with(vnk_vnm_fwd kernel, float *y, const vnk_vnm *w, const void *xt, int64_t ldx,
+                      const float *bias, int64_t B)
+{
+    NO_CUDA;
+}
+
 int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B) { NO_CUDA; }
 
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,

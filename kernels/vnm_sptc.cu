@@ -12,6 +12,9 @@
  *           tile read by ldmatrix.trans); bias is added in the epilogue.
  *           Every index is a function of vnm_sptc_index.h, which the host
  *           emulator (tests/c/test_vnm_sptc_emu.c) replays on the CPU.
+ *           On a compute capability 9.0 device, for V % 64 == 0, a build
+ *           with the sm_90a code runs k_spmm_wgmma (vnm_wgmma.cu) instead
+ *           (vnk_vnm_spmm_with below; the rule is in kernels.h).
  *   sddmm   (k_sddmm) dvalues = dYᵀ·X at the kept positions: a CTA owns
  *           16·MT rows of one V-block × 64 condensed columns and walks the
  *           batch in 32-row chunks through a 3-stage cp.async ring (dY's
@@ -37,28 +40,13 @@
  *           vnm_cuda.c (input_grad).
  * The three kernels' indices are functions of vnm_sptc_index.h, replayed on
  * the CPU by tests/c/test_vnm_sptc_emu.c. */
+#include "async_copy.cuh"
 #include "internal.cuh"
 #include "vnm_sptc_index.h"
+#include "vnm_wgmma_index.h"
 
 
 /* ---- small device helpers ---------------------------------------------------- */
-
-static __device__ inline uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global → shared, asynchronously; zero-filled when !valid. */
-static __device__ inline void cp_async16(void *dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-static __device__ inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ inline void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 /* Four 8×8 b16 matrices, transposed: register m gets, from the matrix whose
  * rows lanes 8m..8m+7 address, elements (rows 2·tig, 2·tig+1; column gid). */
@@ -592,13 +580,58 @@ static int launch_spmm(float *y, const vnk_vnm *w, const uint16_t *xt, int64_t l
     return vnk__launched("vnk_vnm_spmm (k_spmm)");
 }
 
+#ifdef VNK_HAVE_SM90A
+/* kernels/vnm_wgmma.cu (sm_90a code): launches k_spmm_wgmma. */
+int vnk__vnm_spmm_wgmma(float *y, const vnk_vnm *w, const uint16_t *xt, int64_t ldx, const float *bias,
+                        int64_t B);
+#endif
+
+/* Why k_spmm_wgmma cannot run w on the current device, or NULL when it can
+ * (the rule of kernels.h, vnk_vnm_fwd). */
+static const char *wgmma_unusable(const vnk_vnm *w)
+{
+#ifndef VNK_HAVE_SM90A
+    return "libvenom was built without the sm_90a code (VENOM_CUDA_SM90A=OFF)";
+#else
+    if (!vnm_wg_fits(w->V)) return "V is not a multiple of 64";
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for the next launch check */
+        return "the device's compute capability could not be read";
+    }
+    if (major != 9 || minor != 0) return "the device's compute capability is not 9.0 (sm_90a code runs only there)";
+    return NULL;
+#endif
+}
+
+vnk_vnm_fwd vnk_vnm_fwd_auto(const vnk_vnm *w)
+{
+    return w && !wgmma_unusable(w) ? VNK_VNM_FWD_WGMMA : VNK_VNM_FWD_MMA_SP;
+}
+
 int vnk_vnm_spmm(float *y, const vnk_vnm *w, const void *xt, int64_t ldx, const float *bias,
                  int64_t B)
 {
+    return vnk_vnm_spmm_with(VNK_VNM_FWD_AUTO, y, w, xt, ldx, bias, B);
+}
+
+int vnk_vnm_spmm_with(vnk_vnm_fwd kernel, float *y, const vnk_vnm *w, const void *xt, int64_t ldx,
+                      const float *bias, int64_t B)
+{
     if (check_matrix("vnk_vnm_spmm", w) || check_xt("vnk_vnm_spmm", xt, ldx, B)) return 1;
     if (!y) return vnk__fail("vnk_vnm_spmm: y is NULL");
+    if (kernel != VNK_VNM_FWD_AUTO && kernel != VNK_VNM_FWD_MMA_SP && kernel != VNK_VNM_FWD_WGMMA)
+        return vnk__fail("vnk_vnm_spmm: unknown kernel %d", (int)kernel);
+    const char *why = kernel == VNK_VNM_FWD_MMA_SP ? "" : wgmma_unusable(w);
+    if (kernel == VNK_VNM_FWD_WGMMA && why)
+        return vnk__fail("vnk_vnm_spmm: the wgmma kernel cannot run V=%lld here: %s", (long long)w->V, why);
     if (B == 0) return 0;
     const uint16_t *x = (const uint16_t *)xt;
+#ifdef VNK_HAVE_SM90A
+    if (!why) return vnk__vnm_spmm_wgmma(y, w, x, ldx, bias, B);
+#endif
     switch (vnm_fwd_bm(w->V)) {
     case 128: return launch_spmm<128>(y, w, x, ldx, bias, B);
     case 64: return launch_spmm<64>(y, w, x, ldx, bias, B);

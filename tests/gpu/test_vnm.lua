@@ -5,7 +5,10 @@
 -- fill no tile; f16 under autocast; the plain calls; SparseLinear on CUDA
 -- (the packed values follow optimizer steps, to_dense, checkpoints); GMP
 -- (vnm, nm, unstructured) pruning a CUDA model; the layouts the kernels
--- refuse.
+-- refuse. On a compute capability 9.0 device with a build that has the
+-- sm_90a code, the forward of every V % 64 == 0 case runs the wgmma kernel
+-- (kernels/vnm_wgmma.cu), the others the mma.sp one (kernels.h,
+-- vnk_vnm_fwd); bench/vnm_gpu checks and times both on the same shapes.
 local venom = require "venom"
 if not venom.cuda.is_available() then print("1..0 # SKIP no CUDA device") os.exit(0) end
 package.path = "tests/gpu/?.lua;tests/lua/?.lua;" .. package.path
@@ -74,6 +77,8 @@ check_layer(64, 8, 133, 203, 41, "f16")
 check_layer(16, 5, 40, 47, 9, "f16")
 check_layer(256, 8, 300, 203, 37, "bf16") -- V = 256: the input gradient has no limit on V
 check_layer(64, 8, 128, 203, 70, "bf16")  -- R % 8 == 0: dY's rows go by cp.async, not plain loads
+check_layer(192, 8, 200, 700, 130, "bf16") -- wgmma: 3 CTAs per block, 2 batch tiles, the last partial
+check_layer(128, 16, 90, 1030, 129, "f16") -- wgmma f16: 33 k-tiles, rows past R in the last CTA
 
 -- The plain calls ---------------------------------------------------------------
 do
