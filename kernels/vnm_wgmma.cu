@@ -19,8 +19,8 @@
  * wgmma.sp written from the PTX ISA.
  *
  * Ordering, per k-tile kt (PTX ISA, "Asynchronous Warpgroup Level Matrix
- * Multiply-Accumulate"): cp.async.wait_group (this thread's copies of kt
- * landed), fence.proxy.async (they were written through the generic proxy;
+ * Multiply-Accumulate"): cp.async.wait_group VNM_WG_PENDING (this thread's
+ * copies of kt landed), fence.proxy.async (they were written through the generic proxy;
  * wgmma reads shared memory through the async proxy), __syncthreads (every
  * thread's copies are in, and every warp has finished wgmma kt − 1, whose
  * slot the next copies overwrite), the copies of kt + STAGES − 1, then
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(VNM_WG_THREADS)
         cp_async_commit();
     }
     for (int64_t kt = 0; kt < w.k_tiles; kt++) {
-        cp_async_wait<VNM_WG_STAGES - 2>();
+        cp_async_wait<VNM_WG_PENDING>();
         fence_proxy_async();
         __syncthreads();
         const int64_t next = kt + VNM_WG_STAGES - 1;

@@ -64,6 +64,12 @@
 #define VNM_WG_VS_BYTES (VNM_WG_BM / 16 * 512)
 #define VNM_WG_MS_BYTES (VNM_WG_BM / 16 * 64)
 #define VNM_WG_STAGE_BYTES ((VNM_WG_XS_BYTES + VNM_WG_VS_BYTES + VNM_WG_MS_BYTES + 1023) / 1024 * 1024)
+/* cp.async groups a thread may leave pending when it waits for k-tile kt:
+ * the prologue commits VNM_WG_STAGES − 1 groups (k-tiles 0 ..
+ * VNM_WG_STAGES − 2) and each iteration before kt one more (possibly
+ * empty), so kt + VNM_WG_STAGES − 1 are committed, k-tile kt's is number
+ * kt (from 0), and the VNM_WG_STAGES − 2 after it may still be in flight. */
+#define VNM_WG_PENDING (VNM_WG_STAGES - 2)
 /* Accumulator registers per thread: N/2 f32 for m64nNk32 (64 × N / 128). */
 #define VNM_WG_ACC (VNM_WG_BN / 2)
 /* A metadata word for a warp whose rows lie past the matrix: every chunk

@@ -5,7 +5,11 @@
  * shared memory (poisoned first, bounds checked, starting at a shared
  * address that is not 1024-aligned so the kernel's alignment is exercised),
  * the A registers and metadata each thread loads, the matrix descriptor the
- * kernel builds, and the epilogue's writes. wgmma.mma_async.sp and the
+ * kernel builds, and the epilogue's writes; and it keeps the books of the
+ * cp.async ring (which k-tile a slot holds, in which commit group, what
+ * cp.async.wait_group VNM_WG_PENDING has completed) to check that each
+ * wgmma reads a slot holding its k-tile, arrived, and that no copy
+ * overwrites a slot before its k-tile is read. wgmma.mma_async.sp and the
  * descriptor's swizzled addressing are software models written from the
  * PTX ISA (tests/c/sptc_emu.h: sw_wgmma_sp, sw_desc_b_addr), not from the
  * kernel's helpers, so a helper that disagrees with the ISA as modelled
@@ -34,6 +38,36 @@
 /* Descriptor bits the emulator flips, for the test that the model notices
  * a wrong descriptor; 0 in the kernel's schedule. */
 static uint64_t desc_flip;
+
+/* The ring's bookkeeping, to check the kernel's order of copies, commits,
+ * waits and reads: which k-tile each slot holds and in which cp.async
+ * group it arrived; groups are numbered from 0 in commit order (the
+ * kernel's commits are uniform across threads, so one count serves all). */
+typedef struct {
+    int64_t committed, complete; /* groups committed; groups 0..complete−1 waited for */
+    int64_t tile[VNM_WG_STAGES], group[VNM_WG_STAGES];
+} ring_book;
+
+/* k-tile kt goes into slot s (in the group committed next): the slot must
+ * hold no k-tile still to be read (kt_now: the k-tile of the current
+ * iteration, read after these copies). */
+static void book_load(ring_book *b, int s, int64_t kt, int64_t kt_now)
+{
+    if (b->tile[s] >= kt_now)
+        fail_msg("k-tile %lld overwrites slot %d, which holds k-tile %lld not read yet (iteration %lld)",
+                 (long long)kt, s, (long long)b->tile[s], (long long)kt_now);
+    b->tile[s] = kt, b->group[s] = b->committed;
+}
+static void book_commit(ring_book *b) { b->committed++; }
+/* cp.async.wait_group n: all but the n most recent groups are complete. */
+static void book_wait(ring_book *b, int n) { b->complete = b->committed - n; }
+/* The wgmma of k-tile kt reads slot s: it must hold kt, arrived. */
+static void book_read(const ring_book *b, int s, int64_t kt)
+{
+    if (b->tile[s] != kt || b->group[s] >= b->complete)
+        fail_msg("k-tile %lld read from slot %d holding k-tile %lld (group %lld, %lld complete)", (long long)kt,
+                 s, (long long)b->tile[s], (long long)b->group[s], (long long)b->complete);
+}
 
 /* wg_load_stage of the kernel, thread by thread: k-tile kt into the stage
  * at shared address st. */
@@ -93,14 +127,25 @@ static void emu_spmm_wgmma(const spmm_args *g)
                                p->gather + p->nblocks * ccols);
                 gather = (const int32_t *)(s.b + gs);
             }
-            for (int st = 0; st < VNM_WG_STAGES - 1; st++)
-                if (st < p->k_tiles)
+            ring_book book = {0};
+            for (int st = 0; st < VNM_WG_STAGES; st++) book.tile[st] = -1;
+            for (int st = 0; st < VNM_WG_STAGES - 1; st++) {
+                if (st < p->k_tiles) {
+                    book_load(&book, st, st, 0);
                     emu_wg_load_stage(&s, ring + st * VNM_WG_STAGE_BYTES, g, gather + st * 32, r0, n0, st);
+                }
+                book_commit(&book);
+            }
             for (int64_t kt = 0; kt < p->k_tiles; kt++) {
+                book_wait(&book, VNM_WG_PENDING); /* then the proxy fence and the barrier */
                 int64_t next = kt + VNM_WG_STAGES - 1; /* into the slot wgmma kt − 1 read */
-                if (next < p->k_tiles)
+                if (next < p->k_tiles) {
+                    book_load(&book, (int)(next % VNM_WG_STAGES), next, kt);
                     emu_wg_load_stage(&s, ring + (uint32_t)(next % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES, g,
                                       gather + next * 32, r0, n0, next);
+                }
+                book_commit(&book);
+                book_read(&book, (int)(kt % VNM_WG_STAGES), kt);
                 uint32_t st = ring + (uint32_t)(kt % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES;
                 uint32_t a[VNM_WG_THREADS][4], e[VNM_WG_THREADS];
                 for (int t = 0; t < VNM_WG_THREADS; t++) {
