@@ -24,6 +24,9 @@ set_target_properties(venom_lua PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION 
 # position-independent code, so one compilation serves both).
 add_library(venom_static STATIC $<TARGET_OBJECTS:venom>)
 set_target_properties(venom_static PROPERTIES OUTPUT_NAME venom)
+if(TARGET venom_sm90a) # the sm_90a kernel's objects, which libvenom.so links from its own library
+  target_sources(venom_static PRIVATE $<TARGET_OBJECTS:venom_sm90a>)
+endif()
 if(VENOM_HAVE_CUDA) # the same objects; the property must still be set on the target
   set_target_properties(venom_static PROPERTIES CUDA_ARCHITECTURES "${VENOM_CUDA_ARCHITECTURES}")
   # libvenom.a users link the CUDA runtime (static, C++) and cuBLAS too.

@@ -20,15 +20,18 @@
  *
  * Ordering, per k-tile kt (PTX ISA, "Asynchronous Warpgroup Level Matrix
  * Multiply-Accumulate"): cp.async.wait_group VNM_WG_PENDING (this thread's
- * copies of kt landed), fence.proxy.async (they were written through the generic proxy;
- * wgmma reads shared memory through the async proxy), __syncthreads (every
- * thread's copies are in, and every warp has finished wgmma kt − 1, whose
- * slot the next copies overwrite), the copies of kt + STAGES − 1, then
- * wgmma.fence (orders this thread's earlier register writes: A, metadata,
- * the accumulators), the wgmma, wgmma.commit_group and wgmma.wait_group 0.
- * Waiting for each wgmma before the next keeps the A registers and the
- * slot reuse simple; one wgmma in flight (wait_group 1, A registers double-
- * buffered) is the next step once a GPU can say whether it pays. */
+ * copies of kt landed), fence.proxy.async (they were written through the
+ * generic proxy; wgmma reads shared memory through the async proxy),
+ * __syncthreads (every thread's copies are in, and every warp has retired
+ * wgmma kt − 2, whose slot the next copies overwrite), the copies of kt +
+ * VNM_WG_AHEAD, the A registers and metadata of kt (one of two register
+ * sets by parity: wgmma kt − 1 may still read the other), wgmma.fence
+ * (orders those register writes and the accumulators' before the wgmma),
+ * the wgmma, wgmma.commit_group, and wgmma.wait_group 1 (retires kt − 1,
+ * keeps kt in flight while the next iteration waits for its copies). After
+ * the loop, wgmma.wait_group 0 before the epilogue reads the accumulators.
+ * vnm_wgmma_index.h explains the counts; the emulator keeps the books of
+ * slots, commit groups, waits and wgmmas in flight. */
 #include "async_copy.cuh"
 #include "internal.cuh"
 #include "vnm_wgmma_index.h"
@@ -42,7 +45,10 @@
 
 static __device__ inline void wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ inline void wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-static __device__ inline void wgmma_wait0(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N> static __device__ inline void wgmma_wait(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 /* Orders this thread's generic-proxy writes to shared memory (its cp.async
  * copies) before later async-proxy reads (wgmma's descriptor reads). */
 static __device__ inline void fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -54,9 +60,10 @@ static __device__ inline void acc_fence(float (&d)[VNM_WG_ACC])
     for (int i = 0; i < VNM_WG_ACC; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* d (64 × 128 f32, VNM_WG_ACC per thread) += A (64 × 32, 2:4: this
+/* d (64 × 128 f32, VNM_WG_ACC per thread) = A (64 × 32, 2:4: this
  * thread's four registers a, metadata e, selector 0) · B (32 × 128 at
- * descriptor bdesc, N-major: imm-trans-b = 1); scale-d 1, no negation. */
+ * descriptor bdesc, N-major: imm-trans-b = 1), + d when accumulate (the
+ * scale-d predicate); no negation. */
 /* The 64 accumulator operands %0..%63 of the asm below. */
 #define VNK_WG_ACC_OUTS \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
@@ -77,9 +84,10 @@ static __device__ inline void acc_fence(float (&d)[VNM_WG_ACC])
                  "wgmma.mma_async.sp.sync.aligned.m64n128k32.f32." T "." T " " VNK_WG_ACC_LIST      \
                  ", {%64, %65, %66, %67}, %68, %69, 0, p, 1, 1, 1;\n}\n"                            \
                  : VNK_WG_ACC_OUTS                                                                  \
-                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(bdesc), "r"(e), "r"(1))
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(bdesc), "r"(e), "r"(accumulate ? 1 : 0))
 template <bool BF16>
-static __device__ inline void wgmma_sp(float (&d)[VNM_WG_ACC], const uint4 &a, uint64_t bdesc, uint32_t e)
+static __device__ inline void wgmma_sp(float (&d)[VNM_WG_ACC], const uint4 &a, uint64_t bdesc, uint32_t e,
+                                       bool accumulate)
 {
     if (BF16)
         VNK_WGMMA_SP("bf16");
@@ -116,6 +124,41 @@ static __device__ inline void wg_load_stage(unsigned char *st, const vnk_vnm &w,
     }
 }
 
+/* Iteration kt of the k-loop (the header's order): wait for k-tile kt's
+ * copies, make them visible to the async proxy, barrier, copy k-tile kt +
+ * AHEAD into the slot of kt − 2, load this warp's A registers and
+ * metadata (a, e: this k-tile parity's set), issue the wgmma and retire
+ * the previous one. */
+template <bool BF16>
+static __device__ __forceinline__ void wg_step(float (&acc)[VNM_WG_ACC], uint4 &a, uint32_t &e, int64_t kt,
+                                               unsigned char *ring, const vnk_vnm &w, const int32_t *gather,
+                                               const uint16_t *xt, int64_t ldx, int64_t B, int64_t r0,
+                                               int64_t n0, bool live)
+{
+    cp_async_wait<VNM_WG_PENDING>();
+    fence_proxy_async();
+    __syncthreads();
+    const int64_t next = kt + VNM_WG_AHEAD;
+    if (next < w.k_tiles)
+        wg_load_stage(ring + (next % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES, w, gather + next * 32, xt, ldx, B, r0,
+                      n0, next);
+    cp_async_commit();
+    const unsigned char *st = ring + (kt % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    a = make_uint4(0, 0, 0, 0);
+    e = VNM_WG_META_PAD;
+    if (live) {
+        a = *(const uint4 *)(st + vnm_wg_vs_at(warp, lane));
+        e = *(const uint32_t *)(st + vnm_wg_ms_at(warp, vnm_meta_word_lane(lane)));
+    }
+    acc_fence(acc);
+    wgmma_fence();
+    wgmma_sp<BF16>(acc, a, vnm_wg_desc(smem_addr(st)), e, vnm_wg_scale_d(kt));
+    wgmma_commit();
+    wgmma_wait<VNM_WG_INFLIGHT>();
+    acc_fence(acc);
+}
+
 #endif /* VNK_WGMMA_CODE */
 
 /* Grid: (⌈16·row_tiles / 64⌉, ⌈B / 128⌉), VNM_WG_THREADS threads; dynamic
@@ -129,7 +172,7 @@ __global__ void __launch_bounds__(VNM_WG_THREADS)
 #ifdef VNK_WGMMA_CODE
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char *ring = smem + vnm_wg_pad(smem_addr(smem));
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x, warp = tid >> 5;
     const int64_t r0 = vnm_wg_row0(blockIdx.x), n0 = vnm_wg_batch0(blockIdx.y);
     const int64_t ccols = w.k_tiles * 32;
     const int32_t *gather = w.gather + r0 / w.V * ccols;
@@ -142,42 +185,29 @@ __global__ void __launch_bounds__(VNM_WG_THREADS)
         gather = gs;
     }
     const bool live = r0 / 16 + warp < w.row_tiles; /* this warp's 16 rows hold matrix rows */
+    /* Not zeroed: the first wgmma ignores it (scale-d false), and a zeroing
+     * mov would make ptxas serialize every wgmma of the loop (C7515). */
     float acc[VNM_WG_ACC];
-#pragma unroll
-    for (int i = 0; i < VNM_WG_ACC; i++) acc[i] = 0.0f;
-    for (int s = 0; s < VNM_WG_STAGES - 1; s++) {
+    for (int s = 0; s < VNM_WG_AHEAD; s++) {
         if (s < w.k_tiles)
             wg_load_stage(ring + s * VNM_WG_STAGE_BYTES, w, gather + s * 32, xt, ldx, B, r0, n0, s);
         cp_async_commit();
     }
-    for (int64_t kt = 0; kt < w.k_tiles; kt++) {
-        cp_async_wait<VNM_WG_PENDING>();
-        fence_proxy_async();
-        __syncthreads();
-        const int64_t next = kt + VNM_WG_STAGES - 1;
-        if (next < w.k_tiles)
-            wg_load_stage(ring + (next % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES, w, gather + next * 32, xt, ldx,
-                          B, r0, n0, next);
-        cp_async_commit();
-        const unsigned char *st = ring + (kt % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES;
-        uint4 a = make_uint4(0, 0, 0, 0);
-        uint32_t e = VNM_WG_META_PAD;
-        if (live) {
-            a = *(const uint4 *)(st + vnm_wg_vs_at(warp, lane));
-            e = *(const uint32_t *)(st + vnm_wg_ms_at(warp, vnm_meta_word_lane(lane)));
-        }
-        acc_fence(acc);
-        wgmma_fence();
-        wgmma_sp<BF16>(acc, a, vnm_wg_desc(smem_addr(st)), e);
-        wgmma_commit();
-        wgmma_wait0();
-        acc_fence(acc);
+    /* Two k-tiles per pass: even ones use registers a0, e0, odd ones a1, e1
+     * (those of the wgmma still in flight stay untouched). */
+    uint4 a0, a1;
+    uint32_t e0, e1;
+    for (int64_t kt = 0; kt < w.k_tiles; kt += 2) {
+        wg_step<BF16>(acc, a0, e0, kt, ring, w, gather, xt, ldx, B, r0, n0, live);
+        if (kt + 1 < w.k_tiles) wg_step<BF16>(acc, a1, e1, kt + 1, ring, w, gather, xt, ldx, B, r0, n0, live);
     }
+    wgmma_wait<0>();
+    acc_fence(acc);
     cp_async_wait<0>();
 #pragma unroll
     for (int i = 0; i < VNM_WG_ACC; i++) {
         int64_t r = r0 + vnm_wg_d_row(tid, i), n = n0 + vnm_wg_d_col(tid, i);
-        if (r < w.R && n < B) y[n * w.R + r] = acc[i] + (bias ? bias[r] : 0.0f);
+        if (r < w.R && n < B) y[n * w.R + r] = (w.k_tiles > 0 ? acc[i] : 0.0f) + (bias ? bias[r] : 0.0f);
     }
 #elif defined(__CUDA_ARCH__)
     __trap(); /* device code for another architecture: never launched (vnk_vnm_fwd) */

@@ -57,19 +57,31 @@
 #define VNM_WG_THREADS 128
 #define VNM_WG_BM 64
 #define VNM_WG_BN 128
-#define VNM_WG_STAGES 4
+#define VNM_WG_STAGES 5
 #define VNM_WG_LBO 1024
 #define VNM_WG_SBO 2048
 #define VNM_WG_XS_BYTES (32 * VNM_WG_BN * 2)
 #define VNM_WG_VS_BYTES (VNM_WG_BM / 16 * 512)
 #define VNM_WG_MS_BYTES (VNM_WG_BM / 16 * 64)
 #define VNM_WG_STAGE_BYTES ((VNM_WG_XS_BYTES + VNM_WG_VS_BYTES + VNM_WG_MS_BYTES + 1023) / 1024 * 1024)
-/* cp.async groups a thread may leave pending when it waits for k-tile kt:
- * the prologue commits VNM_WG_STAGES − 1 groups (k-tiles 0 ..
- * VNM_WG_STAGES − 2) and each iteration before kt one more (possibly
- * empty), so kt + VNM_WG_STAGES − 1 are committed, k-tile kt's is number
- * kt (from 0), and the VNM_WG_STAGES − 2 after it may still be in flight. */
-#define VNM_WG_PENDING (VNM_WG_STAGES - 2)
+/* The pipeline. One wgmma stays in flight while the next is issued
+ * (wgmma.wait_group VNM_WG_INFLIGHT after each commit), so a slot is free
+ * for new copies only two iterations after its k-tile was read: the copies
+ * run VNM_WG_AHEAD = STAGES − 2 k-tiles ahead (the prologue loads k-tiles
+ * 0 .. AHEAD − 1, iteration kt loads kt + AHEAD into the slot of kt − 2,
+ * whose wgmma every warp has retired before iteration kt's barrier). The
+ * A registers and the metadata word alternate between two sets (k-tile
+ * parity), so those of the wgmma in flight are not overwritten.
+ * cp.async groups a thread may leave pending when it waits for k-tile kt:
+ * AHEAD from the prologue plus one per earlier iteration are committed,
+ * kt's is number kt (from 0), so the AHEAD − 1 after it may be in flight. */
+#define VNM_WG_INFLIGHT 1
+#define VNM_WG_AHEAD (VNM_WG_STAGES - 2)
+#define VNM_WG_PENDING (VNM_WG_AHEAD - 1)
+/* The wgmma's scale-d predicate for k-tile kt: the first one writes
+ * D = A·B over accumulators that are never zeroed (a zeroing mov inside
+ * the pipeline makes ptxas serialize the wgmmas), the others add. */
+static inline VNM_HD int vnm_wg_scale_d(int64_t kt) { return kt > 0; }
 /* Accumulator registers per thread: N/2 f32 for m64nNk32 (64 × N / 128). */
 #define VNM_WG_ACC (VNM_WG_BN / 2)
 /* A metadata word for a warp whose rows lie past the matrix: every chunk

@@ -214,8 +214,9 @@ static inline uint32_t sw_desc_b_addr(const sw_desc *d, int k, int n)
 
 /* wgmma.mma_async.sp.sync.aligned.m64nNk32.f32.{bf16,f16}.{bf16,f16} with A
  * from registers, B from shared memory through descriptor bdesc, N-major
- * (imm-trans-b = 1), sparsity selector 0, scale-d 1: d[t] += A·B for the
- * 128 threads of the warpgroup. Per the PTX ISA ("Matrix fragments for
+ * (imm-trans-b = 1), sparsity selector 0: d[t] = A·B + d[t] for the 128
+ * threads of the warpgroup, or A·B when the predicate scale_d is false (d's
+ * old values are then not read). Per the PTX ISA ("Matrix fragments for
  * warpgroup-level multiply-accumulate operation with sparse matrix A"),
  * warp w (threads 32w..32w+31) provides rows 16w..16w+15 of A, its
  * registers and metadata laid out as for mma.sp m16n8k32 (the same figure).
@@ -224,7 +225,7 @@ static inline uint32_t sw_desc_b_addr(const sw_desc *d, int k, int n)
  * ("WGMMA .m64nNk16 register fragment layout for accumulator matrix D").
  * d is [128][N/2]. */
 static inline void sw_wgmma_sp(const emu_smem *s, float *d, int N, const uint32_t a[128][4], uint64_t bdesc,
-                        const uint32_t e[128], vn_dtype dt)
+                               const uint32_t e[128], bool scale_d, vn_dtype dt)
 {
     float A[64][32];
     float *Bm = malloc(sizeof(float) * 32 * (size_t)N);
@@ -240,7 +241,7 @@ static inline void sw_wgmma_sp(const emu_smem *s, float *d, int N, const uint32_
         int w = t / 32, gid = (t % 32) / 4, tig = t % 4;
         for (int i = 0; i < N / 2; i++) {
             int row = 16 * w + gid + 8 * ((i >> 1) & 1), col = 8 * (i / 4) + 2 * tig + (i & 1);
-            float sum = d[t * (N / 2) + i];
+            float sum = scale_d ? d[t * (N / 2) + i] : 0.0f;
             for (int kk = 0; kk < 32; kk++) sum += A[row][kk] * Bm[kk * N + col];
             d[t * (N / 2) + i] = sum;
         }

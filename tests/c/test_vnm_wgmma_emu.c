@@ -6,10 +6,13 @@
  * address that is not 1024-aligned so the kernel's alignment is exercised),
  * the A registers and metadata each thread loads, the matrix descriptor the
  * kernel builds, and the epilogue's writes; and it keeps the books of the
- * cp.async ring (which k-tile a slot holds, in which commit group, what
- * cp.async.wait_group VNM_WG_PENDING has completed) to check that each
- * wgmma reads a slot holding its k-tile, arrived, and that no copy
- * overwrites a slot before its k-tile is read. wgmma.mma_async.sp and the
+ * pipeline (which k-tile a slot holds, in which commit group, what
+ * cp.async.wait_group VNM_WG_PENDING has completed, which wgmmas are in
+ * flight after wgmma.wait_group VNM_WG_INFLIGHT) to check that each wgmma
+ * reads a slot holding its k-tile, arrived, that no copy overwrites a slot
+ * before its k-tile is read and its wgmma retired, and that no A register
+ * set is rewritten under a wgmma in flight. The model's wgmma itself acts
+ * at issue, which is what the books make safe. wgmma.mma_async.sp and the
  * descriptor's swizzled addressing are software models written from the
  * PTX ISA (tests/c/sptc_emu.h: sw_wgmma_sp, sw_desc_b_addr), not from the
  * kernel's helpers, so a helper that disagrees with the ISA as modelled
@@ -40,33 +43,66 @@
 static uint64_t desc_flip;
 
 /* The ring's bookkeeping, to check the kernel's order of copies, commits,
- * waits and reads: which k-tile each slot holds and in which cp.async
- * group it arrived; groups are numbered from 0 in commit order (the
- * kernel's commits are uniform across threads, so one count serves all). */
+ * waits, reads and register writes: which k-tile each slot holds and in
+ * which cp.async group it arrived (groups numbered from 0 in commit order;
+ * the kernel's commits are uniform across threads, so one count serves
+ * all), and which wgmmas are in flight (k-tile, slot, register set). The
+ * kernel's barrier comes right after each cp.async wait and every warp
+ * retires the same wgmmas, so the books after a wait hold for all warps. */
 typedef struct {
     int64_t committed, complete; /* groups committed; groups 0..complete−1 waited for */
     int64_t tile[VNM_WG_STAGES], group[VNM_WG_STAGES];
+    int64_t issued, retired; /* wgmmas issued; the first `retired` of them done */
+    int64_t wg_tile[64];     /* k-tile of wgmma i (i < 64 in flight at most) */
 } ring_book;
+
+/* Whether a wgmma in flight reads slot s / register set r. */
+static bool inflight_slot(const ring_book *b, int s)
+{
+    for (int64_t i = b->retired; i < b->issued; i++)
+        if (b->wg_tile[i % 64] % VNM_WG_STAGES == s) return true;
+    return false;
+}
+static bool inflight_regs(const ring_book *b, int r)
+{
+    for (int64_t i = b->retired; i < b->issued; i++)
+        if (b->wg_tile[i % 64] % 2 == r) return true;
+    return false;
+}
 
 /* k-tile kt goes into slot s (in the group committed next): the slot must
  * hold no k-tile still to be read (kt_now: the k-tile of the current
- * iteration, read after these copies). */
+ * iteration, read after these copies) nor one a wgmma in flight reads. */
 static void book_load(ring_book *b, int s, int64_t kt, int64_t kt_now)
 {
-    if (b->tile[s] >= kt_now)
-        fail_msg("k-tile %lld overwrites slot %d, which holds k-tile %lld not read yet (iteration %lld)",
-                 (long long)kt, s, (long long)b->tile[s], (long long)kt_now);
+    if (b->tile[s] >= kt_now || inflight_slot(b, s))
+        fail_msg("k-tile %lld overwrites slot %d, which holds k-tile %lld not read or still read (iteration "
+                 "%lld)", (long long)kt, s, (long long)b->tile[s], (long long)kt_now);
     b->tile[s] = kt, b->group[s] = b->committed;
 }
 static void book_commit(ring_book *b) { b->committed++; }
 /* cp.async.wait_group n: all but the n most recent groups are complete. */
 static void book_wait(ring_book *b, int n) { b->complete = b->committed - n; }
+/* The A registers and metadata of k-tile kt are written (set kt % 2, as
+ * the kernel alternates): no wgmma in flight may read that set. */
+static void book_regs(const ring_book *b, int64_t kt)
+{
+    if (inflight_regs(b, (int)(kt % 2)))
+        fail_msg("k-tile %lld's A registers overwrite those of a wgmma in flight", (long long)kt);
+}
 /* The wgmma of k-tile kt reads slot s: it must hold kt, arrived. */
-static void book_read(const ring_book *b, int s, int64_t kt)
+static void book_issue(ring_book *b, int s, int64_t kt)
 {
     if (b->tile[s] != kt || b->group[s] >= b->complete)
         fail_msg("k-tile %lld read from slot %d holding k-tile %lld (group %lld, %lld complete)", (long long)kt,
                  s, (long long)b->tile[s], (long long)b->group[s], (long long)b->complete);
+    if (b->issued - b->retired >= 64) fail_msg("more than 64 wgmmas in flight");
+    b->wg_tile[b->issued++ % 64] = kt;
+}
+/* wgmma.wait_group n: all but the n most recent wgmmas are done. */
+static void book_wgmma_wait(ring_book *b, int n)
+{
+    if (b->issued - n > b->retired) b->retired = b->issued - n;
 }
 
 /* wg_load_stage of the kernel, thread by thread: k-tile kt into the stage
@@ -117,7 +153,7 @@ static void emu_spmm_wgmma(const spmm_args *g)
     for (int64_t bx = 0; bx < gx; bx++)
         for (int64_t by = 0; by < gy; by++) {
             memset(s.b, 0xff, s.n);
-            memset(acc, 0, sizeof *acc * VNM_WG_THREADS * VNM_WG_ACC);
+            for (int i = 0; i < VNM_WG_THREADS * VNM_WG_ACC; i++) acc[i] = NAN; /* never zeroed */
             int64_t r0 = vnm_wg_row0(bx), n0 = vnm_wg_batch0(by);
             const int32_t *gather = p->gather + r0 / p->V * ccols;
             if (gbytes) { /* the kernel's 16-byte copies of the gather row */
@@ -129,7 +165,7 @@ static void emu_spmm_wgmma(const spmm_args *g)
             }
             ring_book book = {0};
             for (int st = 0; st < VNM_WG_STAGES; st++) book.tile[st] = -1;
-            for (int st = 0; st < VNM_WG_STAGES - 1; st++) {
+            for (int st = 0; st < VNM_WG_AHEAD; st++) {
                 if (st < p->k_tiles) {
                     book_load(&book, st, st, 0);
                     emu_wg_load_stage(&s, ring + st * VNM_WG_STAGE_BYTES, g, gather + st * 32, r0, n0, st);
@@ -138,14 +174,14 @@ static void emu_spmm_wgmma(const spmm_args *g)
             }
             for (int64_t kt = 0; kt < p->k_tiles; kt++) {
                 book_wait(&book, VNM_WG_PENDING); /* then the proxy fence and the barrier */
-                int64_t next = kt + VNM_WG_STAGES - 1; /* into the slot wgmma kt − 1 read */
+                int64_t next = kt + VNM_WG_AHEAD;
                 if (next < p->k_tiles) {
                     book_load(&book, (int)(next % VNM_WG_STAGES), next, kt);
                     emu_wg_load_stage(&s, ring + (uint32_t)(next % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES, g,
                                       gather + next * 32, r0, n0, next);
                 }
                 book_commit(&book);
-                book_read(&book, (int)(kt % VNM_WG_STAGES), kt);
+                book_regs(&book, kt);
                 uint32_t st = ring + (uint32_t)(kt % VNM_WG_STAGES) * VNM_WG_STAGE_BYTES;
                 uint32_t a[VNM_WG_THREADS][4], e[VNM_WG_THREADS];
                 for (int t = 0; t < VNM_WG_THREADS; t++) {
@@ -158,14 +194,18 @@ static void emu_spmm_wgmma(const spmm_args *g)
                     memcpy(a[t], smem_at(&s, st + (size_t)vnm_wg_vs_at(w, l), 16, "A"), 16);
                     memcpy(&e[t], smem_at(&s, st + (size_t)vnm_wg_ms_at(w, vnm_meta_word_lane(l)), 4, "E"), 4);
                 }
-                sw_wgmma_sp(&s, acc, VNM_WG_BN, (const uint32_t(*)[4])a, vnm_wg_desc(st) ^ desc_flip, e,
+                book_issue(&book, (int)(kt % VNM_WG_STAGES), kt);
+                sw_wgmma_sp(&s, acc, VNM_WG_BN, (const uint32_t(*)[4])a, vnm_wg_desc(st) ^ desc_flip, e, vnm_wg_scale_d(kt),
                             p->dtype);
+                book_wgmma_wait(&book, VNM_WG_INFLIGHT);
             }
+            book_wgmma_wait(&book, 0);
             for (int t = 0; t < VNM_WG_THREADS; t++)
                 for (int i = 0; i < VNM_WG_ACC; i++) {
                     int64_t r = r0 + vnm_wg_d_row(t, i), n = n0 + vnm_wg_d_col(t, i);
                     if (r < p->R && n < g->B)
-                        g->y[n * p->R + r] = acc[t * VNM_WG_ACC + i] + (g->bias ? g->bias[r] : 0.0f);
+                        g->y[n * p->R + r] = (p->k_tiles > 0 ? acc[t * VNM_WG_ACC + i] : 0.0f) +
+                                             (g->bias ? g->bias[r] : 0.0f);
                 }
         }
     free(acc);
