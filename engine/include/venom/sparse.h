@@ -118,7 +118,9 @@ vn_vnm_precision vn_vnm_get_precision(void);
  * that of x is dY·W. All f32 on the CPU.
  * On CUDA (x, values and bias all on the GPU; s's pattern stays on the CPU
  * and is copied to the device once, on first use) the products run on
- * Sparse Tensor Cores (mma.sp, VENOM's condensed 2:4 form): x, the values
+ * Sparse Tensor Cores (mma.sp, VENOM's condensed 2:4 form; the forward on
+ * wgmma.mma_async.sp on a compute capability 9.0 GPU when V % 64 == 0, in a
+ * build with the sm_90a code): x, the values
  * and dY are rounded to bf16 (f16 under vn_set_autocast(VN_F16), round to
  * nearest even), products are summed in f32, and y and every gradient are
  * f32; the values are repacked from `values` at each call, so in-place
