@@ -412,11 +412,14 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value)
 
 /* out[j] = in[j] rounded to T, 4 elements per thread and step: one 16-byte
  * load and one 8-byte store (n4 = n / 4 groups; the caller checked the
- * alignment), then the last n % 4 one by one. */
+ * alignment), then the last n % 4 one by one. With nonfinite non-NULL, a
+ * thread that met Inf or NaN stores 1 there (racing stores of the same
+ * value: no atomics needed). */
 template <typename T>
-__global__ void k_f32_to_half(T *out, const float *in, int64_t n)
+__global__ void k_f32_to_half(T *out, const float *in, int64_t n, int *nonfinite)
 {
     const int64_t n4 = n / 4;
+    bool bad = false;
     for (int64_t j = VNK_GRID_START; j < n4; j += VNK_GRID_STEP) {
         float4 v = ((const float4 *)in)[j];
         union {
@@ -426,23 +429,40 @@ __global__ void k_f32_to_half(T *out, const float *in, int64_t n)
         o.h[0] = vnk__round_half<T>(v.x), o.h[1] = vnk__round_half<T>(v.y);
         o.h[2] = vnk__round_half<T>(v.z), o.h[3] = vnk__round_half<T>(v.w);
         ((uint2 *)out)[j] = o.u;
+        bad |= !isfinite(v.x) | !isfinite(v.y) | !isfinite(v.z) | !isfinite(v.w);
     }
-    for (int64_t j = 4 * n4 + VNK_GRID_START; j < n; j += VNK_GRID_STEP) out[j] = vnk__round_half<T>(in[j]);
+    for (int64_t j = 4 * n4 + VNK_GRID_START; j < n; j += VNK_GRID_STEP) {
+        out[j] = vnk__round_half<T>(in[j]);
+        bad |= !isfinite(in[j]);
+    }
+    if (nonfinite && bad) *nonfinite = 1;
+}
+
+static int f32_to_half(const char *op, void *out, vn_dtype dtype, const float *in, int64_t n,
+                       int *nonfinite)
+{
+    if (dtype != VN_BF16 && dtype != VN_F16)
+        return vnk__fail("%s: expected dtype bf16 or f16, got %s", op, vn_dtype_name(dtype));
+    if (n < 0) return vnk__fail("%s: negative count %lld", op, (long long)n);
+    if (n == 0) return 0;
+    if (!out || !in) return vnk__fail("%s: NULL array", op);
+    if ((uintptr_t)in % 16 || (uintptr_t)out % 8)
+        return vnk__fail("%s: needs in 16-byte and out 8-byte aligned", op);
+    unsigned blocks = vnk__blocks((n + 3) / 4, VNK_THREADS);
+    if (dtype == VN_BF16)
+        k_f32_to_half<<<blocks, VNK_THREADS>>>((__nv_bfloat16 *)out, in, n, nonfinite);
+    else
+        k_f32_to_half<<<blocks, VNK_THREADS>>>((__half *)out, in, n, nonfinite);
+    return vnk__launched(op);
 }
 
 int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n)
 {
-    if (dtype != VN_BF16 && dtype != VN_F16)
-        return vnk__fail("vnk_f32_to_half: expected dtype bf16 or f16, got %s", vn_dtype_name(dtype));
-    if (n < 0) return vnk__fail("vnk_f32_to_half: negative count %lld", (long long)n);
-    if (n == 0) return 0;
-    if (!out || !in) return vnk__fail("vnk_f32_to_half: NULL array");
-    if ((uintptr_t)in % 16 || (uintptr_t)out % 8)
-        return vnk__fail("vnk_f32_to_half: needs in 16-byte and out 8-byte aligned");
-    unsigned blocks = vnk__blocks((n + 3) / 4, VNK_THREADS);
-    if (dtype == VN_BF16)
-        k_f32_to_half<<<blocks, VNK_THREADS>>>((__nv_bfloat16 *)out, in, n);
-    else
-        k_f32_to_half<<<blocks, VNK_THREADS>>>((__half *)out, in, n);
-    return vnk__launched("vnk_f32_to_half (k_f32_to_half)");
+    return f32_to_half("vnk_f32_to_half", out, dtype, in, n, NULL);
+}
+
+int vnk_f32_to_half_check(void *out, vn_dtype dtype, const float *in, int64_t n, int *nonfinite)
+{
+    if (!nonfinite) return vnk__fail("vnk_f32_to_half_check: the flag is NULL");
+    return f32_to_half("vnk_f32_to_half_check", out, dtype, in, n, nonfinite);
 }

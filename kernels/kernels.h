@@ -119,6 +119,11 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value);
  * 16-bit tensor-core kernels (the generic VNK_COPY of vnk_map walks strides
  * with 64-bit division). */
 int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n);
+/* vnk_f32_to_half that also sets *nonfinite (dev int) to 1 when an element
+ * of in is Inf or NaN; it never clears it (the caller zeroes it first). The
+ * flag travels on the device: a later kernel reads it (vnk_vnm_spmm_t_if),
+ * the host need not wait for it. */
+int vnk_f32_to_half_check(void *out, vn_dtype dtype, const float *in, int64_t n, int *nonfinite);
 
 /* ---- reductions ---------------------------------------------------------- */
 
@@ -368,6 +373,20 @@ vnk_vnm_fwd vnk_vnm_fwd_auto(const vnk_vnm *w);
 int vnk_vnm_spmm_with(vnk_vnm_fwd kernel, float *y, const vnk_vnm *w, const void *xt, int64_t ldx,
                       const float *bias, int64_t B);
 int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B);
+/* vnk_vnm_spmm_t whose every CTA returns at once, writing nothing, unless
+ * *only_if (dev int, read when the kernel runs) is non-zero; only_if NULL is
+ * vnk_vnm_spmm_t. The dense dX path queues it after cuBLAS's dY·W_dense with
+ * the flag vnk_f32_to_half_check set on dY: when dY held Inf or NaN (where
+ * W_dense's zeros would give 0 · Inf = NaN) it rewrites dX in full with the
+ * sparse kernel's kept-only sums, and otherwise costs one launch of empty
+ * CTAs, with no host synchronisation either way. */
+int vnk_vnm_spmm_t_if(float *dx, const vnk_vnm *w, const void *dy, int64_t B, const int *only_if);
+/* dense (R × K, row-major, w->dtype, dev) = W: zeros, then each packed value
+ * stored at its place (vnm_densify_at of vnm_sptc_index.h; one thread per
+ * packed value, kernels/vnm_densify.cu). The values are copied, not
+ * rounded again: dense holds exactly what the sparse kernels multiply. For
+ * the cuBLAS dX, rebuilt once per packed-values version. */
+int vnk_vnm_densify(void *dense, const vnk_vnm *w);
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
                   int64_t B);
 

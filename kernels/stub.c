@@ -48,6 +48,11 @@ int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n)
     NO_CUDA;
 }
 
+int vnk_f32_to_half_check(void *out, vn_dtype dtype, const float *in, int64_t n, int *nonfinite)
+{
+    NO_CUDA;
+}
+
 int vnk_reduce(void *out, int64_t *index, const void *in, vn_dtype dtype, int64_t outer, int64_t R,
                int64_t inner, vnk_red kind, double scale)
 {
@@ -197,6 +202,11 @@ int vnk_vnm_spmm_with(vnk_vnm_fwd kernel, float *y, const vnk_vnm *w, const void
 }
 
 int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B) { NO_CUDA; }
+int vnk_vnm_spmm_t_if(float *dx, const vnk_vnm *w, const void *dy, int64_t B, const int *only_if)
+{
+    NO_CUDA;
+}
+int vnk_vnm_densify(void *dense, const vnk_vnm *w) { NO_CUDA; }
 
 int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *xt, int64_t ldx,
                   int64_t B)

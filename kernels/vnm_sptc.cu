@@ -32,12 +32,14 @@
  *           sum). A warp whose dY fragments hold Inf or NaN sums that stage
  *           over the kept weights only, as the CPU does (the mma would
  *           multiply the zeros of unkept positions: 0 · Inf = NaN).
- *           Against dense cuBLAS on a dense bf16 W (dY·W_dense, W rebuilt
- *           once per optimizer step): this kernel does 4/M of the dense
- *           flops on mma.sync at a lower fraction of peak than cuBLAS's
- *           wgmma; the rule, and why the engine keeps this kernel for every
- *           M until a GPU run says otherwise, is in engine/sparse/
- *           vnm_cuda.c (input_grad).
+ *           Against dense cuBLAS on a dense 16-bit W (dY·W_dense, W rebuilt
+ *           once per packed-values version by k_densify, vnm_densify.cu):
+ *           this kernel does 4/M of the dense flops on mma.sync at a lower
+ *           fraction of peak than cuBLAS's wgmma; the engine's rule between
+ *           the two is in engine/sparse/vnm_sptc.h (vnm_sptc_dx_dense). On
+ *           the dense path this kernel is queued after cuBLAS guarded by a
+ *           flag the conversion of dY sets on Inf or NaN, and rewrites dX
+ *           only then (vnk_vnm_spmm_t_if).
  * The three kernels' indices are functions of vnm_sptc_index.h, replayed on
  * the CPU by tests/c/test_vnm_sptc_emu.c. */
 #include "async_copy.cuh"
@@ -427,11 +429,14 @@ static __device__ inline void dx_flush(float (&d)[BN / 16][KT][4], float *accs, 
 
 /* Grid: (⌈k_tiles / KT⌉, ⌈B / BN⌉), VNM_DX_THREADS threads; dynamic shared
  * memory vnm_dx_smem: the f32 tile accs, then the ring (the schedule and
- * every index: vnm_sptc_index.h). */
+ * every index: vnm_sptc_index.h). With only_if non-NULL, every CTA returns
+ * at once unless *only_if is non-zero (the dense path's guard: see
+ * vnk_vnm_spmm_t_if). */
 template <int BN, int KT, bool BF16>
 __global__ void __launch_bounds__(VNM_DX_THREADS) k_dx(vnk_vnm w, const uint16_t *dy, bool aligned,
-                                                       int64_t B, float *dx)
+                                                       int64_t B, float *dx, const int *only_if)
 {
+    if (only_if && !*only_if) return; /* the same for every thread: no barrier is left waiting */
     extern __shared__ __align__(16) unsigned char smem[];
     constexpr int MTB = BN / 16;
     const int SB = vnm_dx_stage_bytes(BN, KT);
@@ -672,7 +677,7 @@ int vnk_vnm_sddmm(float *dvalues, const vnk_vnm *w, const void *dy, const void *
 
 /* Launches k_dx<BN, KT> after raising its shared-memory limit. */
 template <int BN, int KT>
-static int launch_dx(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
+static int launch_dx(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx, const int *only_if)
 {
     size_t smem = (size_t)vnm_dx_smem(w->M, BN, KT);
     dim3 grid((unsigned)((w->k_tiles + KT - 1) / KT), (unsigned)((B + BN - 1) / BN));
@@ -684,13 +689,18 @@ static int launch_dx(const vnk_vnm *w, const uint16_t *dy, int64_t B, float *dx)
                   "vnk_vnm_spmm_t: allowing %zu bytes of shared memory", smem))
         return 1;
     if (bf16)
-        k_dx<BN, KT, true><<<grid, VNM_DX_THREADS, smem>>>(*w, dy, aligned, B, dx);
+        k_dx<BN, KT, true><<<grid, VNM_DX_THREADS, smem>>>(*w, dy, aligned, B, dx, only_if);
     else
-        k_dx<BN, KT, false><<<grid, VNM_DX_THREADS, smem>>>(*w, dy, aligned, B, dx);
+        k_dx<BN, KT, false><<<grid, VNM_DX_THREADS, smem>>>(*w, dy, aligned, B, dx, only_if);
     return vnk__launched("vnk_vnm_spmm_t (k_dx)");
 }
 
 int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
+{
+    return vnk_vnm_spmm_t_if(dx, w, dy, B, NULL);
+}
+
+int vnk_vnm_spmm_t_if(float *dx, const vnk_vnm *w, const void *dy, int64_t B, const int *only_if)
 {
     if (check_matrix("vnk_vnm_spmm_t", w)) return 1;
     if (!dy || !dx) return vnk__fail("vnk_vnm_spmm_t: dy or dx is NULL");
@@ -702,11 +712,11 @@ int vnk_vnm_spmm_t(float *dx, const vnk_vnm *w, const void *dy, int64_t B)
                          (long long)w->M, (long long)vnm_dx_smem(w->M, 16, 1), VNM_DX_SMEM);
     const uint16_t *d = (const uint16_t *)dy;
     switch (BN * 8 + KT) {
-    case 64 * 8 + 4: return launch_dx<64, 4>(w, d, B, dx);
-    case 64 * 8 + 2: return launch_dx<64, 2>(w, d, B, dx);
-    case 64 * 8 + 1: return launch_dx<64, 1>(w, d, B, dx);
-    case 32 * 8 + 1: return launch_dx<32, 1>(w, d, B, dx);
-    default: return launch_dx<16, 1>(w, d, B, dx);
+    case 64 * 8 + 4: return launch_dx<64, 4>(w, d, B, dx, only_if);
+    case 64 * 8 + 2: return launch_dx<64, 2>(w, d, B, dx, only_if);
+    case 64 * 8 + 1: return launch_dx<64, 1>(w, d, B, dx, only_if);
+    case 32 * 8 + 1: return launch_dx<32, 1>(w, d, B, dx, only_if);
+    default: return launch_dx<16, 1>(w, d, B, dx, only_if);
     }
 }
 

@@ -309,6 +309,31 @@ static inline VNM_HD int vnm_dx_b_value(int r, int c, unsigned nib)
     return -1;
 }
 
+/* ---- the dense W of cuBLAS's dX (k_densify, kernels/vnm_densify.cu) --------------
+ * dX = dY·W on cuBLAS reads W dense (R × K, 16-bit, row-major), rebuilt
+ * from the packed tiles (not from the f32 values, so it holds exactly the
+ * rounded values the sparse kernels read). One thread per packed value j
+ * (0 .. row_tiles·k_tiles·256 − 1) of tile t = j / 256: element e = j % 256
+ * is value h = e % 2 of register i = (e / 2) % 4 of lane e / 8 (the inverse
+ * of vnm_a_value), whose row and chunk give its condensed column through
+ * the metadata nibble and its original column through gather. The index
+ * row·K + col of W, or −1 for a padding value (a row ≥ R, or gather −1,
+ * which the layout gives a group ≥ G and a column ≥ K), which stays 0.
+ * Within a block gather is one-to-one and a row's two positions in a chunk
+ * differ, so no two values share an index. */
+static inline VNM_HD int64_t vnm_densify_at(int64_t j, const uint32_t *meta, const int32_t *gather,
+                                            int64_t R, int64_t K, int64_t V, int64_t k_tiles)
+{
+    const int64_t t = j >> 8, kt = t % k_tiles, row0 = t / k_tiles * 16;
+    const int e = (int)(j & 255), lane = e >> 3, i = (e >> 1) & 3, h = e & 1;
+    const int rr = vnm_a_row(lane, i), ch = vnm_a_chunk(lane, i);
+    if (row0 + rr >= R) return -1;
+    const unsigned nib = vnm_meta_nibble(meta + t * 16, rr, ch);
+    const int64_t cc = kt * 32 + 4 * ch + (h ? nib >> 2 : nib & 3);
+    const int64_t col = gather[(row0 + rr) / V * k_tiles * 32 + cc];
+    return col < 0 ? -1 : (row0 + rr) * K + col;
+}
+
 /* ---- SDDMM (k_sddmm): dvalues = dYᵀ·X at the kept positions ------------------------
  * A CTA (128 threads, 4 warps) owns BM = 16·MT rows of one V-block (MT = 4,
  * 2 or 1, the most whose tile stays in the block) × VNM_SD_KT k-tiles

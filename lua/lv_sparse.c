@@ -13,6 +13,7 @@
  *   core.vnm_sddmm(S, dy, x)                         the plain kernels
  *   core.vnm_isa() → "avx512" | "portable"
  *   core.set_vnm_precision("f32" | "bf16"), core.vnm_precision() → "f32" | "bf16"
+ *   core.set_vnm_cuda_dx("auto" | "sparse" | "dense"), core.vnm_cuda_dx() → the same
  *   core.vnm_shadow_linear(x, S, W [, bias]) → y    differentiable (the
  *   core.vnm_shadow_decay_(W, S, f) → W             pruning shadow, shadow.h)
  *
@@ -206,10 +207,32 @@ static int l_vnm_precision(lua_State *L)
     return 1;
 }
 
+/* venom.set_vnm_cuda_dx(path): how dx of a V:N:M layer runs on CUDA
+ * (vn_vnm_set_cuda_dx): "auto" (default), "sparse" or "dense". */
+static const char *const cuda_dx_names[] = {"auto", "sparse", "dense"};
+
+static int l_set_vnm_cuda_dx(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    for (int i = 0; i < 3; i++)
+        if (len == strlen(cuda_dx_names[i]) && strcmp(s, cuda_dx_names[i]) == 0) {
+            lv_status(L, vn_vnm_set_cuda_dx((vn_vnm_cuda_dx)i));
+            return 0;
+        }
+    return lv_argfail(L, 1, "path must be \"auto\", \"sparse\" or \"dense\", found \"%s\"", s);
+}
+
+static int l_vnm_cuda_dx(lua_State *L)
+{
+    lua_pushstring(L, cuda_dx_names[vn_vnm_get_cuda_dx()]);
+    return 1;
+}
+
 const luaL_Reg lv_sparse_functions[] = {
     LV_REG(vnm_from_dense) LV_REG(vnm_from_pattern) LV_REG(vnm_linear) LV_REG(vnm_mlp)
     LV_REG(vnm_shadow_linear) LV_REG(vnm_shadow_decay_)
     LV_VNM_KERNELS(LV_REG) LV_REG(vnm_isa)
-    LV_REG(set_vnm_precision) LV_REG(vnm_precision)
+    LV_REG(set_vnm_precision) LV_REG(vnm_precision) LV_REG(set_vnm_cuda_dx) LV_REG(vnm_cuda_dx)
     {NULL, NULL},
 };

@@ -278,6 +278,8 @@ void vn_vnm_free(vn_vnm *s)
     vn_tensor_release(atomic_load(&s->device_pattern));
     vn_tensor_release(s->packed);
     vn_tensor_release(s->packed_from);
+    vn_tensor_release(s->dense);
+    vn_tensor_release(s->dense_of);
     free(s);
 }
 

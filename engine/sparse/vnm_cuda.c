@@ -12,7 +12,10 @@
  *     write (an optimizer step) bumps the values' storage version; the
  *     backward uses the copy its forward packed;
  *   - the input is rounded and transposed per call (Xᵀ, K × ldx, the
- *     layout the kernels gather from) and kept for the values' gradient.
+ *     layout the kernels gather from) and kept for the values' gradient;
+ *   - on the dense dX path (vn_vnm_set_cuda_dx, the rule in vnm_sptc.h) a
+ *     dense 16-bit W, rebuilt from the packed values when they are (cached
+ *     in the vn_vnm, keyed on the packed tensor) and kept by the node.
  * Precision: operands in bf16 (f16 under autocast f16), products summed in
  * f32, f32 outputs and gradients; the trainable values stay f32 (master
  * weights), as in mixed-precision training. */
@@ -191,22 +194,44 @@ static vn_tensor *transposed_input(const vn_tensor *x, int64_t B, int64_t K, vn_
 
 /* dy (..., R) f32 on the device as a contiguous 16-bit tensor: one
  * vectorised pass over a contiguous copy (vnk_f32_to_half), or the generic
- * conversion when the copy is not aligned for it. */
-static vn_tensor *half_rows(const vn_tensor *dy, vn_dtype dtype)
+ * conversion when the copy is not aligned for it. With `flag` (a zeroed
+ * device i32, the dense dX path's guard) the pass also sets it to 1 where dy
+ * holds Inf or NaN; the generic conversion cannot tell, so it sets the flag
+ * anyway (the guarded sparse kernel then recomputes dX: right, only
+ * slower). */
+static vn_tensor *half_rows(const vn_tensor *dy, vn_dtype dtype, vn_tensor *flag)
 {
     vn_tensor *dc = vn__plain_contiguous(dy);
     vn_tensor *h = dc ? vn__new_on(true, dtype, dc->ndim, dc->shape) : NULL;
+    int64_t n = dc ? vn_tensor_numel(dc) : 0;
     if (h && ((uintptr_t)vn__ptr(dc) % 16 || (uintptr_t)vn__ptr(h) % 8)) {
         bool was = vn_set_grad_enabled(false);
         vn_tensor_release(h);
         h = vn_to_dtype(dc, dtype);
         vn_set_grad_enabled(was);
-    } else if (h && vnk_f32_to_half(vn__ptr(h), dtype, vn__ptr(dc), vn_tensor_numel(dc))) {
+        if (h && flag && vnk_fill(vn__ptr(flag), VN_I32, 1, 1)) {
+            vn_tensor_release(h);
+            h = vn__cuda_errp("vnm_linear: converting dY");
+        }
+    } else if (h && (flag ? vnk_f32_to_half_check(vn__ptr(h), dtype, vn__ptr(dc), n, vn__ptr(flag))
+                          : vnk_f32_to_half(vn__ptr(h), dtype, vn__ptr(dc), n))) {
         vn_tensor_release(h);
         h = vn__cuda_errp("vnm_linear: converting dY");
     }
     vn_tensor_release(dc);
     return h;
+}
+
+/* A device i32 set to 0: the flag of half_rows. */
+static vn_tensor *zero_flag(void)
+{
+    int64_t one = 1;
+    vn_tensor *f = vn__new_on(true, VN_I32, 1, &one);
+    if (f && vnk_fill(vn__ptr(f), VN_I32, 1, 0)) {
+        vn_tensor_release(f);
+        f = vn__cuda_errp("vnm_linear: the input gradient's flag");
+    }
+    return f;
 }
 
 /* A new f32 device tensor shaped like t with its last dim replaced. */
@@ -234,31 +259,77 @@ static vn_tensor *forward(const vnk_vnm *w, const vn_tensor *xt, int64_t ldx, co
     return y;
 }
 
-/* dX (shaped like `like`, K features) = dY·W from the 16-bit dY, by the
- * sparse kernel (k_dx) for every M.
- *
- * The rule against cuBLAS on a dense 16-bit W (R × K, rebuilt from the
- * values once per optimizer step, i.e. per packed-values version):
- * k_dx does 4/M of the dense product's flops but on mma.sync m16n8k16 with
- * a per-block scatter, where cuBLAS runs wgmma near its peak; so dense
- * could win only at small M (M = 4, 5: 1 to 1.25 times the flops dense
- * would need, at a lower fraction of peak). bench/vnm_gpu.c times both
- * (its "dX" and "dense dY·W" columns) per (V:N:M, shape); the rule is:
- * take cuBLAS for an M where that table shows dense faster at the layer's
- * shape, else k_dx. No GPU run has produced the table yet, so no M takes
- * cuBLAS today, and the dense path is not built. It would also have to
- * keep dX finite where the CPU's is: dense W holds the unkept zeros, and
- * 0 · Inf in dY is NaN there, so a dY with Inf or NaN would have to go to
- * k_dx (whose kept-only path reads kept weights only). */
-static vn_tensor *input_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_tensor *like,
-                             int64_t B)
+/* dX (shaped like `like`, K features) = dY·W from the 16-bit dY: by the
+ * sparse kernel (k_dx), or with `dense` (W, R × K, 16-bit) by cuBLAS
+ * followed by k_dx guarded by `flag` (half_rows' Inf/NaN flag of dY): it
+ * rewrites dX with its kept-only sums exactly when dY was not finite, where
+ * the dense W's zeros give 0 · Inf = NaN and the CPU a finite value. The
+ * choice between the two: dx_dense. */
+static vn_tensor *input_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_tensor *dense,
+                             const vn_tensor *flag, const vn_tensor *like, int64_t B)
 {
     vn_tensor *dx = like_rows(like, w->K);
-    if (dx && vnk_vnm_spmm_t(vn__ptr(dx), w, vn__ptr(dy16), B)) {
+    if (!dx || B == 0) return dx; /* cuBLAS is not asked for an empty product */
+    bool failed = dense ? vnk_gemm(vn__ptr(dx), w->K, 0, vn__ptr(dy16), w->R, 0, vn__ptr(dense), w->K,
+                                   0, w->dtype, false, false, B, w->K, w->R, 1, 1.0f, 0.0f, false) ||
+                              vnk_vnm_spmm_t_if(vn__ptr(dx), w, vn__ptr(dy16), B, vn__ptr(flag))
+                        : vnk_vnm_spmm_t(vn__ptr(dx), w, vn__ptr(dy16), B);
+    if (failed) {
         vn_tensor_release(dx);
-        dx = vn__cuda_errp("vnm_linear: input gradient (spmm_t)");
+        dx = vn__cuda_errp(dense ? "vnm_linear: input gradient (cuBLAS on the dense W)"
+                                 : "vnm_linear: input gradient (spmm_t)");
     }
     return dx;
+}
+
+/* ---- the dense W of the input gradient ------------------------------------------- */
+
+static _Atomic int cuda_dx = VN_VNM_DX_AUTO; /* vn_vnm_set_cuda_dx; read by every call */
+
+vn_status vn_vnm_set_cuda_dx(vn_vnm_cuda_dx path)
+{
+    if (path != VN_VNM_DX_AUTO && path != VN_VNM_DX_SPARSE && path != VN_VNM_DX_DENSE)
+        return vn__err(VN_ERR_ARG, "vnm_set_cuda_dx: expected VN_VNM_DX_AUTO (0), "
+                       "VN_VNM_DX_SPARSE (1) or VN_VNM_DX_DENSE (2), got %d", (int)path);
+    atomic_store(&cuda_dx, (int)path);
+    return VN_OK;
+}
+
+vn_vnm_cuda_dx vn_vnm_get_cuda_dx(void) { return (vn_vnm_cuda_dx)atomic_load(&cuda_dx); }
+
+/* Whether dX of B rows through s goes to cuBLAS on the dense W. */
+static bool dx_dense(const vn_vnm *s, int64_t B)
+{
+    vn_vnm_cuda_dx p = vn_vnm_get_cuda_dx();
+    return p == VN_VNM_DX_DENSE || (p == VN_VNM_DX_AUTO && vnm_sptc_dx_dense(s->M, B, s->R, s->K));
+}
+
+/* The dense 16-bit W (R × K) of the packed values `packed`, cached in s:
+ * built by vnk_vnm_densify when s holds none for this packed tensor (a new
+ * one comes with each values version), else s's. */
+static vn_tensor *dense_weights(const vn_vnm *s, const vn_tensor *pat, vn_tensor *packed)
+{
+    vn_vnm *m = (vn_vnm *)s; /* the cache is the only part of s that changes */
+    lock_packed(s);
+    vn_tensor *dense = m->dense_of == packed ? vn_tensor_retain(m->dense) : NULL;
+    unlock_packed(s);
+    if (dense) return dense;
+    int64_t shape[2] = {s->R, s->K};
+    vnk_vnm w = kernel_matrix(s, pat, packed, packed->dtype);
+    dense = vn__new_on(true, packed->dtype, 2, shape);
+    if (dense && vnk_vnm_densify(vn__ptr(dense), &w)) {
+        vn_tensor_release(dense);
+        dense = vn__cuda_errp("vnm_linear: the dense W of the input gradient");
+    }
+    if (!dense) return NULL;
+    lock_packed(s);
+    vn_tensor *old = m->dense, *old_of = m->dense_of;
+    m->dense = vn_tensor_retain(dense);
+    m->dense_of = vn_tensor_retain(packed);
+    unlock_packed(s);
+    vn_tensor_release(old);
+    vn_tensor_release(old_of);
+    return dense;
 }
 
 /* dvalues (R, 2G) = dYᵀ·X at the kept positions. */
@@ -277,13 +348,14 @@ static vn_tensor *values_grad(const vnk_vnm *w, const vn_tensor *dy16, const vn_
 /* ---- the differentiable op ------------------------------------------------------- */
 
 /* Node: inputs x, values, bias; saved tensors the device pattern, the
- * packed values (when x needed a gradient at the forward) and Xᵀ (when the
- * values did); saved state the matrix's shape, the operand dtype and Xᵀ's
+ * packed values (when x needed a gradient at the forward), Xᵀ (when the
+ * values did) and the dense W (when x needed a gradient and dx_dense chose
+ * cuBLAS for it); saved state the matrix's shape, the operand dtype and Xᵀ's
  * leading dimension. An input that starts to require a gradient after the
  * forward has its operand rebuilt from the inputs here (every op decides at
  * backward time; the inputs' versions are checked, so they are those of the
  * forward). */
-enum { SAVED_PATTERN, SAVED_PACKED, SAVED_XT };
+enum { SAVED_PATTERN, SAVED_PACKED, SAVED_XT, SAVED_DENSE };
 struct cuda_linear_saved { int64_t R, K, V, M; vn_dtype dtype; int64_t ldx; };
 
 static vn_status cuda_linear_backward(vn_node *node, const vn_tensor *gout)
@@ -301,16 +373,22 @@ static vn_status cuda_linear_backward(vn_node *node, const vn_tensor *gout)
                                    : pack_values(&shape, pat, node->inputs[1], dtype);
     vn_tensor *xt = !dvalues ? NULL : saved_xt ? vn_tensor_retain(saved_xt)
                                     : transposed_input(node->inputs[0], B, shape.K, dtype, &ldx);
-    vn_tensor *dy16 = (!dx || packed) && (!dvalues || xt) ? half_rows(gout, dtype) : NULL;
+    /* The dense path only with the forward's own packed values (a late
+     * input gradient packs again here and takes the sparse kernel). */
+    const vn_tensor *dense = dx && saved_packed ? node->saved[SAVED_DENSE] : NULL;
+    vn_tensor *flag = dense ? zero_flag() : NULL;
+    vn_tensor *dy16 = (!dx || packed) && (!dvalues || xt) && (!dense || flag)
+                          ? half_rows(gout, dtype, flag) : NULL;
     vnk_vnm w = kernel_matrix(&shape, pat, packed, dtype);
     vn_status st = dy16 ? VN_OK : vn_last_status();
-    if (!st && dx) st = vn__accum(node, 0, input_grad(&w, dy16, node->inputs[0], B));
+    if (!st && dx) st = vn__accum(node, 0, input_grad(&w, dy16, dense, flag, node->inputs[0], B));
     if (!st && dvalues) st = vn__accum(node, 1, values_grad(&w, dy16, xt, ldx, B));
     if (!st && node->ninputs == 3 && vn__input_needs_grad(node, 2))
         st = vn__accum(node, 2, vn__sum_to(gout, 1, &shape.R));
     vn_tensor_release(packed);
     vn_tensor_release(xt);
     vn_tensor_release(dy16);
+    vn_tensor_release(flag);
     return st;
 }
 
@@ -343,6 +421,14 @@ vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor
     vn_dtype dtype = operand_dtype();
     fwd_operands o;
     vn_tensor *y = spmm_forward(s, values, x, bias, dtype, &o);
+    /* The dense W is made here, where s is at hand (the node does not keep
+     * s), and kept by the node for its backward. */
+    bool want_dense = y && dx && dx_dense(s, vn_tensor_numel(x) / s->K);
+    vn_tensor *dense = want_dense ? dense_weights(s, o.pat, o.packed) : NULL;
+    if (want_dense && !dense) {
+        vn_tensor_release(y);
+        y = NULL;
+    }
     if (y) {
         const vn_tensor *ins[3] = {x, values, bias};
         vn_node *node = vn__record(y, "vnm_linear", cuda_linear_backward, bias ? 3 : 2, ins);
@@ -352,8 +438,11 @@ vn_tensor *vnm__cuda_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor
             node->saved[SAVED_PATTERN] = vn_tensor_retain((vn_tensor *)o.pat);
             if (dx) node->saved[SAVED_PACKED] = vn_tensor_retain(o.packed);
             if (dvalues) node->saved[SAVED_XT] = vn_tensor_retain(o.xt);
+            node->saved[SAVED_DENSE] = dense;
+            dense = NULL;
         }
     }
+    vn_tensor_release(dense);
     vn_tensor_release(o.packed);
     vn_tensor_release(o.xt);
     return y;
@@ -378,10 +467,15 @@ vn_tensor *vnm__cuda_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_t
     int64_t B = vn_tensor_numel(dy) / s->R;
     const vn_tensor *pat = device_pattern(s);
     vn_tensor *packed = pat ? packed_values(s, pat, values, dtype) : NULL;
-    vn_tensor *dy16 = packed ? half_rows(dy, dtype) : NULL;
+    bool use_dense = packed && dx_dense(s, B);
+    vn_tensor *dense = use_dense ? dense_weights(s, pat, packed) : NULL;
+    vn_tensor *flag = dense ? zero_flag() : NULL;
+    vn_tensor *dy16 = packed && (!use_dense || flag) ? half_rows(dy, dtype, flag) : NULL;
     vnk_vnm w = pat ? kernel_matrix(s, pat, packed, dtype) : (vnk_vnm){0};
-    vn_tensor *dx = dy16 ? input_grad(&w, dy16, dy, B) : NULL;
+    vn_tensor *dx = dy16 ? input_grad(&w, dy16, dense, flag, dy, B) : NULL;
     vn_tensor_release(packed);
+    vn_tensor_release(dense);
+    vn_tensor_release(flag);
     vn_tensor_release(dy16);
     return dx;
 }
@@ -393,7 +487,7 @@ vn_tensor *vnm__cuda_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor
     int64_t B = vn_tensor_numel(x) / s->K, ldx;
     const vn_tensor *pat = device_pattern(s);
     vn_tensor *xt = pat ? transposed_input(x, B, s->K, dtype, &ldx) : NULL;
-    vn_tensor *dy16 = xt ? half_rows(dy, dtype) : NULL;
+    vn_tensor *dy16 = xt ? half_rows(dy, dtype, NULL) : NULL;
     vnk_vnm w = pat ? kernel_matrix(s, pat, NULL, dtype) : (vnk_vnm){0};
     vn_tensor *dv = dy16 ? values_grad(&w, dy16, xt, ldx, B) : NULL;
     vn_tensor_release(xt);

@@ -56,6 +56,11 @@ struct vn_vnm {
     atomic_flag packed_lock;
     vn_tensor *packed, *packed_from;
     uint32_t packed_version;
+    /* The dense 16-bit W (R × K) of the cuBLAS dX path, built from the
+     * packed tensor dense_of (kept alive, so the pointer stays a valid
+     * key): rebuilt when the packed values are, i.e. once per optimizer
+     * step. Guarded by packed_lock too. */
+    vn_tensor *dense, *dense_of;
 };
 
 /* Fills the derived sizes of p from R, K, V, M and returns the blob's size

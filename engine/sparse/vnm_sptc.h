@@ -103,4 +103,27 @@ void vnm_sptc_free(vnm_sptc *p);
  * ascending), or a non-zero value at a padding row, group or column. */
 vn_status vnm_sptc_decode(const vnm_sptc *p, float *dense);
 
+/* The engine's rule for dX = dY·W on CUDA (vn_vnm_set_cuda_dx "auto"): true
+ * when cuBLAS on the dense 16-bit W (rebuilt once per packed-values
+ * version, vnk_vnm_densify) is expected to beat the sparse kernel k_dx, for
+ * B rows of dY and W R × K at V:2:M. An estimate, not a measurement (no GPU
+ * has timed the two yet; bench/vnm_gpu's "dX" and "dense dY·W" columns per
+ * shape are the table that should replace it):
+ *   - M < 8: k_dx multiplies the 4 kept columns of every group of M, 4/M of
+ *     the dense flops, on mma.sync m16n8k16 plus a per-block scatter, taken
+ *     to reach half the rate of cuBLAS's wgmma: dense wins when 4/M > 1/2.
+ *     M = 8 (a tie by this count) stays sparse, which saves W_dense's R·K·2
+ *     bytes;
+ *   - B ≥ 256: only then is the dense product bound by the tensor cores
+ *     (it does B flops per byte of W_dense read; an H200 gives about 790
+ *     TFLOP/s / 4.3 TB/s ≈ 184); with fewer rows it streams all of W_dense,
+ *     M/2 times the bytes of the packed values k_dx streams;
+ *   - R·K ≥ 2^20: below a million weights both take microseconds, and the
+ *     dense path's two extra launches (the guard's flag and the guarded
+ *     k_dx) and W_dense's memory are not worth it. */
+static inline bool vnm_sptc_dx_dense(int64_t M, int64_t B, int64_t R, int64_t K)
+{
+    return M < 8 && B >= 256 && R * K >= ((int64_t)1 << 20);
+}
+
 #endif

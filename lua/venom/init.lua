@@ -158,6 +158,20 @@ venom.gpt_decoder = core.gpt_decoder
 venom.set_vnm_precision = core.set_vnm_precision
 venom.vnm_precision = core.vnm_precision
 
+--- venom.set_vnm_cuda_dx(path): how the input gradient dx = dY·W of V:N:M
+-- layers (nn.SparseLinear, venom.vnm_linear, venom.vnm_spmm_t) runs on
+-- CUDA, for the whole process: "auto" (default: the rule below), "sparse"
+-- (the Sparse Tensor Core kernel) or "dense" (cuBLAS on a dense 16-bit W,
+-- rebuilt once per optimizer step and kept with the matrix: R·K·2 bytes).
+-- The rule of "auto", an estimate until a GPU has timed both: dense when
+-- M < 8, dY has at least 256 rows and R·K ≥ 2^20. Both give the CPU's dx
+-- up to the order of f32 sums, finite wherever the CPU's is (an Inf or NaN
+-- in dY sends the dense path back to the sparse kernel). The CPU is not
+-- affected. venom.vnm_cuda_dx() says which is set. Errors: any other string.
+-- C: vn_vnm_set_cuda_dx (venom/sparse.h).
+venom.set_vnm_cuda_dx = core.set_vnm_cuda_dx
+venom.vnm_cuda_dx = core.vnm_cuda_dx
+
 --- venom.get_rng_state() → the engine RNG's state (xoshiro256**) as an i64
 -- tensor of 4 elements; venom.set_rng_state(t) puts such a tensor back, so
 -- the random draws that follow repeat (checkpoints store it).

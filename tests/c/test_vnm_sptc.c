@@ -276,6 +276,25 @@ static void test_errors(void **state)
     vn_vnm_free(s);
 }
 
+/* The dX path setting (vn_vnm_set_cuda_dx) and the rule of its AUTO
+ * (vnm_sptc_dx_dense) at each documented boundary: M < 8, B ≥ 256 rows,
+ * R·K ≥ 2^20. */
+static void test_cuda_dx_rule(void **state)
+{
+    assert_int_equal(vn_vnm_get_cuda_dx(), VN_VNM_DX_AUTO);
+    assert_int_equal(vn_vnm_set_cuda_dx((vn_vnm_cuda_dx)3), VN_ERR_ARG);
+    assert_non_null(strstr(vn_last_error(), "VN_VNM_DX_DENSE (2), got 3"));
+    assert_int_equal(vn_vnm_get_cuda_dx(), VN_VNM_DX_AUTO); /* unchanged */
+    CHECK_OK(vn_vnm_set_cuda_dx(VN_VNM_DX_DENSE));
+    assert_int_equal(vn_vnm_get_cuda_dx(), VN_VNM_DX_DENSE);
+    CHECK_OK(vn_vnm_set_cuda_dx(VN_VNM_DX_AUTO));
+    assert_true(vnm_sptc_dx_dense(4, 4096, 4096, 4096));
+    assert_true(vnm_sptc_dx_dense(7, 256, 1024, 1024));
+    assert_false(vnm_sptc_dx_dense(8, 4096, 4096, 4096));  /* M = 8: sparse */
+    assert_false(vnm_sptc_dx_dense(4, 255, 4096, 4096));   /* too few rows */
+    assert_false(vnm_sptc_dx_dense(4, 4096, 1024, 1023));  /* under 2^20 weights */
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -283,7 +302,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_random), cmocka_unit_test(test_roundtrip_from_dense),
         cmocka_unit_test(test_corruption),       cmocka_unit_test(test_layout_by_hand),
         cmocka_unit_test(test_conversions),      cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_repack),
+        cmocka_unit_test(test_repack),           cmocka_unit_test(test_cuda_dx_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

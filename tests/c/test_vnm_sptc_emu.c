@@ -1,5 +1,6 @@
 /* The host emulator of the V:N:M Sparse Tensor Core kernels
- * (kernels/vnm_sptc.cu: k_spmm, k_dx, k_sddmm). It replays each
+ * (kernels/vnm_sptc.cu: k_spmm, k_dx, k_sddmm; kernels/vnm_densify.cu:
+ * k_densify, the dense W of the cuBLAS dX path). It replays each
  * kernel's exact tile schedule on the CPU, CTA by CTA, through the same
  * index functions the kernel calls (kernels/vnm_sptc_index.h): the copies
  * thread by thread into a model of shared memory (poisoned first, bounds
@@ -598,6 +599,120 @@ static void test_sddmm_all_layouts(void **state)
     check_sddmm(96, 40, 32, 5, 1, VN_F16, 79);     /* one batch row; 2 k-tiles */
 }
 
+/* ---- the dense-W dX path (k_densify, cuBLAS, the guarded k_dx) ---------------------- */
+
+/* k_densify over its whole grid: dense zeroed (vnk_fill), then each packed
+ * value j stored at vnm_densify_at(j) by its own thread; each index may be
+ * written once, and a value the helper calls padding must be 0. */
+static void emu_densify(const vnm_sptc *p, uint16_t *dense)
+{
+    memset(dense, 0, (size_t)(p->R * p->K) * 2);
+    uint8_t *seen = calloc((size_t)(p->R * p->K), 1);
+    assert_non_null(seen);
+    for (int64_t j = 0; j < p->row_tiles * p->k_tiles * 256; j++) {
+        const int e = (int)(j & 255);
+        assert_int_equal(vnm_a_value(e >> 3, (e >> 1) & 3, e & 1), e); /* the helper's inverse */
+        int64_t at = vnm_densify_at(j, p->meta, p->gather, p->R, p->K, p->V, p->k_tiles);
+        if (at < 0) {
+            if (p->values[j] != 0) fail_msg("packed value %lld is %#x but has no place", (long long)j, p->values[j]);
+            continue;
+        }
+        assert_true(at < p->R * p->K);
+        if (seen[at]++) fail_msg("two packed values at (%lld, %lld)", (long long)(at / p->K), (long long)(at % p->K));
+        dense[at] = p->values[j];
+    }
+    free(seen);
+}
+
+/* The dense path of dX as the engine queues it: the conversion of dY sets a
+ * flag where an element is Inf or NaN; dX = dY·W on the dense W (a plain
+ * double GEMM stands in for cuBLAS); k_dx, guarded by the flag, rewrites dX
+ * only when it is set. Checked: the dense W equals the host decoder's and
+ * vn_vnm_to_dense of the rounded values bit for bit, and dX equals the CPU's
+ * as check_spmm_t asks (with inf_at ≥ 0 the guard must have run: without it
+ * the dense product has NaN where the CPU is finite, which is checked too). */
+static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                           uint32_t seed, int64_t inf_at)
+{
+    vn_vnm *s = test_matrix(R, K, V, M, seed);
+    vn_tensor *vals = vn_vnm_values(s);
+    vn_tensor *avals = round_in_place(vals, dt, true);
+    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
+    vn_tensor *ady = round_in_place(dy, dt, true);
+    float *dyv = vn_tensor_data(dy);
+    if (inf_at >= 0) dyv[inf_at] = INFINITY;
+    vnm_sptc *p = vnm_sptc_pack(s, dt);
+    CHECK_PTR(p);
+    uint16_t *dense = malloc((size_t)(R * K) * 2), *dy16 = malloc((size_t)(B * R) * 2);
+    float *decoded = malloc((size_t)(R * K) * sizeof *decoded), *dx = malloc((size_t)(B * K) * sizeof *dx);
+    assert_true(dense && dy16 && decoded && dx);
+    emu_densify(p, dense);
+    CHECK_OK(vnm_sptc_decode(p, decoded));
+    vn_tensor *ref = vn_vnm_to_dense(s);
+    CHECK_PTR(ref);
+    const float *rv = vn_tensor_data(ref);
+    for (int64_t i = 0; i < R * K; i++) {
+        float got = half_to_f32(dense[i], dt);
+        if (memcmp(&got, &decoded[i], 4) || memcmp(&got, &rv[i], 4))
+            fail_msg("R=%lld K=%lld V=%lld M=%lld: dense W[%lld][%lld] = %g, decoder %g, to_dense %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)(i / K),
+                     (long long)(i % K), (double)got, (double)decoded[i], (double)rv[i]);
+    }
+    int flag = 0;
+    for (int64_t i = 0; i < B * R; i++) {
+        dy16[i] = to_half(dyv[i], dt);
+        if (!isfinite(dyv[i])) flag = 1;
+    }
+    int64_t nan_from_dense = 0;
+    for (int64_t n = 0; n < B; n++)
+        for (int64_t k = 0; k < K; k++) {
+            double acc = 0;
+            for (int64_t r = 0; r < R; r++) acc += (double)half_to_f32(dy16[n * R + r], dt) * half_to_f32(dense[r * K + k], dt);
+            dx[n * K + k] = (float)acc;
+            nan_from_dense += isnan(acc);
+        }
+    assert_int_equal(flag, inf_at >= 0);
+    if (inf_at >= 0) assert_true(nan_from_dense > 0); /* what the guard is for */
+    if (flag) emu_dx(p, dy16, B, dx);
+    vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
+    CHECK_PTR(want);
+    CHECK_PTR(bound);
+    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
+    for (int64_t i = 0; i < B * K; i++) {
+        bool ok = isfinite(w[i]) ? fabsf(dx[i] - w[i]) <= 1e-5f * bd[i] + 1e-30f
+                                 : (isnan(w[i]) ? isnan(dx[i]) : dx[i] == w[i]);
+        if (!ok)
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dense-path dx[%lld][%lld] = %g, CPU %g",
+                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
+                     vn_dtype_name(dt), (long long)(i / K), (long long)(i % K), (double)dx[i],
+                     (double)w[i]);
+    }
+    free(dense);
+    free(dy16);
+    free(decoded);
+    free(dx);
+    vnm_sptc_free(p);
+    vn_tensor *ts[] = {vals, avals, dy, ady, ref, want, bound};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(s);
+}
+
+/* Every (V, M) with a partial V-block, row tile, group and k-tile; f16; V =
+ * 48 and 256; M = 128; an Inf in dY (the guarded k_dx rewrites dX). */
+static void test_dense_dx(void **state)
+{
+    static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
+    for (size_t iv = 0; iv < 4; iv++)
+        for (size_t im = 0; im < 5; im++)
+            check_dense_dx(Vs[iv] + 23, 9 * Ms[im] + 3, Vs[iv], Ms[im], 11, VN_BF16,
+                           (uint32_t)(700 + 10 * iv + im), -1);
+    check_dense_dx(100, 77, 48, 5, 7, VN_F16, 791, -1);
+    check_dense_dx(272, 77, 256, 8, 5, VN_BF16, 792, -1);
+    check_dense_dx(40, 300, 16, 128, 3, VN_BF16, 793, -1);
+    check_dense_dx(40, 100, 16, 4, 7, VN_BF16, 794, 2 * 40 + 5);
+    check_dense_dx(70, 100, 32, 5, 7, VN_F16, 795, 3 * 70 + 35);
+}
+
 /* The emulator has teeth: one changed metadata nibble changes the result. */
 static void test_emulator_sees_a_bad_nibble(void **state)
 {
@@ -627,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_spmm_t_all_layouts),
         cmocka_unit_test(test_spmm_t_inf_and_edges),
         cmocka_unit_test(test_sddmm_all_layouts),
+        cmocka_unit_test(test_dense_dx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

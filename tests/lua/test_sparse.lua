@@ -394,4 +394,29 @@ do
   tap.is(venom.vnm_precision(), "f32", "vnm_precision: f32 again")
 end
 
+-- How dX runs on CUDA (venom.set_vnm_cuda_dx): only the setting is checked
+-- here; tests/gpu/test_vnm.lua runs both paths against the CPU.
+do
+  tap.is(venom.vnm_cuda_dx(), "auto", "vnm_cuda_dx: auto by default")
+  tap.error_like(function() venom.set_vnm_cuda_dx("cublas") end,
+    'path must be "auto", "sparse" or "dense", found "cublas"', "set_vnm_cuda_dx: a bad string names all three")
+  tap.error_like(function() venom.set_vnm_cuda_dx("dense\0x") end, "path must be",
+    "set_vnm_cuda_dx: a string with a NUL after dense is not dense")
+  tap.is(venom.vnm_cuda_dx(), "auto", "set_vnm_cuda_dx: a refused call changes nothing")
+  local layer = nn.SparseLinear(96, 40, { V = 8, M = 4 })
+  local function dx()
+    local x = venom.randn(7, 96):requires_grad_(true)
+    layer(x):sum():backward()
+    return x.grad
+  end
+  venom.manual_seed(5)
+  local want = dx()
+  venom.set_vnm_cuda_dx("dense")
+  tap.is(venom.vnm_cuda_dx(), "dense", "vnm_cuda_dx: dense once set")
+  venom.manual_seed(5)
+  tap.is(max_diff(dx(), want), 0, "set_vnm_cuda_dx: the CPU's dx is the same bit for bit")
+  venom.set_vnm_cuda_dx("auto")
+  tap.is(venom.vnm_cuda_dx(), "auto", "vnm_cuda_dx: auto again")
+end
+
 tap.done()

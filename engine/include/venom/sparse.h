@@ -123,8 +123,11 @@ vn_vnm_precision vn_vnm_get_precision(void);
  * build with the sm_90a code): x, the values
  * and dY are rounded to bf16 (f16 under vn_set_autocast(VN_F16), round to
  * nearest even), products are summed in f32, and y and every gradient are
- * f32; the values are repacked from `values` at each call, so in-place
- * optimizer updates are always seen. CUDA needs V a multiple of 16, and
+ * f32; the values are packed from `values` once per version of that tensor
+ * (cached in s: an in-place write, as an optimizer step, bumps the version
+ * and the next call packs again), so in-place optimizer updates are always
+ * seen. The input gradient runs on the sparse kernel or on cuBLAS with a
+ * dense W, see vn_vnm_set_cuda_dx. CUDA needs V a multiple of 16, and
  * M ≤ 128 when x needs a gradient (VN_ERR_ARG naming V and M).
  * Errors: VN_ERR_SHAPE naming the shapes when x's last dim is not K,
  * values are not (R, 2·⌈K/M⌉) or bias is not (R); VN_ERR_DTYPE;
@@ -153,6 +156,23 @@ vn_tensor *vn_vnm_mlp(const vn_tensor *x, const vn_vnm *fc, const vn_tensor *fc_
  * kept positions, (R, 2·⌈K/M⌉), for dy and x with the same number of rows.
  * On CUDA spmm_t needs M ≤ 128. */
 vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x);
+/* How the input gradient dx = dY·W of vn_vnm_linear and vn_vnm_spmm_t runs
+ * on CUDA, for the whole process:
+ *   VN_VNM_DX_AUTO    (default) the rule below;
+ *   VN_VNM_DX_SPARSE  the Sparse Tensor Core kernel (k_dx) always;
+ *   VN_VNM_DX_DENSE   cuBLAS on a dense 16-bit W (R × K), rebuilt from the
+ *                     packed values once per values version (an optimizer
+ *                     step) and cached in the matrix (R·K·2 bytes more).
+ * The rule of AUTO (an estimate until a GPU has timed both; the reasons
+ * are in engine/sparse/vnm_sptc.h): dense when M < 8, dY has at least 256
+ * rows and R·K ≥ 2^20; else sparse. Both give the CPU's dx up to f32
+ * summation order; on the dense path a dY holding Inf or NaN (where W's
+ * zeros would give 0 · Inf = NaN) makes the sparse kernel rewrite dx, so dx
+ * is finite wherever the CPU's is. The CPU is not affected. Errors:
+ * VN_ERR_ARG for another value (the setting is then unchanged). */
+typedef enum { VN_VNM_DX_AUTO = 0, VN_VNM_DX_SPARSE = 1, VN_VNM_DX_DENSE = 2 } vn_vnm_cuda_dx;
+vn_status vn_vnm_set_cuda_dx(vn_vnm_cuda_dx path);
+vn_vnm_cuda_dx vn_vnm_get_cuda_dx(void);
 vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
 vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);
 
