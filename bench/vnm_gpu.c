@@ -11,7 +11,14 @@
  * GEMMs). Before timing each (R, K, M, V) it checks one output of each
  * kernel against the CPU kernels (vn_vnm_spmm, vn_vnm_spmm_t, vn_vnm_sddmm)
  * on fresh random inputs of 96 rows, outputs poisoned with NaN first, and
- * prints PASS/FAIL with the relative error.
+ * prints PASS/FAIL with the relative error. The dense dX path of the engine
+ * (issue 18 part 4) is checked and timed too: k_densify's W bit for bit
+ * against the CPU's dense matrix, dY·W_dense followed by the guarded k_dx
+ * against the CPU's dX with and without an Inf in dY (the flag of
+ * vnk_f32_to_half_check), and the guard writing nothing when its flag is 0;
+ * each row ends with the densify time and the dense path's time against
+ * k_dx's, the table that should replace the estimated rule of
+ * engine/sparse/vnm_sptc.h (vnm_sptc_dx_dense).
  *
  * Links libvenom (built with CUDA), its kernels and the CUDA runtime (for
  * events); includes the engine's internal vnm_sptc.h for the packing. */
@@ -19,6 +26,7 @@
 #include "vnm_sptc.h"
 
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -204,6 +212,95 @@ static void verify(const vn_vnm *s, const vnk_vnm *w)
     vn_tensor_release(dy);
 }
 
+static void check_line(const char *name, bool pass, const char *fmt, double v)
+{
+    printf("  check %-16s %s (", name, pass ? "PASS" : "FAIL");
+    printf(fmt, v);
+    printf(")\n");
+}
+
+/* dX = dY·W as the engine's dense path runs it, into dx (device, B × K):
+ * dy (device f32, B × R) converted with the Inf/NaN flag, cuBLAS on
+ * wdense, then k_dx guarded by the flag. Returns the flag. */
+static int dense_dx(const vnk_vnm *w, const float *dy, int64_t B, const void *wdense, float *dx)
+{
+    int64_t R = w->R, K = w->K, flag_h = 0;
+    void *dy16 = vnk_alloc((size_t)(B * R) * 2);
+    int *flag = vnk_alloc(sizeof *flag);
+    if (!dy16 || !flag) OK(1);
+    CUDA_OK(cudaMemset(flag, 0, sizeof *flag));
+    OK(vnk_f32_to_half_check(dy16, VN_BF16, dy, B * R, flag));
+    OK(vnk_gemm(dx, K, 0, dy16, R, 0, wdense, K, 0, VN_BF16, false, false, B, K, R, 1, 1, 0, false));
+    OK(vnk_vnm_spmm_t_if(dx, w, dy16, B, flag));
+    OK(vnk_copy(&flag_h, false, flag, true, sizeof *flag));
+    vnk_free(dy16, (size_t)(B * R) * 2);
+    vnk_free(flag, sizeof *flag);
+    return (int)flag_h;
+}
+
+/* The dense dX path against the CPU (see the file's comment). */
+static void verify_dense_dx(const vn_vnm *s, const vnk_vnm *w)
+{
+    int64_t R = w->R, K = w->K, B = CHECK_B, bad = 0;
+    size_t nw = (size_t)(R * K), nx = (size_t)(B * K);
+    uint16_t *wd = vnk_alloc(nw * 2), *wh = malloc(nw * 2);
+    float *dx = vnk_alloc(nx * 4), *dxh = malloc(nx * 4), *dy_d = vnk_alloc((size_t)(B * R) * 4);
+    vn_tensor *dense = vn_vnm_to_dense(s), *values = vn_vnm_values(s);
+    vn_tensor *dy = vn_zeros(VN_F32, 2, (int64_t[]){B, R});
+    VN_OK_PTR(dense && values && dy && wd && wh && dx && dxh && dy_d);
+    CUDA_OK(cudaMemset(wd, 0xff, nw * 2));
+    OK(vnk_vnm_densify(wd, w));
+    OK(vnk_copy(wh, false, wd, true, nw * 2));
+    const float *df = vn_tensor_data(dense);
+    for (size_t i = 0; i < nw; i++) bad += wh[i] != vn__f32_to_bf16(df[i]);
+    check_line("densify", bad == 0, "%.0f elements differ from the CPU's", (double)bad);
+
+    float *dyf = vn_tensor_data(dy);
+    for (int64_t i = 0; i < B * R; i++) dyf[i] = vn__bf16_to_f32(vn__f32_to_bf16(uniform()));
+    for (int inf = 0; inf < 2; inf++) {
+        if (inf) dyf[3 * R + R / 2] = INFINITY; /* batch row 3 */
+        vn_tensor *ref = vn_vnm_spmm_t(s, values, dy);
+        VN_OK_PTR(ref);
+        OK(vnk_copy(dy_d, true, dyf, false, (size_t)(B * R) * 4));
+        CUDA_OK(cudaMemset(dx, 0xff, nx * 4));
+        int flag = dense_dx(w, dy_d, B, wd, dx);
+        OK(vnk_copy(dxh, false, dx, true, nx * 4));
+        const float *rf = vn_tensor_data(ref);
+        double num = 0, den = 0;
+        int64_t nan_bad = 0;
+        for (size_t i = 0; i < nx; i++) {
+            if (!isfinite(rf[i])) {
+                nan_bad += isnan(rf[i]) != isnan(dxh[i]);
+                continue;
+            }
+            nan_bad += !isfinite(dxh[i]);
+            num = fmax(num, fabs((double)dxh[i] - rf[i])), den = fmax(den, fabs((double)rf[i]));
+        }
+        double e = num / (den > 0 ? den : 1);
+        check_line(inf ? "dX dense, Inf" : "dX dense", flag == inf && nan_bad == 0 && e < 1e-3,
+                   "relative error %.2e", e);
+        vn_tensor_release(ref);
+    }
+    /* The guard off: k_dx with a zero flag leaves the poisoned dX as it was. */
+    int *flag = vnk_alloc(sizeof *flag);
+    if (!flag) OK(1);
+    CUDA_OK(cudaMemset(flag, 0, sizeof *flag));
+    CUDA_OK(cudaMemset(dx, 0xff, nx * 4));
+    void *dy16 = vnk_alloc((size_t)(B * R) * 2);
+    if (!dy16) OK(1);
+    OK(vnk_f32_to_half(dy16, VN_BF16, dy_d, B * R));
+    OK(vnk_vnm_spmm_t_if(dx, w, dy16, B, flag));
+    OK(vnk_copy(dxh, false, dx, true, nx * 4));
+    bad = 0;
+    for (size_t i = 0; i < nx; i++) bad += ((const uint32_t *)dxh)[i] != 0xffffffffu;
+    check_line("guard off", bad == 0, "%.0f elements written", (double)bad);
+    vnk_free(flag, sizeof *flag);
+    vnk_free(dy16, (size_t)(B * R) * 2);
+    vnk_free(wd, nw * 2), vnk_free(dx, nx * 4), vnk_free(dy_d, (size_t)(B * R) * 4);
+    free(wh), free(dxh);
+    vn_tensor_release(dense), vn_tensor_release(values), vn_tensor_release(dy);
+}
+
 static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -212,12 +309,15 @@ static int cmp_float(const void *a, const void *b)
 
 /* Median milliseconds of `what` (0 fwd (the kernel vnk_vnm_spmm picks),
  * 1 dX, 2 SDDMM, 3 step, 4 dense X·Wᵀ, 5 dense dY·W, 6 dense dYᵀ·X, 7 fwd
- * by the mma.sp kernel) after one warm-up run. */
+ * by the mma.sp kernel, 8 k_densify into wdn, 9 the engine's dense dX path
+ * after the conversion: dY·wdn on cuBLAS then k_dx guarded by a zero flag)
+ * after one warm-up run. */
 typedef struct {
     const vnk_vnm *w;
     int64_t B, R, K, ldx;
-    void *xt, *x, *dy, *wd;
+    void *xt, *x, *dy, *wd, *wdn;
     float *y, *dx, *dv, *dw;
+    const int *flag0; /* dev, 0 */
 } bench_args;
 
 static void run_once(const bench_args *a, int what)
@@ -233,6 +333,11 @@ static void run_once(const bench_args *a, int what)
         OK(vnk_gemm(a->dx, a->K, 0, a->dy, a->R, 0, a->wd, a->K, 0, VN_BF16, false, false, a->B, a->K, a->R, 1, 1, 0, false));
     if (what == 6)
         OK(vnk_gemm(a->dw, a->K, 0, a->dy, a->R, 0, a->x, a->K, 0, VN_BF16, true, false, a->R, a->K, a->B, 1, 1, 0, false));
+    if (what == 8) OK(vnk_vnm_densify(a->wdn, w));
+    if (what == 9) {
+        OK(vnk_gemm(a->dx, a->K, 0, a->dy, a->R, 0, a->wdn, a->K, 0, VN_BF16, false, false, a->B, a->K, a->R, 1, 1, 0, false));
+        OK(vnk_vnm_spmm_t_if(a->dx, w, a->dy, a->B, a->flag0));
+    }
 }
 
 static float time_ms(const bench_args *a, int what)
@@ -273,7 +378,10 @@ int main(void)
     uint16_t *h = malloc(big * 2);
     for (size_t i = 0; i < big; i++) h[i] = vn__f32_to_bf16(uniform());
     void *xt = dev_copy(h, big * 2), *x = dev_copy(h, big * 2), *dy = dev_copy(h, big * 2),
-         *wd = dev_copy(h, (size_t)11008 * 4096 * 2);
+         *wd = dev_copy(h, (size_t)11008 * 4096 * 2), *wdn = vnk_alloc((size_t)11008 * 4096 * 2);
+    int *flag0 = vnk_alloc(sizeof *flag0);
+    if (!wdn || !flag0) OK(1);
+    CUDA_OK(cudaMemset(flag0, 0, sizeof *flag0));
     float *y = vnk_alloc(big * 4), *dx = vnk_alloc(big * 4), *dv = vnk_alloc(big * 4),
           *dw = vnk_alloc((size_t)11008 * 4096 * 4);
     free(h);
@@ -293,24 +401,30 @@ int main(void)
                 vnk_vnm w = to_device(p);
                 printf("R=%lld K=%lld M=%lld V=%lld\n", (long long)R, (long long)K, (long long)M, (long long)V);
                 verify(s, &w);
+                verify_dense_dx(s, &w);
                 for (int ib = 0; ib < 2; ib++) {
                     int64_t B = Bs[ib];
-                    bench_args a = {&w, B, R, K, B, xt, x, dy, wd, y, dx, dv, dw};
+                    bench_args a = {&w, B, R, K, B, xt, x, dy, wd, wdn, y, dx, dv, dw, flag0};
                     float dense[3] = {time_ms(&a, 4), time_ms(&a, 5), time_ms(&a, 6)};
                     float dense_step = dense[0] + dense[1] + dense[2];
                     double flop = 2.0 * B * R * K;
                     printf("%6lld %6lld %6lld %3lld %4lld", (long long)R, (long long)K, (long long)B,
                            (long long)M, (long long)V);
+                    float sparse_dx = 0;
                     for (int k = 0; k < 4; k++) {
                         float ms = time_ms(&a, k), base = k < 3 ? dense[k] : dense_step;
                         double f = k < 3 ? flop : 3 * flop;
                         printf(" | %7.3f %6.1f %5.2fx", ms, f / ms / 1e9, base / ms);
+                        if (k == 1) sparse_dx = ms;
                     }
                     printf(" | dense fwd %.3f ms %.1f TF/s", dense[0], flop / dense[0] / 1e9);
                     if (vnk_vnm_fwd_auto(&w) == VNK_VNM_FWD_WGMMA) { /* fwd was wgmma: the fallback too */
                         float ms = time_ms(&a, 7);
                         printf(" | fwd mma.sp %.3f ms %.2fx", ms, dense[0] / ms);
                     }
+                    float dense_path = time_ms(&a, 9);
+                    printf(" | densify %.3f ms | dX dense path %.3f ms %.2fx of k_dx", time_ms(&a, 8),
+                           dense_path, sparse_dx / dense_path);
                     printf("\n");
                 }
                 free_dev(&w);
@@ -318,7 +432,8 @@ int main(void)
                 vn_vnm_free(s);
             }
     vnk_free(xt, big * 2), vnk_free(x, big * 2), vnk_free(dy, big * 2);
-    vnk_free(wd, (size_t)11008 * 4096 * 2);
+    vnk_free(wd, (size_t)11008 * 4096 * 2), vnk_free(wdn, (size_t)11008 * 4096 * 2);
+    vnk_free(flag0, sizeof *flag0);
     vnk_free(y, big * 4), vnk_free(dx, big * 4), vnk_free(dv, big * 4);
     vnk_free(dw, (size_t)11008 * 4096 * 4);
     return 0;

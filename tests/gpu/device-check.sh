@@ -485,6 +485,7 @@ failed=$(awk '$2 != "ok" { printf "%s%s", sep, $1; sep = ", " }' "$LOG/steps.txt
     printf '| %-40s | %s\n' "card, driver" "${gpu:-no nvidia-smi}"
     printf '| %-40s | %s\n' "V:N:M kernels (vnm_gpu)" "$(grep -c '^|' "$LOG/vnm_gpu.log" 2>/dev/null || echo 0) table rows in vnm_gpu.log"
     printf '| %-40s | %s\n' "V:N:M kernel checks PASS / FAIL (vnm_gpu)" "$(grep -c 'check .* PASS' "$LOG/vnm_gpu.log" 2>/dev/null || echo 0) / $(grep -c 'check .* FAIL' "$LOG/vnm_gpu.log" 2>/dev/null || echo 0)"
+    printf '| %-40s | %s\n' "V:N:M dX: dense path faster, rows by M" "$(awk '/dX dense path/ { for (i = 1; i < NF; i++) if ($i == "of" && $(i + 1) == "k_dx") r = $(i - 1); n[$4]++; if (r + 0 > 1) f[$4]++ } END { for (m in n) printf "M=%s %d/%d  ", m, f[m], n[m] }' "$LOG/vnm_gpu.log" 2>/dev/null) (the rule of vnm_sptc_dx_dense: M < 8)"
     printf '| %-40s | %s\n' "V:N:M forward kernel (V=64)" "$(sed -n 's/.*rows with V=64 here use //p' "$LOG/vnm_gpu.log" 2>/dev/null | head -1) (wgmma rows also time mma.sp)"
     printf '| %-40s | %s\n' "GPU tests" "$(cat "$LOG/gpu-tests.summary" 2>/dev/null || echo 'not run')"
     printf '| %-40s | %s\n' "C tests (CPU suite)" "$(cat "$LOG/c-tests.summary" 2>/dev/null || echo 'not run')"

@@ -9,6 +9,9 @@
 -- sm_90a code, the forward of every V % 64 == 0 case runs the wgmma kernel
 -- (kernels/vnm_wgmma.cu), the others the mma.sp one (kernels.h,
 -- vnk_vnm_fwd); bench/vnm_gpu checks and times both on the same shapes.
+-- The input gradient runs both ways: the sparse kernel (k_dx) and, with
+-- venom.set_vnm_cuda_dx("dense"), cuBLAS on the dense W rebuilt per values
+-- version, guarded against Inf in dY.
 local venom = require "venom"
 if not venom.cuda.is_available() then print("1..0 # SKIP no CUDA device") os.exit(0) end
 package.path = "tests/gpu/?.lua;tests/lua/?.lua;" .. package.path
@@ -39,7 +42,7 @@ end
 
 -- y = x·Wᵀ + b and its three gradients on both devices.
 local function check_layer(V, M, R, K, B, dtype)
-  local name = ("V=%d M=%d, %d × %d, B=%d, %s"):format(V, M, R, K, B, dtype)
+  local name = ("V=%d M=%d, %d × %d, B=%d, %s, dx %s"):format(V, M, R, K, B, dtype, venom.vnm_cuda_dx())
   local s = venom.vnm_from_dense(G.randn_nz(R, K), V, 2, M)
   local v = round(s:values(), dtype)
   local x, b = round(G.randn_nz(B, K), dtype), G.randn_nz(R)
@@ -116,8 +119,11 @@ do
 end
 
 -- dX with an Inf in dY: the CPU multiplies kept weights only, so a column no
--- row of that block keeps stays finite; the GPU must not turn 0 · Inf into NaN.
-do
+-- row of that block keeps stays finite; the GPU must not turn 0 · Inf into NaN
+-- (the sparse kernel's kept-only path; on the dense path the flag set while
+-- converting dY makes the sparse kernel rewrite cuBLAS's dX).
+local function check_inf_dx()
+  local path = venom.vnm_cuda_dx()
   local s = venom.vnm_from_dense(G.randn_nz(32, 64), 16, 2, 8)
   local v = round(s:values(), "bf16")
   local dy = round(G.randn_nz(4, 32), "bf16")
@@ -132,11 +138,39 @@ do
         if (w == w) and (g ~= g) then bad = bad + 1 end
       end
     end
-    tap.is(bad, 0, "dX with an Inf in dY: no NaN where the CPU is not NaN")
+    tap.is(bad, 0, "dX (" .. path .. ") with an Inf in dY: no NaN where the CPU is not NaN")
     close(dx:narrow(1, 1, 1), venom.vnm_spmm_t(s, v, dy):narrow(1, 1, 1), TOL,
       "... and a row of dY without Inf gives the CPU's dX")
   end
 end
+check_inf_dx()
+
+-- The dense dX path (venom.set_vnm_cuda_dx "dense"): layouts with partial
+-- blocks, groups and tiles, f16, the Inf guard, and the dense W following an
+-- in-place write of the values (rebuilt with the packed values).
+venom.set_vnm_cuda_dx("dense")
+for _, V in ipairs({ 16, 64, 128 }) do
+  for _, M in ipairs({ 4, 5, 8, 32 }) do check_layer(V, M, 2 * V + 5, 9 * M + 3, 37, "bf16") end
+end
+check_layer(64, 4, 300, 1000, 300, "bf16")
+check_layer(16, 5, 40, 47, 9, "f16")
+check_inf_dx()
+do
+  local s = venom.vnm_from_dense(G.randn_nz(48, 64), 16, 2, 4)
+  local v, v2 = round(s:values(), "bf16"), round(G.randn_nz(48, 32), "bf16")
+  local dy = round(G.randn_nz(6, 48), "bf16")
+  local vg, dyg = v:cuda(), dy:cuda()
+  local dx1 = try("dense W cache", function() return venom.vnm_spmm_t(s, vg, dyg) end)
+  if dx1 then
+    close(dx1, venom.vnm_spmm_t(s, v, dy), TOL, "dense W cache: first call")
+    vg:copy_(v2:cuda())
+    close(venom.vnm_spmm_t(s, vg, dyg), venom.vnm_spmm_t(s, v2, dy), TOL,
+      "dense W cache: values written in place give a new dense W")
+  end
+end
+venom.set_vnm_cuda_dx("auto")
+-- "auto" at a shape its rule sends to cuBLAS (M = 4, 256 rows, 2^20 weights).
+check_layer(64, 4, 1024, 1024, 256, "bf16")
 
 -- Inputs that start to require a gradient after the forward: the backward
 -- rebuilds what the forward did not keep (the packed values, Xᵀ).
