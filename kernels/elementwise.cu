@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <type_traits>
 
 /* ---- the loop -------------------------------------------------------------- */
 
@@ -413,11 +414,13 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value)
 /* out[j] = in[j] rounded to T, 4 elements per thread and step: one 16-byte
  * load and one 8-byte store (n4 = n / 4 groups; the caller checked the
  * alignment), then the last n % 4 one by one. With nonfinite non-NULL, a
- * thread that met Inf or NaN stores 1 there (racing stores of the same
+ * thread that wrote an Inf or NaN (b16_nonfinite of the rounded bits: f32
+ * past the 16-bit range counts) stores 1 there (racing stores of the same
  * value: no atomics needed). */
 template <typename T>
 __global__ void k_f32_to_half(T *out, const float *in, int64_t n, int *nonfinite)
 {
+    constexpr int bf16 = std::is_same<T, __nv_bfloat16>::value;
     const int64_t n4 = n / 4;
     bool bad = false;
     for (int64_t j = VNK_GRID_START; j < n4; j += VNK_GRID_STEP) {
@@ -429,11 +432,17 @@ __global__ void k_f32_to_half(T *out, const float *in, int64_t n, int *nonfinite
         o.h[0] = vnk__round_half<T>(v.x), o.h[1] = vnk__round_half<T>(v.y);
         o.h[2] = vnk__round_half<T>(v.z), o.h[3] = vnk__round_half<T>(v.w);
         ((uint2 *)out)[j] = o.u;
-        bad |= !isfinite(v.x) | !isfinite(v.y) | !isfinite(v.z) | !isfinite(v.w);
+        bad |= b16_nonfinite(o.u.x, bf16) | b16_nonfinite(o.u.x >> 16, bf16) |
+               b16_nonfinite(o.u.y, bf16) | b16_nonfinite(o.u.y >> 16, bf16);
     }
     for (int64_t j = 4 * n4 + VNK_GRID_START; j < n; j += VNK_GRID_STEP) {
-        out[j] = vnk__round_half<T>(in[j]);
-        bad |= !isfinite(in[j]);
+        union {
+            T h;
+            uint16_t u;
+        } o;
+        o.h = vnk__round_half<T>(in[j]);
+        out[j] = o.h;
+        bad |= b16_nonfinite(o.u, bf16);
     }
     if (nonfinite && bad) *nonfinite = 1;
 }

@@ -120,7 +120,9 @@ int vnk_fill(void *out, vn_dtype dtype, int64_t n, double value);
  * with 64-bit division). */
 int vnk_f32_to_half(void *out, vn_dtype dtype, const float *in, int64_t n);
 /* vnk_f32_to_half that also sets *nonfinite (dev int) to 1 when an element
- * of in is Inf or NaN; it never clears it (the caller zeroes it first). The
+ * of out is Inf or NaN (of out, as rounded: an f32 beyond the 16-bit range
+ * counts; the test is scalar.h's b16_nonfinite, as in k_dx); it never
+ * clears it (the caller zeroes it first). The
  * flag travels on the device: a later kernel reads it (vnk_vnm_spmm_t_if),
  * the host need not wait for it. */
 int vnk_f32_to_half_check(void *out, vn_dtype dtype, const float *in, int64_t n, int *nonfinite);

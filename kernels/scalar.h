@@ -16,6 +16,18 @@
 #define VN_HD
 #endif
 
+/* Whether the 16-bit float bits h (the low 16 bits) are Inf or NaN, an
+ * all-ones exponent: bf16 (8 exponent bits, mask 0x7f80) when bf16, else f16
+ * (5 bits, 0x7c00). Tested on the rounded bits, not on the f32 they came
+ * from: a finite f32 past the 16-bit range rounds to Inf, and the rounded
+ * value is what a tensor-core product multiplies (k_dx's fragments and the
+ * dY flag of vnk_f32_to_half_check ask the same question). */
+static inline VN_HD int b16_nonfinite(uint32_t h, int bf16)
+{
+    const uint32_t e = bf16 ? 0x7f80u : 0x7c00u;
+    return (h & e) == e;
+}
+
 /* tanh through expf: glibc's tanhf goes through expm1f and costs ~30 ns on
  * moderate inputs, 7x this. tanh|x| = (1 − e)/(1 + e) with e = exp(−2|x|);
  * below 0.1, where 1 − e cancels, a Taylor polynomial (error < 1e-10).

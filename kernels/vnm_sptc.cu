@@ -44,6 +44,7 @@
  * the CPU by tests/c/test_vnm_sptc_emu.c. */
 #include "async_copy.cuh"
 #include "internal.cuh"
+#include "scalar.h"
 #include "vnm_sptc_index.h"
 #include "vnm_wgmma_index.h"
 
@@ -210,8 +211,7 @@ template <bool BF16> static __device__ inline float half_to_float(uint16_t h)
 /* Whether either 16-bit half of x is Inf or NaN (exponent all ones). */
 template <bool BF16> static __device__ inline bool nonfinite_pair(uint32_t x)
 {
-    const uint32_t e = BF16 ? 0x7f80u : 0x7c00u;
-    return (x & e) == e || ((x >> 16) & e) == e;
+    return b16_nonfinite(x, BF16) || b16_nonfinite(x >> 16, BF16);
 }
 
 /* Eight b16 of dY's row n from column r into shared memory at dst (16-byte

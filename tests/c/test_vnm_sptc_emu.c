@@ -19,6 +19,7 @@
  * What a GPU run still has to prove: that the hardware follows the ISA as
  * modelled here (and its speed). */
 #include "gradcheck.h"
+#include "scalar.h"
 #include "sptc_check.h"
 #include "sptc_emu.h"
 #include "vnm_random.h"
@@ -625,14 +626,18 @@ static void emu_densify(const vnm_sptc *p, uint16_t *dense)
 }
 
 /* The dense path of dX as the engine queues it: the conversion of dY sets a
- * flag where an element is Inf or NaN; dX = dY·W on the dense W (a plain
- * double GEMM stands in for cuBLAS); k_dx, guarded by the flag, rewrites dX
- * only when it is set. Checked: the dense W equals the host decoder's and
- * vn_vnm_to_dense of the rounded values bit for bit, and dX equals the CPU's
- * as check_spmm_t asks (with inf_at ≥ 0 the guard must have run: without it
- * the dense product has NaN where the CPU is finite, which is checked too). */
+ * flag where an element, rounded, is Inf or NaN (b16_nonfinite, the
+ * kernel's test); dX = dY·W on the dense W (a plain double GEMM stands in
+ * for cuBLAS); k_dx, guarded by the flag, rewrites dX only when it is set.
+ * Checked: the dense W equals the host decoder's and vn_vnm_to_dense of the
+ * rounded values bit for bit, and dX equals the CPU's as check_spmm_t asks.
+ * With inf_at ≥ 0, dY's element there is `big` (Inf, or a finite f32 that
+ * overflows the 16-bit type): the flag must be set, and without the guard
+ * the dense product would have NaN (checked too). A finite `big` that
+ * overflows has no CPU value to match (the CPU keeps it finite): there the
+ * check is the flag only. */
 static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
-                           uint32_t seed, int64_t inf_at)
+                           uint32_t seed, int64_t inf_at, float big)
 {
     vn_vnm *s = test_matrix(R, K, V, M, seed);
     vn_tensor *vals = vn_vnm_values(s);
@@ -640,7 +645,7 @@ static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B
     vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
     vn_tensor *ady = round_in_place(dy, dt, true);
     float *dyv = vn_tensor_data(dy);
-    if (inf_at >= 0) dyv[inf_at] = INFINITY;
+    if (inf_at >= 0) dyv[inf_at] = big;
     vnm_sptc *p = vnm_sptc_pack(s, dt);
     CHECK_PTR(p);
     uint16_t *dense = malloc((size_t)(R * K) * 2), *dy16 = malloc((size_t)(B * R) * 2);
@@ -661,7 +666,7 @@ static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B
     int flag = 0;
     for (int64_t i = 0; i < B * R; i++) {
         dy16[i] = to_half(dyv[i], dt);
-        if (!isfinite(dyv[i])) flag = 1;
+        if (b16_nonfinite(dy16[i], dt == VN_BF16)) flag = 1;
     }
     int64_t nan_from_dense = 0;
     for (int64_t n = 0; n < B; n++)
@@ -674,6 +679,14 @@ static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B
     assert_int_equal(flag, inf_at >= 0);
     if (inf_at >= 0) assert_true(nan_from_dense > 0); /* what the guard is for */
     if (flag) emu_dx(p, dy16, B, dx);
+    if (isfinite(big) && inf_at >= 0) { /* overflowed in the rounding: no CPU value to match */
+        free(dense), free(dy16), free(decoded), free(dx);
+        vnm_sptc_free(p);
+        vn_tensor *ts[] = {vals, avals, dy, ady, ref};
+        gc_release_all(ts, sizeof ts / sizeof ts[0]);
+        vn_vnm_free(s);
+        return;
+    }
     vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
     CHECK_PTR(want);
     CHECK_PTR(bound);
@@ -698,19 +711,21 @@ static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B
 }
 
 /* Every (V, M) with a partial V-block, row tile, group and k-tile; f16; V =
- * 48 and 256; M = 128; an Inf in dY (the guarded k_dx rewrites dX). */
+ * 48 and 256; M = 128; an Inf in dY (the guarded k_dx rewrites dX); a
+ * finite f32 that overflows f16 (the flag looks at the rounded bits). */
 static void test_dense_dx(void **state)
 {
     static const int64_t Vs[] = {16, 32, 64, 128}, Ms[] = {4, 5, 8, 16, 32};
     for (size_t iv = 0; iv < 4; iv++)
         for (size_t im = 0; im < 5; im++)
             check_dense_dx(Vs[iv] + 23, 9 * Ms[im] + 3, Vs[iv], Ms[im], 11, VN_BF16,
-                           (uint32_t)(700 + 10 * iv + im), -1);
-    check_dense_dx(100, 77, 48, 5, 7, VN_F16, 791, -1);
-    check_dense_dx(272, 77, 256, 8, 5, VN_BF16, 792, -1);
-    check_dense_dx(40, 300, 16, 128, 3, VN_BF16, 793, -1);
-    check_dense_dx(40, 100, 16, 4, 7, VN_BF16, 794, 2 * 40 + 5);
-    check_dense_dx(70, 100, 32, 5, 7, VN_F16, 795, 3 * 70 + 35);
+                           (uint32_t)(700 + 10 * iv + im), -1, 0);
+    check_dense_dx(100, 77, 48, 5, 7, VN_F16, 791, -1, 0);
+    check_dense_dx(272, 77, 256, 8, 5, VN_BF16, 792, -1, 0);
+    check_dense_dx(40, 300, 16, 128, 3, VN_BF16, 793, -1, 0);
+    check_dense_dx(40, 100, 16, 4, 7, VN_BF16, 794, 2 * 40 + 5, INFINITY);
+    check_dense_dx(70, 100, 32, 5, 7, VN_F16, 795, 3 * 70 + 35, INFINITY);
+    check_dense_dx(40, 100, 16, 4, 7, VN_F16, 796, 2 * 40 + 5, 7e4f); /* f16 max 65504: rounds to Inf */
 }
 
 /* The emulator has teeth: one changed metadata nibble changes the result. */
