@@ -63,6 +63,7 @@ if(VENOM_HAVE_CUDA)
   # -Werror), whatever VENOM_WERROR: a spilling inner loop would lose the
   # speed these kernels exist for.
   set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/vnm_sptc.cu
+                              ${PROJECT_SOURCE_DIR}/kernels/vnm_densify.cu
                               ${PROJECT_SOURCE_DIR}/kernels/attention.cu PROPERTIES
                               COMPILE_OPTIONS "-Xptxas=-v,-warn-spills,-Werror")
   # The sm_90a forward V:N:M kernel (wgmma.mma_async.sp): its own object

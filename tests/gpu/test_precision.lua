@@ -38,6 +38,25 @@ for _, dt in ipairs({ "bf16", "f16" }) do
       close(got, ra:matmul(rb), 1e-4, dt .. " autocast matmul " .. s[1] .. " = f32 product of " .. dt .. "-rounded inputs")
     end
   end
+  -- Operands the vectorised conversion (vnk_f32_to_half: contiguous, 16-byte
+  -- aligned) does not take go through the generic one, with the same
+  -- rounding: a column slice (rows 96 floats apart for 64 columns) and a
+  -- contiguous view that starts one float (4 bytes) into its storage.
+  do
+    local a = venom.randn(40, 96)
+    local b = venom.randn(577)
+    local av = a:cuda():narrow(2, 1, 64)
+    local bv = b:cuda():narrow(1, 2, 576):reshape(64, 9)
+    local ok, got = pcall(venom.autocast, dt, function() return av:matmul(bv) end)
+    if not ok then
+      tap.ok(false, dt .. " autocast matmul of a strided and an offset view")
+      tap.diag("%s", tostring(got))
+    else
+      local ra = a:narrow(2, 1, 64):to(dt):float()
+      local rb = b:narrow(1, 2, 576):reshape(64, 9):to(dt):float()
+      close(got, ra:matmul(rb), 1e-4, dt .. " autocast matmul of a strided and an offset view = f32 product of rounded inputs")
+    end
+  end
   -- linear, with and without bias, forward and backward
   local x, w, bias = venom.randn(64, 200), venom.randn(48, 200) * 0.1, venom.randn(48)
   local xc, wc, bc = x:clone():requires_grad_(true), w:clone():requires_grad_(true), bias:clone():requires_grad_(true)
