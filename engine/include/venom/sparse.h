@@ -156,6 +156,9 @@ vn_tensor *vn_vnm_mlp(const vn_tensor *x, const vn_vnm *fc, const vn_tensor *fc_
  * kept positions, (R, 2·⌈K/M⌉), for dy and x with the same number of rows.
  * On CUDA spmm_t needs M ≤ 128. */
 vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor *x);
+vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
+vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);
+
 /* How the input gradient dx = dY·W of vn_vnm_linear and vn_vnm_spmm_t runs
  * on CUDA, for the whole process:
  *   VN_VNM_DX_AUTO    (default) the rule below;
@@ -173,8 +176,6 @@ vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor
 typedef enum { VN_VNM_DX_AUTO = 0, VN_VNM_DX_SPARSE = 1, VN_VNM_DX_DENSE = 2 } vn_vnm_cuda_dx;
 vn_status vn_vnm_set_cuda_dx(vn_vnm_cuda_dx path);
 vn_vnm_cuda_dx vn_vnm_get_cuda_dx(void);
-vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tensor *dy);
-vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x);
 
 /* ---- sparse matrices and graphs (CSR) ------------------------------------ */
 
