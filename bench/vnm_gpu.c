@@ -224,7 +224,8 @@ static void check_line(const char *name, bool pass, const char *fmt, double v)
  * wdense, then k_dx guarded by the flag. Returns the flag. */
 static int dense_dx(const vnk_vnm *w, const float *dy, int64_t B, const void *wdense, float *dx)
 {
-    int64_t R = w->R, K = w->K, flag_h = 0;
+    int64_t R = w->R, K = w->K;
+    int flag_h = 0;
     void *dy16 = vnk_alloc((size_t)(B * R) * 2);
     int *flag = vnk_alloc(sizeof *flag);
     if (!dy16 || !flag) OK(1);
@@ -235,7 +236,7 @@ static int dense_dx(const vnk_vnm *w, const float *dy, int64_t B, const void *wd
     OK(vnk_copy(&flag_h, false, flag, true, sizeof *flag));
     vnk_free(dy16, (size_t)(B * R) * 2);
     vnk_free(flag, sizeof *flag);
-    return (int)flag_h;
+    return flag_h;
 }
 
 /* The dense dX path against the CPU (see the file's comment). */
