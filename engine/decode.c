@@ -41,6 +41,8 @@ typedef struct {
 typedef struct {
     const float *weight, *bias; /* f32 layer (weight NULL when packed) */
     const uint8_t *packed;      /* packed ternary layer */
+    uint8_t *lanes;             /* its copy re-laid for vnq__lanes_product, or NULL */
+    size_t lanes_bytes;
     float gamma;
     const float *norm; /* the RMSNorm before a packed layer, or NULL */
     double norm_eps;
@@ -72,6 +74,9 @@ struct vn_gpt_decoder {
     /* The packed products' kernel, chosen once (vnq__product: the choice
      * reads the environment, ~2% of a narrow model's step). */
     vnq_kernel kernel;
+    /* Whether the packed products run on re-laid copies of the weights
+     * (vnq__lanes_product): where the kernel chosen is VNNI's. */
+    bool lanes;
 };
 
 /* ---- checks at creation ----------------------------------------------------------- */
@@ -173,6 +178,12 @@ static vn_status plan_linear(vn_gpt_decoder *d, const vn_decode_linear *l, const
     }
     if (st) return st;
     p->packed = vn_tensor_data(l->packed);
+    if (d->lanes) { /* re-laid once here, for every step of the generation */
+        p->lanes_bytes = vnq__lanes_bytes(N, p->Kp);
+        p->lanes = vn__mem_alloc(p->lanes_bytes);
+        if (!p->lanes) return vn__err(VN_ERR_MEMORY, "%s: out of memory", OP);
+        vnq__lanes_pack(p->packed, N, p->Kp, p->lanes);
+    }
     p->gamma = l->gamma;
     p->norm = l->norm ? vn_tensor_data(l->norm) : NULL;
     p->norm_eps = l->norm_eps;
@@ -228,6 +239,11 @@ void vn_gpt_decoder_free(vn_gpt_decoder *d)
 {
     if (!d) return;
     for (int i = 0; i < d->n_held; i++) vn_tensor_release(d->held[i]);
+    for (int64_t i = 0; d->blocks && i < d->n_layer; i++)
+        for (int k = 0; k < N_LINEAR; k++) {
+            const linear_plan *l = &d->blocks[i].lin[k];
+            if (l->lanes) vn__mem_free(l->lanes, l->lanes_bytes);
+        }
     if (d->qmem) vn__mem_free(d->qmem, d->q.nbytes);
     free(d->held);
     free(d->blocks);
@@ -285,6 +301,7 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
     /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
     d->kernel = vnq__kernel_for_shape(1, 3 * C > H ? 3 * C : H, Kp / 4);
+    d->lanes = d->kernel == vnq__kernel("avx512vnni") && vnq__lanes_usable(kmax);
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;
@@ -324,7 +341,9 @@ static void linear(vn_gpt_decoder *d, const linear_plan *l, const float *x, floa
             x = d->row;
         }
         vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
-        vnq__product(d->kernel, l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
+        if (l->lanes)
+            vnq__lanes_product(l->lanes, l->N, l->Kp, d->q.q, d->q.sum[0], d->q.s[0], l->gamma, y);
+        else vnq__product(d->kernel, l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
         return;
     }
     if (l->bias) memcpy(y, l->bias, sizeof(float) * (size_t)l->N);

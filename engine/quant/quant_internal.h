@@ -104,6 +104,24 @@ void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_ro
  * a caller making many small products (the decoder) picks it once. */
 void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
                   int64_t B, float gamma, float *out);
+/* Packed weights re-laid with 16 weight rows per tile, one row per 32-bit
+ * vector lane, for one activation row (ternary_lanes.c, where the layout is
+ * described). The largest K it takes: each field's int32 sum is up to
+ * 4³·2·128 per column of a quarter of Kp, below 2³¹ up to Kp = 2¹⁹. */
+#define VNQ_LANES_MAX_K (1 << 18)
+/* Whether this build and CPU run it (AVX-512 VNNI) for rows of K columns. */
+bool vnq__lanes_usable(int64_t K);
+/* Bytes of the re-laid copy of N packed rows of Kp/4 bytes (N rounded up
+ * to 16 rows). */
+size_t vnq__lanes_bytes(int64_t N, int64_t Kp);
+/* lanes (vnq__lanes_bytes(N, Kp) bytes) = the N packed rows re-laid; only
+ * where vnq__lanes_usable. */
+void vnq__lanes_pack(const uint8_t *packed, int64_t N, int64_t Kp, uint8_t *lanes);
+/* y (N) = the one-row product of x̃ (Kp int8, zero past K; Σ x̃ = xsum, scale
+ * s) with the re-laid weights, times γ/s: the packed kernels' outputs bit for
+ * bit. Only where vnq__lanes_usable. */
+void vnq__lanes_product(const uint8_t *lanes, int64_t N, int64_t Kp, const int8_t *xq, int32_t xsum,
+                        float s, float gamma, float *y);
 /* RMSNorm of one row (vn_rms_norm at inference; rms_norm.c). */
 void vnq__rms_row(const float *x, const float *w, int64_t D, double eps, float *y);
 

@@ -492,6 +492,67 @@ static void test_narrow_rows_kernels(void **state)
         }
 }
 
+/* The re-laid copy (vnq__lanes_pack, one weight row per vector lane) and
+ * its one-row product against an exact integer sum, bit for bit: weight rows
+ * around the 16-row tile and the two-tile pass (1, 15–17, 31–33, 50), K
+ * not a multiple of the 16-column block or the 128-column group, x̃ at the
+ * int8 extremes, random and zero (s = 0); nothing written past y[N - 1].
+ * Then the largest K it takes, all weights +1 against x̃ = −128 and 127:
+ * the field sums' bound (quant_internal.h) without a wrap. */
+static void test_lanes_product(void **state)
+{
+    (void)state;
+    if (!vnq__lanes_usable(1)) skip(); /* not on this CPU */
+    const int64_t Ks[] = {1, 37, 128, 300, 1025}, Ns[] = {1, 15, 16, 17, 31, 32, 33, 50};
+    unsigned seed = 5;
+    for (int ik = 0; ik < 5; ik++)
+        for (int in = 0; in < 8; in++) {
+            int64_t K = Ks[ik], N = Ns[in], rb = vn_ternary_row_bytes(K), Kp = rb * 4;
+            uint8_t *p = malloc((size_t)(N * rb)), *lanes = malloc(vnq__lanes_bytes(N, Kp));
+            int8_t *w = malloc((size_t)(N * K)), *xq = calloc((size_t)Kp, 1);
+            float y[51], g = 0.81f;
+            random_packed_trits(p, w, N, K, &seed);
+            vnq__lanes_pack(p, N, Kp, lanes);
+            for (int pass = 0; pass < 4; pass++) {
+                int32_t sum = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    seed = seed * 1103515245u + 12345u;
+                    int v = pass == 0 ? -128 : pass == 1 ? 127 : pass == 2 ? (int)((seed >> 16) % 256) - 128 : 0;
+                    xq[k] = (int8_t)v, sum += v;
+                }
+                float s = pass == 3 ? 0.0f : 0.37f;
+                memset(y, 0xff, sizeof y);
+                vnq__lanes_product(lanes, N, Kp, xq, sum, s, g, y);
+                for (int64_t n = 0; n < N; n++) {
+                    int32_t acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += w[n * K + k] * xq[k];
+                    float want = s == 0 ? 0.0f : (float)acc * (g / s);
+                    if (memcmp(&y[n], &want, sizeof want) != 0)
+                        fail_msg("K %lld N %lld pass %d: y[%lld] = %g, expected %g", (long long)K,
+                                 (long long)N, pass, (long long)n, y[n], want);
+                }
+                uint32_t guard;
+                memcpy(&guard, &y[N], sizeof guard);
+                assert_int_equal(guard, 0xffffffffu);
+            }
+            free(p), free(lanes), free(w), free(xq);
+        }
+    int64_t K = VNQ_LANES_MAX_K, Kp = vn_ternary_row_bytes(K) * 4, N = 3;
+    uint8_t *p = malloc((size_t)(N * Kp / 4)), *lanes = malloc(vnq__lanes_bytes(N, Kp));
+    int8_t *xq = malloc((size_t)Kp);
+    memset(p, 0xaa, (size_t)(N * Kp / 4)); /* code 2 (+1) everywhere */
+    vnq__lanes_pack(p, N, Kp, lanes);
+    for (int v = -128; v <= 127; v += 255) {
+        memset(xq, v, (size_t)Kp);
+        /* xsum passed as 0, so y is the raw Σ c·x̃ = 2·v·K (field 3's sum:
+         * 4³·2·v·K/4, −2³⁰ at v = −128) */
+        float y[3], want = (float)(2 * (int64_t)v * K);
+        vnq__lanes_product(lanes, N, Kp, xq, 0, 1.0f, 1.0f, y);
+        for (int n = 0; n < 3; n++) assert_memory_equal(&y[n], &want, sizeof want);
+    }
+    free(p), free(lanes), free(xq);
+}
+
 /* Rows of x̃ = 127 against all-+1 weights: the largest sums the s16 lanes
  * see, exact in the output (no saturation); rows with a NaN or an ∞. */
 static void test_kernel_extremes(void **state)
@@ -662,7 +723,8 @@ int main(void)
         cmocka_unit_test(test_forward_and_ste), cmocka_unit_test(test_ste_finite_differences),
         cmocka_unit_test(test_zeros),           cmocka_unit_test(test_pack_and_kernels),
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_one_row_kernels),
-        cmocka_unit_test(test_narrow_rows_kernels), cmocka_unit_test(test_tiny_rows),
+        cmocka_unit_test(test_narrow_rows_kernels), cmocka_unit_test(test_lanes_product),
+        cmocka_unit_test(test_tiny_rows),
         cmocka_unit_test(test_quantize_row),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
