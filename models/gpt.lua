@@ -617,7 +617,8 @@ function GPT:generate(prompt, n_tokens, opts)
   local ok, err = pcall(venom.no_grad, function()
     if n_tokens > 0 and use_cache and #out < cfg.block_size and can_cache(self) then
       caches = {}
-      for i = 1, cfg.n_layer do caches[i] = venom.zeros(1, cfg.block_size, 3 * cfg.n_embd) end
+      -- not zero-filled: a position's row is written before any step reads it
+      for i = 1, cfg.n_layer do caches[i] = venom.empty(1, cfg.block_size, 3 * cfg.n_embd) end
       if use_fused then decoder = fused_decoder(self, caches) end
     end
     local cached = 0 -- positions 1..cached of out are in the caches
