@@ -13,9 +13,12 @@
  * The same numbers as the ops: each step calls the row functions those ops
  * run (vn__layer_norm_row, vnq__rms_row, vn__attention_last_row,
  * vn__gelu_f32, vnq__quantize_into + vnq__product, vn__sgemm with the
- * arguments vn_linear passes for one row), so a decoder's logits are bit for
- * bit those of models/gpt.lua's step through the ops (tests/lua/
- * test_gpt_decoder.lua checks this). f32 Linear layers and packed ternary
+ * arguments vn_linear passes for one row), or ones that give their bits in
+ * fewer passes (a packed layer's RMSNorm and quantiser in one,
+ * vnq__rms_quantize_row; its product on the weights re-laid with one row
+ * per vector lane, vnq__lanes_product, where the kernel is VNNI's), so a
+ * decoder's logits are bit for bit those of models/gpt.lua's step through
+ * the ops (tests/lua/test_gpt_decoder.lua checks this). f32 Linear layers and packed ternary
  * BitLinear layers both go through here, so that their comparison
  * (bench/ternary_generate.lua) measures the products, not the overheads. */
 #include "blas.h"
@@ -367,11 +370,8 @@ static void norm(const norm_plan *n, int64_t C, const float *x, float *y)
 static void linear(vn_gpt_decoder *d, const linear_plan *l, const float *x, float *y)
 {
     if (l->packed) {
-        if (l->norm) {
-            vnq__rms_row(x, l->norm, l->K, l->norm_eps, d->row);
-            x = d->row;
-        }
-        vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
+        if (l->norm) vnq__rms_quantize_row(x, l->norm, l->K, l->norm_eps, d->row, l->Kp, &d->q);
+        else vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
         if (l->lanes)
             vnq__lanes_product(l->lanes, l->N, l->Kp, d->q.q, d->q.sum[0], d->q.s[0], l->gamma, y);
         else vnq__product(d->kernel, l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);

@@ -35,6 +35,9 @@ static inline float vnq__trit(float w, float gamma)
  * x̃ = clamp(round(x·s), −128, 127) into q as int8 (q may be NULL) and as
  * x̃/s into xq (may be NULL). Returns s. */
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq);
+/* The same given m = max|x| and finite = whether every x is finite (its
+ * first pass, where the caller had them already). */
+float vnq__quantize_row_max(const float *x, int64_t K, float m, int finite, int8_t *q, float *xq);
 
 /* The two quantisers built from public ops (vn_abs, vn_mean_all, vn_div,
  * vn_clamp, ...), for CUDA tensors: γ·W̃ of w (any shape, γ = Σ|w| / count),
@@ -124,5 +127,10 @@ void vnq__lanes_product(const uint8_t *lanes, int64_t N, int64_t Kp, const int8_
                         float s, float gamma, float *y);
 /* RMSNorm of one row (vn_rms_norm at inference; rms_norm.c). */
 void vnq__rms_row(const float *x, const float *w, int64_t D, double eps, float *y);
+/* One row through RMSNorm and then quantised for the packed products, as
+ * vnq__rms_row (into y, D values) and vnq__quantize_into (one row into r,
+ * Kp ≥ D) give it, in fewer passes (the fused decoder's packed layers). */
+void vnq__rms_quantize_row(const float *x, const float *w, int64_t D, double eps, float *y, int64_t Kp,
+                           vnq_rows *r);
 
 #endif

@@ -315,6 +315,46 @@ static void test_pack_and_kernels(void **state)
     }
 }
 
+/* vnq__rms_quantize_row (the fused decoder's RMSNorm and quantiser in one)
+ * against vnq__rms_row then vnq__quantize_into, byte for byte (y, x̃ with
+ * its zero padding, Σ x̃, s): K = 1, 37, 128, 300 (padded to 128, 384),
+ * random rows, a zero row (s = 0), one with an ∞ (s = NaN) and one whose
+ * norm is below the quantiser's least max. */
+static void test_rms_quantize_row(void **state)
+{
+    (void)state;
+    const int64_t Ks[] = {1, 37, 128, 300};
+    unsigned seed = 3;
+    for (int ik = 0; ik < 4; ik++)
+        for (int kind = 0; kind < 4; kind++) {
+            int64_t K = Ks[ik], Kp = vn_ternary_row_bytes(K) * 4;
+            float *x = malloc(sizeof(float) * (size_t)K), *w = malloc(sizeof(float) * (size_t)K);
+            float *y0 = malloc(sizeof(float) * (size_t)K), *y1 = malloc(sizeof(float) * (size_t)K);
+            for (int64_t k = 0; k < K; k++) {
+                seed = seed * 1103515245u + 12345u;
+                x[k] = kind == 1 ? 0.0f : ((float)((seed >> 8) % 20001) - 10000.0f) / 3000.0f;
+                w[k] = 0.5f + (float)(k % 7) / 4.0f;
+                if (kind == 3) w[k] = 1e-38f; /* y below 127 / FLT_MAX: no scale */
+            }
+            if (kind == 2) x[K / 2] = INFINITY;
+            vnq_rows r0, r1;
+            void *m0 = malloc(vnq__rows_bytes(1, Kp)), *m1 = malloc(vnq__rows_bytes(1, Kp));
+            vnq__rows_at(m0, 1, Kp, &r0);
+            vnq__rows_at(m1, 1, Kp, &r1);
+            memset(r1.q, 0x7f, (size_t)Kp); /* the padding must be written */
+            vnq__rms_row(x, w, K, 1e-6, y0);
+            vnq__quantize_into(y0, 1, K, Kp, &r0);
+            vnq__rms_quantize_row(x, w, K, 1e-6, y1, Kp, &r1);
+            assert_memory_equal(y1, y0, sizeof(float) * (size_t)K);
+            assert_memory_equal(r1.q, r0.q, (size_t)Kp);
+            assert_int_equal(r1.sum[0], r0.sum[0]);
+            assert_memory_equal(r1.s, r0.s, sizeof(float));
+            if (kind == 1 || kind == 3) assert_true(r1.s[0] == 0);
+            if (kind == 2) assert_true(isnan(r1.s[0]));
+            free(x), free(w), free(y0), free(y1), free(m0), free(m1);
+        }
+}
+
 /* The packed products' row quantiser (vnq__quantize_row into int8, its
  * vector loop and its tail) against the plain reference, exactly: K below,
  * at and past the 32 values of a vector pass, with ties (the max 127 makes
@@ -725,7 +765,7 @@ int main(void)
         cmocka_unit_test(test_kernel_extremes), cmocka_unit_test(test_one_row_kernels),
         cmocka_unit_test(test_narrow_rows_kernels), cmocka_unit_test(test_lanes_product),
         cmocka_unit_test(test_tiny_rows),
-        cmocka_unit_test(test_quantize_row),
+        cmocka_unit_test(test_quantize_row),    cmocka_unit_test(test_rms_quantize_row),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_ops_path),        cmocka_unit_test(test_set_kernel),
         cmocka_unit_test(test_rms_norm),
