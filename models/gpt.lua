@@ -628,7 +628,17 @@ function GPT:generate(prompt, n_tokens, opts)
       for i = 1, #out - 1 do decoder:step(out[i], i) end
       cached = #out - 1
     end
-    for _ = 1, n_tokens do
+    local left = n_tokens
+    if decoder and not on_logits then
+      -- the steps and draws while the window holds the sequence, in one call
+      -- (as decoder:next one token at a time: the same tokens)
+      local k = math.min(left, cfg.block_size - #out + 1)
+      if k > 0 then
+        decoder:generate(out, k, temperature, top_k)
+        cached, left = #out - 1, left - k
+      end
+    end
+    for _ = 1, left do
       local fused = decoder and #out == cached + 1 and #out <= cfg.block_size
       if fused and not on_logits then
         -- the step and the draw (u from the engine RNG, as venom.rand) in one call
