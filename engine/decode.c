@@ -480,15 +480,15 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
         floor = sorted[top_k - 1];
         free(sorted);
     }
-    float *w = malloc(sizeof(float) * (size_t)n);
-    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    /* the running sums, then the weights, in one block */
+    double *run = malloc((sizeof(double) + sizeof(float)) * (size_t)n);
+    if (!run) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    float *w = (float *)(void *)(run + n);
     /* The weights in f32 through the vectorised exp of the softmaxes
      * (vec_math.h): libm's exp, one call per logit, cost as much as the
      * rest of a narrow model's draw (bench/RESULTS.md, issue 20). An
      * exponent below VN_EXP_MIN (where the exp clamps) gives 0, as does a
-     * logit outside the top_k or −inf. Σ w in double in vector lanes (the
-     * running sum below is in index order: where the two round apart, the
-     * last resort below takes the last token). The exponent (l − max) /
+     * logit outside the top_k or −inf. The exponent (l − max) /
      * temperature is (l − max)·pre·inv_t: pre = 1 (exact) unless
      * 1/temperature overflows (a temperature below about 5.6e-309), where
      * the max's 0·inf would be NaN and leave no weight at all; there
@@ -497,21 +497,26 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     if (isinf(inv_t)) pre = inv_t = 1.0 / sqrt(temperature);
     for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * pre * inv_t);
     vn__exp_shift_f32(w, n, 0.0f, 1.0f);
-#pragma omp simd reduction(+ : total)
-    for (int64_t i = 0; i < n; i++) {
-        w[i] = l[i] >= floor && (l[i] - max) * pre * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
-        total += w[i];
+    for (int64_t i = 0; i < n; i++) { /* & rather than &&: no branch, vector lanes */
+        int keep = (l[i] >= floor) & ((l[i] - max) * pre * inv_t >= VN_EXP_MIN);
+        w[i] = keep ? w[i] : 0.0f;
     }
-    double target = u * total, acc = 0;
-    int64_t last = 0;
+    /* Σ w in double in index order, each running sum kept: the draw is the
+     * first index whose running sum passes u·total (one chain of additions,
+     * not two: the sums were computed twice, ~5% of a narrow packed model's
+     * token). A 0 weight leaves the sum as it was, so that index has a
+     * positive weight. */
+    for (int64_t i = 0; i < n; i++) run[i] = total += w[i];
+    double target = u * total;
     *index = -1;
-    for (int64_t i = 0; i < n && *index < 0; i++)
-        if (w[i] > 0) {
-            acc += w[i], last = i;
-            if (acc > target) *index = i;
+    for (int64_t i = 0; i < n; i++)
+        if (run[i] > target) {
+            *index = i;
+            break;
         }
-    if (*index < 0) *index = last; /* u·total rounded up to the total */
-    free(w);
+    for (int64_t i = n - 1; *index < 0 && i >= 0; i--) /* u·total rounded up to the total: the last */
+        if (w[i] > 0) *index = i;
+    free(run);
     return VN_OK;
 }
 
