@@ -39,34 +39,79 @@ bool vnq__lanes_usable(int64_t K)
 
 /* In a packed group (32 bytes: byte i, field q holds column 32q + i), the
  * 16-column block 2q + h holds, at byte m, field f, column 32q + 16h + 4f +
- * m: field q of byte 16h + 4f + m, i.e. of byte m of dword 4h + f. So with
- * z[d] = dword d of each of the tile's 16 rows (one row per lane), block
- * 2q + h = Σ_f ((z[4h + f] >> 2q) & 0x03…) << 2f. */
+ * m: field q of byte 16h + 4f + m, i.e. field q of byte m of dword 4h + f.
+ * So per row and per half h, the four dwords d_f = dword 4h + f give the
+ * blocks' dwords o_q = Σ_f ((d_f >> 2q) & 0x03…) << 2f: a 4 × 4 transpose of
+ * 2-bit fields (dword index f against field index q) in each byte
+ * position. It runs in two steps of swapping 4-bit, then 2-bit, halves
+ * between dword pairs, on two rows per zmm (one 128-bit lane per half of a
+ * row), and the tile's 16 rows × 8 dwords are then transposed to 8 blocks
+ * of 16 lanes by three rounds of two-source permutes. (A gather per dword
+ * of 16 rows took about twice as long.) */
+
+/* One swap step: each dword with its partner (shuffle), where mask's bits
+ * keep the dword's own bits and the others come from the partner rotated
+ * left by rot (a per-dword count). */
+#define SWAP(z, shuffle, rot, mask) \
+    _mm512_ternarylogic_epi32(mask, z, _mm512_rolv_epi32(_mm512_shuffle_epi32(z, shuffle), rot), 0xca)
+
+/* Indices of a two-source permute (vpermt2d) that takes, for output dword
+ * e, the input dword src(e) of a (0–15) or b (16–31). */
+static __m512i permute_index(int level, int which)
+{
+    int idx[16];
+    for (int e = 0; e < 16; e++) {
+        if (level == 1) { /* rows 0–3 × positions 4·which + 0–3, from rows 0,1 | 2,3 × 8 */
+            int row = e & 3, pos = 4 * which + (e >> 2);
+            idx[e] = (row >= 2 ? 16 : 0) + 8 * (row & 1) + pos;
+        } else if (level == 2) { /* rows 0–7 × 2 positions, from rows 0–3 | 4–7 × 4 */
+            int row = e & 7, pos = 2 * which + (e >> 3);
+            idx[e] = (row >= 4 ? 16 : 0) + 4 * pos + (row & 3);
+        } else { /* rows 0–15 × 1 position, from rows 0–7 | 8–15 × 2 */
+            idx[e] = (e >= 8 ? 16 : 0) + 8 * which + (e & 7);
+        }
+    }
+    return _mm512_loadu_si512(idx);
+}
+
 void vnq__lanes_pack(const uint8_t *packed, int64_t N, int64_t Kp, uint8_t *lanes)
 {
     int64_t rb = Kp / 4, G = Kp / VNQ_GROUP, KB = Kp / 16;
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                               12, 13, 14, 15),
-                                            _mm512_set1_epi32((int)rb));
-    const __m512i m = _mm512_set1_epi8(3);
+    /* per dword of a 128-bit lane: the rotations and kept bits of the two
+     * steps (4-bit halves between dwords f and f ^ 2, 2-bit between f and
+     * f ^ 1) */
+    const __m512i rot1 = _mm512_set4_epi32(28, 28, 4, 4), keep1 = _mm512_set4_epi32(
+                                                               (int)0xf0f0f0f0, (int)0xf0f0f0f0, 0x0f0f0f0f, 0x0f0f0f0f);
+    const __m512i rot2 = _mm512_set4_epi32(30, 2, 30, 2), keep2 = _mm512_set4_epi32(
+                                                               (int)0xcccccccc, 0x33333333, (int)0xcccccccc, 0x33333333);
+    __m512i p1[2], p2[2], p3[2];
+    for (int w = 0; w < 2; w++) p1[w] = permute_index(1, w), p2[w] = permute_index(2, w), p3[w] = permute_index(3, w);
     for (int64_t t = 0; t < (N + 15) / 16; t++) {
-        __mmask16 live = N - 16 * t >= 16 ? 0xffff : (__mmask16)((1u << (N - 16 * t)) - 1);
         const uint8_t *src = packed + 16 * t * rb;
         uint8_t *dst = lanes + t * KB * 64;
         for (int64_t g = 0; g < G; g++) {
-            __m512i z[8];
-            for (int d = 0; d < 8; d++) /* rows past N read as code 0 */
-                z[d] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, rows,
-                                                   src + g * VNQ_GROUP_BYTES + 4 * d, 1);
-            for (int q = 0; q < 4; q++)
-                for (int h = 0; h < 2; h++) {
-                    __m512i o = _mm512_setzero_si512();
-                    for (int f = 0; f < 4; f++) {
-                        __m512i c = _mm512_srli_epi32(z[4 * h + f], 2 * (unsigned)q);
-                        o = _mm512_or_si512(o, _mm512_slli_epi32(_mm512_and_si512(c, m), 2 * (unsigned)f));
+            __m512i z[8], u[4][2], v[2][2][2];
+            for (int r = 0; r < 8; r++) { /* rows 2r, 2r+1; rows past N read as code 0 */
+                __mmask8 m0 = 16 * t + 2 * r < N ? 0xff : 0, m1 = 16 * t + 2 * r + 1 < N ? 0xff : 0;
+                const uint8_t *row = src + 2 * r * rb + g * VNQ_GROUP_BYTES;
+                __m256i lo = _mm256_maskz_loadu_epi32(m0, row), hi = _mm256_maskz_loadu_epi32(m1, row + rb);
+                __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                x = SWAP(x, _MM_PERM_BADC, rot1, keep1);
+                z[r] = SWAP(x, _MM_PERM_CDAB, rot2, keep2); /* dword 8·(row & 1) + 4h + q: block (q, h) */
+            }
+            for (int j = 0; j < 4; j++)
+                for (int w = 0; w < 2; w++) u[j][w] = _mm512_permutex2var_epi32(z[2 * j], p1[w], z[2 * j + 1]);
+            for (int k = 0; k < 2; k++)
+                for (int hf = 0; hf < 2; hf++)
+                    for (int w = 0; w < 2; w++)
+                        v[k][hf][w] = _mm512_permutex2var_epi32(u[2 * k][hf], p2[w], u[2 * k + 1][hf]);
+            for (int hf = 0; hf < 2; hf++)
+                for (int sub = 0; sub < 2; sub++)
+                    for (int w = 0; w < 2; w++) {
+                        int pos = 4 * hf + 2 * sub + w, h = pos >> 2, q = pos & 3;
+                        _mm512_storeu_si512(dst + (8 * g + 2 * q + h) * 64,
+                                            _mm512_permutex2var_epi32(v[0][hf][sub], p3[w], v[1][hf][sub]));
                     }
-                    _mm512_storeu_si512(dst + (8 * g + 2 * q + h) * 64, o);
-                }
         }
     }
 }
