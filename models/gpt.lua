@@ -558,8 +558,9 @@ end
 -- token recomputes the whole window, as without the cache. On CUDA and for
 -- MoE models with a capacity limit every token recomputes the context.
 -- With the cache, models of f32 Linear or packed ternary BitLinear layers
--- run each new token as one C call (venom.gpt_decoder: the same logits,
--- bit for bit, as the ops; the prompt too, one position at a time).
+-- run the new tokens that fit the window in one C call (venom.gpt_decoder's
+-- step and draw per token: the same logits, bit for bit, as the ops; the
+-- prompt too, one position at a time).
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), fused = true (false: step through the ops
 -- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with

@@ -252,7 +252,7 @@ local f32_val, bit_val, packed_val = final_loss(f32_model), final_loss(bit_model
 -- turn (A B A B ...), and the median rate is reported: a generation takes a
 -- few milliseconds, and on a shared machine one run alone says little. GPT:generate decodes with a KV cache (each new
 -- token is one row through the blocks, so the BitLinears run the packed
--- kernels at batch 1; for both models one C call per token,
+-- kernels at batch 1; for both models the whole decoding runs in C,
 -- venom.gpt_decoder, so the per-op overheads they share do not hide the
 -- products) until the text fills the --block-size window; past it every
 -- token recomputes the whole window, some fifty times a cached token's cost,
