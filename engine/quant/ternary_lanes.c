@@ -80,12 +80,12 @@ void vnq__lanes_pack(const uint8_t *packed, int64_t N, int64_t Kp, uint8_t *lane
     /* per dword of a 128-bit lane: the rotations and kept bits of the two
      * steps (4-bit halves between dwords f and f ^ 2, 2-bit between f and
      * f ^ 1) */
-    const __m512i rot1 = _mm512_set4_epi32(28, 28, 4, 4), keep1 = _mm512_set4_epi32(
-                                                               (int)0xf0f0f0f0, (int)0xf0f0f0f0, 0x0f0f0f0f, 0x0f0f0f0f);
-    const __m512i rot2 = _mm512_set4_epi32(30, 2, 30, 2), keep2 = _mm512_set4_epi32(
-                                                               (int)0xcccccccc, 0x33333333, (int)0xcccccccc, 0x33333333);
+    const int hi4 = (int)0xf0f0f0f0, lo4 = 0x0f0f0f0f, hi2 = (int)0xcccccccc, lo2 = 0x33333333;
+    const __m512i rot1 = _mm512_set4_epi32(28, 28, 4, 4), keep1 = _mm512_set4_epi32(hi4, hi4, lo4, lo4);
+    const __m512i rot2 = _mm512_set4_epi32(30, 2, 30, 2), keep2 = _mm512_set4_epi32(hi2, lo2, hi2, lo2);
     __m512i p1[2], p2[2], p3[2];
-    for (int w = 0; w < 2; w++) p1[w] = permute_index(1, w), p2[w] = permute_index(2, w), p3[w] = permute_index(3, w);
+    for (int w = 0; w < 2; w++)
+        p1[w] = permute_index(1, w), p2[w] = permute_index(2, w), p3[w] = permute_index(3, w);
     for (int64_t t = 0; t < (N + 15) / 16; t++) {
         const uint8_t *src = packed + 16 * t * rb;
         uint8_t *dst = lanes + t * KB * 64;
@@ -141,9 +141,8 @@ static inline void store_tile(__m512i a0, __m512i a1, __m512i a2, __m512i a3, __
 #pragma GCC optimize("no-tree-pre")
 
 /* Two tiles (w: the first; the second follows) per pass share each
- * broadcast of x̃ and keep eight independent accumulator chains (named
- * variables: in arrays GCC copied every accumulator each iteration). Four
- * tiles per pass ran slower. */
+ * broadcast of x̃ and keep eight independent accumulator chains; three or
+ * four tiles per pass were no faster (a throwaway harness). */
 static void tile_pair(const uint8_t *w, int64_t KB, const int8_t *xq, __m512i off, __m512 scale, float *y,
                       __mmask16 live)
 {
