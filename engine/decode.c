@@ -78,7 +78,8 @@ struct vn_gpt_decoder {
      * reads the environment, ~2% of a narrow model's step). */
     vnq_kernel kernel;
     /* Whether the packed products run on re-laid copies of the weights
-     * (vnq__lanes_product): where the kernel chosen is VNNI's. */
+     * (vnq__lanes_product): where the kernel chosen is VNNI's and the
+     * largest packed weight is small enough (vnq__lanes_usable). */
     bool lanes;
 };
 
@@ -335,7 +336,7 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
     /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
     d->kernel = vnq__kernel_for_shape(1, 3 * C > H ? 3 * C : H, Kp / 4);
-    d->lanes = d->kernel == vnq__kernel("avx512vnni") && vnq__lanes_usable(kmax);
+    d->lanes = d->kernel == vnq__kernel("avx512vnni") && vnq__lanes_usable(3 * C > H ? 3 * C : H, kmax);
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;

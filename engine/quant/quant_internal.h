@@ -112,8 +112,13 @@ void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, co
  * described). The largest K it takes: each field's int32 sum is up to
  * 4³·2·128 per column of a quarter of Kp, below 2³¹ up to Kp = 2¹⁹. */
 #define VNQ_LANES_MAX_K (1 << 18)
-/* Whether this build and CPU run it (AVX-512 VNNI) for rows of K columns. */
-bool vnq__lanes_usable(int64_t K);
+/* The most bytes of packed weights (one matrix) it is used for: measured
+ * only on tutorial 5's small weights (bench/RESULTS.md, issue 20, wt-a),
+ * and the copy doubles the weights' memory. */
+#define VNQ_LANES_MAX_BYTES (1 << 20)
+/* Whether this build and CPU run it (AVX-512 VNNI) for N rows of K columns
+ * (K ≤ VNQ_LANES_MAX_K, at most VNQ_LANES_MAX_BYTES packed). */
+bool vnq__lanes_usable(int64_t N, int64_t K);
 /* Bytes of the re-laid copy of N packed rows of Kp/4 bytes (N rounded up
  * to 16 rows). */
 size_t vnq__lanes_bytes(int64_t N, int64_t Kp);

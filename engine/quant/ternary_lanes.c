@@ -32,9 +32,10 @@ size_t vnq__lanes_bytes(int64_t N, int64_t Kp) { return (size_t)((N + 15) / 16 *
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 #include <immintrin.h>
 
-bool vnq__lanes_usable(int64_t K)
+bool vnq__lanes_usable(int64_t N, int64_t K)
 {
-    return K >= 1 && K <= VNQ_LANES_MAX_K && vnq__kernel("avx512vnni") != NULL;
+    return N >= 1 && K >= 1 && K <= VNQ_LANES_MAX_K &&
+           N <= VNQ_LANES_MAX_BYTES / vn_ternary_row_bytes(K) && vnq__kernel("avx512vnni") != NULL;
 }
 
 /* In a packed group (32 bytes: byte i, field q holds column 32q + i), the
@@ -100,7 +101,8 @@ void vnq__lanes_pack(const uint8_t *packed, int64_t N, int64_t Kp, uint8_t *lane
                 z[r] = SWAP(x, _MM_PERM_CDAB, rot2, keep2); /* dword 8·(row & 1) + 4h + q: block (q, h) */
             }
             for (int j = 0; j < 4; j++)
-                for (int w = 0; w < 2; w++) u[j][w] = _mm512_permutex2var_epi32(z[2 * j], p1[w], z[2 * j + 1]);
+                for (int w = 0; w < 2; w++)
+                    u[j][w] = _mm512_permutex2var_epi32(z[2 * j], p1[w], z[2 * j + 1]);
             for (int k = 0; k < 2; k++)
                 for (int hf = 0; hf < 2; hf++)
                     for (int w = 0; w < 2; w++)
@@ -193,9 +195,9 @@ void vnq__lanes_product(const uint8_t *lanes, int64_t N, int64_t Kp, const int8_
 #pragma GCC pop_options
 
 #else
-bool vnq__lanes_usable(int64_t K)
+bool vnq__lanes_usable(int64_t N, int64_t K)
 {
-    (void)K;
+    (void)N, (void)K;
     return false;
 }
 

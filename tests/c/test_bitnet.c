@@ -542,7 +542,10 @@ static void test_narrow_rows_kernels(void **state)
 static void test_lanes_product(void **state)
 {
     (void)state;
-    if (!vnq__lanes_usable(1)) skip(); /* not on this CPU */
+    if (!vnq__lanes_usable(1, 1)) skip(); /* not on this CPU */
+    assert_false(vnq__lanes_usable(1, VNQ_LANES_MAX_K + 1));
+    assert_false(vnq__lanes_usable(VNQ_LANES_MAX_BYTES / 32 + 1, 128)); /* past the byte cap */
+    assert_true(vnq__lanes_usable(VNQ_LANES_MAX_BYTES / 32, 128));
     const int64_t Ks[] = {1, 37, 128, 300, 1025}, Ns[] = {1, 15, 16, 17, 31, 32, 33, 50};
     unsigned seed = 5;
     for (int ik = 0; ik < 5; ik++)
