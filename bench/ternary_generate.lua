@@ -11,7 +11,7 @@
 -- machine). GPT:generate decodes with its KV cache (one row per new token
 -- through the blocks: batch-1 products) unless --no-cache (every token
 -- reruns the whole context, up to 64 rows); with the cache, the f32 and
--- packed models run each token as one C call (venom.gpt_decoder) unless
+-- packed models run the tokens in one C call (venom.gpt_decoder) unless
 -- --no-fused, and --compare-fused times them both ways in the same rounds.
 -- The default 62 tokens fill the
 -- 64-token window exactly: past it the window slides and every further
@@ -32,7 +32,7 @@ local opts = util.parse_cli(arg, { widths = "128,512,1024", reps = 5, tokens = 6
   reps = "timed generations per model (the median is printed)",
   tokens = "bytes generated per run",
   cache = "decode with the KV cache (--no-cache: rerun the context for every token)",
-  fused = "one C call per token where it applies (--no-fused: through the ops)",
+  fused = "the decoding in one C call where it applies (--no-fused: through the ops)",
   compare_fused = "time the f32 and packed models both with and without the fused decoder",
 }, function(o)
   util.check_arg_int(o, "reps", 1)

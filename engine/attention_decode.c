@@ -48,8 +48,12 @@ static void scores(const float *q, const float *k, int64_t st_t, int64_t Dh, int
     /* per 128-bit half: partial sums of positions 0–3 (h0) and 4–7 (h1) */
     __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
     __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
-    _mm256_storeu_ps(a, _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20),
-                                      _mm256_permute2f128_ps(h0, h1, 0x31)));
+    __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+    if (d0 == Dh && n == TILE) { /* no tail: the eight scores as they are */
+        _mm256_storeu_ps(s, sums);
+        return;
+    }
+    _mm256_storeu_ps(a, sums);
 #else
     for (int j = 0; j < TILE; j++) a[j] = 0;
 #endif
@@ -59,67 +63,123 @@ static void scores(const float *q, const float *k, int64_t st_t, int64_t Dh, int
     }
 }
 
-/* acc[d] += Σ_j p[j] · v_j[d] over n positions (v_j at v + j·st_t), for
- * each d in j order. */
-static void weighted_values(const float *p, const float *v, int64_t st_t, int64_t n, int64_t Dh,
-                            float *acc)
+/* s[j] *= scale for j < n, and *cm = the max of *cm and every s[j] as
+ * s > cm ? s : cm takes it (a NaN score leaves the max alone, and gives
+ * NaN later). In vector lanes: maxps is that same choice per lane, and a
+ * max is exact in any order (up to the sign of a zero max, which e^(s − m)
+ * does not see). */
+static void scale_max(float *s, int64_t n, float scale, float *cm)
+{
+    float m = *cm;
+    int64_t j = 0;
+#ifdef __FMA__
+    __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(m);
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), vs);
+        _mm256_storeu_ps(s + j, v);
+        vm = _mm256_max_ps(v, vm);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    for (int i = 0; i < 8; i++) m = lanes[i] > m ? lanes[i] : m;
+#endif
+    for (; j < n; j++) {
+        s[j] *= scale;
+        m = s[j] > m ? s[j] : m;
+    }
+    *cm = m;
+}
+
+/* acc_i[d] += Σ_j p_i[j] · v_i,j[d] over n positions for nh ≤ 2 heads
+ * (v_i,j at v_i + j·st_t), for each d in j order. Two heads interleaved:
+ * each 8-float block's sum is a chain of dependent FMAs, so one head's
+ * four chains wait on the FMA latency, and a second head's four fill the
+ * gaps (the same order per head, so the same bits). */
+static void weighted_values(int nh, const float *const p[2], const float *const v[2], int64_t st_t,
+                            int64_t n, int64_t Dh, float *const acc[2])
 {
     int64_t d0 = 0;
 #ifdef __FMA__
-    for (; d0 + 32 <= Dh; d0 += 32) { /* 32 of acc in registers through all n positions */
-        __m256 a[4];
-        for (int i = 0; i < 4; i++) a[i] = _mm256_loadu_ps(acc + d0 + 8 * i);
-        for (int64_t j = 0; j < n; j++) {
-            __m256 pj = _mm256_set1_ps(p[j]);
-            for (int i = 0; i < 4; i++)
-                a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * st_t + d0 + 8 * i), a[i]);
-        }
-        for (int i = 0; i < 4; i++) _mm256_storeu_ps(acc + d0 + 8 * i, a[i]);
+    for (; d0 + 32 <= Dh; d0 += 32) { /* 32 of each acc in registers through all n positions */
+        __m256 a[2][4];
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < 4; i++) a[h][i] = _mm256_loadu_ps(acc[h] + d0 + 8 * i);
+        if (nh == 2)
+            for (int64_t j = 0; j < n; j++) {
+                __m256 p0 = _mm256_set1_ps(p[0][j]), p1 = _mm256_set1_ps(p[1][j]);
+                for (int i = 0; i < 4; i++) {
+                    a[0][i] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v[0] + j * st_t + d0 + 8 * i), a[0][i]);
+                    a[1][i] = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v[1] + j * st_t + d0 + 8 * i), a[1][i]);
+                }
+            }
+        else
+            for (int64_t j = 0; j < n; j++) {
+                __m256 p0 = _mm256_set1_ps(p[0][j]);
+                for (int i = 0; i < 4; i++)
+                    a[0][i] = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v[0] + j * st_t + d0 + 8 * i), a[0][i]);
+            }
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(acc[h] + d0 + 8 * i, a[h][i]);
     }
 #endif
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t d = d0; d < Dh; d++) acc[d] += p[j] * v[j * st_t + d];
+    for (int h = 0; h < nh; h++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t d = d0; d < Dh; d++) acc[h][d] += p[h][j] * v[h][j * st_t + d];
 }
 
 /* One sequence (see internal.h): each head's query row T − 1 against keys
- * and values 0..T−1, a chunk of CHUNK positions at a time. Not inlined:
- * one copy for the op and the fused decoder, the same bits. */
+ * and values 0..T−1, a chunk of CHUNK positions at a time, two heads at a
+ * time (their sums of weights and weighted values interleaved: above).
+ * Not inlined: one copy for the op and the fused decoder, the same bits. */
 __attribute__((noinline)) void vn__attention_last_row(const float *x, int64_t st_t, int64_t T,
                                                       int64_t C, int64_t n_head, float *y)
 {
     int64_t Dh = C / n_head;
     float scale = Dh ? (float)(1.0 / sqrt((double)Dh)) : 1.0f; /* as vn_causal_self_attention */
-    for (int64_t h = 0; h < n_head; h++) {
-        const float *q = x + (T - 1) * st_t + h * Dh;
-        const float *k0 = x + C + h * Dh, *v0 = k0 + C;
-        float *acc = y + h * Dh, m = -INFINITY, sum = 0;
-        for (int64_t d = 0; d < Dh; d++) acc[d] = 0;
+    for (int64_t h0 = 0; h0 < n_head; h0 += 2) {
+        int nh = n_head - h0 < 2 ? 1 : 2;
+        const float *q[2], *k0[2], *v0[2];
+        float *acc[2], m[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0};
+        for (int i = 0; i < nh; i++) {
+            q[i] = x + (T - 1) * st_t + (h0 + i) * Dh;
+            k0[i] = x + C + (h0 + i) * Dh, v0[i] = k0[i] + C;
+            acc[i] = y + (h0 + i) * Dh;
+            for (int64_t d = 0; d < Dh; d++) acc[i][d] = 0;
+        }
         for (int64_t c0 = 0; c0 < T; c0 += CHUNK) {
             int64_t n = T - c0 < CHUNK ? T - c0 : CHUNK;
-            float s[CHUNK], cm = m;
-            for (int64_t t0 = 0; t0 < n; t0 += TILE)
-                scores(q, k0 + (c0 + t0) * st_t, st_t, Dh, n - t0 < TILE ? n - t0 : TILE, s + t0);
-            for (int64_t j = 0; j < n; j++) {
-                s[j] *= scale;
-                cm = s[j] > cm ? s[j] : cm; /* NaN scores leave the max alone (and give NaN) */
+            float s[2][CHUNK];
+            const float *p[2] = {s[0], s[1]}, *v[2];
+            for (int i = 0; i < nh; i++) {
+                float cm = m[i];
+                for (int64_t t0 = 0; t0 < n; t0 += TILE)
+                    scores(q[i], k0[i] + (c0 + t0) * st_t, st_t, Dh, n - t0 < TILE ? n - t0 : TILE,
+                           s[i] + t0);
+                scale_max(s[i], n, scale, &cm);
+                if (cm > m[i] && m[i] > -INFINITY) { /* a later chunk raised the max: rescale the sums */
+                    float r = m[i];
+                    vn__exp_shift_f32(&r, 1, cm, 1.0f);
+                    sum[i] *= r;
+                    for (int64_t d = 0; d < Dh; d++) acc[i][d] *= r;
+                }
+                m[i] = cm > m[i] ? cm : m[i];
+                if (m[i] == -INFINITY) /* every score so far −inf (or NaN): weight 0 (NaN stays), where
+                                        * e^(s − m) would be e^(−inf + inf) = NaN though a later chunk
+                                        * may hold finite scores; none at all: 0/0 below, as the full op */
+                    for (int64_t j = 0; j < n; j++) s[i][j] = s[i][j] == -INFINITY ? 0.0f : s[i][j];
+                else
+                    vn__exp_shift_f32(s[i], n, m[i], 1.0f); /* the weights e^(s − m) */
+                v[i] = v0[i] + c0 * st_t;
             }
-            if (cm > m && m > -INFINITY) { /* a later chunk raised the max: rescale the sums */
-                float r = m;
-                vn__exp_shift_f32(&r, 1, cm, 1.0f);
-                sum *= r;
-                for (int64_t d = 0; d < Dh; d++) acc[d] *= r;
-            }
-            m = cm > m ? cm : m;
-            if (m == -INFINITY) /* every score so far −inf (or NaN): weight 0 (NaN stays), where
-                                 * e^(s − m) would be e^(−inf + inf) = NaN though a later chunk
-                                 * may hold finite scores; none at all: 0/0 below, as the full op */
-                for (int64_t j = 0; j < n; j++) s[j] = s[j] == -INFINITY ? 0.0f : s[j];
+            /* each head's sum in position order, the two chains side by side */
+            if (nh == 2)
+                for (int64_t j = 0; j < n; j++) sum[0] += s[0][j], sum[1] += s[1][j];
             else
-                vn__exp_shift_f32(s, n, m, 1.0f); /* the weights e^(s − m) */
-            for (int64_t j = 0; j < n; j++) sum += s[j];
-            weighted_values(s, v0 + c0 * st_t, st_t, n, Dh, acc);
+                for (int64_t j = 0; j < n; j++) sum[0] += s[0][j];
+            weighted_values(nh, p, v, st_t, n, Dh, acc);
         }
-        for (int64_t d = 0; d < Dh; d++) acc[d] /= sum;
+        for (int i = 0; i < nh; i++)
+            for (int64_t d = 0; d < Dh; d++) acc[i][d] /= sum[i];
     }
 }
 

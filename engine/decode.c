@@ -13,9 +13,12 @@
  * The same numbers as the ops: each step calls the row functions those ops
  * run (vn__layer_norm_row, vnq__rms_row, vn__attention_last_row,
  * vn__gelu_f32, vnq__quantize_into + vnq__product, vn__sgemm with the
- * arguments vn_linear passes for one row), so a decoder's logits are bit for
- * bit those of models/gpt.lua's step through the ops (tests/lua/
- * test_gpt_decoder.lua checks this). f32 Linear layers and packed ternary
+ * arguments vn_linear passes for one row), or ones that give their bits in
+ * fewer passes (a packed layer's RMSNorm and quantiser in one,
+ * vnq__rms_quantize_row; its product on the weights re-laid with one row
+ * per vector lane, vnq__lanes_product, where the kernel is VNNI's), so a
+ * decoder's logits are bit for bit those of models/gpt.lua's step through
+ * the ops (tests/lua/test_gpt_decoder.lua checks this). f32 Linear layers and packed ternary
  * BitLinear layers both go through here, so that their comparison
  * (bench/ternary_generate.lua) measures the products, not the overheads. */
 #include "blas.h"
@@ -41,6 +44,8 @@ typedef struct {
 typedef struct {
     const float *weight, *bias; /* f32 layer (weight NULL when packed) */
     const uint8_t *packed;      /* packed ternary layer */
+    uint8_t *lanes;             /* its copy re-laid for vnq__lanes_product, or NULL */
+    size_t lanes_bytes;
     float gamma;
     const float *norm; /* the RMSNorm before a packed layer, or NULL */
     double norm_eps;
@@ -72,16 +77,45 @@ struct vn_gpt_decoder {
     /* The packed products' kernel, chosen once (vnq__product: the choice
      * reads the environment, ~2% of a narrow model's step). */
     vnq_kernel kernel;
+    /* Whether the packed products run on re-laid copies of the weights
+     * (vnq__lanes_product): where the kernel chosen is VNNI's and the
+     * largest packed weight is small enough (vnq__lanes_usable). */
+    bool lanes;
 };
 
 /* ---- checks at creation ----------------------------------------------------------- */
 
 static const char OP[] = "gpt_decoder";
 
-/* t: a contiguous CPU tensor of dtype want and shape (nd dims), retained
- * into d->held. name says where it sits. */
-static vn_status hold(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const char *name, int nd,
-                      const int64_t *shape)
+/* Where a tensor of the spec sits, for messages: "block 2 of 3: fc" (block
+ * ≥ 0, counted from 1 in messages for C and Lua callers alike) or "ln_f"
+ * (block < 0), then the field ("weight", ...; NULL: none). The text is
+ * formatted only for a message: snprintf for every tensor was ~8% of a
+ * one-token generation (bench/RESULTS.md, issue 20). */
+typedef struct {
+    int64_t block, n_layer;
+    const char *part;
+} place;
+
+typedef struct {
+    char s[112];
+} name_text;
+
+static name_text name_of(const place *pl, const char *field)
+{
+    name_text t;
+    const char *sp = field ? " " : "", *f = field ? field : "";
+    if (pl->block >= 0)
+        snprintf(t.s, sizeof t.s, "block %lld of %lld: %s%s%s", (long long)pl->block + 1,
+                 (long long)pl->n_layer, pl->part, sp, f);
+    else snprintf(t.s, sizeof t.s, "%s%s%s", pl->part, sp, f);
+    return t;
+}
+
+/* t a contiguous CPU tensor of dtype want and shape (nd dims); name says
+ * where it sits. */
+static vn_status check_tensor(const vn_tensor *t, vn_dtype want, const char *name, int nd,
+                              const int64_t *shape)
 {
     vn_status st = vn__check_dtype_arg(t, want, OP, name, 0);
     if (st) return st;
@@ -93,43 +127,50 @@ static vn_status hold(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, cons
     if (!vn_tensor_is_contiguous(t))
         return vn__err(VN_ERR_ARG, "%s: %s is not contiguous, expected a plain row-major tensor",
                        OP, name);
+    return VN_OK;
+}
+
+/* check_tensor, then t retained into d->held. A failed check runs again
+ * with the place's name formatted, for the message. */
+static vn_status hold(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const place *pl,
+                      const char *field, int nd, const int64_t *shape)
+{
+    if (check_tensor(t, want, "", nd, shape)) return check_tensor(t, want, name_of(pl, field).s, nd, shape);
     d->held[d->n_held++] = vn_tensor_retain((vn_tensor *)t);
     return VN_OK;
 }
 
 /* hold for a vector (n), for a matrix (r, c). */
-static vn_status hold1(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const char *name,
-                       int64_t n)
+static vn_status hold1(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const place *pl,
+                       const char *field, int64_t n)
 {
-    return hold(d, t, want, name, 1, &n);
+    return hold(d, t, want, pl, field, 1, &n);
 }
 
-static vn_status hold2(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const char *name,
-                       int64_t r, int64_t c)
+static vn_status hold2(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, const place *pl,
+                       const char *field, int64_t r, int64_t c)
 {
-    return hold(d, t, want, name, 2, (int64_t[]){r, c});
+    return hold(d, t, want, pl, field, 2, (int64_t[]){r, c});
 }
 
-static vn_status check_eps(double eps, const char *name)
+static vn_status check_eps(double eps, const place *pl, const char *field)
 {
     if (!(eps > 0) || !isfinite(eps))
-        return vn__err(VN_ERR_ARG, "%s: %s eps = %g, expected a positive finite number", OP, name, eps);
+        return vn__err(VN_ERR_ARG, "%s: %s eps = %g, expected a positive finite number", OP,
+                       name_of(pl, field).s, eps);
     return VN_OK;
 }
 
-static vn_status plan_norm(vn_gpt_decoder *d, const vn_decode_norm *n, const char *name,
-                           norm_plan *p)
+static vn_status plan_norm(vn_gpt_decoder *d, const vn_decode_norm *n, const place *pl, norm_plan *p)
 {
-    char w[80], b[80];
-    snprintf(w, sizeof w, "%s weight", name);
-    snprintf(b, sizeof b, "%s bias", name);
-    if (!n->weight) return vn__err(VN_ERR_ARG, "%s: %s weight is NULL, expected (%lld) f32", OP, name,
-                                   (long long)d->C);
+    if (!n->weight) return vn__err(VN_ERR_ARG, "%s: %s is NULL, expected (%lld) f32", OP,
+                                   name_of(pl, "weight").s, (long long)d->C);
     if (n->rms && n->bias)
-        return vn__err(VN_ERR_ARG, "%s: %s is an RMSNorm with a bias, expected none", OP, name);
-    vn_status st = check_eps(n->eps, name);
-    if (!st) st = hold1(d, n->weight, VN_F32, w, d->C);
-    if (!st && n->bias) st = hold1(d, n->bias, VN_F32, b, d->C);
+        return vn__err(VN_ERR_ARG, "%s: %s is an RMSNorm with a bias, expected none", OP,
+                       name_of(pl, NULL).s);
+    vn_status st = check_eps(n->eps, pl, NULL);
+    if (!st) st = hold1(d, n->weight, VN_F32, pl, "weight", d->C);
+    if (!st && n->bias) st = hold1(d, n->bias, VN_F32, pl, "bias", d->C);
     if (st) return st;
     *p = (norm_plan){vn_tensor_data(n->weight), n->bias ? vn_tensor_data(n->bias) : NULL, n->eps,
                      n->rms};
@@ -138,41 +179,49 @@ static vn_status plan_norm(vn_gpt_decoder *d, const vn_decode_norm *n, const cha
 
 /* One projection K → N: f32 weight (N, K) with an optional bias (N), or
  * packed ternary (N, row bytes of K) with γ and an optional RMSNorm (K). */
-static vn_status plan_linear(vn_gpt_decoder *d, const vn_decode_linear *l, const char *name,
-                             int64_t N, int64_t K, linear_plan *p)
+static vn_status plan_linear(vn_gpt_decoder *d, const vn_decode_linear *l, const place *pl, int64_t N,
+                             int64_t K, linear_plan *p)
 {
-    char buf[96];
     vn_status st = VN_OK;
     *p = (linear_plan){.N = N, .K = K, .Kp = vn_ternary_row_bytes(K) * 4};
     if (!l->weight == !l->packed)
         return vn__err(VN_ERR_ARG, "%s: %s has %s, expected either an f32 weight or packed ternary "
-                       "weights", OP, name, l->weight ? "both" : "neither");
+                       "weights", OP, name_of(pl, NULL).s, l->weight ? "both" : "neither");
     if (l->weight) {
         if (l->norm) return vn__err(VN_ERR_ARG, "%s: %s: an input RMSNorm goes with packed weights "
-                                    "only", OP, name);
-        snprintf(buf, sizeof buf, "%s weight", name);
-        st = hold2(d, l->weight, VN_F32, buf, N, K);
-        snprintf(buf, sizeof buf, "%s bias", name);
-        if (!st && l->bias) st = hold1(d, l->bias, VN_F32, buf, N);
+                                    "only", OP, name_of(pl, NULL).s);
+        st = hold2(d, l->weight, VN_F32, pl, "weight", N, K);
+        if (!st && l->bias) st = hold1(d, l->bias, VN_F32, pl, "bias", N);
         if (st) return st;
         p->weight = vn_tensor_data(l->weight);
         p->bias = l->bias ? vn_tensor_data(l->bias) : NULL;
         return VN_OK;
     }
-    if (l->bias) return vn__err(VN_ERR_ARG, "%s: %s: packed ternary layers have no bias", OP, name);
+    if (l->bias)
+        return vn__err(VN_ERR_ARG, "%s: %s: packed ternary layers have no bias", OP, name_of(pl, NULL).s);
     if (!(l->gamma >= 0) || !isfinite(l->gamma))
-        return vn__err(VN_ERR_ARG, "%s: %s gamma = %g, expected a finite γ ≥ 0", OP, name, l->gamma);
-    snprintf(buf, sizeof buf, "%s packed weights", name);
-    st = hold2(d, l->packed, VN_U8, buf, N, vn_ternary_row_bytes(K));
-    snprintf(buf, sizeof buf, "%s: %s", OP, name); /* the message names the layer */
-    if (!st) st = vnq__check_codes(l->packed, K, buf); /* a code 3 would be read as 2 */
+        return vn__err(VN_ERR_ARG, "%s: %s gamma = %g, expected a finite γ ≥ 0", OP, name_of(pl, NULL).s,
+                       l->gamma);
+    st = hold2(d, l->packed, VN_U8, pl, "packed weights", N, vn_ternary_row_bytes(K));
+    /* a code 3 would be read as 2; the message names the layer (formatted
+     * when the check fails, which then runs again) */
+    if (!st && vnq__check_codes(l->packed, K, OP)) {
+        char op[160];
+        snprintf(op, sizeof op, "%s: %s", OP, name_of(pl, NULL).s);
+        st = vnq__check_codes(l->packed, K, op);
+    }
     if (!st && l->norm) {
-        snprintf(buf, sizeof buf, "%s norm weight", name);
-        st = check_eps(l->norm_eps, buf);
-        if (!st) st = hold1(d, l->norm, VN_F32, buf, K);
+        st = check_eps(l->norm_eps, pl, "norm weight");
+        if (!st) st = hold1(d, l->norm, VN_F32, pl, "norm weight", K);
     }
     if (st) return st;
     p->packed = vn_tensor_data(l->packed);
+    if (d->lanes) { /* re-laid once here, for every step of the generation */
+        p->lanes_bytes = vnq__lanes_bytes(N, p->Kp);
+        p->lanes = vn__mem_alloc(p->lanes_bytes);
+        if (!p->lanes) return vn__err(VN_ERR_MEMORY, "%s: out of memory", OP);
+        vnq__lanes_pack(p->packed, N, p->Kp, p->lanes);
+    }
     p->gamma = l->gamma;
     p->norm = l->norm ? vn_tensor_data(l->norm) : NULL;
     p->norm_eps = l->norm_eps;
@@ -181,22 +230,19 @@ static vn_status plan_linear(vn_gpt_decoder *d, const vn_decode_linear *l, const
 
 static vn_status plan_block(vn_gpt_decoder *d, const vn_decode_block *s, int64_t i, block_plan *p)
 {
-    char name[64];
-    int64_t C = d->C, H = d->H, n = d->n_layer;
+    int64_t C = d->C, H = d->H;
     const vn_decode_linear *lin[N_LINEAR] = {&s->qkv, &s->attn_proj, &s->fc, &s->mlp_proj};
     const int64_t out[N_LINEAR] = {3 * C, C, H, C}, in[N_LINEAR] = {C, C, C, H};
-    /* blocks counted from 1 in messages, for C and Lua callers alike */
-    snprintf(name, sizeof name, "block %lld of %lld: ln1", (long long)i + 1, (long long)n);
-    vn_status st = plan_norm(d, &s->ln1, name, &p->ln1);
-    snprintf(name, sizeof name, "block %lld of %lld: ln2", (long long)i + 1, (long long)n);
-    if (!st) st = plan_norm(d, &s->ln2, name, &p->ln2);
+    place pl = {i, d->n_layer, "ln1"};
+    vn_status st = plan_norm(d, &s->ln1, &pl, &p->ln1);
+    pl.part = "ln2";
+    if (!st) st = plan_norm(d, &s->ln2, &pl, &p->ln2);
     for (int k = 0; k < N_LINEAR && !st; k++) {
-        snprintf(name, sizeof name, "block %lld of %lld: %s", (long long)i + 1, (long long)n,
-                 linear_names[k]);
-        st = plan_linear(d, lin[k], name, out[k], in[k], &p->lin[k]);
+        pl.part = linear_names[k];
+        st = plan_linear(d, lin[k], &pl, out[k], in[k], &p->lin[k]);
     }
-    snprintf(name, sizeof name, "block %lld of %lld: cache", (long long)i + 1, (long long)n);
-    if (!st) st = hold(d, s->cache, VN_F32, name, 3, (int64_t[]){1, d->T, 3 * C});
+    pl.part = "cache";
+    if (!st) st = hold(d, s->cache, VN_F32, &pl, NULL, 3, (int64_t[]){1, d->T, 3 * C});
     if (!st) p->cache = vn_tensor_data(s->cache);
     return st;
 }
@@ -228,6 +274,11 @@ void vn_gpt_decoder_free(vn_gpt_decoder *d)
 {
     if (!d) return;
     for (int i = 0; i < d->n_held; i++) vn_tensor_release(d->held[i]);
+    for (int64_t i = 0; d->blocks && i < d->n_layer; i++)
+        for (int k = 0; k < N_LINEAR; k++) {
+            const linear_plan *l = &d->blocks[i].lin[k];
+            if (l->lanes) vn__mem_free(l->lanes, l->lanes_bytes);
+        }
     if (d->qmem) vn__mem_free(d->qmem, d->q.nbytes);
     free(d->held);
     free(d->blocks);
@@ -285,12 +336,13 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     vnq__rows_at(d->qmem, 1, Kp, &d->q);
     /* (for the largest packed weight the decoder may hold: qkv or the MLP's) */
     d->kernel = vnq__kernel_for_shape(1, 3 * C > H ? 3 * C : H, Kp / 4);
+    d->lanes = d->kernel == vnq__kernel("avx512vnni") && vnq__lanes_usable(3 * C > H ? 3 * C : H, kmax);
     float *p = d->buf;
     d->x = p, d->h = p += C, d->a = p += C, d->b = p += C, d->hid = p += C, d->act = p += H;
     d->row = p += H, d->logits = p + kmax;
-    st = hold2(d, s->wte, VN_F32, "wte", V, C);
-    if (!st) st = hold2(d, s->wpe, VN_F32, "wpe", T, C);
-    if (!st) st = plan_norm(d, &s->ln_f, "ln_f", &d->ln_f);
+    st = hold2(d, s->wte, VN_F32, &(place){-1, 0, "wte"}, NULL, V, C);
+    if (!st) st = hold2(d, s->wpe, VN_F32, &(place){-1, 0, "wpe"}, NULL, T, C);
+    if (!st) st = plan_norm(d, &s->ln_f, &(place){-1, 0, "ln_f"}, &d->ln_f);
     for (int64_t i = 0; i < s->n_layer && !st; i++) st = plan_block(d, &s->blocks[i], i, &d->blocks[i]);
     if (!st && H < 1) /* an empty MLP: BLAS libraries differ on empty products */
         st = vn__err(VN_ERR_SHAPE, "%s: the MLP's hidden width (fc's rows) is 0, expected ≥ 1", OP);
@@ -319,12 +371,11 @@ static void norm(const norm_plan *n, int64_t C, const float *x, float *y)
 static void linear(vn_gpt_decoder *d, const linear_plan *l, const float *x, float *y)
 {
     if (l->packed) {
-        if (l->norm) {
-            vnq__rms_row(x, l->norm, l->K, l->norm_eps, d->row);
-            x = d->row;
-        }
-        vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
-        vnq__product(d->kernel, l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
+        if (l->norm) vnq__rms_quantize_row(x, l->norm, l->K, l->norm_eps, d->row, l->Kp, &d->q);
+        else vnq__quantize_into(x, 1, l->K, l->Kp, &d->q);
+        if (l->lanes)
+            vnq__lanes_product(l->lanes, l->N, l->Kp, d->q.q, d->q.sum[0], d->q.s[0], l->gamma, y);
+        else vnq__product(d->kernel, l->packed, l->N, l->Kp, &d->q, 1, l->gamma, y);
         return;
     }
     if (l->bias) memcpy(y, l->bias, sizeof(float) * (size_t)l->N);
@@ -430,15 +481,15 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
         floor = sorted[top_k - 1];
         free(sorted);
     }
-    float *w = malloc(sizeof(float) * (size_t)n);
-    if (!w) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    /* the running sums, then the weights, in one block */
+    double *run = malloc((sizeof(double) + sizeof(float)) * (size_t)n);
+    if (!run) return vn__err(VN_ERR_MEMORY, "%s: out of memory", op);
+    float *w = (float *)(void *)(run + n);
     /* The weights in f32 through the vectorised exp of the softmaxes
      * (vec_math.h): libm's exp, one call per logit, cost as much as the
      * rest of a narrow model's draw (bench/RESULTS.md, issue 20). An
      * exponent below VN_EXP_MIN (where the exp clamps) gives 0, as does a
-     * logit outside the top_k or −inf. Σ w in double in vector lanes (the
-     * running sum below is in index order: where the two round apart, the
-     * last resort below takes the last token). The exponent (l − max) /
+     * logit outside the top_k or −inf. The exponent (l − max) /
      * temperature is (l − max)·pre·inv_t: pre = 1 (exact) unless
      * 1/temperature overflows (a temperature below about 5.6e-309), where
      * the max's 0·inf would be NaN and leave no weight at all; there
@@ -447,21 +498,26 @@ vn_status vn_sample_logits(const double *l, int64_t n, double temperature, int64
     if (isinf(inv_t)) pre = inv_t = 1.0 / sqrt(temperature);
     for (int64_t i = 0; i < n; i++) w[i] = (float)((l[i] - max) * pre * inv_t);
     vn__exp_shift_f32(w, n, 0.0f, 1.0f);
-#pragma omp simd reduction(+ : total)
-    for (int64_t i = 0; i < n; i++) {
-        w[i] = l[i] >= floor && (l[i] - max) * pre * inv_t >= VN_EXP_MIN ? w[i] : 0.0f;
-        total += w[i];
+    for (int64_t i = 0; i < n; i++) { /* & rather than &&: no branch, vector lanes */
+        int keep = (l[i] >= floor) & ((l[i] - max) * pre * inv_t >= VN_EXP_MIN);
+        w[i] = keep ? w[i] : 0.0f;
     }
-    double target = u * total, acc = 0;
-    int64_t last = 0;
+    /* Σ w in double in index order, each running sum kept: the draw is the
+     * first index whose running sum passes u·total (one chain of additions,
+     * not two: the sums were computed twice, ~5% of a narrow packed model's
+     * token). A 0 weight leaves the sum as it was, so that index has a
+     * positive weight. */
+    for (int64_t i = 0; i < n; i++) run[i] = total += w[i];
+    double target = u * total;
     *index = -1;
-    for (int64_t i = 0; i < n && *index < 0; i++)
-        if (w[i] > 0) {
-            acc += w[i], last = i;
-            if (acc > target) *index = i;
+    for (int64_t i = 0; i < n; i++)
+        if (run[i] > target) {
+            *index = i;
+            break;
         }
-    if (*index < 0) *index = last; /* u·total rounded up to the total */
-    free(w);
+    for (int64_t i = n - 1; *index < 0 && i >= 0; i--) /* u·total rounded up to the total: the last */
+        if (w[i] > 0) *index = i;
+    free(run);
     return VN_OK;
 }
 

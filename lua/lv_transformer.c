@@ -17,7 +17,9 @@
  *       call (vn_gpt_decoder_new; spec below); decoder:step(token, pos),
  *       then decoder:logits() → its logits as a Lua list;
  *       decoder:next(token, pos, temperature, top_k) → the step and a token
- *       drawn from its logits (vn_gpt_decoder_next); decoder:free()
+ *       drawn from its logits (vn_gpt_decoder_next);
+ *       decoder:generate(out, n, temperature, top_k): n such draws from
+ *       the list out's last token, appended to out; decoder:free()
  *   venom.sample_logits(list, temperature, top_k, u) → a 1-based index
  *       drawn from a list of logits (vn_sample_logits)
  *
@@ -101,26 +103,30 @@ static void push_table_field(lua_State *L, int t, const char *key, const char *p
 #define SPEC_TENSORS 2
 
 /* The tensor at key of the table at t, or NULL when absent; anchored in
- * the SPEC_TENSORS table. */
-static vn_tensor *tensor_field(lua_State *L, int t, const char *key, const char *path)
+ * the SPEC_TENSORS table. Messages name the field path, sub.key (sub NULL:
+ * path key): the path's parts are joined only for a message (snprintf for
+ * every field cost ~1 µs of a generation's set-up). */
+static vn_tensor *tensor_field(lua_State *L, int t, const char *key, const char *path, const char *sub)
 {
     lua_getfield(L, t, key);
     vn_tensor *x = NULL;
     if (!lua_isnil(L, -1) && !(x = lv_totensor(L, -1)))
-        lv_raise(L, "gpt_decoder: %s%s: expected a tensor, found %s", path, key, luaL_typename(L, -1));
+        lv_raise(L, "gpt_decoder: %s%s%s%s: expected a tensor, found %s", path, sub ? sub : "", sub ? "." : "",
+                 key, luaL_typename(L, -1));
     if (x) lua_rawseti(L, SPEC_TENSORS, (int)lua_objlen(L, SPEC_TENSORS) + 1); /* pops it */
     else lua_pop(L, 1);
     return x;
 }
 
-static double number_field(lua_State *L, int t, const char *key, const char *path, double def)
+static double number_field(lua_State *L, int t, const char *key, const char *path, const char *sub,
+                           double def)
 {
     lua_getfield(L, t, key);
     double v = def;
     if (!lua_isnil(L, -1)) {
         if (lua_type(L, -1) != LUA_TNUMBER)
-            lv_raise(L, "gpt_decoder: %s%s: expected a number, found %s", path, key,
-                     luaL_typename(L, -1));
+            lv_raise(L, "gpt_decoder: %s%s%s%s: expected a number, found %s", path, sub ? sub : "",
+                     sub ? "." : "", key, luaL_typename(L, -1));
         v = lua_tonumber(L, -1);
     }
     lua_pop(L, 1);
@@ -141,12 +147,10 @@ static int64_t int_field(lua_State *L, int t, const char *key)
 
 static vn_decode_norm norm_field(lua_State *L, int t, const char *key, const char *path)
 {
-    char sub[96];
-    snprintf(sub, sizeof sub, "%s%s.", path, key);
     push_table_field(L, t, key, path);
     int n = lua_gettop(L);
-    vn_decode_norm r = {tensor_field(L, n, "weight", sub), tensor_field(L, n, "bias", sub),
-                        number_field(L, n, "eps", sub, 1e-5), false};
+    vn_decode_norm r = {tensor_field(L, n, "weight", path, key), tensor_field(L, n, "bias", path, key),
+                        number_field(L, n, "eps", path, key, 1e-5), false};
     lua_getfield(L, n, "rms");
     r.rms = lua_toboolean(L, -1);
     lua_pop(L, 2);
@@ -155,16 +159,14 @@ static vn_decode_norm norm_field(lua_State *L, int t, const char *key, const cha
 
 static vn_decode_linear linear_field(lua_State *L, int t, const char *key, const char *path)
 {
-    char sub[96];
-    snprintf(sub, sizeof sub, "%s%s.", path, key);
     push_table_field(L, t, key, path);
     int n = lua_gettop(L);
-    vn_decode_linear r = {.weight = tensor_field(L, n, "weight", sub),
-                          .bias = tensor_field(L, n, "bias", sub),
-                          .packed = tensor_field(L, n, "packed", sub),
-                          .gamma = (float)number_field(L, n, "gamma", sub, NAN), /* required with packed */
-                          .norm = tensor_field(L, n, "norm", sub),
-                          .norm_eps = number_field(L, n, "norm_eps", sub, 1e-6)};
+    vn_decode_linear r = {.weight = tensor_field(L, n, "weight", path, key),
+                          .bias = tensor_field(L, n, "bias", path, key),
+                          .packed = tensor_field(L, n, "packed", path, key),
+                          .gamma = (float)number_field(L, n, "gamma", path, key, NAN), /* required with packed */
+                          .norm = tensor_field(L, n, "norm", path, key),
+                          .norm_eps = number_field(L, n, "norm_eps", path, key, 1e-6)};
     lua_pop(L, 1);
     return r;
 }
@@ -239,9 +241,43 @@ static int decoder_next(lua_State *L)
     return 1;
 }
 
+/* decoder:generate(out, n, temperature, top_k): n times decoder:next on
+ * the last token of the list out at its position #out, appending each drawn
+ * token to out, in one call: a Lua call per token cost ~0.3 µs of LuaJIT
+ * stitching and argument checks, ~3% of a narrow packed model's token
+ * (bench/RESULTS.md, issue 20). The positions must stay within block_size
+ * (#out + n − 1 ≤ block_size). */
+static int decoder_generate(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    if (!*slot) return lv_raise(L, "gpt_decoder: generate on a freed decoder");
+    lv_checktype(L, 2, LUA_TTABLE, "out");
+    int64_t n = lv_int(L, 3, "n"), top_k, len = (int64_t)lua_objlen(L, 2);
+    double temperature;
+    sample_args(L, 4, &temperature, &top_k);
+    int64_t T = vn_gpt_decoder_block_size(*slot);
+    if (n < 0 || len < 1 || (n > 0 && len + n - 1 > T))
+        return lv_raise(L, "gpt_decoder: generate %lld tokens after %lld, expected n ≥ 0 and a non-empty "
+                        "list whose positions stay within block_size %lld", (long long)n, (long long)len,
+                        (long long)T);
+    lua_rawgeti(L, 2, (int)len);
+    double last = lua_tonumber(L, -1); /* not a whole number: refused by check_step as token 0 */
+    int64_t token = lua_type(L, -1) == LUA_TNUMBER && lv_whole(last) ? (int64_t)last : 0;
+    lua_pop(L, 1);
+    for (int64_t i = 0; i < n; i++, len++) {
+        int64_t next;
+        check_step(L, *slot, token, len);
+        lv_status(L, vn_gpt_decoder_next(*slot, token - 1, len - 1, temperature, top_k, &next));
+        token = next + 1;
+        lua_pushnumber(L, (lua_Number)token);
+        lua_rawseti(L, 2, (int)(len + 1));
+    }
+    return 0;
+}
+
 static const luaL_Reg decoder_methods[] = {
     {"step", decoder_step}, {"logits", decoder_logits}, {"next", decoder_next},
-    {"free", decoder_gc}, {NULL, NULL}};
+    {"generate", decoder_generate}, {"free", decoder_gc}, {NULL, NULL}};
 
 /* venom.sample_logits(list, temperature, top_k, u) → a 1-based index drawn
  * from a Lua list of logits (vn_sample_logits); an entry that is not a
@@ -285,8 +321,8 @@ static int l_gpt_decoder(lua_State *L)
     }
     lua_pop(L, 1);
     lua_newtable(L); /* at SPEC_TENSORS */
-    vn_gpt_decoder_spec spec = {.wte = tensor_field(L, 1, "wte", ""),
-                                .wpe = tensor_field(L, 1, "wpe", ""),
+    vn_gpt_decoder_spec spec = {.wte = tensor_field(L, 1, "wte", "", NULL),
+                                .wpe = tensor_field(L, 1, "wpe", "", NULL),
                                 .ln_f = norm_field(L, 1, "ln_f", ""),
                                 .n_head = int_field(L, 1, "n_head")};
     push_table_field(L, 1, "blocks", ""); /* at 3 */
@@ -305,7 +341,7 @@ static int l_gpt_decoder(lua_State *L)
             .ln1 = norm_field(L, b, "ln1", path), .ln2 = norm_field(L, b, "ln2", path),
             .qkv = linear_field(L, b, "qkv", path), .attn_proj = linear_field(L, b, "attn_proj", path),
             .fc = linear_field(L, b, "fc", path), .mlp_proj = linear_field(L, b, "mlp_proj", path),
-            .cache = tensor_field(L, b, "cache", path)};
+            .cache = tensor_field(L, b, "cache", path, NULL)};
         lua_pop(L, 1);
     }
     spec.blocks = blocks;

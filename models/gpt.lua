@@ -558,8 +558,9 @@ end
 -- token recomputes the whole window, as without the cache. On CUDA and for
 -- MoE models with a capacity limit every token recomputes the context.
 -- With the cache, models of f32 Linear or packed ternary BitLinear layers
--- run each new token as one C call (venom.gpt_decoder: the same logits,
--- bit for bit, as the ops; the prompt too, one position at a time).
+-- run the new tokens that fit the window in one C call (venom.gpt_decoder's
+-- step and draw per token: the same logits, bit for bit, as the ops; the
+-- prompt too, one position at a time).
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), fused = true (false: step through the ops
 -- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with
@@ -617,7 +618,8 @@ function GPT:generate(prompt, n_tokens, opts)
   local ok, err = pcall(venom.no_grad, function()
     if n_tokens > 0 and use_cache and #out < cfg.block_size and can_cache(self) then
       caches = {}
-      for i = 1, cfg.n_layer do caches[i] = venom.zeros(1, cfg.block_size, 3 * cfg.n_embd) end
+      -- not zero-filled: a position's row is written before any step reads it
+      for i = 1, cfg.n_layer do caches[i] = venom.empty(1, cfg.block_size, 3 * cfg.n_embd) end
       if use_fused then decoder = fused_decoder(self, caches) end
     end
     local cached = 0 -- positions 1..cached of out are in the caches
@@ -627,7 +629,17 @@ function GPT:generate(prompt, n_tokens, opts)
       for i = 1, #out - 1 do decoder:step(out[i], i) end
       cached = #out - 1
     end
-    for _ = 1, n_tokens do
+    local left = n_tokens
+    if decoder and not on_logits then
+      -- the steps and draws while the window holds the sequence, in one call
+      -- (as decoder:next one token at a time: the same tokens)
+      local k = math.min(left, cfg.block_size - #out + 1)
+      if k > 0 then
+        decoder:generate(out, k, temperature, top_k)
+        cached, left = #out - 1, left - k
+      end
+    end
+    for _ = 1, left do
       local fused = decoder and #out == cached + 1 and #out <= cfg.block_size
       if fused and not on_logits then
         -- the step and the draw (u from the engine RNG, as venom.rand) in one call

@@ -33,6 +33,11 @@ float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq)
         m = a > m ? a : m; /* not fmaxf: a libm call per element; a NaN is caught below */
         finite &= a <= FLT_MAX; /* false for NaN too */
     }
+    return vnq__quantize_row_max(x, K, m, finite, q, xq);
+}
+
+float vnq__quantize_row_max(const float *x, int64_t K, float m, int finite, int8_t *q, float *xq)
+{
     /* A row with a NaN or ∞ has no meaningful scale: s = NaN, so the row's
      * output is NaN and the bad value shows (int8 cannot hold it). */
     if (!finite) {

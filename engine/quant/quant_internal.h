@@ -35,6 +35,9 @@ static inline float vnq__trit(float w, float gamma)
  * x̃ = clamp(round(x·s), −128, 127) into q as int8 (q may be NULL) and as
  * x̃/s into xq (may be NULL). Returns s. */
 float vnq__quantize_row(const float *x, int64_t K, int8_t *q, float *xq);
+/* The same given m = max|x| and finite = whether every x is finite (its
+ * first pass, where the caller had them already). */
+float vnq__quantize_row_max(const float *x, int64_t K, float m, int finite, int8_t *q, float *xq);
 
 /* The two quantisers built from public ops (vn_abs, vn_mean_all, vn_div,
  * vn_clamp, ...), for CUDA tensors: γ·W̃ of w (any shape, γ = Σ|w| / count),
@@ -104,7 +107,35 @@ void vnq__quantize_into(const float *x, int64_t B, int64_t K, int64_t Kp, vnq_ro
  * a caller making many small products (the decoder) picks it once. */
 void vnq__product(vnq_kernel kernel, const uint8_t *p, int64_t N, int64_t Kp, const vnq_rows *r,
                   int64_t B, float gamma, float *out);
+/* Packed weights re-laid with 16 weight rows per tile, one row per 32-bit
+ * vector lane, for one activation row (ternary_lanes.c, where the layout is
+ * described). The largest K it takes: each field's int32 sum is up to
+ * 4³·2·128 per column of a quarter of Kp, below 2³¹ up to Kp = 2¹⁹. */
+#define VNQ_LANES_MAX_K (1 << 18)
+/* The most bytes of packed weights (one matrix) it is used for: measured
+ * only on tutorial 5's small weights (bench/RESULTS.md, issue 20, wt-a),
+ * and the copy doubles the weights' memory. */
+#define VNQ_LANES_MAX_BYTES (1 << 20)
+/* Whether this build and CPU run it (AVX-512 VNNI) for N rows of K columns
+ * (K ≤ VNQ_LANES_MAX_K, at most VNQ_LANES_MAX_BYTES packed). */
+bool vnq__lanes_usable(int64_t N, int64_t K);
+/* Bytes of the re-laid copy of N packed rows of Kp/4 bytes (N rounded up
+ * to 16 rows). */
+size_t vnq__lanes_bytes(int64_t N, int64_t Kp);
+/* lanes (vnq__lanes_bytes(N, Kp) bytes) = the N packed rows re-laid; only
+ * where vnq__lanes_usable. */
+void vnq__lanes_pack(const uint8_t *packed, int64_t N, int64_t Kp, uint8_t *lanes);
+/* y (N) = the one-row product of x̃ (Kp int8, zero past K; Σ x̃ = xsum, scale
+ * s) with the re-laid weights, times γ/s: the packed kernels' outputs bit for
+ * bit. Only where vnq__lanes_usable. */
+void vnq__lanes_product(const uint8_t *lanes, int64_t N, int64_t Kp, const int8_t *xq, int32_t xsum,
+                        float s, float gamma, float *y);
 /* RMSNorm of one row (vn_rms_norm at inference; rms_norm.c). */
 void vnq__rms_row(const float *x, const float *w, int64_t D, double eps, float *y);
+/* One row through RMSNorm and then quantised for the packed products, as
+ * vnq__rms_row (into y, D values) and vnq__quantize_into (one row into r,
+ * Kp ≥ D) give it, in fewer passes (the fused decoder's packed layers). */
+void vnq__rms_quantize_row(const float *x, const float *w, int64_t D, double eps, float *y, int64_t Kp,
+                           vnq_rows *r);
 
 #endif

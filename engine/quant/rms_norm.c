@@ -14,7 +14,9 @@
  * GPT runs 13 of these norms per token. */
 #include "quant_internal.h"
 
+#include <float.h>
 #include <math.h>
+#include <string.h>
 
 /* The composition, recorded by its ops. */
 static vn_tensor *rms_norm_ops(const vn_tensor *x, const vn_tensor *w, double eps)
@@ -28,12 +30,12 @@ static vn_tensor *rms_norm_ops(const vn_tensor *x, const vn_tensor *w, double ep
     return y;
 }
 
-/* One row of D values, rounded step by step as the composition: x·x in
- * f32, its mean as vn_mean sums a row (in double, a simd reduction, times
- * 1/D), + ε, √ and the division in f32. Not inlined: one copy for this op
- * and the fused decoder (engine/decode.c), so both give the same bits. */
-__attribute__((noinline)) void vnq__rms_row(const float *x, const float *w, int64_t D, double eps,
-                                            float *y)
+/* The divisor of one row of D values, rounded step by step as the
+ * composition: x·x in f32, its mean as vn_mean sums a row (in double, a
+ * simd reduction, times 1/D), + ε and √ in f32. Not inlined: one copy for
+ * this op and the fused decoder's norms (engine/decode.c), so all give the
+ * same bits. */
+__attribute__((noinline)) static float rms_denominator(const float *x, int64_t D, double eps)
 {
     double s = 0;
 #pragma omp simd reduction(+ : s)
@@ -41,8 +43,35 @@ __attribute__((noinline)) void vnq__rms_row(const float *x, const float *w, int6
         float sq = x[j] * x[j];
         s += sq;
     }
-    float d = sqrtf((float)(s * (1.0 / (double)D)) + (float)eps);
+    return sqrtf((float)(s * (1.0 / (double)D)) + (float)eps);
+}
+
+/* y = x / d ⊙ w: the division, then the product, in f32. */
+void vnq__rms_row(const float *x, const float *w, int64_t D, double eps, float *y)
+{
+    float d = rms_denominator(x, D, eps);
     for (int64_t j = 0; j < D; j++) y[j] = x[j] / d * w[j];
+}
+
+/* The quantiser's first pass (max |y|, and whether all are finite) rides
+ * along with the norm's last; the sum of x̃ follows the int8 row. */
+void vnq__rms_quantize_row(const float *x, const float *w, int64_t D, double eps, float *y, int64_t Kp,
+                           vnq_rows *r)
+{
+    float d = rms_denominator(x, D, eps), m = 0;
+    int finite = 1;
+#pragma omp simd reduction(max : m) reduction(& : finite)
+    for (int64_t j = 0; j < D; j++) {
+        y[j] = x[j] / d * w[j];
+        float a = fabsf(y[j]);
+        m = a > m ? a : m; /* as vnq__quantize_row */
+        finite &= a <= FLT_MAX;
+    }
+    r->s[0] = vnq__quantize_row_max(y, D, m, finite, r->q, NULL);
+    memset(r->q + D, 0, (size_t)(Kp - D));
+    int32_t sum = 0;
+    for (int64_t j = 0; j < D; j++) sum += r->q[j];
+    r->sum[0] = sum;
 }
 
 vn_tensor *vn_rms_norm(const vn_tensor *x, const vn_tensor *w, double eps)

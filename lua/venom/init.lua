@@ -142,6 +142,9 @@ venom.after_backward = core.after_backward
 -- as a list, bit for bit those of the same step through the ops;
 -- decoder:next(token, pos, temperature, top_k) steps and draws the next
 -- token as venom.sample_logits does, with u = venom.rand(1)'s draw;
+-- decoder:generate(out, n, temperature, top_k) does that n times in one
+-- call, from the last token of the list out at position #out, appending
+-- each token drawn to out (the positions must stay within block_size);
 -- decoder:free() lets go of the tensors. Errors name the bad field.
 venom.gpt_decoder = core.gpt_decoder
 

@@ -5,7 +5,8 @@
  * heads), scores of ±inf and a NaN value (a first chunk of −inf scores
  * before finite ones), a narrowed view of a longer cache against its contiguous copy (read in
  * place through the strides, the same bits), a contiguous cache against
- * one whose features are strided (copied first: the same bits), and bad
+ * one whose features are strided (copied first: the same bits), each head
+ * of a multi-head call against that head alone (the same bits), and bad
  * arguments. */
 #include "gradcheck.h"
 
@@ -124,6 +125,38 @@ static void test_vector_path_same_bits(void **state)
     }
 }
 
+/* Heads are computed two at a time (their sums interleaved): each head of
+ * a multi-head call equals that head alone (its q, k, v columns as a
+ * one-head qkv), bit for bit, for an odd head count (a last head alone),
+ * head widths with and without a tail past the 32-float blocks (32, 40),
+ * and windows within and past one 64-position chunk. */
+static void test_heads_alone_same_bits(void **state)
+{
+    (void)state;
+    const int64_t Dhs[] = {32, 40}, Ts[] = {33, 150};
+    for (int id = 0; id < 2; id++)
+        for (int it = 0; it < 2; it++) {
+            int64_t Dh = Dhs[id], T = Ts[it], H = 3, C = H * Dh;
+            vn_tensor *qkv = trand(3, (int64_t[]){1, T, 3 * C}, -2, 2, 71 + (unsigned)(2 * id + it));
+            vn_tensor *all = vn_causal_self_attention_last(qkv, H);
+            CHECK_PTR(all);
+            for (int64_t h = 0; h < H; h++) {
+                vn_tensor *one = vn_empty(VN_F32, 3, (int64_t[]){1, T, 3 * Dh});
+                for (int64_t t = 0; t < T; t++)
+                    for (int part = 0; part < 3; part++) /* q, k, v of head h */
+                        memcpy(f32(one) + t * 3 * Dh + part * Dh, f32(qkv) + t * 3 * C + part * C + h * Dh,
+                               sizeof(float) * (size_t)Dh);
+                vn_tensor *y = vn_causal_self_attention_last(one, 1);
+                CHECK_PTR(y);
+                assert_memory_equal(f32(y), f32(all) + h * Dh, sizeof(float) * (size_t)Dh);
+                vn_tensor_release(one);
+                vn_tensor_release(y);
+            }
+            vn_tensor_release(qkv);
+            vn_tensor_release(all);
+        }
+}
+
 static void expect_error(vn_tensor *t, vn_status want, const char *needle)
 {
     assert_null(t);
@@ -155,6 +188,7 @@ int main(void)
         cmocka_unit_test(test_extreme_scores),
         cmocka_unit_test(test_narrowed_cache),
         cmocka_unit_test(test_vector_path_same_bits),
+        cmocka_unit_test(test_heads_alone_same_bits),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -128,6 +128,33 @@ static void test_next_is_step_and_sample(void **state)
                m.t[11]);
 }
 
+/* A packed layer's bad data and options name the layer: a code 3 (which
+ * the kernels would read as 2), a bad norm eps. */
+static void test_packed_errors_name_the_layer(void **state)
+{
+    (void)state;
+    tiny m;
+    tiny_make(&m);
+    int64_t rb = vn_ternary_row_bytes(C);
+    vn_tensor *p = vn_empty(VN_U8, 2, (int64_t[]){H, rb}), *nw = vn_ones(VN_F32, 1, (int64_t[]){C});
+    memset(vn_tensor_data(p), 0x55, (size_t)(H * rb)); /* code 1 (0) everywhere */
+    ((uint8_t *)vn_tensor_data(p))[5 * rb + 2] = 0xff;  /* row 5, column 2: code 3 */
+    m.block.fc = (vn_decode_linear){.packed = p, .gamma = 0.5f, .norm = nw, .norm_eps = 1e-6};
+    assert_null(vn_gpt_decoder_new(&m.spec));
+    expect_status(vn_last_status(), VN_ERR_FORMAT,
+                  "gpt_decoder: block 1 of 1: fc: packed weights row 5, column 2: code 3");
+    ((uint8_t *)vn_tensor_data(p))[5 * rb + 2] = 0x55;
+    m.block.fc.norm_eps = -1;
+    assert_null(vn_gpt_decoder_new(&m.spec));
+    expect_status(vn_last_status(), VN_ERR_ARG, "gpt_decoder: block 1 of 1: fc norm weight eps = -1");
+    m.block.fc.norm_eps = 1e-6;
+    vn_gpt_decoder *d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    vn_gpt_decoder_free(d);
+    GC_RELEASE(p, nw, m.t[0], m.t[1], m.t[2], m.t[3], m.t[4], m.t[5], m.t[6], m.t[7], m.t[8], m.t[9], m.t[10],
+               m.t[11]);
+}
+
 /* vn_sample_logits against the rule in double with libm's exp: the same
  * index for every u of a grid except within 1e-5 of a boundary of the
  * running sums (the weights are f32, about 2 ulp); −inf logits, those
@@ -254,6 +281,7 @@ int main(void)
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_next_refused_changes_nothing),
         cmocka_unit_test(test_next_is_step_and_sample),
+        cmocka_unit_test(test_packed_errors_name_the_layer),
         cmocka_unit_test(test_sample_matches_reference),
         cmocka_unit_test(test_sample_edges),
     };

@@ -9,7 +9,7 @@
 -- decoder gave; a fused generation makes no mode switch; a temperature of
 -- 1e-310 is greedy; bad specs and
 -- steps are errors that name what is wrong, and a refused decoder:next
--- changes nothing.
+-- changes nothing; decoder:generate gives decoder:next's tokens.
 package.path = "tests/lua/?.lua;" .. package.path
 local tap = require "tap"
 local venom = require "venom"
@@ -71,7 +71,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(36)
+tap.plan(41)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -184,8 +184,25 @@ tap.error_like(function() dec:next(5, 2, 0) end, "temperature 0, top_k 0: expect
 tap.error_like(function() dec:next(5, 2, 1, -1) end, "top_k %-1: expected", "next: top_k -1")
 tap.ok(caches[1]:narrow(2, 2, 1):abs():sum():item() == 0 and venom.rand(1):item() == want_u,
   "next with bad options leaves the cache and the RNG as they were")
+-- decoder:generate: n draws of decoder:next in one call, the same tokens
+-- for the same seed (top_k and not), up to the last position.
+for _, top_k in ipairs({ false, 5 }) do
+  venom.manual_seed(11)
+  local one = { 7, 3 }
+  for pos = 2, 24 do one[pos + 1] = dec:next(one[pos], pos, 0.7, top_k or nil) end
+  venom.manual_seed(11)
+  local all = { 7, 3 }
+  dec:generate(all, 23, 0.7, top_k or nil)
+  tap.is(table.concat(all, ","), table.concat(one, ","),
+    "generate(out, n) gives decoder:next's tokens" .. (top_k and " (top_k)" or ""))
+end
+tap.error_like(function() dec:generate({ 7, 3 }, 24, 1) end,
+  "generate 24 tokens after 2, expected .* within block_size 24", "generate past block_size")
+tap.error_like(function() dec:generate({ 7, "x" }, 1, 1) end, "token 0 at position 2",
+  "generate from a list whose last entry is not a token")
 dec:free()
 tap.error_like(function() dec:step(1, 1) end, "freed decoder", "a step on a freed decoder")
+tap.error_like(function() dec:generate({ 1 }, 1, 1) end, "freed decoder", "generate on a freed decoder")
 local function bad(edit) return function() venom.gpt_decoder(spec(edit)) end end
 tap.error_like(bad(function(s) s.blocks[2].fc.weight = venom.zeros(128, 16) end),
   "block 2 of 2: fc weight of shape %(128, 16%), expected %(128, 32%)",

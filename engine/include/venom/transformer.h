@@ -115,8 +115,13 @@ typedef struct vn_gpt_decoder vn_gpt_decoder;
 
 /* Checks the spec (every tensor on the CPU, contiguous, of the dtype and
  * shape above; packed codes as vn_ternary_check) and makes a decoder that
- * holds a reference to each tensor: it reads the weights as they are at
- * each step. Errors: VN_ERR_ARG (NULL spec or tensor, n_head not dividing
+ * holds a reference to each tensor: it reads the f32 weights and norms as
+ * they are at each step. Packed ternary weights are read once, here: where
+ * the packed products run the AVX-512 VNNI kernel and no packed weight
+ * exceeds 1 MiB, the decoder keeps a copy re-laid with one weight row per
+ * vector lane (as many bytes again as the packed weights), which its steps
+ * use; a change to packed weights after
+ * this call needs a new decoder. Errors: VN_ERR_ARG (NULL spec or tensor, n_head not dividing
  * C, n_layer < 1, a projection with both or neither of weight and packed, a
  * bias or norm where the kind has none, eps or γ out of range, a
  * non-contiguous tensor, a cache sharing memory with another tensor of the
