@@ -216,44 +216,13 @@ static vn_tensor *cpu_forward(const vnm_pattern *p, const vn_tensor *x, int64_t 
     return y;
 }
 
-/* Hands a bias gradient db (R floats; NULL: out of memory) over as input
- * `in` of the node: whole, before the weight's rows (see the backward
- * rules), then accumulated; takes the caller's reference to db. */
-static vn_status bias_handover(vn_node *node, int in, vn_tensor *db, int64_t R)
-{
-    if (db) {
-        if (vn__grad_rows_watch(node, in, vn_tensor_data(db))) vn__grad_rows_done(0, R);
-        vn__grad_rows_unwatch();
-    }
-    return vn__accum(node, in, db);
-}
-
-/* acc[r0 .. r0+nr−1] += the sums over the batch of those rows of a matrix
- * in panels (`prows` rows per panel, B lanes in all, the lanes past B not
- * read): lane by lane over the panels, then the 64 lanes, a vector add per
- * 16 floats read. nr ≤ 16. One scalar chain per row in batch order (the
- * order of the row-major sum) waited on each add: 4% of a 2:8 GPT step. */
-static void panel_row_sums(const float *src, int64_t prows, int64_t B, int64_t r0, int64_t nr,
-                           float *restrict acc)
-{
-    float lanes[16][VNM_PANEL] = {{0}};
-    for (int64_t b0 = 0; b0 < B; b0 += VNM_PANEL) {
-        int64_t nb = B - b0 < VNM_PANEL ? B - b0 : VNM_PANEL;
-        const float *sp = src + (b0 / VNM_PANEL * prows + r0) * VNM_PANEL;
-        for (int64_t i = 0; i < nr; i++)
-            for (int64_t l = 0; l < nb; l++) lanes[i][l] += sp[i * VNM_PANEL + l];
-    }
-    for (int64_t i = 0; i < nr; i++)
-        for (int l = 0; l < VNM_PANEL; l++) acc[r0 + i] += lanes[i][l];
-}
-
 /* The bias's gradient, input `in` of the node: db[r] = Σ_b dy[b, r], from
  * dy (B, R) row-major, or with `panels` from dYt (panels of R rows; the
  * lanes past B are not read). Row-major: one thread, in row order: split
  * over two threads by columns (as vn_linear's) it was slower on the 2-core
  * Zen 4 VM, 1.7 against 0.95 ms for 4096 × 1024 (best of 40), a
- * memory-bound pass (bench/RESULTS.md). Panels: 16 rows at a time go to
- * the threads (panel_row_sums; to float rounding the row-major sums). */
+ * memory-bound pass (bench/RESULTS.md). Panels: rows go to the threads,
+ * and the sums are taken in another order (to float rounding the same). */
 static vn_status bias_grad(vn_node *node, int in, const vn_tensor *dy, bool panels, int64_t B,
                            int64_t R)
 {
@@ -262,15 +231,32 @@ static vn_status bias_grad(vn_node *node, int in, const vn_tensor *dy, bool pane
         float *restrict acc = vn_tensor_data(db);
         const float *pdy = vn_tensor_data(dy);
         if (panels) {
+            /* Lane by lane over the panels, then the 64 lanes: a vector add
+             * per 16 floats read, on 16 rows (4 KiB of each panel) at a time.
+             * One scalar chain per row in batch order (the order of the
+             * row-major sum) waited on each add: 4% of a 2:8 GPT step. */
             int64_t chunks = (R + 15) / 16;
 #pragma omp parallel for schedule(static) if (B * R > VN_OMP_MIN_WORK)
-            for (int64_t ch = 0; ch < chunks; ch++)
-                panel_row_sums(pdy, R, B, ch * 16, R - ch * 16 < 16 ? R - ch * 16 : 16, acc);
+            for (int64_t ch = 0; ch < chunks; ch++) {
+                int64_t r0 = ch * 16, nr = R - r0 < 16 ? R - r0 : 16;
+                float lanes[16][VNM_PANEL] = {{0}};
+                for (int64_t b0 = 0; b0 < B; b0 += VNM_PANEL) {
+                    int64_t nb = B - b0 < VNM_PANEL ? B - b0 : VNM_PANEL;
+                    const float *src = pdy + (b0 / VNM_PANEL * R + r0) * VNM_PANEL;
+                    for (int64_t i = 0; i < nr; i++)
+                        for (int64_t l = 0; l < nb; l++) lanes[i][l] += src[i * VNM_PANEL + l];
+                }
+                for (int64_t i = 0; i < nr; i++)
+                    for (int l = 0; l < VNM_PANEL; l++) acc[r0 + i] += lanes[i][l];
+            }
         } else
             for (int64_t b = 0; b < B; b++)
                 for (int64_t r = 0; r < R; r++) acc[r] += pdy[b * R + r];
+        /* handed over whole, before the weight's rows (see the backward rules) */
+        if (vn__grad_rows_watch(node, in, acc)) vn__grad_rows_done(0, R);
+        vn__grad_rows_unwatch();
     }
-    return bias_handover(node, in, db, R);
+    return vn__accum(node, in, db);
 }
 
 static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
@@ -384,27 +370,6 @@ static void gelu_panels(float *out, int64_t orows, const float *g, const float *
     }
 }
 
-/* gelu_panels' backward (out = g ⊙ gelu'(h), orows == rows) and, into db
- * (rows floats, zeroed), the sums of out's rows over the B lanes: fc's
- * bias gradient in the same pass, while each 16 rows of a panel are in L1,
- * instead of a second read of the whole B × rows matrix. 16 rows at a time
- * go to the threads, each through every panel, so out is what gelu_panels
- * writes and db what bias_grad computes from it, bit for bit. */
-static void gelu_backward_bias(float *out, const float *g, const float *h, int64_t hrows,
-                               int64_t rows, int64_t B, float *db)
-{
-    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, chunks = (rows + 15) / 16;
-#pragma omp parallel for schedule(static) if (npanels * rows * VNM_PANEL > VN_OMP_MIN_WORK)
-    for (int64_t ch = 0; ch < chunks; ch++) {
-        int64_t r0 = ch * 16, nr = rows - r0 < 16 ? rows - r0 : 16;
-        for (int64_t pn = 0; pn < npanels; pn++)
-            vn__gelu_backward_f32(out + (pn * rows + r0) * VNM_PANEL,
-                                  g + (pn * hrows + r0) * VNM_PANEL,
-                                  h + (pn * hrows + r0) * VNM_PANEL, nr * VNM_PANEL);
-        panel_row_sums(out, rows, B, r0, nr, db);
-    }
-}
-
 /* A new f32 tensor of n elements, for scratch in panels. */
 static vn_tensor *panels_new(int64_t n) { return vn__new(VN_F32, 1, &n); }
 
@@ -427,27 +392,19 @@ static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
     if (!s && want[MLP_B2]) s = bias_grad(node, MLP_B2, gy, false, B, p2.R);
     if (!s && want[MLP_V2])
         s = vn__accum(node, MLP_V2, values_grad(node, MLP_V2, &p2, gy, vn_tensor_data(gyt), h, B));
-    vn_tensor *v2 = NULL, *dh = NULL, *dhpre = NULL, *db1 = NULL;
+    vn_tensor *v2 = NULL, *dh = NULL, *dhpre = NULL;
     if (!s && (want[MLP_X] || want[MLP_V1] || want[MLP_B1])) {
         /* dH = dY·W2 in panels of proj's Kp rows, then dH ⊙ gelu'(H) in
          * panels of fc's R rows: the dYt of fc's kernels */
         v2 = plain(node->inputs[MLP_V2]);
         dh = v2 ? panels_new(npanels * p2.Kp * VNM_PANEL) : NULL;
         dhpre = dh ? panels_new(npanels * p1.R * VNM_PANEL) : NULL;
-        db1 = dhpre && want[MLP_B1] ? vn_zeros(VN_F32, 1, &p1.R) : NULL;
-        s = dhpre && (db1 || !want[MLP_B1])
-                ? vnm__spmm_t(&p2, vn_tensor_data(v2), vn_tensor_data(gyt), B, vn_tensor_data(dh))
-                : VN_ERR_MEMORY;
-        if (!s && db1)
-            gelu_backward_bias(vn_tensor_data(dhpre), vn_tensor_data(dh), hpre, p2.Kp, p1.R, B,
-                               vn_tensor_data(db1));
-        else if (!s)
+        s = dhpre ? vnm__spmm_t(&p2, vn_tensor_data(v2), vn_tensor_data(gyt), B, vn_tensor_data(dh))
+                  : VN_ERR_MEMORY;
+        if (!s)
             gelu_panels(vn_tensor_data(dhpre), p1.R, vn_tensor_data(dh), hpre, p2.Kp, p1.R, npanels);
     }
-    if (!s && want[MLP_B1]) {
-        s = bias_handover(node, MLP_B1, db1, p1.R);
-        db1 = NULL; /* taken */
-    }
+    if (!s && want[MLP_B1]) s = bias_grad(node, MLP_B1, dhpre, true, B, p1.R);
     if (!s && want[MLP_V1])
         s = vn__accum(node, MLP_V1, values_grad(node, MLP_V1, &p1, NULL, vn_tensor_data(dhpre),
                                                 vn_tensor_data(node->saved[MLP_XT]), B));
@@ -459,8 +416,8 @@ static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
         vn_tensor_release(v1);
         s = vn__accum(node, MLP_X, dx);
     }
-    vn_tensor *all[6] = {gy, gyt, v2, dh, dhpre, db1};
-    for (int i = 0; i < 6; i++) vn_tensor_release(all[i]);
+    vn_tensor *all[5] = {gy, gyt, v2, dh, dhpre};
+    for (int i = 0; i < 5; i++) vn_tensor_release(all[i]);
     return s;
 }
 
