@@ -210,6 +210,16 @@ static void VNM_ISA(sddmm_tile)(const vnm_pattern *p, const float *dyt, const fl
     for (int64_t pg = 0; pg < npanels; pg += PANELS) {
         int64_t pend = pg + PANELS < npanels ? pg + PANELS : npanels;
         for (int64_t v = 0; v < rows; v++) {
+            /* The next panels' kept rows of Xt into L2, a few per row
+             * (spread over the block's rows): else the first row of each
+             * group of panels waits on 32 KiB from L3 or memory. */
+            int64_t ncol = 4 * ng, pnext = pend + PANELS < npanels ? pend + PANELS : npanels;
+            for (int64_t ci = v * ncol / rows; ci < (v + 1) * ncol / rows; ci++) {
+                int64_t g = g0 + ci / 4, col = g * p->M + cl[4 * g + ci % 4];
+                for (int64_t pn = pend; pn < pnext; pn++)
+                    for (int line = 0; line < VNM_PANEL / 16; line++)
+                        __builtin_prefetch(xt + (pn * p->Kp + col) * VNM_PANEL + line * 16, 0, 2);
+            }
             VEC acc[DOTS];
             /* Half of the dots at a time: the 8 (or 4) column pointers
              * of a half stay in registers, where all 16 spilled to the
