@@ -11,7 +11,8 @@ void act__index_views(act_index *ix, const vn_tensor *t)
 {
     const int64_t *p = vn_tensor_data(t);
     ix->count = p;
-    ix->cols = p + ix->ntiles;
+    ix->off = p + ix->ntiles;
+    ix->cols = p + 2 * ix->ntiles;
     ix->plain_w = act__max_condensed(ix) == 0;
 }
 
@@ -33,10 +34,31 @@ enum { ACT_SAMPLE_EVERY = 8 };
  * the tiles and rows it read. */
 typedef struct { int64_t nz, kept, tiles, rows; } scan_count;
 
+/* The flags of one row: slot[j] |= (row[j] + b[j] > 0) (b NULL: 0), and
+ * the count of positives added to *z. Two loops, so that each vectorizes. */
+static inline void flag_row(const float *row, const float *b, int64_t in, int64_t *slot, int64_t *z)
+{
+    int64_t n = 0;
+    if (b)
+        for (int64_t j = 0; j < in; j++) {
+            int64_t pos = row[j] + b[j] > 0;
+            slot[j] |= pos;
+            n += pos;
+        }
+    else
+        for (int64_t j = 0; j < in; j++) {
+            int64_t pos = row[j] > 0;
+            slot[j] |= pos;
+            n += pos;
+        }
+    *z += n;
+}
+
 /* One pass over the tiles of x in the sample (sample) or out of it (!sample):
- * each tile's kept columns (some x > 0 in the tile) into cnt and cols,
- * added up in *c. A tile whose kept share is above dense_above is made
- * dense (identity columns): condensing it would cost more than it saves. */
+ * each tile's kept columns (some x + bias > 0 in the tile) into cnt and
+ * cols, added up in *c. A tile whose kept share is above dense_above is
+ * made dense (identity columns): condensing it would cost more than it
+ * saves. */
 static void scan_tiles(const act_index *ix, const float *x, int64_t *cnt, int64_t *cols,
                        double dense_above, bool sample, scan_count *c)
 {
@@ -50,14 +72,7 @@ static void scan_tiles(const act_index *ix, const float *x, int64_t *cnt, int64_
         /* slot doubles as the flags: any-positive per column, then compacted
          * in place (position n ≤ j, so no flag is overwritten before read). */
         for (int64_t j = 0; j < in; j++) slot[j] = 0;
-        for (int64_t i = r0; i < r1; i++) {
-            const float *row = x + i * in;
-            for (int64_t j = 0; j < in; j++) {
-                int64_t pos = row[j] > 0;
-                slot[j] |= pos;
-                z += pos;
-            }
-        }
+        for (int64_t i = r0; i < r1; i++) flag_row(x + i * in, ix->bias, in, slot, &z);
         for (int64_t j = 0; j < in; j++)
             if (slot[j]) slot[n++] = j;
         nz += z;
@@ -82,26 +97,32 @@ vn_tensor *act__index(act_index *ix, const float *x, int64_t tile, double dense_
     int64_t rows = ix->rows, in = ix->in;
     ix->tile = tile > rows && rows > 0 ? rows : tile;
     ix->ntiles = rows ? (rows + ix->tile - 1) / ix->tile : 0;
-    int64_t n = ix->ntiles * (1 + in);
+    int64_t n = ix->ntiles * (2 + in);
     vn_tensor *index = vn__new(VN_I64, 1, &n);
     if (!index) return NULL;
     int64_t *p = vn_tensor_data(index);
     scan_count c = {0, 0, 0, 0};
     bool dense = false;
     for (int pass = 0; pass < 2 && !dense; pass++) { /* the sample, then (unless dense) the rest */
-        scan_tiles(ix, x, p, p + ix->ntiles, dense_above, pass == 0, &c);
+        scan_tiles(ix, x, p, p + 2 * ix->ntiles, dense_above, pass == 0, &c);
         dense = c.tiles && (double)c.kept > dense_above * (double)(c.tiles * in);
     }
     if (dense) { /* the dense path: one tile of all rows, all columns, one sgemm */
         vn_tensor_release(index);
-        n = 1 + in;
+        n = 2 + in;
         if (!(index = vn__new(VN_I64, 1, &n))) return NULL;
         p = vn_tensor_data(index);
         p[0] = in;
-        for (int64_t j = 0; j < in; j++) p[1 + j] = j;
+        for (int64_t j = 0; j < in; j++) p[2 + j] = j;
         ix->tile = rows;
         ix->ntiles = 1;
     }
+    /* where each tile's block of condensed values starts (act__condense) */
+    for (int64_t t = 0, at = 0; t < ix->ntiles; t++) {
+        p[ix->ntiles + t] = at;
+        at += act__tile_rows(ix, t) * p[t];
+    }
+    ix->zc = NULL;
     act__index_views(ix, index);
     if (stats) { /* over the tiles scanned: all, or the sample that chose the dense path */
         double all = (double)c.rows * (double)in, pairs = (double)c.tiles * (double)in;
@@ -109,6 +130,48 @@ vn_tensor *act__index(act_index *ix, const float *x, int64_t tile, double dense_
                                        dense};
     }
     return index;
+}
+
+vn_tensor *act__condense(act_index *ix, vn_tensor *z)
+{
+    int64_t in = ix->in, nt = ix->ntiles, last = nt ? nt - 1 : 0;
+    float *Z = vn_tensor_data(z);
+    const float *b = ix->bias;
+    bool all_dense = true;
+    for (int64_t t = 0; t < nt; t++) all_dense &= ix->count[t] == in;
+    if (all_dense) { /* the blocks are z's rows as they are: the bias in place */
+#pragma omp parallel for schedule(static) if (b && ix->rows * in > VN_OMP_MIN_STREAM)
+        for (int64_t i = 0; i < (b ? ix->rows : 0); i++)
+            for (int64_t j = 0; j < in; j++) Z[i * in + j] += b[j];
+        ix->zc = Z;
+        return vn_tensor_retain(z);
+    }
+    int64_t n = ix->off[last] + act__tile_rows(ix, last) * ix->count[last];
+    if (n == 0) n = 1;
+    vn_tensor *c = vn__new(VN_F32, 1, &n);
+    if (!c) return NULL;
+    float *C = vn_tensor_data(c);
+    /* one read of z at the kept columns: the forward and the backward then
+     * read the dense blocks (the share kept of z's bytes), not z again */
+#pragma omp parallel for schedule(static) if (ix->rows * in > VN_OMP_MIN_WORK)
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t k = ix->count[t], m = act__tile_rows(ix, t);
+        const int64_t *cols = act__cols(ix, t);
+        for (int64_t r = 0; r < m; r++) {
+            const float *zr = Z + (t * ix->tile + r) * in;
+            float *v = C + ix->off[t] + r * k;
+            if (k == in && b) /* a dense tile: the same without the index, vectorized */
+                for (int64_t j = 0; j < in; j++) v[j] = zr[j] + b[j];
+            else if (k == in)
+                memcpy(v, zr, sizeof(float) * (size_t)in);
+            else if (b)
+                for (int64_t l = 0; l < k; l++) v[l] = zr[cols[l]] + b[cols[l]];
+            else
+                for (int64_t l = 0; l < k; l++) v[l] = zr[cols[l]];
+        }
+    }
+    ix->zc = C;
+    return c;
 }
 
 vn_tensor *act__transposed(const vn_tensor *w)
@@ -134,19 +197,22 @@ const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, co
                               float *hc, float *wc, int64_t *nz)
 {
     int64_t in = ix->in, k = ix->count[t], r0 = t * ix->tile, m = act__tile_rows(ix, t), pos = 0;
-    const int64_t *cols = ix->cols + t * in;
+    const int64_t *cols = act__cols(ix, t);
+    /* a row's values in a contiguous run (the tile's block of ix->zc, or a
+     * dense tile's row of x: vectorized), or picked from x by the index */
+    bool run = ix->zc || k == in;
 #pragma omp parallel for schedule(static) reduction(+ : pos) if (m * k > VN_OMP_MIN_WORK)
     for (int64_t r = 0; r < m; r++) {
-        const float *row = x + (r0 + r) * in;
-        if (k == in) /* a dense tile: the same without the index, vectorized */
-            for (int64_t j = 0; j < in; j++) {
-                hc[r * in + j] = act__f(ix->act, row[j]);
-                pos += row[j] > 0;
+        const float *v = ix->zc ? ix->zc + ix->off[t] + r * k : x + (r0 + r) * in;
+        if (run)
+            for (int64_t l = 0; l < k; l++) {
+                hc[r * k + l] = act__f(ix->act, v[l]);
+                pos += v[l] > 0;
             }
         else
-            for (int64_t l = 0; l < k; l++) hc[r * k + l] = act__f(ix->act, row[cols[l]]);
+            for (int64_t l = 0; l < k; l++) hc[r * k + l] = act__f(ix->act, v[cols[l]]);
     }
-    if (nz) *nz += pos;
+    if (nz && k == in) *nz += pos;
     if (k == in) return wt;
     vn__gather_rows_f32(wc, wt, cols, NULL, k, ix->out);
     return wc;
