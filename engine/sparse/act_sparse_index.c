@@ -193,8 +193,7 @@ vn_tensor *act__weight(const act_index *ix, const vn_tensor *w)
     return ix->plain_w ? vn__plain_contiguous(w) : act__transposed(w);
 }
 
-const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
-                              float *hc, float *wc, int64_t *nz)
+void act__tile_h(const act_index *ix, int64_t t, const float *x, float *hc, int64_t *nz)
 {
     int64_t in = ix->in, k = ix->count[t], r0 = t * ix->tile, m = act__tile_rows(ix, t), pos = 0;
     const int64_t *cols = act__cols(ix, t);
@@ -213,8 +212,15 @@ const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, co
             for (int64_t l = 0; l < k; l++) hc[r * k + l] = act__f(ix->act, v[cols[l]]);
     }
     if (nz && k == in) *nz += pos;
-    if (k == in) return wt;
-    vn__gather_rows_f32(wc, wt, cols, NULL, k, ix->out);
+}
+
+const float *act__gather_tile(const act_index *ix, int64_t t, const float *x, const float *wt,
+                              float *hc, float *wc, int64_t *nz)
+{
+    act__tile_h(ix, t, x, hc, nz);
+    int64_t k = ix->count[t];
+    if (k == ix->in) return wt;
+    vn__gather_rows_f32(wc, wt, act__cols(ix, t), NULL, k, ix->out);
     return wc;
 }
 
@@ -227,10 +233,20 @@ void act__forward_tiles(const act_index *ix, const float *x, const float *wt, co
     for (int64_t t = 0; t < ix->ntiles; t++) {
         int64_t k = ix->count[t], m = act__tile_rows(ix, t);
         if (k == 0) continue; /* H is all zero in this tile */
-        const float *wop = act__gather_tile(ix, t, x, wt, hc, wc, &nz);
-        vn__sgemm(CblasNoTrans, ix->plain_w ? CblasTrans : CblasNoTrans, (int)m,
-                    (int)ix->out, (int)k, 1.0f, hc, (int)k, wop, (int)(ix->plain_w ? ix->in : ix->out),
-                    1.0f, y + t * ix->tile * ix->out, (int)ix->out);
+        act__tile_h(ix, t, x, hc, &nz);
+        float *yt = y + t * ix->tile * ix->out;
+        if (k == ix->in) { /* a dense tile: W (or Wt) as it is */
+            vn__sgemm(CblasNoTrans, ix->plain_w ? CblasTrans : CblasNoTrans, (int)m, (int)ix->out, (int)k,
+                      1.0f, hc, (int)k, wt, (int)(ix->plain_w ? ix->in : ix->out), 1.0f, yt, (int)ix->out);
+            continue;
+        }
+        const int64_t *cols = act__cols(ix, t);
+        for (int64_t c = 0, kc = act__chunk(ix->out); c < k; c += kc) { /* y_t += Hc[:, chunk]·Wc[chunk, :] */
+            int64_t n = k - c < kc ? k - c : kc;
+            vn__gather_rows_f32(wc, wt, cols + c, NULL, n, ix->out);
+            vn__sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)ix->out, (int)n, 1.0f, hc + c, (int)k, wc,
+                      (int)ix->out, 1.0f, yt, (int)ix->out);
+        }
     }
     /* The dense path read every element of x here: its exact density (the
      * index may have read only a sample). */

@@ -76,6 +76,23 @@ vn_tensor *act__transposed(const vn_tensor *w);
 /* The weight operand of a call: Wt = act__transposed(w), or w itself
  * (contiguous) when ix->plain_w: the dense path then costs no transposes. */
 vn_tensor *act__weight(const act_index *ix, const vn_tensor *w);
+/* The kept columns of a condensed tile go through the products in chunks
+ * of act__chunk(width): a chunk's gathered rows of a weight (width floats
+ * each), or its rows of a weight gradient before their scatter-add, take
+ * at most ACT_CHUNK_BYTES, so they are still in the core's L2 cache when the
+ * product (or the scatter-add) reads them, instead of going out to memory
+ * and back as one tile's whole gather does. */
+enum { ACT_CHUNK_BYTES = 1024 * 1024 };
+static inline int64_t act__chunk(int64_t width)
+{
+    int64_t c = ACT_CHUNK_BYTES / (4 * (width > 0 ? width : 1));
+    return c < 16 ? 16 : c;
+}
+
+/* Hc (m × k) = act(X[tile rows, kept cols]) (from ix->zc's block when
+ * condensed values are there; m, k: tile t's rows and kept columns). A
+ * dense tile adds its positive elements to *nz (nz may be NULL). */
+void act__tile_h(const act_index *ix, int64_t t, const float *x, float *hc, int64_t *nz);
 /* Hc (m × k) = act(X[tile rows, kept cols]) (from ix->zc's block when
  * condensed values are there) and, unless the tile is dense, Wc (k × out)
  * = Wt[kept cols, :]. Returns the W operand to use: the weight operand
@@ -90,8 +107,9 @@ static inline const int64_t *act__cols(const act_index *ix, int64_t t)
 {
     return ix->cols + t * ix->in;
 }
-/* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product.
- * On the dense path (stats->dense) stats->density becomes the exact share
+/* y rows of every tile = b (or 0) + Hc·Wc: the condensed forward product,
+ * Wc gathered a chunk (act__chunk(out) rows) at a time into wc. hc: tile ×
+ * in floats at least, wc: the chunk × out. On the dense path (stats->dense) stats->density becomes the exact share
  * of positive elements of x (stats may be NULL). */
 void act__forward_tiles(const act_index *ix, const float *x, const float *wt, const float *b,
                         float *hc, float *wc, float *y, vn_act_sparse_stats *stats);

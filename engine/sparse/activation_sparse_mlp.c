@@ -16,23 +16,26 @@ enum { SAVED_INDEX, SAVED_ZC, SAVED_W2T, SAVED_ROWS };
 struct act_mlp_saved { int64_t rows, d, hidden, out, tile, ntiles; vn_sparse_act act; };
 enum { IN_X, IN_W1, IN_W2, IN_B1, IN_B2 };
 
-/* The buffers of one tile: Hc / dZc (tile × hidden), Wc2 and G2 (kmax ×
- * out), W1c and G1 (kmax × d), kmax the widest condensed tile. */
+/* The buffers of one tile: Hc / dZc (tile × hidden), Wc2 and G2 (c2 ×
+ * out), W1c and G1 (c1 × d), c2 and c1 the chunks (act__chunk) of the
+ * two widths, at most the widest condensed tile. */
 typedef struct { float *hc, *wc2, *g2, *w1c, *g1; } mlp_bufs;
 
 static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bufs *b)
 {
-    int64_t kmax = act__max_condensed(ix);
+    int64_t kmax = act__max_condensed(ix), c2 = act__chunk(ix->out), c1 = act__chunk(d);
+    if (c2 > kmax) c2 = kmax;
+    if (c1 > kmax) c1 = kmax;
     /* at least one element; no more, so that the dense path's buffer (one
      * tile of all rows) takes the allocator's bin of its exact size */
-    int64_t n = ix->tile * ix->in + 2 * ix->out * kmax + 2 * kmax * d;
+    int64_t n = ix->tile * ix->in + 2 * ix->out * c2 + 2 * c1 * d;
     if (n == 0) n = 1;
     if (!(*hold = vn__new(VN_F32, 1, &n))) return false;
     b->hc = vn_tensor_data(*hold);
     b->wc2 = b->hc + ix->tile * ix->in;
-    b->g2 = b->wc2 + ix->out * kmax;
-    b->w1c = b->g2 + ix->out * kmax;
-    b->g1 = b->w1c + kmax * d;
+    b->g2 = b->wc2 + ix->out * c2;
+    b->w1c = b->g2 + ix->out * c2;
+    b->g1 = b->w1c + c1 * d;
     return true;
 }
 
@@ -91,26 +94,39 @@ static void grads_finish(mlp_grads *g)
 /* The second layer's backward on tile t: dW2t[cols, :] (+)= Hcᵀ·dY_t (or,
  * with W2 used as it is, dW2 (+)= dY_tᵀ·H_t), then
  * dZc = (dY_t·Wc2ᵀ) ⊙ act'(Zc) into b->hc (m × k), and db1[cols] += its
- * column sums. */
+ * column sums. A condensed tile goes a chunk of kept columns at a time
+ * (act__chunk): Hc's chunk gives its rows of dW2t, then its place in b->hc
+ * takes dZc's chunk. */
 static void tile_backward_2(const act_index *ix, int64_t t, const float *w2t, const float *dyt,
                             const mlp_grads *g, float *db1, const mlp_bufs *b)
 {
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), out = ix->out;
     const int64_t *cols = act__cols(ix, t);
-    const float *wop = act__gather_tile(ix, t, NULL, w2t, b->hc, b->wc2, NULL);
+    act__tile_h(ix, t, NULL, b->hc, NULL);
     bool dense = k == ix->in, plain = ix->plain_w;
-    float beta = dense ? grads_dense_beta(g) : 0.0f;
-    if (g->dw2t && plain) /* dW2 (out × hidden) (+)= dY_tᵀ·H_t */
-        vn__sgemm(CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
-                  b->hc, (int)k, beta, g->dw2t, (int)k);
-    else if (g->dw2t) {
-        vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
-                  (int)k, dyt, (int)out, beta, dense ? g->dw2t : b->g2, (int)out);
-        if (!dense) vn__scatter_rows_first_f32(g->dw2t, b->g2, cols, k, out, g->seen);
-    }
-    vn__sgemm(CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
-              1.0f, dyt, (int)out, wop, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
-    /* Zc's block is contiguous (act__condense): dZc and db1 in one pass */
+    if (dense) { /* W2 (or W2t) and the gradient as they are */
+        float beta = grads_dense_beta(g);
+        if (g->dw2t && plain) /* dW2 (out × hidden) (+)= dY_tᵀ·H_t */
+            vn__sgemm(CblasTrans, CblasNoTrans, (int)out, (int)k, (int)m, 1.0f, dyt, (int)out,
+                      b->hc, (int)k, beta, g->dw2t, (int)k);
+        else if (g->dw2t)
+            vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)out, (int)m, 1.0f, b->hc,
+                      (int)k, dyt, (int)out, beta, g->dw2t, (int)out);
+        vn__sgemm(CblasNoTrans, plain ? CblasNoTrans : CblasTrans, (int)m, (int)k, (int)out,
+                  1.0f, dyt, (int)out, w2t, (int)(plain ? ix->in : out), 0.0f, b->hc, (int)k);
+    } else
+        for (int64_t c = 0, kc = act__chunk(out); c < k; c += kc) {
+            int64_t n = k - c < kc ? k - c : kc;
+            if (g->dw2t) {
+                vn__sgemm(CblasTrans, CblasNoTrans, (int)n, (int)out, (int)m, 1.0f, b->hc + c,
+                          (int)k, dyt, (int)out, 0.0f, b->g2, (int)out);
+                vn__scatter_rows_first_f32(g->dw2t, b->g2, cols + c, n, out, g->seen);
+            }
+            vn__gather_rows_f32(b->wc2, w2t, cols + c, NULL, n, out);
+            vn__sgemm(CblasNoTrans, CblasTrans, (int)m, (int)n, (int)out, 1.0f, dyt, (int)out,
+                      b->wc2, (int)out, 0.0f, b->hc + c, (int)k);
+        }
+    /* Zc's block is contiguous (act__condense): dZc in one pass */
     const float *zc = ix->zc + ix->off[t];
     for (int64_t r = 0; r < m; r++)
         for (int64_t l = 0; l < k; l++) b->hc[r * k + l] *= act__df(ix->act, zc[r * k + l]);
@@ -123,23 +139,34 @@ static void tile_backward_2(const act_index *ix, int64_t t, const float *w2t, co
 }
 
 /* The first layer's backward on tile t from dZc (b->hc, m × k): dX_t =
- * dZc·W1[cols, :] and dW1[cols, :] (+)= dZcᵀ·X_t. */
+ * dZc·W1[cols, :] and dW1[cols, :] (+)= dZcᵀ·X_t, a chunk of kept columns
+ * at a time when condensed. */
 static void tile_backward_1(const act_index *ix, int64_t t, int64_t d, const float *x, const float *w1,
                             float *dx, const mlp_grads *g, const mlp_bufs *b)
 {
     int64_t k = ix->count[t], m = act__tile_rows(ix, t), r0 = t * ix->tile;
-    bool dense = k == ix->in;
-    if (dx) {
-        if (!dense) vn__gather_rows_f32(b->w1c, w1, act__cols(ix, t), NULL, k, d);
-        vn__sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc,
-                  (int)k, dense ? w1 : b->w1c, (int)d, 0.0f, dx + r0 * d, (int)d);
+    const int64_t *cols = act__cols(ix, t);
+    if (k == ix->in) { /* dense: W1 and dW1 as they are; tile_backward_2 zeroed the rows not yet written */
+        if (dx)
+            vn__sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)k, 1.0f, b->hc, (int)k, w1, (int)d,
+                      0.0f, dx + r0 * d, (int)d);
+        if (g->dw1)
+            vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k, x + r0 * d,
+                      (int)d, g->any ? 1.0f : 0.0f, g->dw1, (int)d);
+        return;
     }
-    if (g->dw1) {
-        /* a dense tile: tile_backward_2 zeroed the rows not yet written */
-        float beta = dense && g->any ? 1.0f : 0.0f;
-        vn__sgemm(CblasTrans, CblasNoTrans, (int)k, (int)d, (int)m, 1.0f, b->hc, (int)k,
-                  x + r0 * d, (int)d, beta, dense ? g->dw1 : b->g1, (int)d);
-        if (!dense) vn__scatter_rows_first_f32(g->dw1, b->g1, act__cols(ix, t), k, d, g->seen);
+    for (int64_t c = 0, kc = act__chunk(d); c < k; c += kc) {
+        int64_t n = k - c < kc ? k - c : kc;
+        if (dx) { /* dX_t (+)= dZc[:, chunk]·W1[chunk cols, :] */
+            vn__gather_rows_f32(b->w1c, w1, cols + c, NULL, n, d);
+            vn__sgemm(CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)n, 1.0f, b->hc + c, (int)k, b->w1c,
+                      (int)d, c ? 1.0f : 0.0f, dx + r0 * d, (int)d);
+        }
+        if (g->dw1) {
+            vn__sgemm(CblasTrans, CblasNoTrans, (int)n, (int)d, (int)m, 1.0f, b->hc + c, (int)k, x + r0 * d,
+                      (int)d, 0.0f, b->g1, (int)d);
+            vn__scatter_rows_first_f32(g->dw1, b->g1, cols + c, n, d, g->seen);
+        }
     }
 }
 
