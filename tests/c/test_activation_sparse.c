@@ -377,6 +377,50 @@ static void test_mlp_chunks(void **state)
     free(w1);
 }
 
+/* Nothing to condense: every unit off in every tile (b1 far below Z), and
+ * a batch that is all padding (no real row). No tile writes a weight
+ * gradient, so all of them come from the final fill: y = b2 (or 0 for
+ * padding), and dX, dW1, dW2, db1 exactly 0 (db2 the column sums of r, or
+ * 0 for padding). */
+static void test_mlp_nothing_kept(void **state)
+{
+    (void)state;
+    vn_tensor *in[5];
+    make_mlp(in);
+    float *b1 = vn_tensor_data(in[3]);
+    for (int j = 0; j < MH; j++) b1[j] = -100.0f;
+    vn_tensor *r = trand(2, (int64_t[]){MROWS, MO}, -1, 1, 12);
+    vn_tensor *none = vn_zeros(VN_U8, 1, (int64_t[]){MROWS});
+    for (int padded = 0; padded < 2; padded++) {
+        vn_act_sparse_stats st;
+        vn_tensor *y = vn_act_sparse_mlp_masked(in[0], in[1], in[3], in[2], in[4], padded ? none : NULL,
+                                                VN_ACT_RELU, MTILE, 1.0, &st);
+        CHECK_PTR(y);
+        CHECK_OK(vn_backward(y, r));
+        const float *Y = vn_tensor_data(y), *B2 = vn_tensor_data(in[4]), *R = vn_tensor_data(r);
+        for (int i = 0; i < MROWS; i++)
+            for (int o = 0; o < MO; o++) assert_true(Y[i * MO + o] == (padded ? 0.0f : B2[o]));
+        for (int k = 0; k < 4; k++) {
+            const float *g = vn_tensor_data(vn_tensor_grad(in[k]));
+            for (int64_t e = 0; e < vn_tensor_numel(in[k]); e++)
+                if (g[e] != 0.0f) fail_msg("padded %d: input %d's gradient [%lld] = %g, expected 0", padded, k,
+                                           (long long)e, g[e]);
+        }
+        const float *db2 = vn_tensor_data(vn_tensor_grad(in[4]));
+        for (int o = 0; o < MO; o++) {
+            double sum = 0;
+            for (int i = 0; i < MROWS; i++) sum += R[i * MO + o];
+            assert_true(fabs(db2[o] - (padded ? 0.0 : sum)) < 1e-5);
+        }
+        if (!padded) assert_true(st.tile_density == 0.0 && !st.dense);
+        for (int k = 0; k < 5; k++) CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+        vn_tensor_release(y);
+    }
+    vn_tensor_release(none);
+    vn_tensor_release(r);
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
 static vn_tensor *f_mlp(vn_tensor **in, void *c)
 {
     const ctx_t *k = c;
@@ -524,7 +568,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_loops), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_mlp_against_plain),
-        cmocka_unit_test(test_mlp_chunks),    cmocka_unit_test(test_mlp_gradcheck),
+        cmocka_unit_test(test_mlp_chunks),    cmocka_unit_test(test_mlp_nothing_kept),
+        cmocka_unit_test(test_mlp_gradcheck),
         cmocka_unit_test(test_mlp_masked),
         cmocka_unit_test(test_errors),
     };
