@@ -45,7 +45,7 @@ static bool mlp_scratch(const act_index *ix, int64_t d, vn_tensor **hold, mlp_bu
  * added (seen[j]: row j of both has been written), and the rows no tile
  * kept are zeroed at the end (grads_finish). A dense tile's products write
  * every row straight in, with beta 0 on the first tile and 1 after (the
- * rows not yet written zeroed first). p: NULL when not wanted. */
+ * rows not yet written zeroed first). dw1, dw2t: NULL when not wanted. */
 typedef struct {
     float *dw1, *dw2t;
     uint8_t *seen;
