@@ -172,7 +172,7 @@ static double step(mlp *m, int variant, int tile, vn_act_sparse_stats *st, doubl
 /* The index pass alone on Z = X·W1ᵀ + b1 (precomputed). */
 static double index_time(const vn_tensor *z, int64_t tokens, int tile)
 {
-    act_index ix = {tokens, HID, D, 0, 0, VN_ACT_RELU, NULL, NULL, false};
+    act_index ix = {.rows = tokens, .in = HID, .out = D, .act = VN_ACT_RELU};
     double t0 = now();
     vn_tensor *index = act__index(&ix, vn_tensor_data(z), tile, VN_ACT_SPARSE_DENSE_ABOVE, NULL);
     double t = now() - t0;

@@ -336,6 +336,12 @@ void vn__gather_rows_f32(float *dst, const float *src, const int64_t *idx, const
                          int64_t width);
 void vn__scatter_add_rows_f32(float *dst, const float *src, const int64_t *idx, const float *w, int64_t m,
                               int64_t width);
+/* The scatter-add of a sum built without zeroing dst first: dst[idx[k], :]
+ * = src[k, :] where seen[idx[k]] is 0 (the row's first contribution: copied,
+ * whatever dst held), += where it is 1. The indices must be distinct; seen
+ * is read only (the caller marks the rows it has written). */
+void vn__scatter_rows_first_f32(float *dst, const float *src, const int64_t *idx, int64_t m, int64_t width,
+                                const uint8_t *seen);
 /* The m entries of a 1-d i32/i64 index tensor (any layout) as a malloc'd
  * array for the row loops (free() it); NULL and the error set when out of
  * memory. */

@@ -40,7 +40,7 @@ static float *scratch(const act_index *ix, bool with_g, vn_tensor **hold, float 
 static void write_dx_tile(const act_index *ix, int64_t t, const float *dhc, const float *x, float *dx)
 {
     int64_t in = ix->in, k = ix->count[t], r0 = t * ix->tile, m = act__tile_rows(ix, t);
-    const int64_t *cols = ix->cols + t * in;
+    const int64_t *cols = act__cols(ix, t);
 #pragma omp parallel for schedule(static) if (m * in > VN_OMP_MIN_WORK)
     for (int64_t r = 0; r < m; r++) {
         float *d = dx + (r0 + r) * in;
@@ -57,7 +57,8 @@ static void write_dx_tile(const act_index *ix, int64_t t, const float *dhc, cons
 static vn_status act_sparse_backward(vn_node *node, const vn_tensor *gout)
 {
     const struct act_sparse_saved *sv = VN_SAVED_STATE(node, struct act_sparse_saved);
-    act_index ix = {sv->rows, sv->in, sv->out, sv->tile, sv->ntiles, sv->act, NULL, NULL, false};
+    act_index ix = {.rows = sv->rows, .in = sv->in, .out = sv->out, .tile = sv->tile, .ntiles = sv->ntiles,
+                    .act = sv->act};
     act__index_views(&ix, node->saved[SAVED_INDEX]);
     const vn_tensor *x = node->inputs[0];
     bool want_x = vn__input_needs_grad(node, 0), want_w = vn__input_needs_grad(node, 1);
@@ -156,7 +157,7 @@ vn_status act__check_weight(const char *op, const char *wname, const vn_tensor *
 vn_status act__prepare(const char *op, const vn_tensor *x, int64_t in, int64_t out, vn_sparse_act act,
                        act_index *ix, int64_t *ysh)
 {
-    *ix = (act_index){vn__numel(x->ndim - 1, x->shape), in, out, 0, 0, act, NULL, NULL, false};
+    *ix = (act_index){.rows = vn__numel(x->ndim - 1, x->shape), .in = in, .out = out, .act = act};
     if (ix->rows > INT_MAX)
         return vn__err(VN_ERR_ARG, "%s: input %s has more than %d rows", op, vn__shape(x->ndim, x->shape),
                        INT_MAX);

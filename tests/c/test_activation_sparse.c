@@ -3,7 +3,8 @@
  * all-zero and all-positive tiles, row counts that are not a multiple of
  * the tile, both activations, the condensed, mixed and dense paths; the
  * backward (dX, dW, db) against the loop too, and by finite differences
- * through the ReLU; the stats; the fused MLP, also on a variable-length
+ * through the ReLU; the stats; the fused MLP, also with layers wide enough
+ * for several chunks of kept columns per tile and on a variable-length
  * batch (a mask of padding rows); bad input. */
 #include "gradcheck.h"
 
@@ -134,6 +135,9 @@ static void test_against_loops(void **state)
                 check_against_loops(45, 37, 19, 8, p, (vn_sparse_act)a, modes[m]);
     check_against_loops(3, 37, 19, 64, RANDOM, VN_ACT_RELU, 1.0); /* fewer rows than a tile */
     check_against_loops(130, 64, 33, 0, CLUSTERED, VN_ACT_RELU2, -1); /* the default tile */
+    /* out = 1100: the forward gathers W's kept columns 238 at a time
+     * (act__chunk), and a tile keeps about 940 of the 1000 */
+    check_against_loops(45, 1000, 1100, 8, RANDOM, VN_ACT_RELU, 1.0);
 }
 
 /* The kept share of (tile, column) pairs of x over the tiles t with
@@ -256,6 +260,36 @@ static vn_tensor *plain_mlp(vn_tensor **in, vn_sparse_act act)
     return y;
 }
 
+/* The fused MLP on in (x, w1, w2, b1, b2) against the plain ops: y and
+ * all five gradients under the upstream gradient r, within 1e-5. */
+static void mlp_vs_plain(vn_tensor **in, const vn_tensor *r, vn_sparse_act act, int64_t tile, double dense_above,
+                         vn_act_sparse_stats *st)
+{
+    vn_tensor *grads[2][5], *ys[2];
+    for (int pass = 0; pass < 2; pass++) {
+        vn_tensor *y = pass ? plain_mlp(in, act)
+                            : vn_act_sparse_mlp(in[0], in[1], in[3], in[2], in[4], act, tile, dense_above, st);
+        CHECK_PTR(y);
+        CHECK_OK(vn_backward(y, r));
+        ys[pass] = y;
+        for (int k = 0; k < 5; k++) {
+            grads[pass][k] = vn_clone(vn_tensor_grad(in[k]));
+            CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+        }
+    }
+    double e = max_rel_diff(ys[0], ys[1]);
+    if (e > 1e-5) fail_msg("mlp act %d dense_above %g: y differs by %g", act, dense_above, e);
+    for (int k = 0; k < 5; k++) {
+        e = max_rel_diff(grads[0][k], grads[1][k]);
+        if (e > 1e-5) fail_msg("mlp act %d dense_above %g: input %d's gradient differs by %g", act, dense_above,
+                               k, e);
+        vn_tensor_release(grads[0][k]);
+        vn_tensor_release(grads[1][k]);
+    }
+    vn_tensor_release(ys[0]);
+    vn_tensor_release(ys[1]);
+}
+
 /* Output and all five gradients against the plain ops' (themselves
  * checked against finite differences in their own tests), condensed,
  * mixed and dense, both activations; then the tile stats. */
@@ -268,27 +302,8 @@ static void test_mlp_against_plain(void **state)
     vn_tensor *r = trand(2, (int64_t[]){MROWS, MO}, -1, 1, 10);
     for (int a = VN_ACT_RELU; a <= VN_ACT_RELU2; a++)
         for (size_t m = 0; m < 3; m++) {
-            vn_tensor *grads[2][5];
             vn_act_sparse_stats st;
-            for (int pass = 0; pass < 2; pass++) {
-                vn_tensor *y = pass ? plain_mlp(in, (vn_sparse_act)a)
-                                    : vn_act_sparse_mlp(in[0], in[1], in[3], in[2], in[4], (vn_sparse_act)a,
-                                                        MTILE, modes[m], &st);
-                CHECK_PTR(y);
-                CHECK_OK(vn_backward(y, r));
-                for (int k = 0; k < 5; k++) {
-                    grads[pass][k] = vn_clone(vn_tensor_grad(in[k]));
-                    CHECK_OK(vn_tensor_set_grad(in[k], NULL));
-                }
-                vn_tensor_release(y);
-            }
-            for (int k = 0; k < 5; k++) {
-                double e = max_rel_diff(grads[0][k], grads[1][k]);
-                if (e > 1e-5) fail_msg("mlp act %d dense_above %g: input %d's gradient differs by %g", a,
-                                       modes[m], k, e);
-                vn_tensor_release(grads[0][k]);
-                vn_tensor_release(grads[1][k]);
-            }
+            mlp_vs_plain(in, r, (vn_sparse_act)a, MTILE, modes[m], &st);
             assert_int_equal(st.dense, modes[m] == 0.0);
             assert_true(st.tile_density < 0.5); /* the clustered zeros were found */
         }
@@ -300,6 +315,109 @@ static void test_mlp_against_plain(void **state)
     assert_true(max_rel_diff(y, ref) < 1e-5);
     vn_tensor *all[6] = {y, z, h, h2, ref, r};
     for (int k = 0; k < 6; k++) vn_tensor_release(all[k]);
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
+/* Wide layers, so that a tile's kept columns go through the products in
+ * several chunks (act__chunk: 238 rows of W1 at d = 1100, 174 of W2ᵀ at
+ * out = 1500): 300 rows in tiles of 128 (the last of 44), 600 hidden
+ * units. Z's sign is set per tile: unit j can be positive in tile t only
+ * if it is in A_t (then for about half the rows), where A_0 = even j <
+ * 560 (280 units: 2 chunks), A_1 = j < 590 (590: 3–4 chunks, or a dense
+ * tile at dense_above 0.65, between two condensed ones), A_2 = j % 5 == 1,
+ * j < 560 (112); units 590–599 are zero everywhere (their rows of dW1,
+ * dW2ᵀ must come out exactly 0, never written by a tile). Condensed,
+ * mixed and dense, both activations, against the plain ops. */
+static void test_mlp_chunks(void **state)
+{
+    (void)state;
+    enum { R = 300, D = 1100, HID = 600, O = 1500, TILE = 128 };
+    float *x = malloc(sizeof(float) * R * D), *w1 = malloc(sizeof(float) * HID * D);
+    uint32_t s = 5;
+    for (int i = 0; i < R * D; i++) x[i] = 0.01f * ((float)(lcg(&s) % 2000) / 1000.0f - 1.0f);
+    for (int i = 0; i < HID * D; i++) w1[i] = 0.05f * ((float)(lcg(&s) % 2000) / 1000.0f - 1.0f);
+    for (int i = 0; i < R; i++) {
+        for (int t = 0; t < 3; t++) x[i * D + t] = i / TILE == t ? 1.0f : 0.0f;
+        x[i * D + 3] = lcg(&s) % 2 ? 1.0f : -1.0f;
+    }
+    for (int j = 0; j < HID; j++) {
+        bool a[3] = {j % 2 == 0 && j < 560, j < 590, j % 5 == 1 && j < 560};
+        for (int t = 0; t < 3; t++) w1[j * D + t] = a[t] ? 0.2f : -0.3f; /* in A_t: 0.2 ± 0.25, else −0.3 ± 0.25 */
+        w1[j * D + 3] = 0.25f;
+    }
+    vn_tensor *in[5] = {tf32(2, (int64_t[]){R, D}, x), tf32(2, (int64_t[]){HID, D}, w1),
+                        trand(2, (int64_t[]){O, HID}, -0.1, 0.1, 21), trand(1, (int64_t[]){HID}, -0.01, 0.01, 22),
+                        trand(1, (int64_t[]){O}, -1, 1, 23)};
+    for (int k = 0; k < 5; k++) CHECK_OK(vn_tensor_set_requires_grad(in[k], true));
+    vn_tensor *r = trand(2, (int64_t[]){R, O}, -1, 1, 24);
+    const double modes[] = {1.0, 0.65, 0.0};
+    for (int a = VN_ACT_RELU; a <= VN_ACT_RELU2; a++)
+        for (size_t m = 0; m < 3; m++) {
+            vn_act_sparse_stats st;
+            mlp_vs_plain(in, r, (vn_sparse_act)a, TILE, modes[m], &st);
+            assert_int_equal(st.dense, modes[m] == 0.0);
+            if (modes[m] > 0) /* 280 + 590 + 112 of 3 × 600 pairs */
+                assert_true(fabs(st.tile_density - 982.0 / 1800.0) < 1e-12);
+            /* the dead units' gradient rows: exactly 0 */
+            vn_tensor *y = vn_act_sparse_mlp(in[0], in[1], in[3], in[2], in[4], (vn_sparse_act)a, TILE, modes[m],
+                                             NULL);
+            CHECK_PTR(y);
+            CHECK_OK(vn_backward(y, r));
+            const float *dw1 = vn_tensor_data(vn_tensor_grad(in[1])), *dw2 = vn_tensor_data(vn_tensor_grad(in[2]));
+            for (int j = 590; j < HID; j++) {
+                for (int c = 0; c < D; c++) assert_true(dw1[j * D + c] == 0.0f);
+                for (int o = 0; o < O; o++) assert_true(dw2[o * HID + j] == 0.0f);
+            }
+            for (int k = 0; k < 5; k++) CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+            vn_tensor_release(y);
+        }
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+    vn_tensor_release(r);
+    free(x);
+    free(w1);
+}
+
+/* Nothing to condense: every unit off in every tile (b1 far below Z), and
+ * a batch that is all padding (no real row). No tile writes a weight
+ * gradient, so all of them come from the final fill: y = b2 (or 0 for
+ * padding), and dX, dW1, dW2, db1 exactly 0 (db2 the column sums of r, or
+ * 0 for padding). */
+static void test_mlp_nothing_kept(void **state)
+{
+    (void)state;
+    vn_tensor *in[5];
+    make_mlp(in);
+    float *b1 = vn_tensor_data(in[3]);
+    for (int j = 0; j < MH; j++) b1[j] = -100.0f;
+    vn_tensor *r = trand(2, (int64_t[]){MROWS, MO}, -1, 1, 12);
+    vn_tensor *none = vn_zeros(VN_U8, 1, (int64_t[]){MROWS});
+    for (int padded = 0; padded < 2; padded++) {
+        vn_act_sparse_stats st;
+        vn_tensor *y = vn_act_sparse_mlp_masked(in[0], in[1], in[3], in[2], in[4], padded ? none : NULL,
+                                                VN_ACT_RELU, MTILE, 1.0, &st);
+        CHECK_PTR(y);
+        CHECK_OK(vn_backward(y, r));
+        const float *Y = vn_tensor_data(y), *B2 = vn_tensor_data(in[4]), *R = vn_tensor_data(r);
+        for (int i = 0; i < MROWS; i++)
+            for (int o = 0; o < MO; o++) assert_true(Y[i * MO + o] == (padded ? 0.0f : B2[o]));
+        for (int k = 0; k < 4; k++) {
+            const float *g = vn_tensor_data(vn_tensor_grad(in[k]));
+            for (int64_t e = 0; e < vn_tensor_numel(in[k]); e++)
+                if (g[e] != 0.0f) fail_msg("padded %d: input %d's gradient [%lld] = %g, expected 0", padded, k,
+                                           (long long)e, g[e]);
+        }
+        const float *db2 = vn_tensor_data(vn_tensor_grad(in[4]));
+        for (int o = 0; o < MO; o++) {
+            double sum = 0;
+            for (int i = 0; i < MROWS; i++) sum += R[i * MO + o];
+            assert_true(fabs(db2[o] - (padded ? 0.0 : sum)) < 1e-5);
+        }
+        if (!padded) assert_true(st.tile_density == 0.0 && !st.dense);
+        for (int k = 0; k < 5; k++) CHECK_OK(vn_tensor_set_grad(in[k], NULL));
+        vn_tensor_release(y);
+    }
+    vn_tensor_release(none);
+    vn_tensor_release(r);
     for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
 }
 
@@ -450,7 +568,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_loops), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_mlp_against_plain),
-        cmocka_unit_test(test_mlp_gradcheck), cmocka_unit_test(test_mlp_masked),
+        cmocka_unit_test(test_mlp_chunks),    cmocka_unit_test(test_mlp_nothing_kept),
+        cmocka_unit_test(test_mlp_gradcheck),
+        cmocka_unit_test(test_mlp_masked),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
