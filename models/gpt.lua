@@ -613,8 +613,9 @@ end
 -- was replaced, or a tensor was written in place (an optimizer step,
 -- copy_, load_state_dict, load_ternary) or freed: it never runs on stale
 -- weights. It holds the caches (n_layer × block_size × 3C f32) and, for
--- packed weights on a VNNI CPU, a re-laid copy of them, until the next
--- generation or the model's collection.
+-- packed weights on a VNNI CPU, a re-laid copy of them, and references to
+-- the tensors it read, until a later generation makes it again or the model
+-- is collected.
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), fused = true (false: step through the ops
 -- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with
