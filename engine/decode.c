@@ -68,6 +68,11 @@ struct vn_gpt_decoder {
      * end. */
     vn_tensor **held;
     int n_held;
+    /* Each held tensor's storage version when it was read, and whether it
+     * is a cache (written by the steps, so not watched):
+     * vn_gpt_decoder_current. */
+    uint32_t *version;
+    bool *is_cache;
     float *buf; /* x, h, a, b, the hidden pair, the norm's row, logits */
     float *x, *h, *a, *b, *hid, *act, *row, *logits;
     double *dlogits; /* the logits as vn_sample_logits takes them */
@@ -136,6 +141,7 @@ static vn_status hold(vn_gpt_decoder *d, const vn_tensor *t, vn_dtype want, cons
                       const char *field, int nd, const int64_t *shape)
 {
     if (check_tensor(t, want, "", nd, shape)) return check_tensor(t, want, name_of(pl, field).s, nd, shape);
+    d->version[d->n_held] = t->storage->version;
     d->held[d->n_held++] = vn_tensor_retain((vn_tensor *)t);
     return VN_OK;
 }
@@ -243,7 +249,10 @@ static vn_status plan_block(vn_gpt_decoder *d, const vn_decode_block *s, int64_t
     }
     pl.part = "cache";
     if (!st) st = hold(d, s->cache, VN_F32, &pl, NULL, 3, (int64_t[]){1, d->T, 3 * C});
-    if (!st) p->cache = vn_tensor_data(s->cache);
+    if (!st) {
+        d->is_cache[d->n_held - 1] = true;
+        p->cache = vn_tensor_data(s->cache);
+    }
     return st;
 }
 
@@ -281,6 +290,8 @@ void vn_gpt_decoder_free(vn_gpt_decoder *d)
         }
     if (d->qmem) vn__mem_free(d->qmem, d->q.nbytes);
     free(d->held);
+    free(d->version);
+    free(d->is_cache);
     free(d->blocks);
     free(d->buf);
     free(d->dlogits);
@@ -322,13 +333,16 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *s)
     int64_t kmax = H > C ? H : C, Kp = vn_ternary_row_bytes(kmax) * 4;
     /* x, h, a, b: C each; hid, act: H; row: kmax; logits: V */
     size_t nbuf = (size_t)(4 * C + 2 * H + kmax + V);
-    d->held = calloc((size_t)(4 + 17 * s->n_layer), sizeof *d->held);
+    size_t nheld = (size_t)(4 + 17 * s->n_layer);
+    d->held = calloc(nheld, sizeof *d->held);
+    d->version = calloc(nheld, sizeof *d->version);
+    d->is_cache = calloc(nheld, sizeof *d->is_cache);
     d->blocks = calloc((size_t)s->n_layer, sizeof *d->blocks);
     d->buf = malloc(nbuf * sizeof(float));
     d->dlogits = malloc(sizeof(double) * (size_t)V);
     d->qmem = vn__mem_alloc(vnq__rows_bytes(1, Kp));
     vn_status st = VN_OK;
-    if (!d->held || !d->blocks || !d->buf || !d->dlogits || !d->qmem) {
+    if (!d->held || !d->version || !d->is_cache || !d->blocks || !d->buf || !d->dlogits || !d->qmem) {
         if (d->qmem) d->q.nbytes = vnq__rows_bytes(1, Kp);
         vn_gpt_decoder_free(d);
         return vn__errp(VN_ERR_MEMORY, "%s: out of memory", OP);
@@ -424,6 +438,17 @@ const float *vn_gpt_decoder_logits(const vn_gpt_decoder *d)
     if (!d) return vn__errp(VN_ERR_ARG, "%s: decoder is NULL", OP);
     if (!d->stepped) return vn__errp(VN_ERR_STATE, "%s: no step yet, so no logits", OP);
     return d->logits;
+}
+
+bool vn_gpt_decoder_current(const vn_gpt_decoder *d)
+{
+    if (!d) return false;
+    for (int i = 0; i < d->n_held; i++) {
+        const vn_tensor *t = d->held[i];
+        if (vn_tensor_is_freed(t) || (!d->is_cache[i] && t->storage->version != d->version[i]))
+            return false;
+    }
+    return true;
 }
 
 int64_t vn_gpt_decoder_vocab(const vn_gpt_decoder *d) { return d ? d->V : 0; }

@@ -19,7 +19,8 @@
  *       decoder:next(token, pos, temperature, top_k) → the step and a token
  *       drawn from its logits (vn_gpt_decoder_next);
  *       decoder:generate(out, n, temperature, top_k): n such draws from
- *       the list out's last token, appended to out; decoder:free()
+ *       the list out's last token, appended to out; decoder:current() →
+ *       false once a weight was freed or written in place; decoder:free()
  *   venom.sample_logits(list, temperature, top_k, u) → a 1-based index
  *       drawn from a list of logits (vn_sample_logits)
  *
@@ -275,9 +276,19 @@ static int decoder_generate(lua_State *L)
     return 0;
 }
 
+/* decoder:current() → false once a tensor of its spec other than a cache
+ * was freed or written in place since it was made (vn_gpt_decoder_current),
+ * or the decoder was freed: a kept decoder is then made again. */
+static int decoder_current(lua_State *L)
+{
+    vn_gpt_decoder **slot = (vn_gpt_decoder **)lv_box_check(L, 1, LV_DECODER_MT, "a GPT decoder");
+    lua_pushboolean(L, *slot && vn_gpt_decoder_current(*slot));
+    return 1;
+}
+
 static const luaL_Reg decoder_methods[] = {
     {"step", decoder_step}, {"logits", decoder_logits}, {"next", decoder_next},
-    {"generate", decoder_generate}, {"free", decoder_gc}, {NULL, NULL}};
+    {"generate", decoder_generate}, {"current", decoder_current}, {"free", decoder_gc}, {NULL, NULL}};
 
 /* venom.sample_logits(list, temperature, top_k, u) → a 1-based index drawn
  * from a Lua list of logits (vn_sample_logits); an entry that is not a

@@ -479,34 +479,67 @@ end
 -- decode() above. At batch 1 on a narrow model the ops'
 -- per-call costs outweigh the products (bench/RESULTS.md, issue 20).
 
+-- A decoder is kept on the model between generations (GPT:generate), so
+-- it records every model field its spec reads in deps, as (table, key,
+-- value) triples (deps.n entries; key META: the metatable, FORWARD: the raw
+-- "forward" field), and a later generation checks those reads again
+-- (unchanged) instead of building the spec: the same modules, tensors and
+-- numbers. Writes into the tensors themselves are the decoder's own check
+-- (decoder:current()). The spec's walk and the decoder's making were ~30 µs
+-- of a packed generation (bench/RESULTS.md, issue 20).
+local META, FORWARD = {}, {}
+
+local function field(o, k)
+  if k == META then return getmetatable(o) end
+  if k == FORWARD then return rawget(o, "forward") end
+  return o[k]
+end
+
+local function read(deps, o, k)
+  local v, n = field(o, k), deps.n
+  deps[n + 1], deps[n + 2], deps[n + 3], deps.n = o, k, v, n + 3
+  return v
+end
+
+local function unchanged(deps)
+  for i = 1, deps.n, 3 do
+    if field(deps[i], deps[i + 1]) ~= deps[i + 2] then return false end
+  end
+  return true
+end
+
 -- m's class when m runs its class's own forward; nil when one instance has
 -- a forward of its own (GMP's V:N:M shadow gives an nn.Linear one that
 -- computes with W⊙m while W stays dense; a script may patch one), which the
 -- decoder, reading the weights, would bypass.
-local function plain_class(m)
-  if type(m) == "table" and rawget(m, "forward") == nil then return getmetatable(m) end
+local function plain_class(m, deps)
+  if type(m) == "table" and read(deps, m, FORWARD) == nil then return read(deps, m, META) end
 end
 
-local function fused_norm(n)
-  local cls = plain_class(n)
-  if cls == nn.LayerNorm and n.weight then return { weight = n.weight, bias = n.bias, eps = n.eps } end
-  if cls == nn.RMSNorm then return { weight = n.weight, eps = n.eps, rms = true } end
+local function fused_norm(n, deps)
+  local cls = plain_class(n, deps)
+  if cls == nn.LayerNorm and read(deps, n, "weight") then
+    return { weight = n.weight, bias = read(deps, n, "bias"), eps = read(deps, n, "eps") }
+  end
+  if cls == nn.RMSNorm then return { weight = read(deps, n, "weight"), eps = read(deps, n, "eps"), rms = true } end
 end
 
-local function fused_linear(l)
-  local cls = plain_class(l)
-  if cls == nn.Linear then return { weight = l.weight, bias = l.bias } end
-  if cls == nn.BitLinear and l.packed then
-    local n = l.norm and fused_norm(l.norm)
-    if l.norm and not (n and n.rms) then return nil end
-    return { packed = l.packed, gamma = l.gamma, norm = n and n.weight, norm_eps = n and n.eps }
+local function fused_linear(l, deps)
+  local cls = plain_class(l, deps)
+  if cls == nn.Linear then return { weight = read(deps, l, "weight"), bias = read(deps, l, "bias") } end
+  if cls == nn.BitLinear and read(deps, l, "packed") then
+    local norm = read(deps, l, "norm")
+    local n = norm and fused_norm(norm, deps)
+    if norm and not (n and n.rms) then return nil end
+    return { packed = l.packed, gamma = read(deps, l, "gamma"), norm = n and n.weight, norm_eps = n and n.eps }
   end
 end
 
 -- Whether every tensor in the spec (nested tables) is contiguous: the
 -- decoder reads plain row-major tensors and refuses others, while the ops
 -- take any strides (a weight assigned as a transpose, say), so such a model
--- steps through the ops.
+-- steps through the ops. (A tensor's strides do not change: the same
+-- tensor, recorded in deps, is as contiguous as it was.)
 local function contiguous(spec)
   for _, v in pairs(spec) do
     if venom.is_tensor(v) then
@@ -518,30 +551,44 @@ local function contiguous(spec)
   return true
 end
 
-local function fused_decoder(self, caches)
-  local cfg = self.config
+-- The fused decoder over caches, its reads recorded in deps; nil where it
+-- does not apply.
+local function fused_decoder(self, caches, deps)
+  local cfg = read(deps, self, "config")
+  local r = function(o, k) return read(deps, o, k) end
+  local wte, wpe, blocks = r(self, "wte"), r(self, "wpe"), r(self, "blocks")
+  if plain_class(wte, deps) ~= nn.Embedding or plain_class(wpe, deps) ~= nn.Embedding then return nil end
   -- the attention's own n_head, which the ops use (one for every block)
-  local spec = { wte = self.wte.weight, wpe = self.wpe.weight, n_head = self.blocks[1].attn.n_head,
-                 ln_f = fused_norm(self.ln_f), blocks = {} }
-  if not spec.ln_f or plain_class(self.wte) ~= nn.Embedding
-    or plain_class(self.wpe) ~= nn.Embedding then return nil end
-  for i = 1, cfg.n_layer do
-    local b = self.blocks[i]
-    local mlp = b.mlp
-    if plain_class(mlp) ~= MLP or mlp.activation ~= "gelu" or plain_class(mlp.gelu) ~= nn.GELU
-      or b.attn.n_head ~= spec.n_head then
+  local n_head = r(r(r(blocks, 1), "attn"), "n_head")
+  local spec = { wte = r(wte, "weight"), wpe = r(wpe, "weight"), n_head = n_head,
+                 ln_f = fused_norm(r(self, "ln_f"), deps), blocks = {} }
+  if not spec.ln_f then return nil end
+  for i = 1, r(cfg, "n_layer") do
+    local b = r(blocks, i)
+    local mlp, attn = r(b, "mlp"), r(b, "attn")
+    if plain_class(mlp, deps) ~= MLP or r(mlp, "activation") ~= "gelu"
+      or plain_class(r(mlp, "gelu"), deps) ~= nn.GELU or r(attn, "n_head") ~= n_head then
       return nil
     end
-    local blk = { ln1 = fused_norm(b.ln1), ln2 = fused_norm(b.ln2), qkv = fused_linear(b.attn.qkv),
-                  attn_proj = fused_linear(b.attn.proj), fc = fused_linear(mlp.fc),
-                  mlp_proj = fused_linear(mlp.proj), cache = caches[i] }
+    local blk = { ln1 = fused_norm(r(b, "ln1"), deps), ln2 = fused_norm(r(b, "ln2"), deps),
+                  qkv = fused_linear(r(attn, "qkv"), deps), attn_proj = fused_linear(r(attn, "proj"), deps),
+                  fc = fused_linear(r(mlp, "fc"), deps), mlp_proj = fused_linear(r(mlp, "proj"), deps),
+                  cache = caches[i] }
     for _, k in ipairs({ "ln1", "ln2", "qkv", "attn_proj", "fc", "mlp_proj" }) do
       if not blk[k] then return nil end
     end
     spec.blocks[i] = blk
   end
+  -- (the caches' sizes)
+  r(cfg, "block_size"); r(cfg, "n_embd")
   if not contiguous(spec) then return nil end
   return venom.gpt_decoder(spec)
+end
+
+-- The kept decoder and its caches (rawget(self, "_fused")), let go of.
+local function free_kept(kept)
+  kept.decoder:free()
+  for _, c in ipairs(kept.caches) do c:free() end
 end
 
 --- Continues `prompt` (a list of token ids or a (T) or (1, T) integer tensor, at
@@ -560,7 +607,15 @@ end
 -- With the cache, models of f32 Linear or packed ternary BitLinear layers
 -- run the new tokens that fit the window in one C call (venom.gpt_decoder's
 -- step and draw per token: the same logits, bit for bit, as the ops; the
--- prompt too, one position at a time).
+-- prompt too, one position at a time). That decoder and its caches are
+-- kept on the model (its _fused field) for the next generation, which
+-- makes them again only where a module, tensor or number the decoder reads
+-- was replaced, or a tensor was written in place (an optimizer step,
+-- copy_, load_state_dict, load_ternary) or freed: it never runs on stale
+-- weights. It holds the caches (n_layer × block_size × 3C f32) and, for
+-- packed weights on a VNNI CPU, a re-laid copy of them, and references to
+-- the tensors it read, until a later generation makes it again or the model
+-- is collected.
 -- opts: temperature = 1 (> 0), top_k = nil, cache = true (false: recompute
 -- the context for every token), fused = true (false: step through the ops
 -- even where the fused decoder applies; for tests and benchmarks), on_logits = nil (a function called with
@@ -614,13 +669,30 @@ function GPT:generate(prompt, n_tokens, opts)
     if not switched then self:eval(); switched = true end
   end
   local caches -- one (1, block_size, 3C) per block while the cache is in use
-  local decoder -- the fused decoder over those caches, where it applies
+  local decoder, deps -- the fused decoder over those caches, where it applies, and its reads
+  -- The decoder kept from the last generation, taken off the model while
+  -- this one runs (an on_logits that generates with this model makes its own)
+  local kept = rawget(self, "_fused")
+  if kept then rawset(self, "_fused", nil) end
   local ok, err = pcall(venom.no_grad, function()
     if n_tokens > 0 and use_cache and #out < cfg.block_size and can_cache(self) then
-      caches = {}
-      -- not zero-filled: a position's row is written before any step reads it
-      for i = 1, cfg.n_layer do caches[i] = venom.empty(1, cfg.block_size, 3 * cfg.n_embd) end
-      if use_fused then decoder = fused_decoder(self, caches) end
+      if use_fused and kept then
+        if kept.decoder:current() and unchanged(kept.deps) then
+          decoder, caches, deps = kept.decoder, kept.caches, kept.deps
+        else
+          free_kept(kept)
+        end
+        kept = nil
+      end
+      if not caches then
+        caches = {}
+        -- not zero-filled: a position's row is written before any step reads it
+        for i = 1, cfg.n_layer do caches[i] = venom.empty(1, cfg.block_size, 3 * cfg.n_embd) end
+        if use_fused then
+          deps = { n = 0 }
+          decoder = fused_decoder(self, caches, deps)
+        end
+      end
     end
     local cached = 0 -- positions 1..cached of out are in the caches
     if decoder then
@@ -679,8 +751,16 @@ function GPT:generate(prompt, n_tokens, opts)
       end
     end
   end)
-  if decoder then decoder:free() end
-  for _, c in ipairs(caches or {}) do c:free() end
+  if ok and decoder then -- kept for the next generation (its caches' rows are rewritten from 1)
+    if rawget(self, "_fused") then free_kept(rawget(self, "_fused")) end
+    rawset(self, "_fused", { decoder = decoder, caches = caches, deps = deps })
+  else
+    if decoder then decoder:free() end
+    for _, c in ipairs(caches or {}) do c:free() end
+  end
+  if kept then -- not looked at: as it was
+    if rawget(self, "_fused") then free_kept(kept) else rawset(self, "_fused", kept) end
+  end
   if switched then self:train(was_training) end
   -- (sample()'s own errors already say it, and start with "GPT:generate:")
   local refused = not ok and type(err) == "string" and not err:find("^GPT:generate:")

@@ -132,7 +132,7 @@ venom.after_backward = core.after_backward
 
 --- venom.gpt_decoder(spec) → decoder: a GPT-2-style model's decoding step
 -- at batch 1 as one C call (vn_gpt_decoder_new, venom/transformer.h), for
--- models/gpt.lua's generate, which makes one per call. spec = {wte, wpe,
+-- models/gpt.lua's generate, which keeps one on the model. spec = {wte, wpe,
 -- n_head, ln_f = norm, blocks = {{ln1, ln2 = norm, qkv, attn_proj, fc,
 -- mlp_proj = projection, cache = (1, block_size, 3C) tensor}, ...}}, norm
 -- = {weight, bias, eps, rms = bool}, projection = {weight, bias} (f32) or
@@ -145,7 +145,11 @@ venom.after_backward = core.after_backward
 -- decoder:generate(out, n, temperature, top_k) does that n times in one
 -- call, from the last token of the list out at position #out, appending
 -- each token drawn to out (the positions must stay within block_size);
--- decoder:free() lets go of the tensors. Errors name the bad field.
+-- decoder:current() is false once a tensor of the spec other than a cache
+-- was freed or written in place (copy_, fill_, an optimizer step, a
+-- load_state_dict) since the decoder was made: the packed weights are read
+-- once, when it is made, so a decoder kept between generations is then
+-- made again (GPT:generate does); decoder:free() lets go of the tensors. Errors name the bad field.
 venom.gpt_decoder = core.gpt_decoder
 
 --- venom.set_vnm_precision(p): the precision of the V:N:M forward product

@@ -4,6 +4,7 @@
  * temperature, top_k or out pointer before its step, so the cache row and
  * the engine RNG are as they were; a good call draws the token that
  * vn_sample_logits draws from the step's logits with u = vn_rand's draw;
+ * vn_gpt_decoder_current tells a written or freed weight from a written cache;
  * vn_sample_logits draws what the rule in double gives. */
 #include "gradcheck.h"
 
@@ -155,6 +156,45 @@ static void test_packed_errors_name_the_layer(void **state)
                m.t[11]);
 }
 
+/* vn_gpt_decoder_current: true until a tensor of the spec other than a
+ * cache is written in place (copy_ into the packed weights, even of the
+ * same bytes; fill_ of an f32 weight) or freed; the steps' and a caller's
+ * writes into a cache leave it true; NULL is false. */
+static void test_current(void **state)
+{
+    (void)state;
+    tiny m;
+    tiny_make(&m);
+    int64_t rb = vn_ternary_row_bytes(C);
+    vn_tensor *p = vn_empty(VN_U8, 2, (int64_t[]){H, rb}), *same = vn_empty(VN_U8, 2, (int64_t[]){H, rb});
+    memset(vn_tensor_data(p), 0x55, (size_t)(H * rb));
+    memset(vn_tensor_data(same), 0x55, (size_t)(H * rb));
+    m.block.fc = (vn_decode_linear){.packed = p, .gamma = 0.5f};
+    assert_false(vn_gpt_decoder_current(NULL));
+    vn_gpt_decoder *d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    assert_true(vn_gpt_decoder_current(d));
+    CHECK_PTR(vn_gpt_decoder_step(d, 1, 0));
+    CHECK_OK(vn_tensor_fill_(m.t[9], 0));
+    assert_true(vn_gpt_decoder_current(d));
+    CHECK_OK(vn_tensor_copy_(p, same));
+    assert_false(vn_gpt_decoder_current(d));
+    vn_gpt_decoder_free(d);
+    d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    assert_true(vn_gpt_decoder_current(d));
+    CHECK_OK(vn_tensor_fill_(m.t[6], 0.5));
+    assert_false(vn_gpt_decoder_current(d));
+    vn_gpt_decoder_free(d);
+    d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    vn_tensor_free(m.t[11]);
+    assert_false(vn_gpt_decoder_current(d));
+    vn_gpt_decoder_free(d);
+    GC_RELEASE(p, same, m.t[0], m.t[1], m.t[2], m.t[3], m.t[4], m.t[5], m.t[6], m.t[7], m.t[8], m.t[9],
+               m.t[10], m.t[11]);
+}
+
 /* vn_sample_logits against the rule in double with libm's exp: the same
  * index for every u of a grid except within 1e-5 of a boundary of the
  * running sums (the weights are f32, about 2 ulp); −inf logits, those
@@ -282,6 +322,7 @@ int main(void)
         cmocka_unit_test(test_next_refused_changes_nothing),
         cmocka_unit_test(test_next_is_step_and_sample),
         cmocka_unit_test(test_packed_errors_name_the_layer),
+        cmocka_unit_test(test_current),
         cmocka_unit_test(test_sample_matches_reference),
         cmocka_unit_test(test_sample_edges),
     };

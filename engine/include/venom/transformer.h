@@ -121,7 +121,7 @@ typedef struct vn_gpt_decoder vn_gpt_decoder;
  * exceeds 1 MiB, the decoder keeps a copy re-laid with one weight row per
  * vector lane (as many bytes again as the packed weights), which its steps
  * use; a change to packed weights after
- * this call needs a new decoder. Errors: VN_ERR_ARG (NULL spec or tensor, n_head not dividing
+ * this call needs a new decoder (vn_gpt_decoder_current tells). Errors: VN_ERR_ARG (NULL spec or tensor, n_head not dividing
  * C, n_layer < 1, a projection with both or neither of weight and packed, a
  * bias or norm where the kind has none, eps or γ out of range, a
  * non-contiguous tensor, a cache sharing memory with another tensor of the
@@ -142,6 +142,16 @@ const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos);
 /* The last step's logits (as vn_gpt_decoder_step returned them); NULL with
  * VN_ERR_ARG for a NULL decoder, VN_ERR_STATE before the first step. */
 const float *vn_gpt_decoder_logits(const vn_gpt_decoder *d);
+
+/* Whether the decoder still reads what its spec's tensors hold: false when
+ * one of them (the caches aside, which the steps write) was freed, or its
+ * storage written in place (vn_tensor_copy_, vn_tensor_fill_, an optimizer
+ * step: every engine write bumps the storage's version) since
+ * vn_gpt_decoder_new; false for NULL. A caller that keeps a decoder between
+ * generations makes a new one when this is false: the packed weights' copy
+ * and their code check date from vn_gpt_decoder_new. Writes through
+ * vn_tensor_data's pointer are not seen. */
+bool vn_gpt_decoder_current(const vn_gpt_decoder *d);
 
 /* The vocabulary size (the logits' length) and the block size (positions
  * 0..block_size−1); 0 for NULL. */
