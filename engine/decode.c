@@ -404,10 +404,18 @@ const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos)
         return vn__errp(VN_ERR_ARG, "%s: token %lld at position %lld, expected a token in 0..%lld at "
                         "a position in 0..%lld", OP, (long long)token, (long long)pos,
                         (long long)d->V - 1, (long long)d->T - 1);
-    for (int i = 0; i < d->n_held; i++)
+    /* A weight written since vn_gpt_decoder_new is refused, not read: the
+     * packed weights' re-laid copy (VNNI) and their code check date from
+     * then, so a step would use the old codes on one CPU and the new,
+     * unchecked ones on another. */
+    for (int i = 0; i < d->n_held; i++) {
         if (vn_tensor_is_freed(d->held[i]))
             return vn__errp(VN_ERR_STATE, "%s: a tensor it reads was freed (vn_tensor_free) after the "
                             "decoder was made", OP);
+        if (!d->is_cache[i] && d->held[i]->storage->version != d->version[i])
+            return vn__errp(VN_ERR_STATE, "%s: a weight it reads was written in place (copy_, fill_, "
+                            "an optimizer step) after the decoder was made; make a new decoder", OP);
+    }
     int64_t C = d->C, H = d->H;
     float *x = d->x, *h = d->h, *a = d->a, *b = d->b;
     for (int64_t j = 0; j < C; j++) x[j] = d->wte[token * C + j] + d->wpe[pos * C + j];

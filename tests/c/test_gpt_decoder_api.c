@@ -159,7 +159,8 @@ static void test_packed_errors_name_the_layer(void **state)
 /* vn_gpt_decoder_current: true until a tensor of the spec other than a
  * cache is written in place (copy_ into the packed weights, even of the
  * same bytes; fill_ of an f32 weight) or freed; the steps' and a caller's
- * writes into a cache leave it true; NULL is false. */
+ * writes into a cache leave it true; NULL is false. A step (or next) on a
+ * decoder that is not current is refused with VN_ERR_STATE. */
 static void test_current(void **state)
 {
     (void)state;
@@ -179,13 +180,29 @@ static void test_current(void **state)
     assert_true(vn_gpt_decoder_current(d));
     CHECK_OK(vn_tensor_copy_(p, same));
     assert_false(vn_gpt_decoder_current(d));
+    /* and the step refuses it: the re-laid copy (VNNI) dates from the make */
+    assert_null(vn_gpt_decoder_step(d, 1, 1));
+    expect_status(vn_last_status(), VN_ERR_STATE, "written in place");
     vn_gpt_decoder_free(d);
     d = vn_gpt_decoder_new(&m.spec);
     CHECK_PTR(d);
     assert_true(vn_gpt_decoder_current(d));
     CHECK_OK(vn_tensor_fill_(m.t[6], 0.5));
     assert_false(vn_gpt_decoder_current(d));
+    int64_t next = -1;
+    expect_status(vn_gpt_decoder_next(d, 1, 0, 1.0, 0, &next), VN_ERR_STATE, "written in place");
+    assert_int_equal(next, -1);
     vn_gpt_decoder_free(d);
+    /* codes written after the make (code 3 is no ternary value) are never
+     * read: the make checked the codes, the step does not */
+    d = vn_gpt_decoder_new(&m.spec);
+    CHECK_PTR(d);
+    memset(vn_tensor_data(same), 0xff, (size_t)(H * rb));
+    CHECK_OK(vn_tensor_copy_(p, same));
+    assert_null(vn_gpt_decoder_step(d, 1, 0));
+    expect_status(vn_last_status(), VN_ERR_STATE, "written in place");
+    vn_gpt_decoder_free(d);
+    CHECK_OK(vn_tensor_fill_(p, 0x55)); /* valid codes again, for the make below */
     d = vn_gpt_decoder_new(&m.spec);
     CHECK_PTR(d);
     vn_tensor_free(m.t[11]);

@@ -136,7 +136,9 @@ vn_gpt_decoder *vn_gpt_decoder_new(const vn_gpt_decoder_spec *spec);
  * steps, or written by the caller from a forward pass over a prompt).
  * Returns the logits (vocab floats), owned by the decoder and overwritten
  * by the next step; NULL on error: VN_ERR_ARG (NULL decoder, token or pos
- * out of range), VN_ERR_STATE (a tensor it holds was freed since). */
+ * out of range), VN_ERR_STATE (a tensor it holds was freed since, or one
+ * other than a cache was written in place since: vn_gpt_decoder_current
+ * is false). */
 const float *vn_gpt_decoder_step(vn_gpt_decoder *d, int64_t token, int64_t pos);
 
 /* The last step's logits (as vn_gpt_decoder_step returned them); NULL with
