@@ -612,7 +612,8 @@ end
 -- makes them again only where a module, tensor or number the decoder reads
 -- was replaced, or a tensor was written in place (an optimizer step,
 -- copy_, load_state_dict, load_ternary) or freed: it never runs on stale
--- weights. It holds the caches (n_layer × block_size × 3C f32) and, for
+-- weights (an on_logits that writes or replaces one sends the later tokens
+-- through the ops, on the same caches). It holds the caches (n_layer × block_size × 3C f32) and, for
 -- packed weights on a VNNI CPU, a re-laid copy of them, and references to
 -- the tensors it read, until a later generation makes it again or the model
 -- is collected.
@@ -744,7 +745,16 @@ function GPT:generate(prompt, n_tokens, opts)
           l = last:totable()
           last:free()
         end
-        if on_logits then on_logits(l) end
+        if on_logits then
+          on_logits(l)
+          -- on_logits may have written or replaced what the decoder reads
+          -- (an optimizer step, a new weight, n_head): the later tokens go
+          -- through the ops, on the same caches, as without the decoder
+          if decoder and not (decoder:current() and unchanged(deps)) then
+            decoder:free()
+            decoder = nil
+          end
+        end
         local u = venom.rand(1)
         out[#out + 1] = sample(l, cfg.vocab_size, temperature, top_k, u:item())
         u:free()

@@ -149,7 +149,8 @@ venom.after_backward = core.after_backward
 -- was freed or written in place (copy_, fill_, an optimizer step, a
 -- load_state_dict) since the decoder was made: the packed weights are read
 -- once, when it is made, so a decoder kept between generations is then
--- made again (GPT:generate does); decoder:free() lets go of the tensors. Errors name the bad field.
+-- made again (GPT:generate does), and step, next and generate refuse to
+-- run (an error) rather than read a written weight; decoder:free() lets go of the tensors. Errors name the bad field.
 venom.gpt_decoder = core.gpt_decoder
 
 --- venom.set_vnm_precision(p): the precision of the V:N:M forward product

@@ -58,7 +58,7 @@ local function same_as_fresh(m, fresh, what)
   tap.is(n, 1, what .. ": the decoder is made again")
 end
 
-tap.plan(21)
+tap.plan(23)
 
 venom.manual_seed(11)
 local bit = model(true)
@@ -72,6 +72,31 @@ tap.ok(rawget(pm, "_fused").decoder:current(), "decoder:current() before any wri
 venom.no_grad(function() pm.blocks[1].attn.proj.packed:copy_(pm.blocks[2].attn.proj.packed) end)
 tap.ok(not rawget(pm, "_fused").decoder:current(), "decoder:current() is false after a copy_ into a packed weight")
 same_as_fresh(pm, packed_from, "packed weight written in place")
+
+-- An on_logits that writes a packed weight (and one that replaces an f32
+-- one) in the middle of a generation: the later steps read the new
+-- weights, as the ops do (the decoder's re-laid copy would be stale).
+local function logits_with_write(m, fused, write)
+  local seen, steps = {}, 0
+  venom.manual_seed(3)
+  local out = m:generate({ 7, 40 }, 8, { fused = fused, temperature = 0.9, on_logits = function(l)
+    steps = steps + 1
+    if steps == 3 then write(m) end
+    seen[#seen + 1] = table.concat(l, ",")
+  end })
+  return table.concat(seen, ";") .. "|" .. table.concat(out, ",")
+end
+local donor = pm.blocks[2].mlp.fc.packed:clone()
+local function write_packed(m) venom.no_grad(function() m.blocks[1].mlp.fc.packed:copy_(donor) end) end
+tap.is(logits_with_write(packed_from(pm), true, write_packed), logits_with_write(packed_from(pm), false, write_packed),
+  "a packed weight written by on_logits mid-generation: the logits of the ops")
+local function replace_f32(m) m.blocks[2].mlp.fc.weight = m.blocks[2].mlp.fc.weight * 2 end
+venom.manual_seed(14)
+local f1 = model()
+local f2 = model()
+f2:load_state_dict(f1:state_dict())
+tap.is(logits_with_write(f1, true, replace_f32), logits_with_write(f2, false, replace_f32),
+  "an f32 weight replaced by on_logits mid-generation: the logits of the ops")
 
 -- A packed weight replaced, then a γ replaced (a number: the decoder keeps a copy).
 pm.blocks[2].mlp.fc.packed = pm.blocks[1].mlp.fc.packed:clone()
