@@ -262,8 +262,14 @@ static int decoder_generate(lua_State *L)
                         "list whose positions stay within block_size %lld", (long long)n, (long long)len,
                         (long long)T);
     lua_rawgeti(L, 2, (int)len);
-    double last = lua_tonumber(L, -1); /* not a whole number: refused by check_step as token 0 */
-    int64_t token = lua_type(L, -1) == LUA_TNUMBER && lv_whole(last) ? (int64_t)last : 0;
+    double last = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || !lv_whole(last) || fabs(last) > 0x1p53) {
+        bool number = lua_type(L, -1) == LUA_TNUMBER; /* (tostring would make a string a number) */
+        return lv_raise(L, "gpt_decoder: generate: out[%lld] is %s%s, expected a token id in 1..%lld",
+                        (long long)len, number ? "" : "a ", number ? lua_tostring(L, -1) : luaL_typename(L, -1),
+                        (long long)vn_gpt_decoder_vocab(*slot));
+    }
+    int64_t token = (int64_t)last;
     lua_pop(L, 1);
     for (int64_t i = 0; i < n; i++, len++) {
         int64_t next;

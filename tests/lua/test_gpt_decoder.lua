@@ -71,7 +71,7 @@ local BEFORE = {
              64, 64, 36, 36, 36, 36, 36, 36 },
 }
 
-tap.plan(41)
+tap.plan(43)
 
 venom.manual_seed(11)
 local models = { f32 = model() }
@@ -198,8 +198,13 @@ for _, top_k in ipairs({ false, 5 }) do
 end
 tap.error_like(function() dec:generate({ 7, 3 }, 24, 1) end,
   "generate 24 tokens after 2, expected .* within block_size 24", "generate past block_size")
-tap.error_like(function() dec:generate({ 7, "x" }, 1, 1) end, "token 0 at position 2",
+tap.error_like(function() dec:generate({ 7, "x" }, 1, 1) end, "out%[2%] is a string, expected a token id in 1..64",
   "generate from a list whose last entry is not a token")
+-- a whole number past int64 was cast to one (undefined behaviour) before the check
+tap.error_like(function() dec:generate({ 2 ^ 63 }, 1, 1) end, "out%[1%] is 9.22.*e%+18, expected a token id",
+  "generate from a token past 2^53")
+tap.error_like(function() dec:generate({ 7, 1.5 }, 1, 1) end, "out%[2%] is 1.5, expected a token id",
+  "generate from a fractional token")
 dec:free()
 tap.error_like(function() dec:step(1, 1) end, "freed decoder", "a step on a freed decoder")
 tap.error_like(function() dec:generate({ 1 }, 1, 1) end, "freed decoder", "generate on a freed decoder")
