@@ -25,9 +25,11 @@ typedef struct {
     const float *bias, *zc;
 } act_index;
 
+/* relu(x) (relu2: its square); a NaN stays NaN, as the dense relu keeps it
+ * (ops_pointwise.c), so a NaN in the layer before is seen, not zeroed. */
 static inline float act__f(vn_sparse_act act, float x)
 {
-    float r = x > 0 ? x : 0;
+    float r = x <= 0 ? 0 : x;
     return act == VN_ACT_RELU2 ? r * r : r;
 }
 

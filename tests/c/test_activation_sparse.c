@@ -421,6 +421,32 @@ static void test_mlp_nothing_kept(void **state)
     for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
 }
 
+/* A NaN pre-activation reaches the output, as through the dense relu
+ * (which keeps NaN): all units off but one whose bias is NaN, on the
+ * condensed path (dense_above 1) and the dense one (0, taken as soon as a
+ * column is kept), both activations: every output is NaN, not b2. */
+static void test_mlp_nan(void **state)
+{
+    (void)state;
+    vn_tensor *in[5];
+    make_mlp(in);
+    float *b1 = vn_tensor_data(in[3]);
+    for (int j = 0; j < MH; j++) b1[j] = -100.0f;
+    b1[MH / 2] = NAN;
+    for (int c = 0; c < 4; c++) {
+        vn_sparse_act act = c % 2 ? VN_ACT_RELU2 : VN_ACT_RELU;
+        double dense_above = c < 2 ? 1.0 : 0.0;
+        vn_tensor *y = vn_act_sparse_mlp(in[0], in[1], in[3], in[2], in[4], act, MTILE, dense_above, NULL);
+        CHECK_PTR(y);
+        const float *Y = vn_tensor_data(y);
+        for (int64_t e = 0; e < vn_tensor_numel(y); e++)
+            if (!isnan(Y[e])) fail_msg("act %d, dense_above %g: y[%lld] = %g, expected NaN", (int)act,
+                                       dense_above, (long long)e, Y[e]);
+        vn_tensor_release(y);
+    }
+    for (int k = 0; k < 5; k++) vn_tensor_release(in[k]);
+}
+
 static vn_tensor *f_mlp(vn_tensor **in, void *c)
 {
     const ctx_t *k = c;
@@ -568,7 +594,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_loops), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_gradcheck),     cmocka_unit_test(test_mlp_against_plain),
-        cmocka_unit_test(test_mlp_chunks),    cmocka_unit_test(test_mlp_nothing_kept),
+        cmocka_unit_test(test_mlp_chunks),    cmocka_unit_test(test_mlp_nothing_kept), cmocka_unit_test(test_mlp_nan),
         cmocka_unit_test(test_mlp_gradcheck),
         cmocka_unit_test(test_mlp_masked),
         cmocka_unit_test(test_errors),
