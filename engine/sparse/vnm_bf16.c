@@ -1,4 +1,4 @@
-/* vnm_bf16.c — the bf16 forward SpMM of a V:N:M layer on CPUs with
+/* vnm_bf16.c — the bf16 forward SpMM and dX of a V:N:M layer on CPUs with
  * AVX-512 BF16 (vn_vnm_set_precision(VN_VNM_BF16)).
  *
  * `vdpbf16ps` (_mm512_dpbf16_ps) adds to each f32 lane the sum of two
@@ -157,6 +157,115 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
     }
 }
 
+/* ---- dX = dY·W in bf16 ------------------------------------------------------
+ * dX's sums run over the rows of W, and a column of a block is kept by a
+ * varying set of its rows, so there is no perfect pairing as in the
+ * forward. Rows are paired fixed, (2i, 2i+1): dY is stored with each such
+ * pair's two rows interleaved lane by lane (vnm__bf16_pair_rows), and each
+ * kept column lists the row pairs of which at least one row uses it, with
+ * the two values (0 for a row that does not). With each row using 2 of the
+ * 4 columns, a column is used by both rows of a pair a quarter of the
+ * time and by one of them half: 3 instructions per pair and group where
+ * f32 makes 4 FMAs, each load bringing 1⅓ useful products per lane. */
+
+void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
+{
+    /* cvtne2ps(b, a) puts a's 16 bf16 in elements 0..15 and b's in 16..31;
+     * this permutation interleaves them: a0 b0 a1 b1 ... */
+    static const int16_t mix[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    int64_t R2 = (R + 1) / 2;
+#pragma omp parallel for schedule(static) if (npanels * R > VN_OMP_MIN_WORK / VNM_PANEL)
+    for (int64_t pn = 0; pn < npanels; pn++) {
+        const __m512i idx = _mm512_loadu_si512(mix);
+        for (int64_t i = 0; i < R2; i++) {
+            const float *a = dyt + (pn * R + 2 * i) * VNM_PANEL, *b = a + VNM_PANEL;
+            uint16_t *d = dy2 + (pn * R2 + i) * 2 * VNM_PANEL;
+            for (int q = 0; q < 4; q++) {
+                __m512 bv = 2 * i + 1 < R ? _mm512_loadu_ps(b + 16 * q) : _mm512_setzero_ps();
+                __m512i h = (__m512i)_mm512_cvtne2ps_pbh(bv, _mm512_loadu_ps(a + 16 * q));
+                _mm512_storeu_si512(d + 32 * q, _mm512_permutexvar_epi16(idx, h));
+            }
+        }
+    }
+}
+
+void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
+                       uint16_t *tp, int32_t *tn)
+{
+#pragma omp parallel for schedule(static) if (p->R * p->G > VN_OMP_MIN_WORK)
+    for (int64_t rb = 0; rb < p->nblocks; rb++) {
+        int64_t r0 = rb * p->V, r1 = p->R < r0 + p->V ? p->R : r0 + p->V;
+        for (int64_t g = 0; g < p->G; g++)
+            for (int j = 0; j < 4; j++) {
+                int64_t e = (rb * p->G + g) * 4 + j;
+                int32_t n = 0;
+                for (int64_t i = r0 / 2; 2 * i < r1; i++) {
+                    uint16_t h[2] = {0, 0};
+                    bool used = false;
+                    for (int s = 0; s < 2; s++) {
+                        int64_t r = 2 * i + s;
+                        if (r < r0 || r >= r1) continue; /* the other block's row: 0 here */
+                        for (int slot = 0; slot < 2; slot++)
+                            if (vnm__index(p, r, g, slot) == j) {
+                                h[s] = vn__f32_to_bf16(values[r * 2 * p->G + 2 * g + slot]);
+                                used = true;
+                            }
+                    }
+                    if (!used) continue;
+                    tv[e * slots + n] = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+                    tp[e * slots + n] = (uint16_t)(i - r0 / 2);
+                    n++;
+                }
+                tn[e] = n;
+            }
+    }
+}
+
+/* Independent accumulator sets of the dX tile: 2 × 4 quarters of the panel. */
+#define TSETS 2
+
+void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,
+                           const int32_t *tn, int64_t slots, const uint16_t *dy2, int64_t g0,
+                           int64_t g1, float *dxp)
+{
+    memset(dxp + g0 * p->M * VNM_PANEL, 0, sizeof(float) * (size_t)((g1 - g0) * p->M * VNM_PANEL));
+    for (int64_t rb = 0; rb < p->nblocks; rb++) {
+        const uint16_t *yb = dy2 + rb * p->V / 2 * 2 * VNM_PANEL; /* the block's first row pair */
+        for (int64_t g = g0; g < g1; g++)
+            for (int j = 0; j < 4; j++) {
+                int64_t e = (rb * p->G + g) * 4 + j;
+                int32_t n = tn[e];
+                if (n == 0) continue;
+                const uint32_t *w = tv + e * slots;
+                const uint16_t *pr = tp + e * slots;
+                float *out = dxp + (g * p->M + p->cols[e]) * VNM_PANEL;
+                __m512 acc[TSETS][4];
+                for (int i = 0; i < TSETS; i++)
+                    for (int q = 0; q < 4; q++)
+                        acc[i][q] = i > 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out + 16 * q);
+                int32_t k = 0;
+                for (; k + TSETS <= n; k += TSETS)
+                    for (int i = 0; i < TSETS; i++) {
+                        const __m512bh *y = (const __m512bh *)(yb + (int64_t)pr[k + i] * 2 * VNM_PANEL);
+                        __m512bh wv = (__m512bh)_mm512_set1_epi32((int)w[k + i]);
+                        for (int q = 0; q < 4; q++) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], y[q], wv);
+                    }
+                for (; k < n; k++) {
+                    const __m512bh *y = (const __m512bh *)(yb + (int64_t)pr[k] * 2 * VNM_PANEL);
+                    __m512bh wv = (__m512bh)_mm512_set1_epi32((int)w[k]);
+                    for (int q = 0; q < 4; q++) acc[0][q] = _mm512_dpbf16_ps(acc[0][q], y[q], wv);
+                }
+                for (int q = 0; q < 4; q++) {
+                    __m512 sum = acc[0][q];
+                    for (int i = 1; i < TSETS; i++) sum = _mm512_add_ps(sum, acc[i][q]);
+                    _mm512_storeu_ps(out + 16 * q, sum);
+                }
+            }
+    }
+}
+
+#undef TSETS
 #undef SETS
 #undef PREFETCH_ROWS
 #pragma GCC pop_options
@@ -173,5 +282,20 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
                          const uint16_t *xp, int64_t rb, void *pairs, float *tile)
 {
     (void)p, (void)vals, (void)poff, (void)xp, (void)rb, (void)pairs, (void)tile;
+}
+void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
+{
+    (void)dyt, (void)npanels, (void)R, (void)dy2;
+}
+void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
+                       uint16_t *tp, int32_t *tn)
+{
+    (void)p, (void)values, (void)slots, (void)tv, (void)tp, (void)tn;
+}
+void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,
+                           const int32_t *tn, int64_t slots, const uint16_t *dy2, int64_t g0,
+                           int64_t g1, float *dxp)
+{
+    (void)p, (void)tv, (void)tp, (void)tn, (void)slots, (void)dy2, (void)g0, (void)g1, (void)dxp;
 }
 #endif
