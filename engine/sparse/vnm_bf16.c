@@ -196,29 +196,33 @@ void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots,
 #pragma omp parallel for schedule(static) if (p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t rb = 0; rb < p->nblocks; rb++) {
         int64_t r0 = rb * p->V, r1 = p->R < r0 + p->V ? p->R : r0 + p->V;
-        for (int64_t g = 0; g < p->G; g++)
-            for (int j = 0; j < 4; j++) {
-                int64_t e = (rb * p->G + g) * 4 + j;
-                int32_t n = 0;
-                for (int64_t i = r0 / 2; 2 * i < r1; i++) {
-                    uint16_t h[2] = {0, 0};
-                    bool used = false;
-                    for (int s = 0; s < 2; s++) {
-                        int64_t r = 2 * i + s;
-                        if (r < r0 || r >= r1) continue; /* the other block's row: 0 here */
-                        for (int slot = 0; slot < 2; slot++)
-                            if (vnm__index(p, r, g, slot) == j) {
-                                h[s] = vn__f32_to_bf16(values[r * 2 * p->G + 2 * g + slot]);
-                                used = true;
-                            }
+        for (int64_t g = 0; g < p->G; g++) {
+            int64_t e0 = (rb * p->G + g) * 4;
+            int32_t n[4] = {0, 0, 0, 0};
+            /* Each row of the pair once: its two columns and bf16 values
+             * (a row outside the block has none: -1). */
+            for (int64_t i = r0 / 2; 2 * i < r1; i++) {
+                int col[2][2];
+                uint16_t h[2][2];
+                for (int s = 0; s < 2; s++) {
+                    int64_t r = 2 * i + s;
+                    bool in = r >= r0 && r < r1;
+                    for (int slot = 0; slot < 2; slot++) {
+                        col[s][slot] = in ? vnm__index(p, r, g, slot) : -1;
+                        h[s][slot] = in ? vn__f32_to_bf16(values[r * 2 * p->G + 2 * g + slot]) : 0;
                     }
-                    if (!used) continue;
-                    tv[e * slots + n] = (uint32_t)h[0] | (uint32_t)h[1] << 16;
-                    tp[e * slots + n] = (uint16_t)(i - r0 / 2);
-                    n++;
                 }
-                tn[e] = n;
+                for (int j = 0; j < 4; j++) {
+                    uint32_t lo = col[0][0] == j ? h[0][0] : col[0][1] == j ? h[0][1] : 0;
+                    uint32_t hi = col[1][0] == j ? h[1][0] : col[1][1] == j ? h[1][1] : 0;
+                    if (col[0][0] != j && col[0][1] != j && col[1][0] != j && col[1][1] != j) continue;
+                    int64_t at = (e0 + j) * slots + n[j]++;
+                    tv[at] = lo | hi << 16;
+                    tp[at] = (uint16_t)(i - r0 / 2);
+                }
             }
+            for (int j = 0; j < 4; j++) tn[e0 + j] = n[j];
+        }
     }
 }
 
