@@ -220,7 +220,8 @@ void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots,
                         for (int slot = 0; slot < 2; slot++) {
                             int j = vnm__index(p, r, g, slot);
                             mask |= 1 << j;
-                            w[j] |= (uint32_t)vn__f32_to_bf16(values[r * 2 * p->G + 2 * g + slot]) << 16 * s;
+                            if (pass) /* the values only once placed */
+                                w[j] |= (uint32_t)vn__f32_to_bf16(values[r * 2 * p->G + 2 * g + slot]) << 16 * s;
                         }
                     }
                     /* Two columns → three (the lowest unused one, its values
