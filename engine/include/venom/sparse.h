@@ -94,8 +94,8 @@ const char *vn_vnm_isa(void);
 
 /* The precision of the V:N:M forward product (y = x·Wᵀ of vn_vnm_linear,
  * vn_vnm_spmm and vn_vnm_shadow_linear) and of the input gradient (dx = dY·W
- * of vn_vnm_linear's backward and vn_vnm_spmm_t) on the CPU, for the whole
- * process (all threads):
+ * of the backward of vn_vnm_linear and vn_vnm_mlp, and vn_vnm_spmm_t) on the
+ * CPU, for the whole process (all threads):
  *   VN_VNM_F32   (the default) f32 operands, f32 sums.
  *   VN_VNM_BF16  the forward: x and the values are rounded to bf16 (round
  *                to nearest even, bf16 subnormals read as zero) and
