@@ -7,6 +7,8 @@
 --     venom bench/gpt.lua --n-embd 256 --block-size 128     # the issue-size model
 --     venom bench/gpt.lua --sparse 64:2:8                   # V:2:M MLPs (nn.SparseLinear)
 --     venom bench/gpt.lua --sparse 64:2:8 --sparse-attn     # and V:2:M attention projections
+--     venom bench/gpt.lua --sparse 64:2:8 --precision bf16  # their forward and dX in bf16
+--                                                           # (venom.set_vnm_precision)
 --
 -- Its PyTorch 2 peer is bench/torch_gpt_cpu.py (same options; see
 -- bench/RESULTS.md for the side-by-side commands). --warmup steps run
@@ -28,6 +30,7 @@ local GPT = require "models.gpt"
 local opts = util.parse_cli(arg, {
   steps = 20, warmup = 3, profile_steps = 5, batch_size = 32, block_size = 64, n_layer = 4,
   n_head = 4, n_embd = 128, sparse = "", sparse_attn = false, seed = 0, text = "", top = 16,
+  precision = "f32",
 }, nil, function(o)
   for _, k in ipairs({ "steps", "warmup", "profile_steps", "batch_size", "block_size", "n_layer",
                        "n_head", "n_embd", "top" }) do
@@ -43,6 +46,9 @@ local opts = util.parse_cli(arg, {
       util.fail("--sparse must be a V:2:M pattern (V >= 1, M >= 4) such as 64:2:8, got " .. o.sparse)
     end
   end
+  if o.precision ~= "f32" and o.precision ~= "bf16" then
+    util.fail("--precision must be f32 or bf16, got " .. o.precision)
+  end
   if o.sparse_attn and o.sparse == "" then
     util.fail("--sparse-attn makes the attention projections V:2:M too; give --sparse")
   end
@@ -53,6 +59,8 @@ if opts.sparse ~= "" then
   mlp = { V = tonumber(V), M = tonumber(M) }
 end
 local attn = opts.sparse_attn and mlp or nil
+local ok_prec, prec_err = pcall(venom.set_vnm_precision, opts.precision)
+if not ok_prec then util.die(prec_err) end
 venom.manual_seed(opts.seed)
 local ok, train = pcall(data.corpus, opts.text)
 if not ok then util.die(train) end
@@ -101,6 +109,7 @@ print(("%-24s %s"):format("model", ("GPT %d layers, %d heads, %d wide, block %d%
   opts.n_layer, opts.n_head, opts.n_embd, opts.block_size,
   mlp and (", MLPs " .. opts.sparse) or "", attn and (", attention " .. opts.sparse) or "")))
 print(("%-24s %d"):format("batch size", opts.batch_size))
+print(("%-24s %s"):format("V:N:M precision", venom.vnm_precision()))
 print(("%-24s %.0f (median of %d steps)"):format("tokens/s", tokens / med * 1e3, opts.steps))
 print(("%-24s %.1f median, %.1f–%.1f range"):format("ms/step", med, ms[1], ms[#ms]))
 print(("%-24s %.1f (user + system, all threads)"):format("CPU ms/step", cpu_ms))

@@ -1,4 +1,4 @@
-/* vnm_bf16.c — the bf16 forward SpMM of a V:N:M layer on CPUs with
+/* vnm_bf16.c — the bf16 forward SpMM and dX of a V:N:M layer on CPUs with
  * AVX-512 BF16 (vn_vnm_set_precision(VN_VNM_BF16)).
  *
  * `vdpbf16ps` (_mm512_dpbf16_ps) adds to each f32 lane the sum of two
@@ -157,6 +157,146 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
     }
 }
 
+/* ---- dX = dY·W in bf16 ------------------------------------------------------
+ * dX's sums run over the rows of W, and a column of a block is kept by a
+ * varying set of its rows, so there is no perfect pairing as in the
+ * forward. Rows are paired fixed, (2i, 2i+1): dY is stored with each such
+ * pair's two rows interleaved lane by lane (vnm__bf16_pair_rows). For a
+ * group, a pair's two rows use 2 to 4 of the block's 4 columns (3 on
+ * average: each row uses 2), and each used column gets one vdpbf16ps per
+ * 16 lanes with the two rows' values (0 for a row that does not use it):
+ * 3 instructions per pair where f32 makes 4 FMAs.
+ *
+ * The tile keeps a group's 4 columns × 64 lanes in 16 registers and loads
+ * each row pair's slice of dY once for all the columns it feeds, so loads
+ * no longer bound it (the f32 kernel makes one load per FMA). Which
+ * columns a pair feeds varies, so the pairs of each group are sorted by
+ * that set (the "mask") and each of the 14 possible masks runs its own
+ * loop with the set fixed at compile time: no branch per pair. */
+
+void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
+{
+    /* cvtne2ps(b, a) puts a's 16 bf16 in elements 0..15 and b's in 16..31;
+     * this permutation interleaves them: a0 b0 a1 b1 ... */
+    static const int16_t mix[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    int64_t R2 = (R + 1) / 2;
+#pragma omp parallel for schedule(static) if (npanels * R > VN_OMP_MIN_WORK / VNM_PANEL)
+    for (int64_t pn = 0; pn < npanels; pn++) {
+        const __m512i idx = _mm512_loadu_si512(mix);
+        for (int64_t i = 0; i < R2; i++) {
+            const float *a = dyt + (pn * R + 2 * i) * VNM_PANEL, *b = a + VNM_PANEL;
+            uint16_t *d = dy2 + (pn * R2 + i) * 2 * VNM_PANEL;
+            for (int q = 0; q < 4; q++) {
+                __m512 bv = 2 * i + 1 < R ? _mm512_loadu_ps(b + 16 * q) : _mm512_setzero_ps();
+                __m512i h = (__m512i)_mm512_cvtne2ps_pbh(bv, _mm512_loadu_ps(a + 16 * q));
+                _mm512_storeu_si512(d + 32 * q, _mm512_permutexvar_epi16(idx, h));
+            }
+        }
+    }
+}
+
+void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
+                       uint16_t *tp, uint16_t *tcount)
+{
+#pragma omp parallel for schedule(static) if (p->R * p->G > VN_OMP_MIN_WORK)
+    for (int64_t rb = 0; rb < p->nblocks; rb++) {
+        int64_t r0 = rb * p->V, r1 = p->R < r0 + p->V ? p->R : r0 + p->V;
+        for (int64_t g = 0; g < p->G; g++) {
+            int64_t bg = rb * p->G + g;
+            uint16_t *cnt = tcount + bg * 16;
+            memset(cnt, 0, 16 * sizeof *cnt);
+            /* two passes over the pairs: count each mask, then place the
+             * pairs mask by mask (a counting sort) */
+            for (int pass = 0; pass < 2; pass++) {
+                int at[16] = {0};
+                for (int m = 0, sum = 0; m < 16 && pass; m++) at[m] = sum, sum += cnt[m];
+                for (int64_t i = r0 / 2; 2 * i < r1; i++) {
+                    uint32_t w[4] = {0, 0, 0, 0};
+                    int mask = 0;
+                    for (int s = 0; s < 2; s++) {
+                        int64_t r = 2 * i + s;
+                        if (r < r0 || r >= r1) continue; /* the other block's row: 0 here */
+                        for (int slot = 0; slot < 2; slot++) {
+                            int j = vnm__index(p, r, g, slot);
+                            mask |= 1 << j;
+                            if (pass) /* the values only once placed */
+                                w[j] |= (uint32_t)vn__f32_to_bf16(values[r * 2 * p->G + 2 * g + slot]) << 16 * s;
+                        }
+                    }
+                    /* Two columns → three (the lowest unused one, its values
+                     * 0): 5 masks per group instead of 11, so fewer and
+                     * longer loops for 1/6 of the pairs doing 4 more products. */
+                    if (__builtin_popcount((unsigned)mask) == 2) mask |= ~mask & (mask + 1);
+                    if (!pass) {
+                        cnt[mask]++;
+                        continue;
+                    }
+                    int64_t e = bg * slots + at[mask]++;
+                    tp[e] = (uint16_t)(i - r0 / 2);
+                    memcpy(tv + 4 * e, w, sizeof w);
+                }
+            }
+        }
+    }
+}
+
+/* acc[j] += the products of the n pairs of one mask (a compile-time
+ * constant once inlined, so acc stays in registers). */
+static inline __attribute__((always_inline)) void mask_pairs(int mask, __m512 acc[4][4],
+                                                             const uint16_t *tp, const uint32_t *tv,
+                                                             int n, const uint16_t *yb)
+{
+    for (int k = 0; k < n; k++) {
+        const __m512bh *y = (const __m512bh *)(yb + (int64_t)tp[k] * 2 * VNM_PANEL);
+        __m512bh y0 = y[0], y1 = y[1], y2 = y[2], y3 = y[3];
+        for (int j = 0; j < 4; j++) {
+            if (!(mask >> j & 1)) continue;
+            __m512bh wv = (__m512bh)_mm512_set1_epi32((int)tv[4 * k + j]);
+            acc[j][0] = _mm512_dpbf16_ps(acc[j][0], y0, wv);
+            acc[j][1] = _mm512_dpbf16_ps(acc[j][1], y1, wv);
+            acc[j][2] = _mm512_dpbf16_ps(acc[j][2], y2, wv);
+            acc[j][3] = _mm512_dpbf16_ps(acc[j][3], y3, wv);
+        }
+    }
+}
+
+void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,
+                           const uint16_t *tcount, int64_t slots, const uint16_t *dy2, int64_t g0,
+                           int64_t g1, float *dxp)
+{
+    memset(dxp + g0 * p->M * VNM_PANEL, 0, sizeof(float) * (size_t)((g1 - g0) * p->M * VNM_PANEL));
+    for (int64_t rb = 0; rb < p->nblocks; rb++) {
+        const uint16_t *yb = dy2 + rb * p->V / 2 * 2 * VNM_PANEL; /* the block's first row pair */
+        for (int64_t g = g0; g < g1; g++) {
+            int64_t bg = rb * p->G + g;
+            float *out[4];
+            __m512 acc[4][4];
+            for (int j = 0; j < 4; j++) {
+                out[j] = dxp + (g * p->M + p->cols[bg * 4 + j]) * VNM_PANEL;
+                for (int q = 0; q < 4; q++) acc[j][q] = _mm512_loadu_ps(out[j] + 16 * q);
+            }
+            const uint16_t *cnt = tcount + bg * 16;
+            int64_t e = bg * slots;
+            for (int m = 1; m < 16; m++) {
+                int n = cnt[m];
+                if (!n) continue;
+                switch (m) { /* each mask its own loop */
+#define MASK_CASE(c) \
+    case c: mask_pairs(c, acc, tp + e, tv + 4 * e, n, yb); break;
+                    MASK_CASE(1) MASK_CASE(2) MASK_CASE(3) MASK_CASE(4) MASK_CASE(5)
+                    MASK_CASE(6) MASK_CASE(7) MASK_CASE(8) MASK_CASE(9) MASK_CASE(10)
+                    MASK_CASE(11) MASK_CASE(12) MASK_CASE(13) MASK_CASE(14) MASK_CASE(15)
+#undef MASK_CASE
+                }
+                e += n;
+            }
+            for (int j = 0; j < 4; j++)
+                for (int q = 0; q < 4; q++) _mm512_storeu_ps(out[j] + 16 * q, acc[j][q]);
+        }
+    }
+}
+
 #undef SETS
 #undef PREFETCH_ROWS
 #pragma GCC pop_options
@@ -173,5 +313,20 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
                          const uint16_t *xp, int64_t rb, void *pairs, float *tile)
 {
     (void)p, (void)vals, (void)poff, (void)xp, (void)rb, (void)pairs, (void)tile;
+}
+void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
+{
+    (void)dyt, (void)npanels, (void)R, (void)dy2;
+}
+void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
+                       uint16_t *tp, uint16_t *tcount)
+{
+    (void)p, (void)values, (void)slots, (void)tv, (void)tp, (void)tcount;
+}
+void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,
+                           const uint16_t *tcount, int64_t slots, const uint16_t *dy2, int64_t g0,
+                           int64_t g1, float *dxp)
+{
+    (void)p, (void)tv, (void)tp, (void)tcount, (void)slots, (void)dy2, (void)g0, (void)g1, (void)dxp;
 }
 #endif

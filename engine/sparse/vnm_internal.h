@@ -142,6 +142,28 @@ void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off);
 void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint16_t *poff,
                          const uint16_t *xp, int64_t rb, void *pairs, float *tile);
 
+/* ---- the bf16 dX (vnm_bf16.c) -----------------------------------------------
+ * Under VN_VNM_BF16 vnm__spmm_t pairs W's rows (2i, 2i+1) and sums each pair
+ * with one vdpbf16ps per used column. */
+/* dy2 (npanels × ⌈R/2⌉ × VNM_PANEL × 2 bf16) = dYt (panels of R rows) with
+ * rows 2i and 2i+1 of each panel interleaved lane by lane (row 2i first; a
+ * missing last row is 0). */
+void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2);
+/* For each block and group bg = block·G + g: the row pairs of the block
+ * (tp: the pair's index minus the block's first pair, r0/2) with, for each
+ * of the group's 4 kept columns j, the two rows' bf16 values there (tv[4·e
+ * + j], row 2i in the low half, 0 for a row that does not use j or lies
+ * outside the block), sorted by the set of columns the pair uses (its
+ * mask, bit j for column j): entries bg·slots.., tcount[bg·16 + mask] of
+ * each mask in increasing order. slots ≥ min(V, R)/2 + 1. */
+void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
+                       uint16_t *tp, uint16_t *tcount);
+/* dxp's rows of groups g0..g1−1 (one panel of dXt, Kp rows) = those rows of
+ * (dY·W)ᵀ from one panel dy2 of vnm__bf16_pair_rows and the lists. */
+void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,
+                           const uint16_t *tcount, int64_t slots, const uint16_t *dy2, int64_t g0,
+                           int64_t g1, float *dxp);
+
 /* ---- the CUDA path (vnm_cuda.c) ---------------------------------------------
  * vn_vnm_linear and the three plain calls with x, values (and bias) on the
  * GPU, after the callers' shape and dtype checks. */

@@ -70,7 +70,7 @@ static const vnm_kernels *pick(void)
 
 const char *vn_vnm_isa(void) { return pick() == &generic ? "portable" : "avx512"; }
 
-/* The forward's precision, for every thread (vn_vnm_set_precision). */
+/* The precision of the forward and dX, for every thread (vn_vnm_set_precision). */
 static _Atomic int precision = VN_VNM_F32;
 
 vn_status vn_vnm_set_precision(vn_vnm_precision prec)
@@ -255,10 +255,49 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
 
 /* ---- dX = dY·W -------------------------------------------------------------------------- */
 
+/* The bf16 dX (vnm_bf16.c): dY's row pairs interleaved in bf16, and each
+ * block and group's row pairs with their bf16 values, `slots` entries per
+ * block and group (a block of V rows touches at most V/2 + 1 pairs). */
+static vn_status spmm_t_bf16(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
+                             float *dxt)
+{
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, R2 = (p->R + 1) / 2;
+    int64_t slots = min64(p->V, p->R) / 2 + 1, nbg = p->nblocks * p->G;
+    size_t y_bytes = sizeof(uint16_t) * (size_t)(npanels * R2 * 2 * VNM_PANEL);
+    size_t tv_bytes = sizeof(uint32_t) * (size_t)(nbg * slots * 4);
+    size_t tp_bytes = sizeof(uint16_t) * (size_t)(nbg * slots), tc_bytes = sizeof(uint16_t) * (size_t)(nbg * 16);
+    uint16_t *dy2 = vn__mem_alloc(y_bytes), *tp = vn__mem_alloc(tp_bytes), *tc = vn__mem_alloc(tc_bytes);
+    uint32_t *tv = vn__mem_alloc(tv_bytes);
+    vn_status st = VN_OK;
+    if (!dy2 || !tp || !tv || !tc) {
+        st = vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %zu bytes of bf16 operands",
+                     y_bytes + tv_bytes + tp_bytes + tc_bytes);
+    } else {
+        vnm__bf16_pair_rows(dyt, npanels, p->R, dy2);
+        vnm__bf16_t_lists(p, values, slots, tv, tp, tc);
+        int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+#pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+        for (int64_t w = 0; w < npanels * nchunks; w++) {
+            int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
+            vnm__spmm_t_tile_bf16(p, tv, tp, tc, slots, dy2 + pn * R2 * 2 * VNM_PANEL, g0,
+                                  min64(p->G, g0 + gchunk), dxt + pn * p->Kp * VNM_PANEL);
+        }
+    }
+    if (dy2) vn__mem_free(dy2, y_bytes);
+    if (tp) vn__mem_free(tp, tp_bytes);
+    if (tv) vn__mem_free(tv, tv_bytes);
+    if (tc) vn__mem_free(tc, tc_bytes);
+    return st;
+}
+
 vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
                       float *dxt)
 {
     const vnm_kernels *k = pick();
+    /* bf16 as in vnm__spmm; a list's row pairs are stored as uint16 offsets
+     * in their block, so blocks of more than 131070 rows stay in f32. */
+    if (precision == VN_VNM_BF16 && k != &generic && min64(p->V, p->R) / 2 + 1 <= UINT16_MAX)
+        return spmm_t_bf16(p, values, dyt, B, dxt);
     int64_t nvals = 2 * p->R * p->G;
     float *vt = vn__mem_alloc(sizeof(float) * (size_t)nvals);
     if (!vt) return vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %lld values", (long long)nvals);

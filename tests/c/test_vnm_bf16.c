@@ -1,10 +1,10 @@
-/* The bf16 V:N:M forward (vn_vnm_set_precision(VN_VNM_BF16)): its outputs
+/* The bf16 V:N:M forward and dX (vn_vnm_set_precision(VN_VNM_BF16)): their outputs
  * against products of the bf16-rounded operands summed in double (which
  * catches a wrong pairing of values and columns: that costs whole
  * products) and against the f32 products within the documented bound, for
  * shapes that do not divide by V, M, the kernel's chunk of groups or the
  * batch panel; the f32 path bit for bit the same before and after a bf16
- * call; bad input. The bf16 checks skip on a CPU without avx512_bf16. */
+ * call; dX likewise, also for odd V (row pairs across blocks); bad input. The bf16 checks skip on a CPU without avx512_bf16. */
 #include "gradcheck.h"
 
 #include <math.h>
@@ -104,6 +104,72 @@ static void test_forward(void **state)
     }
 }
 
+/* {R, K, V, M, B} for dX: odd V (a row pair straddles two blocks), odd R
+ * (a last row without a partner), V = 1, V past R. */
+static const int64_t dx_shapes[][5] = {
+    {16, 8, 16, 8, 1},    {7, 9, 4, 4, 5},     {50, 96, 5, 8, 70},     {9, 40, 3, 4, 65},
+    {130, 300, 64, 8, 130}, {33, 1000, 1, 32, 3}, {96, 640, 32, 16, 77}, {20, 64, 128, 8, 64},
+};
+
+static vn_tensor *dx_of(const vn_vnm *s, const vn_tensor *v, const vn_tensor *dy)
+{
+    vn_tensor *dx = vn_vnm_spmm_t(s, v, dy);
+    CHECK_PTR(dx);
+    return dx;
+}
+
+static void test_dx(void **state)
+{
+    (void)state;
+    if (!have_bf16()) skip();
+    for (size_t i = 0; i < sizeof dx_shapes / sizeof dx_shapes[0]; i++) {
+        int64_t R = dx_shapes[i][0], K = dx_shapes[i][1], V = dx_shapes[i][2], M = dx_shapes[i][3],
+                B = dx_shapes[i][4];
+        unsigned seed = 90 + 5 * (unsigned)i;
+        vn_tensor *w = trand(2, (int64_t[]){R, K}, -1, 1, seed);
+        vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 1);
+        vn_vnm *s = vn_vnm_from_dense(w, V, 2, M);
+        CHECK_PTR(s);
+        vn_tensor *vals = vn_vnm_values(s), *wd = vn_vnm_to_dense(s);
+        CHECK_PTR(wd);
+        vn_tensor *d32 = dx_of(s, vals, dy);
+        CHECK_OK(vn_vnm_set_precision(VN_VNM_BF16));
+        vn_tensor *d16 = dx_of(s, vals, dy);
+        CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
+        vn_tensor *again = dx_of(s, vals, dy);
+        assert_memory_equal(vn_tensor_data(d32), vn_tensor_data(again), sizeof(float) * (size_t)(B * K));
+
+        const float *W = vn_tensor_data(wd), *Y = vn_tensor_data(dy);
+        const float *a32 = vn_tensor_data(d32), *a16 = vn_tensor_data(d16);
+        /* roundings in a sum: one per pair instruction and its add, the sets */
+        int64_t terms = R + 8;
+        double max_diff = 0;
+        for (int64_t l = 0; l < B; l++)
+            for (int64_t k = 0; k < K; k++) {
+                double exact16 = 0, abs_sum = 0;
+                for (int64_t r = 0; r < R; r++) {
+                    if (W[r * K + k] == 0) continue;
+                    exact16 += bf16(Y[l * R + r]) * bf16(W[r * K + k]);
+                    abs_sum += fabs((double)Y[l * R + r] * W[r * K + k]);
+                }
+                double got = a16[l * K + k], f32 = a32[l * K + k];
+                double sum_tol = (double)terms * 0x1p-24 * 1.5 * abs_sum + 1e-30;
+                if (fabs(got - exact16) > sum_tol)
+                    fail_msg("shape %zu (B %lld col %lld): bf16 dX %.9g, bf16 products summed in "
+                             "double %.9g, tolerance %.3g", i, (long long)l, (long long)k, got, exact16,
+                             sum_tol);
+                double tol = (0x1p-7 + 0x1p-16) * abs_sum + 2 * sum_tol;
+                if (fabs(got - f32) > tol)
+                    fail_msg("shape %zu (B %lld col %lld): bf16 dX %.9g, f32 %.9g, tolerance %.3g", i,
+                             (long long)l, (long long)k, got, f32, tol);
+                if (fabs(got - f32) > max_diff) max_diff = fabs(got - f32);
+            }
+        assert_true(max_diff > 0);
+        GC_RELEASE(w, dy, vals, wd, d32, d16, again);
+        vn_vnm_free(s);
+    }
+}
+
 /* With VENOM_NO_AVX512 set after choosing bf16, the portable f32 loops run
  * (bit for bit those of f32), and choosing bf16 again is refused. */
 static void test_portable_fallback(void **state)
@@ -121,6 +187,13 @@ static void test_portable_fallback(void **state)
     setenv("VENOM_NO_AVX512", "1", 1);
     vn_tensor *y = forward(x, s, vals, NULL);
     assert_memory_equal(vn_tensor_data(y32), vn_tensor_data(y), sizeof(float) * 70 * 40);
+    /* dX too: x's rows as dY (40 wide) against the f32 portable dX */
+    vn_tensor *dy = trand(2, (int64_t[]){70, 40}, -1, 1, 9);
+    vn_tensor *dx = dx_of(s, vals, dy);
+    CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
+    vn_tensor *dx32 = dx_of(s, vals, dy);
+    assert_memory_equal(vn_tensor_data(dx32), vn_tensor_data(dx), sizeof(float) * 70 * 96);
+    GC_RELEASE(dy, dx, dx32);
     CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
     assert_int_equal(vn_vnm_set_precision(VN_VNM_BF16), VN_ERR_ARG);
     assert_non_null(strstr(vn_last_error(), "VENOM_NO_AVX512"));
@@ -149,6 +222,7 @@ int main(void)
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward),
+        cmocka_unit_test(test_dx),
         cmocka_unit_test(test_portable_fallback),
         cmocka_unit_test(test_errors),
     };

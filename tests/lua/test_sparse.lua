@@ -365,7 +365,7 @@ do
   end
 end
 
--- The forward's precision (venom.set_vnm_precision) ---------------------------------
+-- The forward's and dX's precision (venom.set_vnm_precision) -------------------------
 do
   tap.is(venom.vnm_precision(), "f32", "vnm_precision: f32 by default")
   tap.error_like(function() venom.set_vnm_precision("fp16") end,
@@ -378,6 +378,12 @@ do
   local layer = nn.SparseLinear(96, 40, { V = 8, M = 8 })
   local x = venom.randn(70, 96)
   local y32 = layer(x)
+  local function dx_of() -- the input gradient of sum(layer(x))
+    local xg = x:clone():requires_grad_(true)
+    layer(xg):sum():backward()
+    return xg.grad
+  end
+  local dx32 = dx_of()
   if pcall(venom.set_vnm_precision, "bf16") then
     tap.is(venom.vnm_precision(), "bf16", "vnm_precision: bf16 once set")
     local y16 = layer(x)
@@ -386,10 +392,17 @@ do
     local d = max_diff(y16, y32)
     tap.ok(d > 0 and d < 0.15, ("bf16 forward near f32 (max diff %g)"):format(d))
     tap.is(max_diff(layer(x), y32), 0, "back to f32: the same outputs bit for bit")
+    venom.set_vnm_precision("bf16")
+    local dx16 = dx_of()
+    venom.set_vnm_precision("f32")
+    -- dY is all ones here (exact in bf16); the values round to 2^-8 relative
+    local dd, scale = max_diff(dx16, dx32), max_diff(dx32, dx32 * 0)
+    tap.ok(dd > 0 and dd < 0.02 * scale, ("bf16 dX near f32 (max diff %g, max |dx| %g)"):format(dd, scale))
+    tap.is(max_diff(dx_of(), dx32), 0, "back to f32: the same dX bit for bit")
   else
     tap.error_like(function() venom.set_vnm_precision("bf16") end, "avx512_bf16",
       "set_vnm_precision('bf16') without avx512_bf16: an error that says so")
-    tap.skip("no avx512_bf16 on this CPU", 2)
+    tap.skip("no avx512_bf16 on this CPU", 4)
   end
   tap.is(venom.vnm_precision(), "f32", "vnm_precision: f32 again")
 end

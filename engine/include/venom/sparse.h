@@ -93,17 +93,22 @@ vn_vnm *vn_vnm_from_pattern(int64_t R, int64_t K, int64_t V, int64_t N, int64_t 
 const char *vn_vnm_isa(void);
 
 /* The precision of the V:N:M forward product (y = x·Wᵀ of vn_vnm_linear,
- * vn_vnm_spmm and vn_vnm_shadow_linear) on the CPU, for the whole process
- * (all threads):
+ * vn_vnm_spmm and vn_vnm_shadow_linear) and of the input gradient (dx = dY·W
+ * of the backward of vn_vnm_linear and vn_vnm_mlp, and vn_vnm_spmm_t) on the
+ * CPU, for the whole process (all threads):
  *   VN_VNM_F32   (the default) f32 operands, f32 sums.
- *   VN_VNM_BF16  x and the values are rounded to bf16 (round to nearest
- *                even, bf16 subnormals read as zero) and multiplied in
- *                pairs by `vdpbf16ps` (AVX-512 BF16) with f32 sums: each
- *                output within about 2^-7·Σ_k |w_k·x_k| of the f32 one. The
+ *   VN_VNM_BF16  the forward: x and the values are rounded to bf16 (round
+ *                to nearest even, bf16 subnormals read as zero) and
+ *                multiplied in pairs by `vdpbf16ps` (AVX-512 BF16) with f32
+ *                sums: each output within about 2^-7·Σ_k |w_k·x_k| of the
+ *                f32 one. dx likewise: dY and the values rounded to bf16,
+ *                products of row pairs of W summed in f32, each output
+ *                within about 2^-7·Σ_r |dy_r·w_r| of the f32 one (in f32
+ *                still for V:N:M blocks of more than 131070 rows). The
  *                values stay f32 (the master copy) and are rounded at each
  *                call, so optimizer updates are always seen.
- * dx and the values' gradient stay f32; CUDA is not affected (it always
- * rounds to bf16 or f16, see vn_vnm_linear).
+ * The values' gradient stays f32; CUDA is not affected (it always rounds
+ * to bf16 or f16, see vn_vnm_linear).
  * Errors: VN_ERR_ARG for a value that is neither, or for VN_VNM_BF16 on a
  * CPU without avx512_bf16 or with VENOM_NO_AVX512 set (the message says
  * which); the precision is then unchanged. */
