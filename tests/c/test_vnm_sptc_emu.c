@@ -475,28 +475,48 @@ static void test_spmm_edges(void **state)
     check_spmm(300, 64, 48, 8, 520, VN_BF16, 14);    /* V = 48: BM = 16, three CTAs per block */
 }
 
-/* The emulated dX against vn_vnm_spmm_t on the CPU with the same rounded
- * operands (bound as for check_spmm). With inf_at ≥ 0, that element of dY
- * is +Inf: where the CPU's dX is finite the emulator's must be close, and
- * where the CPU has Inf or NaN the emulator must have the same. */
-static void check_spmm_t(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
-                         uint32_t seed, int64_t inf_at)
+/* One dX case: a V:N:M matrix, its values and a dY, each also rounded to
+ * dt (the bound's operands), dY's element inf_at set to `big`, and the
+ * packed form. */
+typedef struct {
+    int64_t R, V, M;
+    vn_vnm *s;
+    vn_tensor *vals, *avals, *dy, *ady;
+    float *dyv;
+    vnm_sptc *p;
+} dx_case;
+
+static dx_case dx_case_new(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                           uint32_t seed, int64_t inf_at, float big)
 {
-    vn_vnm *s = test_matrix(R, K, V, M, seed);
-    vn_tensor *vals = vn_vnm_values(s);
-    vn_tensor *avals = round_in_place(vals, dt, true);
-    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
-    vn_tensor *ady = round_in_place(dy, dt, true);
-    float *dyv = vn_tensor_data(dy);
-    if (inf_at >= 0) dyv[inf_at] = INFINITY;
-    vnm_sptc *p = vnm_sptc_pack(s, dt);
-    CHECK_PTR(p);
-    uint16_t *dy16 = malloc((size_t)(B * R) * 2);
-    for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(dyv[i], dt);
-    float *dx = malloc((size_t)(B * K) * sizeof *dx);
-    for (int64_t i = 0; i < B * K; i++) dx[i] = NAN;
-    emu_dx(p, dy16, B, dx);
-    vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
+    dx_case c = {.R = R, .V = V, .M = M};
+    c.s = test_matrix(R, K, V, M, seed);
+    c.vals = vn_vnm_values(c.s);
+    c.avals = round_in_place(c.vals, dt, true);
+    c.dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
+    c.ady = round_in_place(c.dy, dt, true);
+    c.dyv = vn_tensor_data(c.dy);
+    if (inf_at >= 0) c.dyv[inf_at] = big;
+    c.p = vnm_sptc_pack(c.s, dt);
+    CHECK_PTR(c.p);
+    return c;
+}
+
+static void dx_case_free(dx_case *c)
+{
+    vnm_sptc_free(c->p);
+    vn_tensor *ts[] = {c->vals, c->avals, c->dy, c->ady};
+    gc_release_all(ts, sizeof ts / sizeof ts[0]);
+    vn_vnm_free(c->s);
+}
+
+/* dx (B × K) against the CPU's vn_vnm_spmm_t: within 1e-5 of the bound
+ * |W|·|dY| where the CPU is finite, the same Inf or NaN where it is not.
+ * Returns how many of the CPU's values are not finite. */
+static int64_t dx_against_cpu(const dx_case *c, const float *dx, int64_t B, int64_t K, vn_dtype dt,
+                              const char *what)
+{
+    vn_tensor *want = vn_vnm_spmm_t(c->s, c->vals, c->dy), *bound = vn_vnm_spmm_t(c->s, c->avals, c->ady);
     CHECK_PTR(want);
     CHECK_PTR(bound);
     const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
@@ -506,18 +526,35 @@ static void check_spmm_t(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, 
                                  : (isnan(w[i]) ? isnan(dx[i]) : dx[i] == w[i]);
         nonfinite += !isfinite(w[i]);
         if (!ok)
-            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dx[%lld][%lld] = %g, CPU %g",
-                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
-                     vn_dtype_name(dt), (long long)(i / K), (long long)(i % K), (double)dx[i],
+            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: %s[%lld][%lld] = %g, CPU %g",
+                     (long long)c->R, (long long)K, (long long)c->V, (long long)c->M, (long long)B,
+                     vn_dtype_name(dt), what, (long long)(i / K), (long long)(i % K), (double)dx[i],
                      (double)w[i]);
     }
+    vn_tensor_release(want);
+    vn_tensor_release(bound);
+    return nonfinite;
+}
+
+/* The emulated dX against vn_vnm_spmm_t on the CPU with the same rounded
+ * operands (bound as for check_spmm). With inf_at ≥ 0, that element of dY
+ * is +Inf: where the CPU's dX is finite the emulator's must be close, and
+ * where the CPU has Inf or NaN the emulator must have the same. */
+static void check_spmm_t(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
+                         uint32_t seed, int64_t inf_at)
+{
+    dx_case c = dx_case_new(R, K, V, M, B, dt, seed, inf_at, INFINITY);
+    uint16_t *dy16 = malloc((size_t)(B * R) * 2);
+    float *dx = malloc((size_t)(B * K) * sizeof *dx);
+    assert_true(dy16 && dx);
+    for (int64_t i = 0; i < B * R; i++) dy16[i] = to_half(c.dyv[i], dt);
+    for (int64_t i = 0; i < B * K; i++) dx[i] = NAN;
+    emu_dx(c.p, dy16, B, dx);
+    int64_t nonfinite = dx_against_cpu(&c, dx, B, K, dt, "dx");
     if (inf_at >= 0) assert_true(nonfinite > 0 && nonfinite < K); /* Inf reached some columns, not all */
     free(dx);
     free(dy16);
-    vnm_sptc_free(p);
-    vn_tensor *ts[] = {vals, avals, dy, ady, want, bound};
-    gc_release_all(ts, sizeof ts / sizeof ts[0]);
-    vn_vnm_free(s);
+    dx_case_free(&c);
 }
 
 static void test_spmm_t_all_layouts(void **state)
@@ -639,21 +676,13 @@ static void emu_densify(const vnm_sptc *p, uint16_t *dense)
 static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B, vn_dtype dt,
                            uint32_t seed, int64_t inf_at, float big)
 {
-    vn_vnm *s = test_matrix(R, K, V, M, seed);
-    vn_tensor *vals = vn_vnm_values(s);
-    vn_tensor *avals = round_in_place(vals, dt, true);
-    vn_tensor *dy = trand(2, (int64_t[]){B, R}, -2, 2, seed + 3);
-    vn_tensor *ady = round_in_place(dy, dt, true);
-    float *dyv = vn_tensor_data(dy);
-    if (inf_at >= 0) dyv[inf_at] = big;
-    vnm_sptc *p = vnm_sptc_pack(s, dt);
-    CHECK_PTR(p);
+    dx_case c = dx_case_new(R, K, V, M, B, dt, seed, inf_at, big);
     uint16_t *dense = malloc((size_t)(R * K) * 2), *dy16 = malloc((size_t)(B * R) * 2);
     float *decoded = malloc((size_t)(R * K) * sizeof *decoded), *dx = malloc((size_t)(B * K) * sizeof *dx);
     assert_true(dense && dy16 && decoded && dx);
-    emu_densify(p, dense);
-    CHECK_OK(vnm_sptc_decode(p, decoded));
-    vn_tensor *ref = vn_vnm_to_dense(s);
+    emu_densify(c.p, dense);
+    CHECK_OK(vnm_sptc_decode(c.p, decoded));
+    vn_tensor *ref = vn_vnm_to_dense(c.s);
     CHECK_PTR(ref);
     const float *rv = vn_tensor_data(ref);
     for (int64_t i = 0; i < R * K; i++) {
@@ -665,7 +694,7 @@ static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B
     }
     int flag = 0;
     for (int64_t i = 0; i < B * R; i++) {
-        dy16[i] = to_half(dyv[i], dt);
+        dy16[i] = to_half(c.dyv[i], dt);
         if (b16_nonfinite(dy16[i], dt == VN_BF16)) flag = 1;
     }
     int64_t nan_from_dense = 0;
@@ -678,36 +707,20 @@ static void check_dense_dx(int64_t R, int64_t K, int64_t V, int64_t M, int64_t B
         }
     assert_int_equal(flag, inf_at >= 0);
     if (inf_at >= 0) assert_true(nan_from_dense > 0); /* what the guard is for */
-    if (flag) emu_dx(p, dy16, B, dx);
+    if (flag) emu_dx(c.p, dy16, B, dx);
     if (isfinite(big) && inf_at >= 0) { /* overflowed in the rounding: no CPU value to match */
         free(dense), free(dy16), free(decoded), free(dx);
-        vnm_sptc_free(p);
-        vn_tensor *ts[] = {vals, avals, dy, ady, ref};
-        gc_release_all(ts, sizeof ts / sizeof ts[0]);
-        vn_vnm_free(s);
+        vn_tensor_release(ref);
+        dx_case_free(&c);
         return;
     }
-    vn_tensor *want = vn_vnm_spmm_t(s, vals, dy), *bound = vn_vnm_spmm_t(s, avals, ady);
-    CHECK_PTR(want);
-    CHECK_PTR(bound);
-    const float *w = vn_tensor_data(want), *bd = vn_tensor_data(bound);
-    for (int64_t i = 0; i < B * K; i++) {
-        bool ok = isfinite(w[i]) ? fabsf(dx[i] - w[i]) <= 1e-5f * bd[i] + 1e-30f
-                                 : (isnan(w[i]) ? isnan(dx[i]) : dx[i] == w[i]);
-        if (!ok)
-            fail_msg("R=%lld K=%lld V=%lld M=%lld B=%lld %s: dense-path dx[%lld][%lld] = %g, CPU %g",
-                     (long long)R, (long long)K, (long long)V, (long long)M, (long long)B,
-                     vn_dtype_name(dt), (long long)(i / K), (long long)(i % K), (double)dx[i],
-                     (double)w[i]);
-    }
+    dx_against_cpu(&c, dx, B, K, dt, "dense-path dx");
     free(dense);
     free(dy16);
     free(decoded);
     free(dx);
-    vnm_sptc_free(p);
-    vn_tensor *ts[] = {vals, avals, dy, ady, ref, want, bound};
-    gc_release_all(ts, sizeof ts / sizeof ts[0]);
-    vn_vnm_free(s);
+    vn_tensor_release(ref);
+    dx_case_free(&c);
 }
 
 /* Every (V, M) with a partial V-block, row tile, group and k-tile; f16; V =
