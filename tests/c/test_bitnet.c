@@ -438,6 +438,18 @@ static void random_packed_trits(uint8_t *p, int8_t *w, int64_t N, int64_t K, uns
             vnq__set_trit(p + n * rb, k, w[n * K + k]);
         }
 }
+/* An int8 activation row of K for pass 0..3: all −128, all 127, random
+ * (an LCG from *seed), all 0; returns its sum (the kernels' zero-point term). */
+static int32_t activation_pass(int8_t *xq, int64_t K, int pass, unsigned *seed)
+{
+    int32_t sum = 0;
+    for (int64_t k = 0; k < K; k++) {
+        *seed = *seed * 1103515245u + 12345u;
+        int v = pass == 0 ? -128 : pass == 1 ? 127 : pass == 2 ? (int)((*seed >> 16) % 256) - 128 : 0;
+        xq[k] = (int8_t)v, sum += v;
+    }
+    return sum;
+}
 /* One activation row (decoding) through each kernel this CPU has, against
  * the portable one bit for bit and an exact integer sum: N past the rows a
  * pass takes (4, 8) and not a multiple of them, K not a multiple of the
@@ -455,12 +467,7 @@ static void test_one_row_kernels(void **state)
         int8_t *xq = calloc((size_t)Kp, 1), *w = malloc((size_t)(N * K));
         random_packed_trits(p, w, N, K, &seed);
         for (int pass = 0; pass < 4; pass++) {
-            int32_t sum = 0;
-            for (int64_t k = 0; k < K; k++) {
-                seed = seed * 1103515245u + 12345u;
-                int v = pass == 0 ? -128 : pass == 1 ? 127 : pass == 2 ? (int)((seed >> 16) % 256) - 128 : 0;
-                xq[k] = (int8_t)v, sum += v;
-            }
+            int32_t sum = activation_pass(xq, K, pass, &seed);
             float s = pass == 3 ? 0.0f : 0.37f, g = 0.81f, y0[21], y[21];
             const char *isas[] = {"portable", "avx2", "avx512vnni"};
             for (int i = 0; i < 3; i++) {
@@ -557,12 +564,7 @@ static void test_lanes_product(void **state)
             random_packed_trits(p, w, N, K, &seed);
             vnq__lanes_pack(p, N, Kp, lanes);
             for (int pass = 0; pass < 4; pass++) {
-                int32_t sum = 0;
-                for (int64_t k = 0; k < K; k++) {
-                    seed = seed * 1103515245u + 12345u;
-                    int v = pass == 0 ? -128 : pass == 1 ? 127 : pass == 2 ? (int)((seed >> 16) % 256) - 128 : 0;
-                    xq[k] = (int8_t)v, sum += v;
-                }
+                int32_t sum = activation_pass(xq, K, pass, &seed);
                 float s = pass == 3 ? 0.0f : 0.37f;
                 memset(y, 0xff, sizeof y);
                 vnq__lanes_product(lanes, N, Kp, xq, sum, s, g, y);

@@ -102,20 +102,25 @@ do
   if wy then close(wy, venom.vnm_linear(wx, wide, wv), TOL, "M=256: the forward runs on CUDA") end
 end
 
--- The packed values are cached per version of the values tensor: an in-place
--- write between two calls (copy_, as an optimizer step does) is seen.
+-- What the GPU caches per version of the values tensor (the packed values,
+-- the dense W of the dX path): op(s, values, arg) on CUDA, then the values
+-- written in place (copy_, as an optimizer step does) and op again, each
+-- against the CPU; `again` names what the second call must have rebuilt.
+local function check_values_cache(label, op, s, v, v2, arg, again)
+  local vg, ag = v:cuda(), arg:cuda()
+  local y1 = try(label, function() return op(s, vg, ag) end)
+  if y1 then
+    close(y1, op(s, v, arg), TOL, label .. ": first call")
+    vg:copy_(v2:cuda())
+    close(op(s, vg, ag), op(s, v2, arg), TOL, label .. ": " .. again)
+  end
+end
+
 do
   local s = venom.vnm_from_dense(G.randn_nz(48, 64), 16, 2, 8)
-  local v, v2 = round(s:values(), "bf16"), round(G.randn_nz(48, 16), "bf16")
-  local x = round(G.randn_nz(6, 64), "bf16")
-  local vg, xg = v:cuda(), x:cuda()
-  local y1 = try("packed cache", function() return venom.vnm_spmm(s, vg, xg) end)
-  if y1 then
-    close(y1, venom.vnm_spmm(s, v, x), TOL, "packed cache: first call")
-    vg:copy_(v2:cuda())
-    close(venom.vnm_spmm(s, vg, xg), venom.vnm_spmm(s, v2, x), TOL,
-      "packed cache: values written in place are packed again")
-  end
+  check_values_cache("packed cache", venom.vnm_spmm, s, round(s:values(), "bf16"),
+    round(G.randn_nz(48, 16), "bf16"), round(G.randn_nz(6, 64), "bf16"),
+    "values written in place are packed again")
 end
 
 -- dX with an Inf in dY: the CPU multiplies kept weights only, so a column no
@@ -157,16 +162,9 @@ check_layer(16, 5, 40, 47, 9, "f16")
 check_inf_dx()
 do
   local s = venom.vnm_from_dense(G.randn_nz(48, 64), 16, 2, 4)
-  local v, v2 = round(s:values(), "bf16"), round(G.randn_nz(48, 32), "bf16")
-  local dy = round(G.randn_nz(6, 48), "bf16")
-  local vg, dyg = v:cuda(), dy:cuda()
-  local dx1 = try("dense W cache", function() return venom.vnm_spmm_t(s, vg, dyg) end)
-  if dx1 then
-    close(dx1, venom.vnm_spmm_t(s, v, dy), TOL, "dense W cache: first call")
-    vg:copy_(v2:cuda())
-    close(venom.vnm_spmm_t(s, vg, dyg), venom.vnm_spmm_t(s, v2, dy), TOL,
-      "dense W cache: values written in place give a new dense W")
-  end
+  check_values_cache("dense W cache", venom.vnm_spmm_t, s, round(s:values(), "bf16"),
+    round(G.randn_nz(48, 32), "bf16"), round(G.randn_nz(6, 48), "bf16"),
+    "values written in place give a new dense W")
 end
 venom.set_vnm_cuda_dx("auto")
 -- "auto" at a shape its rule sends to cuBLAS (M = 4, 256 rows, 2^20 weights).
