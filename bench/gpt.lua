@@ -17,7 +17,9 @@
 -- under the profiler (its table, the costliest op kinds first). Prints
 -- tables; never fails on time. "CPU ms/step" is the process's CPU time
 -- (all threads) per timed step: on a loaded machine it moves less than the
--- wall time, and threads spinning idle show up in it.
+-- wall time, and threads spinning idle show up in it. "GEMMs alone" (dense
+-- models) is the step's Linear GEMMs timed by themselves: the floor a step
+-- cannot go under with this BLAS.
 local venom = require "venom"
 local optim = require "venom.optim"
 local data = require "venom.data"
@@ -97,6 +99,37 @@ local report = venom.profile(function()
   for _ = 1, opts.profile_steps do step() end
 end)
 
+-- The GEMM floor (dense models): the step's Linear GEMMs alone, timed now
+-- through the same path (venom.matmul on transposed views, vn__sgemm's split
+-- over the same threads): per layer the qkv, attention-projection, fc and
+-- MLP-projection layers and once the tied head, each Y = X·Wᵀ, dX = dY·W and
+-- dW = dYᵀ·X at the step's batch × block tokens. The attention's per-head
+-- products are not in it. No step can take less wall time than this at
+-- this BLAS's rate; the step's excess over it is everything else.
+local function gemm_floor()
+  local N, C = opts.batch_size * opts.block_size, opts.n_embd
+  local layers = { { C, 3 * C, opts.n_layer }, { C, C, opts.n_layer }, { C, 4 * C, opts.n_layer },
+                   { 4 * C, C, opts.n_layer }, { C, data.TEXT_VOCAB, 1 } } -- in, out, how many
+  local ops, work, held = {}, 0, {}
+  for _, l in ipairs(layers) do
+    local x, w, dy = venom.randn(N, l[1]), venom.randn(l[2], l[1]), venom.randn(N, l[2])
+    local fwd = function() return venom.matmul(x, w:transpose(1, 2)) end
+    local dx = function() return venom.matmul(dy, w) end
+    local dw = function() return venom.matmul(dy:transpose(1, 2), x) end
+    for _ = 1, l[3] do ops[#ops + 1] = fwd; ops[#ops + 1] = dx; ops[#ops + 1] = dw end
+    work = work + l[3] * 3 * 2 * N * l[1] * l[2]
+    held[#held + 1] = { x, w, dy }
+  end
+  local best, best_cpu = math.huge, math.huge
+  for _ = 1, 5 do
+    local t0, c0 = venom.clock(), os.clock()
+    for _, op in ipairs(ops) do op():free() end
+    best, best_cpu = math.min(best, venom.clock() - t0), math.min(best_cpu, os.clock() - c0)
+  end
+  for _, t in ipairs(held) do for _, x in ipairs(t) do x:free() end end
+  return { ms = 1e3 * best, cpu_ms = 1e3 * best_cpu, gflops = work / best / 1e9 }
+end
+
 local function first_line(cmd, pattern)
   local f = io.open(cmd)
   if not f then return "?" end
@@ -104,6 +137,9 @@ local function first_line(cmd, pattern)
   f:close()
   return s:match(pattern) or "?"
 end
+-- the peak resident size of the training steps, read before the floor's own tensors
+local peak_rss = first_line("/proc/self/status", "VmHWM:%s*([^\n]+)")
+local floor = not mlp and venom.no_grad(gemm_floor) or nil
 local tokens = opts.batch_size * opts.block_size
 print(("%-24s %s"):format("model", ("GPT %d layers, %d heads, %d wide, block %d%s%s"):format(
   opts.n_layer, opts.n_head, opts.n_embd, opts.block_size,
@@ -113,7 +149,12 @@ print(("%-24s %s"):format("V:N:M precision", venom.vnm_precision()))
 print(("%-24s %.0f (median of %d steps)"):format("tokens/s", tokens / med * 1e3, opts.steps))
 print(("%-24s %.1f median, %.1f–%.1f range"):format("ms/step", med, ms[1], ms[#ms]))
 print(("%-24s %.1f (user + system, all threads)"):format("CPU ms/step", cpu_ms))
-print(("%-24s %s"):format("peak RSS", first_line("/proc/self/status", "VmHWM:%s*([^\n]+)")))
+if floor then
+  print(("%-24s %.1f ms/step (%.1f GFLOP/s), %.1f CPU ms (best of 5); the step is %.2f × it, "
+    .. "%.2f × in CPU"):format("GEMMs alone", floor.ms, floor.gflops, floor.cpu_ms,
+    med / floor.ms, cpu_ms / floor.cpu_ms))
+end
+print(("%-24s %s"):format("peak RSS", peak_rss))
 print(("%-24s %s"):format("CPU", first_line("/proc/cpuinfo", "model name%s*:%s*([^\n]+)")))
 print(("%-24s %s"):format("load average", first_line("/proc/loadavg", "^(%S+ %S+ %S+)")))
 print(("\nper op kind, %d profiled steps (ms summed over them):"):format(opts.profile_steps))
