@@ -21,8 +21,9 @@
  * matter here, but X and dY are new every step): X from Xt, its panel
  * layout rounded to bf16 as is (a panel row of a column holds the batch in
  * order, so lanes 2l and 2l+1 are already a pair); dY into blocks of
- * ⌈B/2⌉ pairs × Vp rows (vnm__sddmm_bf16_dy), from row-major dY or from
- * dYt. Batch rows past B and rows past the block are zero.
+ * 32 pairs per batch panel × Vp rows (V padded to whole vectors, as
+ * sddmm_rows pads it; vnm__sddmm_bf16_dy), from row-major dY or from dYt.
+ * Batch rows past B and rows past the block are zero.
  *
  * Rounding: dY and X are rounded to bf16 (nearest even; the instruction
  * reads bf16 subnormals as zero and flushes f32 subnormal results), the
