@@ -7,7 +7,7 @@
 --     venom bench/gpt.lua --n-embd 256 --block-size 128     # the issue-size model
 --     venom bench/gpt.lua --sparse 64:2:8                   # V:2:M MLPs (nn.SparseLinear)
 --     venom bench/gpt.lua --sparse 64:2:8 --sparse-attn     # and V:2:M attention projections
---     venom bench/gpt.lua --sparse 64:2:8 --precision bf16  # their forward and dX in bf16
+--     venom bench/gpt.lua --sparse 64:2:8 --precision bf16  # their forward, dX, dW in bf16
 --                                                           # (venom.set_vnm_precision)
 --
 -- Its PyTorch 2 peer is bench/torch_gpt_cpu.py (same options; see

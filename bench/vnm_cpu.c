@@ -23,10 +23,10 @@
  * passive wait policy and cost nothing either way). It measures work, not
  * parallel speedup.
  *
- * --precision bf16 runs the sparse forward and dX in bf16
- * (vn_vnm_set_precision; AVX-512 BF16 CPUs only; dW stays f32); both times
- * the f32 and the bf16 forward and dX of each matrix in the same run and
- * adds the bf16 columns at the end.
+ * --precision bf16 runs the sparse forward, dX and dW in bf16
+ * (vn_vnm_set_precision; AVX-512 BF16 CPUs only); both times the f32 and
+ * the bf16 kernels of each matrix in the same run and adds the bf16
+ * columns at the end.
  *
  * (Without OMP_WAIT_POLICY set, the program sets it to passive and
  * re-executes itself: spinning OpenMP threads starve OpenBLAS's.) */
@@ -152,7 +152,7 @@ static double best_time(void (*fn)(const job *), const job *j, int reps)
     return best;
 }
 
-/* The cells of n times (forward, dX, dW, then the bf16 forward and dX),
+/* The cells of n times (forward, dX, dW, then the bf16 forward, dX, dW),
  * each against the dense time of its kind. */
 static void print_cells(int n, const double *t, const double dense[3], double flops)
 {
@@ -190,16 +190,16 @@ static void bench_shape(const options *o, int64_t R, int64_t K)
             double t_compress = clock_now() - t0;
             if (!j.s) die("vnm_from_dense");
             j.values = vn_vnm_values(j.s);
-            double t[5];
+            double t[6];
             for (j.kind = 0; j.kind < 3; j.kind++) t[j.kind] = best_time(run_sparse, &j, o->reps);
-            if (o->precision == 2) { /* the bf16 forward and dX, right after the f32 ones */
+            if (o->precision == 2) { /* the bf16 kernels, right after the f32 ones */
                 set_precision(VN_VNM_BF16);
-                for (j.kind = 0; j.kind < 2; j.kind++) t[3 + j.kind] = best_time(run_sparse, &j, o->reps);
+                for (j.kind = 0; j.kind < 3; j.kind++) t[3 + j.kind] = best_time(run_sparse, &j, o->reps);
                 set_precision(VN_VNM_F32);
             }
             printf("| %lld×%lld | %lld:2:%lld | %.0f", (long long)R, (long long)K, (long long)V,
                    (long long)M, 1e3 * t_compress);
-            print_cells(o->precision == 2 ? 5 : 3, t, dense, flops);
+            print_cells(o->precision == 2 ? 6 : 3, t, dense, flops);
             fflush(stdout);
             vn_tensor_release(j.values);
             vn_vnm_free(j.s);
@@ -217,15 +217,17 @@ int main(int argc, char **argv)
     cpu_clock = o.cpu_clock;
     if (o.precision == 1) set_precision(VN_VNM_BF16);
     vn_manual_seed(0);
-    static const char *const prec[] = {"f32", "bf16 forward and dX", "f32 and bf16 forward and dX"};
+    static const char *const prec[] = {"f32", "bf16", "f32 and bf16"};
     printf("V:N:M CPU kernels vs OpenBLAS sgemm: X of %lld rows, %s, best of %d (%s time); "
            "kernels: %s; OPENBLAS_CORETYPE=%s\n\n", (long long)o.batch, prec[o.precision], o.reps,
            o.cpu_clock ? "process CPU" : "wall", vn_vnm_isa(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
     printf("| W (R×K) | V:N:M | compress ms | fwd ms | GFLOP/s | ×dense | dX ms | GFLOP/s | ×dense "
            "| dW ms | GFLOP/s | ×dense |%s\n",
-           o.precision == 2 ? " bf16 fwd ms | GFLOP/s | ×dense | bf16 dX ms | GFLOP/s | ×dense |" : "");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", o.precision == 2 ? "---|---|---|---|---|---|" : "");
+           o.precision == 2 ? " bf16 fwd ms | GFLOP/s | ×dense | bf16 dX ms | GFLOP/s | ×dense "
+                              "| bf16 dW ms | GFLOP/s | ×dense |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+           o.precision == 2 ? "---|---|---|---|---|---|---|---|---|" : "");
     for (int i = 0; i < o.nshapes; i++) bench_shape(&o, o.shapes[i][0], o.shapes[i][1]);
     return 0;
 }

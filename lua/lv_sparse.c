@@ -186,7 +186,7 @@ static int l_vnm_isa(lua_State *L)
     return 1;
 }
 
-/* venom.set_vnm_precision(p): the CPU forward and dX of V:N:M layers in "f32"
+/* venom.set_vnm_precision(p): the CPU forward, dX and dW of V:N:M layers in "f32"
  * (default) or "bf16" (AVX-512 BF16; see vn_vnm_set_precision). */
 static int l_set_vnm_precision(lua_State *L)
 {

@@ -164,6 +164,37 @@ void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint1
                            const uint16_t *tcount, int64_t slots, const uint16_t *dy2, int64_t g0,
                            int64_t g1, float *dxp);
 
+/* ---- the bf16 dW (vnm_bf16_sddmm.c) -------------------------------------------
+ * Under VN_VNM_BF16 vnm__sddmm pairs the batch rows (b, b+1) of dY and X
+ * and runs the SDDMM by rows with vdpbf16ps: for each group all 4 kept
+ * columns against all the block's rows, each row picking its 2 sums. */
+typedef struct {
+    int64_t Vp, npanels; /* a block's rows padded to 16; batch panels */
+    uint32_t *dy2;       /* nblocks × npanels·32 pairs × Vp (vnm__sddmm_bf16_dy) */
+    uint16_t *xt2;       /* Xt in bf16, same layout */
+    size_t dy_bytes, xt_bytes;
+} vnm_sddmm_bf16;
+/* dy2 = for each block, batch pair i (rows 2i, 2i+1) and row v of the block
+ * (< Vp), the 32-bit word (bf16 dY[2i, r0+v] low, bf16 dY[2i+1, r0+v]
+ * high), from dy (B × R row-major) or, with dy NULL, from dYt (panels of R
+ * rows); batch rows past B and rows past the block are 0. */
+void vnm__sddmm_bf16_dy(const vnm_pattern *p, const float *dy, const float *dyt, int64_t B,
+                        int64_t Vp, uint32_t *dy2);
+/* dvalues of block rb, groups g0..g1−1 = dYᵀ·X at the kept positions over
+ * the whole batch, from dy2 and xt2 (Xt in bf16); d4: 4·Vp·(g1−g0) floats
+ * of scratch. */
+void vnm__sddmm_tile_bf16(const vnm_pattern *p, const uint32_t *dy2, int64_t Vp, const uint16_t *xt2,
+                          int64_t npanels, int64_t rb, int64_t g0, int64_t g1, float *d4,
+                          float *dvalues);
+/* Allocates and fills o from dY (or dYt, dy NULL) and Xt; VN_ERR_MEMORY
+ * (o then empty). */
+vn_status vnm__sddmm_bf16_prepare(const vnm_pattern *p, const float *dy, const float *dyt,
+                                  const float *xt, int64_t B, vnm_sddmm_bf16 *o);
+void vnm__sddmm_bf16_free(vnm_sddmm_bf16 *o);
+/* dvalues' rows of blocks rb_lo..rb_hi−1, over OpenMP threads. */
+vn_status vnm__sddmm_bf16(const vnm_pattern *p, const vnm_sddmm_bf16 *o, int64_t rb_lo, int64_t rb_hi,
+                          float *dvalues);
+
 /* ---- the CUDA path (vnm_cuda.c) ---------------------------------------------
  * vn_vnm_linear and the three plain calls with x, values (and bias) on the
  * GPU, after the callers' shape and dtype checks. */

@@ -70,7 +70,7 @@ static const vnm_kernels *pick(void)
 
 const char *vn_vnm_isa(void) { return pick() == &generic ? "portable" : "avx512"; }
 
-/* The precision of the forward and dX, for every thread (vn_vnm_set_precision). */
+/* The precision of the forward, dX and dW, for every thread (vn_vnm_set_precision). */
 static _Atomic int precision = VN_VNM_F32;
 
 vn_status vn_vnm_set_precision(vn_vnm_precision prec)
@@ -437,10 +437,14 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
         memset(dvalues, 0, sizeof(float) * (size_t)(2 * p->R * p->G));
         return VN_OK;
     }
+    /* bf16 as in vnm__spmm (vnm_bf16_sddmm.c): dY and X in bf16 first */
+    bool bf16 = precision == VN_VNM_BF16 && k != &generic;
+    vnm_sddmm_bf16 o = {0};
+    if (bf16 && vnm__sddmm_bf16_prepare(p, dy, dyt, xt, B, &o)) return VN_ERR_MEMORY;
     bool by_rows = dy && k->sddmm_rows && (double)B * (double)p->Kp * sizeof(float) <= SDDMM_ROWS_MAX_X_BYTES;
     size_t bytes = 0;
     float *packed = NULL;
-    if (!by_rows && !dyt) {
+    if (!bf16 && !by_rows && !dyt) {
         bytes = sizeof(float) * (size_t)((B + VNM_PANEL - 1) / VNM_PANEL * p->R * VNM_PANEL);
         if (!(packed = vn__mem_alloc(bytes)))
             return vn__err(VN_ERR_MEMORY, "vnm sddmm: out of memory for %zu bytes", bytes);
@@ -454,11 +458,13 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
     vn_status st = VN_OK;
     for (int64_t s = 0; s < slices && !st; s++) {
         int64_t lo = p->nblocks * s / slices, hi = p->nblocks * (s + 1) / slices;
-        st = by_rows ? sddmm_by_rows(p, k, dy, xt, B, lo, hi, dvalues)
-                     : sddmm_by_dots(p, k, dyt, xt, B, lo, hi, dvalues);
+        st = bf16      ? vnm__sddmm_bf16(p, &o, lo, hi, dvalues)
+             : by_rows ? sddmm_by_rows(p, k, dy, xt, B, lo, hi, dvalues)
+                       : sddmm_by_dots(p, k, dyt, xt, B, lo, hi, dvalues);
         if (!st && watched) vn__grad_rows_done(lo * p->V, min64(hi * p->V, p->R));
         if (slices > 1) vn__progress();
     }
     if (packed) vn__mem_free(packed, bytes);
+    vnm__sddmm_bf16_free(&o);
     return st;
 }

@@ -23,8 +23,8 @@
 -- gradient only ever exists at kept positions, so the pattern never changes.
 -- The CPU kernels (forward SpMM, dX = dY·W, SDDMM for dvalues) run with
 -- AVX-512 where the CPU has it; venom.vnm_isa() says which;
--- venom.set_vnm_precision("bf16") runs the forward and dX in bf16 on CPUs
--- with avx512_bf16 (x or dY and values rounded, f32 sums). On CUDA
+-- venom.set_vnm_precision("bf16") runs the three in bf16 on CPUs with
+-- avx512_bf16 (x, dY and values rounded, f32 sums). On CUDA
 -- (layer:cuda(), then an input on the GPU) the same three products run on
 -- Sparse Tensor Cores: operands rounded to bf16 (f16 under
 -- venom.autocast("f16")), f32 sums, f32 outputs and gradients, f32 values;

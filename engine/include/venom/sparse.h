@@ -93,9 +93,9 @@ vn_vnm *vn_vnm_from_pattern(int64_t R, int64_t K, int64_t V, int64_t N, int64_t 
 const char *vn_vnm_isa(void);
 
 /* The precision of the V:N:M forward product (y = x·Wᵀ of vn_vnm_linear,
- * vn_vnm_spmm and vn_vnm_shadow_linear) and of the input gradient (dx = dY·W
- * of the backward of vn_vnm_linear and vn_vnm_mlp, and vn_vnm_spmm_t) on the
- * CPU, for the whole process (all threads):
+ * vn_vnm_spmm and vn_vnm_shadow_linear), of the input gradient (dx = dY·W
+ * of the backward of vn_vnm_linear and vn_vnm_mlp, and vn_vnm_spmm_t) and
+ * of the values' gradient on the CPU, for the whole process (all threads):
  *   VN_VNM_F32   (the default) f32 operands, f32 sums.
  *   VN_VNM_BF16  the forward: x and the values are rounded to bf16 (round
  *                to nearest even, bf16 subnormals read as zero) and
@@ -106,9 +106,14 @@ const char *vn_vnm_isa(void);
  *                within about 2^-7·Σ_r |dy_r·w_r| of the f32 one (in f32
  *                still for V:N:M blocks of more than 131070 rows). The
  *                values stay f32 (the master copy) and are rounded at each
- *                call, so optimizer updates are always seen.
- * The values' gradient stays f32; CUDA is not affected (it always rounds
- * to bf16 or f16, see vn_vnm_linear).
+ *                call, so optimizer updates are always seen. The values'
+ *                gradient (dvalues = dYᵀ·x at the kept positions: the
+ *                backward of vn_vnm_linear and vn_vnm_mlp, and
+ *                vn_vnm_sddmm) likewise: dY and x rounded to bf16, products
+ *                of batch-row pairs summed in f32, each entry within about
+ *                2^-7·Σ_b |dy_b·x_b| of the f32 one.
+ * CUDA is not affected (it always rounds to bf16 or f16, see
+ * vn_vnm_linear).
  * Errors: VN_ERR_ARG for a value that is neither, or for VN_VNM_BF16 on a
  * CPU without avx512_bf16 or with VENOM_NO_AVX512 set (the message says
  * which); the precision is then unchanged. */
