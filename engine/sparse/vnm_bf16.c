@@ -232,12 +232,12 @@ void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2
     int64_t R2 = (R + 1) / 2, npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
 #pragma omp parallel for schedule(static) if (B * R > VN_OMP_MIN_WORK)
     for (int64_t pn = 0; pn < npanels; pn++)
-        for (int64_t i0 = 0; i0 < R2; i0 += 16) {
-            int64_t nc = R - 2 * i0 < 32 ? R - 2 * i0 : 32, np = R2 - i0 < 16 ? R2 - i0 : 16;
-            /* columns past R (a missing last row of a pair) read as 0 */
-            __mmask16 mlo = (__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1);
-            __mmask16 mhi = (__mmask16)(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
-            for (int64_t l0 = 0; l0 < VNM_PANEL; l0 += 16) {
+        for (int64_t l0 = 0; l0 < VNM_PANEL; l0 += 16)
+            for (int64_t i0 = 0; i0 < R2; i0 += 16) {
+                int64_t nc = R - 2 * i0 < 32 ? R - 2 * i0 : 32, np = R2 - i0 < 16 ? R2 - i0 : 16;
+                /* columns past R (a missing last row of a pair) read as 0 */
+                __mmask16 mlo = (__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1);
+                __mmask16 mhi = (__mmask16)(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
                 __m512 r[16];
                 for (int l = 0; l < 16; l++) {
                     int64_t b = pn * VNM_PANEL + l0 + l;
@@ -254,7 +254,6 @@ void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2
                 for (int64_t k = 0; k < np; k++)
                     _mm512_storeu_ps(dy2 + ((pn * R2 + i0 + k) * VNM_PANEL + l0) * 2, r[k]);
             }
-        }
 }
 
 void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
