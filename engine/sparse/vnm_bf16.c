@@ -223,6 +223,21 @@ static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
     }
 }
 
+void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc)
+{
+    int64_t nb16 = nb / 16 * 16, nc16 = nc / 16 * 16;
+    for (int64_t l = 0; l < nb16; l += 16)
+        for (int64_t c = 0; c < nc16; c += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (l + i) * lds + c);
+            transpose16(r);
+            for (int k = 0; k < 16; k++) _mm512_storeu_ps(dst + (c + k) * ldd + l, r[k]);
+        }
+    /* the ragged edges: rows past nb16 (all columns), columns past nc16 */
+    if (nb16 < nb) vnm__transpose(src + nb16 * lds, lds, dst + nb16, ldd, nb - nb16, nc);
+    if (nc16 < nc) vnm__transpose(src + nc16, lds, dst + nc16 * ldd, ldd, nb16, nc - nc16);
+}
+
 void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2)
 {
     /* Row b's columns 2i and 2i+1 sit side by side, so rounding a row to
@@ -377,6 +392,10 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
 {
     (void)dyt, (void)npanels, (void)R, (void)dy2;
+}
+void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc)
+{
+    vnm__transpose(src, lds, dst, ldd, nb, nc);
 }
 void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2)
 {

@@ -137,6 +137,9 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
 #define VNM_BF16_GROUPS 16 /* groups per chunk of the pair buffer (24 KiB) */
 #define VNM_BF16_PAIRS_BYTES (VNM_BF16_GROUPS * 6 * 4 * 64)
 _Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_pair_offsets stores offsets into it as uint16");
+/* vnm__transpose in 16 × 16 blocks of AVX-512 shuffles (the same bits):
+ * the bf16 forward's write-back of its tiles. AVX-512 CPUs only. */
+void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc);
 /* Whether this CPU (and build) has AVX-512 BF16. */
 bool vnm__have_bf16(void);
 /* dst[i] = bf16(src[i]), round to nearest even. */

@@ -244,7 +244,9 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
             int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
             for (int64_t v = 0; v < rows && bias; v++)
                 for (int64_t l = 0; l < nb; l++) out[v * VNM_PANEL + l] += bias[r0 + v];
-            if (!yrows) vnm__transpose(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0, p->R, rows, nb);
+            if (!yrows)
+                (bf16 ? vnm__transpose16 : vnm__transpose)(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0,
+                                                           p->R, rows, nb);
         }
         if (tile) vn__mem_free(tile, scratch_bytes);
     }
