@@ -172,7 +172,16 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
  * no longer bound it (the f32 kernel makes one load per FMA). Which
  * columns a pair feeds varies, so the pairs of each group are sorted by
  * that set (the "mask") and each of the 14 possible masks runs its own
- * loop with the set fixed at compile time: no branch per pair. */
+ * loop with the set fixed at compile time: no branch per pair.
+ *
+ * The tile makes one vdpbf16ps per 16 lanes per used column and runs at
+ * close to one per cycle, so what a call does besides the tiles counts: dY
+ * is rounded straight from its row-major rows into the paired layout
+ * (vnm__bf16_pair_rows_of; no f32 panels in between), and a plain
+ * vn_vnm_spmm_t keeps the sorted lists in the matrix until the values are
+ * written (vnm__bf16_lists_of). A training step writes the values once per
+ * step and runs one dX per step, so the backward builds its lists every
+ * time (about a tenth of its dX on 4096 × 1024, 2:8). */
 
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
 {
