@@ -21,6 +21,7 @@ static vn_storage *storage_new(size_t nbytes, bool on_cuda)
     s->on_cuda = on_cuda;
     s->nbytes = nbytes;
     s->refcount = 1;
+    s->version = 0; /* malloc'd: compared by the caches keyed on versions */
     return s;
 }
 

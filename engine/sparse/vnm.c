@@ -280,6 +280,8 @@ void vn_vnm_free(vn_vnm *s)
     vn_tensor_release(s->packed_from);
     vn_tensor_release(s->dense);
     vn_tensor_release(s->dense_of);
+    vn_tensor_release(s->lists);
+    vn_tensor_release(s->lists_from);
     free(s);
 }
 

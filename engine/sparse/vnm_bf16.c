@@ -172,7 +172,16 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
  * no longer bound it (the f32 kernel makes one load per FMA). Which
  * columns a pair feeds varies, so the pairs of each group are sorted by
  * that set (the "mask") and each of the 14 possible masks runs its own
- * loop with the set fixed at compile time: no branch per pair. */
+ * loop with the set fixed at compile time: no branch per pair.
+ *
+ * The tile makes one vdpbf16ps per 16 lanes per used column and runs at
+ * close to one per cycle, so what a call does besides the tiles counts: dY
+ * is rounded straight from its row-major rows into the paired layout
+ * (vnm__bf16_pair_rows_of; no f32 panels in between), and a plain
+ * vn_vnm_spmm_t keeps the sorted lists in the matrix until the values are
+ * written (vnm__bf16_lists_of). A training step writes the values once per
+ * step and runs one dX per step, so the backward builds its lists every
+ * time (about a tenth of its dX on 4096 × 1024, 2:8). */
 
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
 {
@@ -194,6 +203,81 @@ void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t 
             }
         }
     }
+}
+
+/* The 16 × 16 words of r transposed in place: r[k] becomes column k. The
+ * three rounds of the usual in-lane unpack, in-lane shuffle and 128-bit
+ * lane shuffles; they move bits and never look at them as floats. */
+static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
+{
+    __m512 t[16], q[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* per 128-bit lane: a0 b0 a1 b1 */
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
+    }
+    for (int i = 0; i < 16; i += 4) { /* column c, c+4, c+8, c+12 of rows i..i+3 per lane */
+        q[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        q[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        q[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        q[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int h = 0; h < 16; h += 8) /* 0x88: lanes 0, 2 of each; 0xdd: lanes 1, 3 */
+        for (int j = 0; j < 4; j++) {
+            t[h + j] = _mm512_shuffle_f32x4(q[h + j], q[h + j + 4], 0x88);
+            t[h + j + 4] = _mm512_shuffle_f32x4(q[h + j], q[h + j + 4], 0xdd);
+        }
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+}
+
+void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc)
+{
+    int64_t nb16 = nb / 16 * 16, nc16 = nc / 16 * 16;
+    for (int64_t l = 0; l < nb16; l += 16)
+        for (int64_t c = 0; c < nc16; c += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (l + i) * lds + c);
+            transpose16(r);
+            for (int k = 0; k < 16; k++) _mm512_storeu_ps(dst + (c + k) * ldd + l, r[k]);
+        }
+    /* the ragged edges: rows past nb16 (all columns), columns past nc16 */
+    if (nb16 < nb) vnm__transpose(src + nb16 * lds, lds, dst + nb16, ldd, nb - nb16, nc);
+    if (nc16 < nc) vnm__transpose(src + nc16, lds, dst + nc16 * ldd, ldd, nb16, nc - nc16);
+}
+
+void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2)
+{
+    /* Row b's columns 2i and 2i+1 sit side by side, so rounding a row to
+     * bf16 (cvtne2ps: 32 floats) gives its words of 16 pairs; 16 rows of
+     * such words, transposed, are 16 pairs' words of 16 lanes: what
+     * vnm__bf16_pair_rows makes from the f32 panels, without them. */
+    int64_t R2 = (R + 1) / 2, npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+#pragma omp parallel for schedule(static) if (B * R > VN_OMP_MIN_WORK)
+    for (int64_t pn = 0; pn < npanels; pn++)
+        for (int64_t l0 = 0; l0 < VNM_PANEL; l0 += 16)
+            for (int64_t i0 = 0; i0 < R2; i0 += 16) {
+                int64_t nc = R - 2 * i0 < 32 ? R - 2 * i0 : 32, np = R2 - i0 < 16 ? R2 - i0 : 16;
+                /* columns past R (a missing last row of a pair) read as 0 */
+                __mmask16 mlo = (__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1);
+                __mmask16 mhi = (__mmask16)(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
+                __m512 r[16];
+                for (int l = 0; l < 16; l++) {
+                    int64_t b = pn * VNM_PANEL + l0 + l;
+                    if (b >= B) { /* the last panel's lanes past B: 0, as packing leaves them */
+                        r[l] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const float *src = dy + b * R + 2 * i0;
+                    __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mhi, src + 16),
+                                                     _mm512_maskz_loadu_ps(mlo, src));
+                    r[l] = (__m512)h;
+                }
+                transpose16(r);
+                for (int64_t k = 0; k < np; k++)
+                    _mm512_storeu_ps(dy2 + ((pn * R2 + i0 + k) * VNM_PANEL + l0) * 2, r[k]);
+            }
 }
 
 void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
@@ -317,6 +401,14 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2)
 {
     (void)dyt, (void)npanels, (void)R, (void)dy2;
+}
+void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc)
+{
+    vnm__transpose(src, lds, dst, ldd, nb, nc);
+}
+void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2)
+{
+    (void)dy, (void)B, (void)R, (void)dy2;
 }
 void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
                        uint16_t *tp, uint16_t *tcount)

@@ -61,6 +61,13 @@ struct vn_vnm {
      * key): rebuilt when the packed values are, i.e. once per optimizer
      * step. Guarded by packed_lock too. */
     vn_tensor *dense, *dense_of;
+    /* The bf16 dX's pair lists (vnm__bf16_lists) of the values tensor
+     * lists_from (kept alive, as packed_from) at lists_version: a plain
+     * vn_vnm_spmm_t reuses them until the values are written in place.
+     * Guarded by lists_lock, held only to read or swap the three fields. */
+    atomic_flag lists_lock;
+    vn_tensor *lists, *lists_from;
+    uint32_t lists_version;
 };
 
 /* Fills the derived sizes of p from R, K, V, M and returns the blob's size
@@ -109,9 +116,13 @@ void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t 
  * written straight from the kernel's tiles with no transpose. */
 vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
                     const float *bias, float *y, int64_t yrows);
-/* dXt = (dY·W)ᵀ in panels of Kp rows, from dYt. */
-vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
-                      float *dxt);
+/* dXt = (dY·W)ᵀ in panels of Kp rows, from dYt (panels of R rows) or, with
+ * dyt NULL, from dY (B × R, row-major: packed here, or under bf16 read
+ * straight into the kernel's bf16 layout). lists: the bf16 dX's lists for p
+ * and these values (vnm__bf16_lists), or NULL to build them here; unused
+ * in f32. */
+vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy, const float *dyt,
+                      int64_t B, float *dxt, const vn_tensor *lists);
 /* dvalues (R × 2G) = dYᵀ·X sampled at the kept positions, from dY (B × R,
  * row-major), Xt and, if the caller has it, dYt (else NULL: packed here
  * when needed). dY may be NULL when dYt is given: then always by dot
@@ -126,6 +137,9 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
 #define VNM_BF16_GROUPS 16 /* groups per chunk of the pair buffer (24 KiB) */
 #define VNM_BF16_PAIRS_BYTES (VNM_BF16_GROUPS * 6 * 4 * 64)
 _Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_pair_offsets stores offsets into it as uint16");
+/* vnm__transpose in 16 × 16 blocks of AVX-512 shuffles (the same bits):
+ * the bf16 forward's write-back of its tiles. AVX-512 CPUs only. */
+void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc);
 /* Whether this CPU (and build) has AVX-512 BF16. */
 bool vnm__have_bf16(void);
 /* dst[i] = bf16(src[i]), round to nearest even. */
@@ -149,6 +163,8 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
  * rows 2i and 2i+1 of each panel interleaved lane by lane (row 2i first; a
  * missing last row is 0). */
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2);
+/* The same dy2 from dY (B × R, row-major) instead of dYt, bit for bit. */
+void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2);
 /* For each block and group bg = block·G + g: the row pairs of the block
  * (tp: the pair's index minus the block's first pair, r0/2) with, for each
  * of the group's 4 kept columns j, the two rows' bf16 values there (tv[4·e
@@ -158,6 +174,16 @@ void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t 
  * each mask in increasing order. slots ≥ min(V, R)/2 + 1. */
 void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots, uint32_t *tv,
                        uint16_t *tp, uint16_t *tcount);
+/* Whether vnm__spmm_t runs in bf16 for p now (the precision, the CPU, and
+ * blocks of at most 131070 rows). */
+bool vnm__dx_in_bf16(const vnm_pattern *p);
+/* A new u8 tensor holding the lists of vnm__bf16_t_lists for p and values
+ * (R × 2G f32), for vnm__spmm_t; NULL with the error set. */
+vn_tensor *vnm__bf16_lists(const vnm_pattern *p, const float *values);
+/* The same for s's pattern and the values tensor `values` (f32 data: its
+ * contiguous data), cached in s until that tensor's storage is written in
+ * place (its version). Retained: the caller releases it. */
+vn_tensor *vnm__bf16_lists_of(const vn_vnm *s, const vn_tensor *values, const float *data);
 /* dxp's rows of groups g0..g1−1 (one panel of dXt, Kp rows) = those rows of
  * (dY·W)ᵀ from one panel dy2 of vnm__bf16_pair_rows and the lists. */
 void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,

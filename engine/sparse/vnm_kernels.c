@@ -131,8 +131,17 @@ void vnm__transpose(const float *src, int64_t lds, float *dst, int64_t ldd, int6
         for (int64_t c = l < nb8 ? nc8 : 0; c < nc; c++) dst[c * ldd + l] = src[l * lds + c];
 }
 
+/* The transpose of pack and unpack: under bf16 (only set on AVX-512 CPUs)
+ * the 16 × 16 AVX-512 one; the same bits either way, so the f32 path keeps
+ * the portable one it always had. */
+static void (*transposer(void))(const float *, int64_t, float *, int64_t, int64_t, int64_t)
+{
+    return precision == VN_VNM_BF16 && pick() != &generic ? vnm__transpose16 : vnm__transpose;
+}
+
 void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, int64_t rows)
 {
+    void (*transpose)(const float *, int64_t, float *, int64_t, int64_t, int64_t) = transposer();
     int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
 #pragma omp parallel for schedule(static) if (B * C > VN_OMP_MIN_WORK)
     for (int64_t pn = 0; pn < npanels; pn++) {
@@ -140,8 +149,7 @@ void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, 
         int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
         for (int64_t c0 = 0; c0 < C; c0 += VNM_PANEL) {
             int64_t nc = min64(VNM_PANEL, C - c0);
-            vnm__transpose(src + pn * VNM_PANEL * lds + c0, lds, panel + c0 * VNM_PANEL,
-                            VNM_PANEL, nb, nc);
+            transpose(src + pn * VNM_PANEL * lds + c0, lds, panel + c0 * VNM_PANEL, VNM_PANEL, nb, nc);
             for (int64_t c = 0; c < nc && nb < VNM_PANEL; c++)
                 memset(panel + (c0 + c) * VNM_PANEL + nb, 0, sizeof(float) * (size_t)(VNM_PANEL - nb));
         }
@@ -151,14 +159,15 @@ void vnm__pack(const float *src, int64_t B, int64_t C, int64_t lds, float *dst, 
 
 void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t C, int64_t ldd)
 {
+    void (*transpose)(const float *, int64_t, float *, int64_t, int64_t, int64_t) = transposer();
     int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
 #pragma omp parallel for schedule(static) if (B * C > VN_OMP_MIN_WORK)
     for (int64_t pn = 0; pn < npanels; pn++) {
         const float *panel = src + pn * rows * VNM_PANEL;
         int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
         for (int64_t c0 = 0; c0 < C; c0 += VNM_PANEL)
-            vnm__transpose(panel + c0 * VNM_PANEL, VNM_PANEL, dst + pn * VNM_PANEL * ldd + c0,
-                            ldd, min64(VNM_PANEL, C - c0), nb);
+            transpose(panel + c0 * VNM_PANEL, VNM_PANEL, dst + pn * VNM_PANEL * ldd + c0, ldd,
+                      min64(VNM_PANEL, C - c0), nb);
     }
 }
 
@@ -244,7 +253,9 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
             int64_t nb = min64(VNM_PANEL, B - pn * VNM_PANEL);
             for (int64_t v = 0; v < rows && bias; v++)
                 for (int64_t l = 0; l < nb; l++) out[v * VNM_PANEL + l] += bias[r0 + v];
-            if (!yrows) vnm__transpose(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0, p->R, rows, nb);
+            if (!yrows)
+                (bf16 ? vnm__transpose16 : vnm__transpose)(tile, VNM_PANEL, y + pn * VNM_PANEL * p->R + r0,
+                                                           p->R, rows, nb);
         }
         if (tile) vn__mem_free(tile, scratch_bytes);
     }
@@ -257,50 +268,121 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
 
 /* The bf16 dX (vnm_bf16.c): dY's row pairs interleaved in bf16, and each
  * block and group's row pairs with their bf16 values, `slots` entries per
- * block and group (a block of V rows touches at most V/2 + 1 pairs). */
-static vn_status spmm_t_bf16(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
-                             float *dxt)
+ * block and group (a block of V rows touches at most V/2 + 1 pairs). The
+ * lists live in one u8 tensor, so that a matrix can keep them
+ * (vnm__bf16_lists_of) and a call can hold them while another replaces
+ * them: tv (nbg·slots·4 words), then tp (nbg·slots), then tcount (nbg·16). */
+static int64_t list_slots(const vnm_pattern *p) { return min64(p->V, p->R) / 2 + 1; }
+
+typedef struct {
+    const uint32_t *tv;
+    const uint16_t *tp, *tc;
+} bf16_lists;
+
+static bf16_lists lists_in(const vnm_pattern *p, const vn_tensor *t)
 {
-    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, R2 = (p->R + 1) / 2;
-    int64_t slots = min64(p->V, p->R) / 2 + 1, nbg = p->nblocks * p->G;
-    size_t y_bytes = sizeof(uint16_t) * (size_t)(npanels * R2 * 2 * VNM_PANEL);
-    size_t tv_bytes = sizeof(uint32_t) * (size_t)(nbg * slots * 4);
-    size_t tp_bytes = sizeof(uint16_t) * (size_t)(nbg * slots), tc_bytes = sizeof(uint16_t) * (size_t)(nbg * 16);
-    uint16_t *dy2 = vn__mem_alloc(y_bytes), *tp = vn__mem_alloc(tp_bytes), *tc = vn__mem_alloc(tc_bytes);
-    uint32_t *tv = vn__mem_alloc(tv_bytes);
-    vn_status st = VN_OK;
-    if (!dy2 || !tp || !tv || !tc) {
-        st = vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %zu bytes of bf16 operands",
-                     y_bytes + tv_bytes + tp_bytes + tc_bytes);
-    } else {
-        vnm__bf16_pair_rows(dyt, npanels, p->R, dy2);
-        vnm__bf16_t_lists(p, values, slots, tv, tp, tc);
-        int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
-#pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
-        for (int64_t w = 0; w < npanels * nchunks; w++) {
-            int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
-            vnm__spmm_t_tile_bf16(p, tv, tp, tc, slots, dy2 + pn * R2 * 2 * VNM_PANEL, g0,
-                                  min64(p->G, g0 + gchunk), dxt + pn * p->Kp * VNM_PANEL);
-        }
-    }
-    if (dy2) vn__mem_free(dy2, y_bytes);
-    if (tp) vn__mem_free(tp, tp_bytes);
-    if (tv) vn__mem_free(tv, tv_bytes);
-    if (tc) vn__mem_free(tc, tc_bytes);
-    return st;
+    int64_t nbg = p->nblocks * p->G, slots = list_slots(p);
+    const uint8_t *b = vn_tensor_data(t);
+    bf16_lists l = {(const uint32_t *)b, (const uint16_t *)(b + 16 * nbg * slots), NULL};
+    l.tc = l.tp + nbg * slots;
+    return l;
 }
 
-vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dyt, int64_t B,
-                      float *dxt)
+bool vnm__dx_in_bf16(const vnm_pattern *p)
+{
+    /* a list's row pairs are stored as uint16 offsets in their block, so
+     * blocks of more than 131070 rows stay in f32 */
+    return precision == VN_VNM_BF16 && pick() != &generic && list_slots(p) <= UINT16_MAX;
+}
+
+vn_tensor *vnm__bf16_lists(const vnm_pattern *p, const float *values)
+{
+    int64_t nbg = p->nblocks * p->G, slots = list_slots(p);
+    int64_t n = nbg * slots * (16 + 2) + nbg * 16 * 2;
+    vn_tensor *t = vn__new(VN_U8, 1, &n);
+    if (!t) return NULL;
+    bf16_lists l = lists_in(p, t);
+    vnm__bf16_t_lists(p, values, slots, (uint32_t *)l.tv, (uint16_t *)l.tp, (uint16_t *)l.tc);
+    return t;
+}
+
+static void lock_lists(vn_vnm *s)
+{
+    while (atomic_flag_test_and_set_explicit(&s->lists_lock, memory_order_acquire)) {}
+}
+static void unlock_lists(vn_vnm *s) { atomic_flag_clear_explicit(&s->lists_lock, memory_order_release); }
+
+vn_tensor *vnm__bf16_lists_of(const vn_vnm *s, const vn_tensor *values, const float *data)
+{
+    vn_vnm *m = (vn_vnm *)s; /* the cache is the only part of s that changes */
+    uint32_t version = values->storage->version;
+    lock_lists(m);
+    const vn_tensor *from = m->lists_from;
+    bool hit = m->lists && from->storage == values->storage && from->offset == values->offset &&
+               !memcmp(from->strides, values->strides, sizeof from->strides) &&
+               m->lists_version == version;
+    vn_tensor *lists = hit ? vn_tensor_retain(m->lists) : NULL;
+    unlock_lists(m);
+    if (hit) return lists;
+    vnm_pattern p = vnm__pattern_of(s);
+    if (!(lists = vnm__bf16_lists(&p, data))) return NULL;
+    lock_lists(m);
+    vn_tensor *old = m->lists, *old_from = m->lists_from;
+    m->lists = vn_tensor_retain(lists);
+    m->lists_from = vn_tensor_retain((vn_tensor *)values);
+    m->lists_version = version;
+    unlock_lists(m);
+    vn_tensor_release(old);
+    vn_tensor_release(old_from);
+    return lists;
+}
+
+static vn_status spmm_t_bf16(const vnm_pattern *p, const float *values, const float *dy,
+                             const float *dyt, int64_t B, float *dxt, const vn_tensor *lists)
+{
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, R2 = (p->R + 1) / 2, slots = list_slots(p);
+    size_t y_bytes = sizeof(uint16_t) * (size_t)(npanels * R2 * 2 * VNM_PANEL);
+    uint16_t *dy2 = vn__mem_alloc(y_bytes);
+    vn_tensor *own = dy2 && !lists ? vnm__bf16_lists(p, values) : NULL;
+    if (!dy2 || (!lists && !own)) {
+        if (dy2) vn__mem_free(dy2, y_bytes);
+        return vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %zu bytes of bf16 operands", y_bytes);
+    }
+    if (dyt)
+        vnm__bf16_pair_rows(dyt, npanels, p->R, dy2);
+    else
+        vnm__bf16_pair_rows_of(dy, B, p->R, dy2);
+    bf16_lists l = lists_in(p, lists ? lists : own);
+    int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+#pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
+    for (int64_t w = 0; w < npanels * nchunks; w++) {
+        int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
+        vnm__spmm_t_tile_bf16(p, l.tv, l.tp, l.tc, slots, dy2 + pn * R2 * 2 * VNM_PANEL, g0,
+                              min64(p->G, g0 + gchunk), dxt + pn * p->Kp * VNM_PANEL);
+    }
+    vn__mem_free(dy2, y_bytes);
+    vn_tensor_release(own);
+    return VN_OK;
+}
+
+vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy, const float *dyt,
+                      int64_t B, float *dxt, const vn_tensor *lists)
 {
     const vnm_kernels *k = pick();
-    /* bf16 as in vnm__spmm; a list's row pairs are stored as uint16 offsets
-     * in their block, so blocks of more than 131070 rows stay in f32. */
-    if (precision == VN_VNM_BF16 && k != &generic && min64(p->V, p->R) / 2 + 1 <= UINT16_MAX)
-        return spmm_t_bf16(p, values, dyt, B, dxt);
+    if (vnm__dx_in_bf16(p)) return spmm_t_bf16(p, values, dy, dyt, B, dxt, lists);
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
+    size_t dyt_bytes = dyt ? 0 : sizeof(float) * (size_t)(npanels * p->R * VNM_PANEL);
+    float *own = dyt ? NULL : vn__mem_alloc(dyt_bytes);
+    if (!dyt && !own)
+        return vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %zu bytes", dyt_bytes);
+    if (own) vnm__pack(dy, B, p->R, p->R, own, p->R);
+    if (own) dyt = own;
     int64_t nvals = 2 * p->R * p->G;
     float *vt = vn__mem_alloc(sizeof(float) * (size_t)nvals);
-    if (!vt) return vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %lld values", (long long)nvals);
+    if (!vt) {
+        if (own) vn__mem_free(own, dyt_bytes);
+        return vn__err(VN_ERR_MEMORY, "vnm spmm_t: out of memory for %lld values", (long long)nvals);
+    }
     /* The values in the order of the transposed pattern, read contiguously
      * by the kernel. */
 #pragma omp parallel for schedule(static) if (nvals > VN_OMP_MIN_WORK)
@@ -315,7 +397,6 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
     /* A work item owns the rows of dXt of some groups in one batch panel:
      * about 64 rows (16 KiB), so they stay in L1 while every block of dY
      * adds into them. */
-    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
     int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
 #pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t w = 0; w < npanels * nchunks; w++) {
@@ -324,6 +405,7 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
                        dxt + pn * p->Kp * VNM_PANEL);
     }
     vn__mem_free(vt, sizeof(float) * (size_t)nvals);
+    if (own) vn__mem_free(own, dyt_bytes);
     return VN_OK;
 }
 

@@ -111,14 +111,16 @@ vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor
     return y;
 }
 
-/* dX = dY·W into a new tensor shaped like dy with K features. */
-static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const float *dyt,
-                             const vn_tensor *dy, int64_t B)
+/* dX = dY·W into a new tensor shaped like `like` with K features, from dY
+ * row-major (dy) or packed (dyt) as vnm__spmm_t takes them; lists as there. */
+static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const float *dy,
+                             const float *dyt, const vn_tensor *like, int64_t B,
+                             const vn_tensor *lists)
 {
     int64_t n = (B + VNM_PANEL - 1) / VNM_PANEL * p->Kp * VNM_PANEL;
     vn_tensor *dxt = vn__new(VN_F32, 1, &n);
-    vn_tensor *dx = dxt ? like_rows(dy, p->K) : NULL;
-    if (dx && vnm__spmm_t(p, values, dyt, B, vn_tensor_data(dxt))) {
+    vn_tensor *dx = dxt ? like_rows(like, p->K) : NULL;
+    if (dx && vnm__spmm_t(p, values, dy, dyt, B, vn_tensor_data(dxt), lists)) {
         vn_tensor_release(dx);
         dx = NULL;
     }
@@ -138,11 +140,16 @@ vn_tensor *vn_vnm_spmm_t(const vn_vnm *s, const vn_tensor *values, const vn_tens
     if (cuda) return vnm__cuda_spmm_t(s, values, dy);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *vc = dyc ? plain(values) : NULL;
-    vn_tensor *dyt = vc ? packed(dyc, B, p.R, p.R) : NULL;
-    vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(vc), vn_tensor_data(dyt), dy, B) : NULL;
+    /* bf16: the pair lists kept in s for these values (repeated calls with
+     * unchanged values build them once) */
+    bool bf16 = vnm__dx_in_bf16(&p);
+    vn_tensor *lists = vc && bf16 ? vnm__bf16_lists_of(s, values, vn_tensor_data(vc)) : NULL;
+    vn_tensor *dx = vc && (lists || !bf16)
+                        ? input_grad(&p, vn_tensor_data(vc), vn_tensor_data(dyc), NULL, dy, B, lists)
+                        : NULL;
     vn_tensor_release(dyc);
     vn_tensor_release(vc);
-    vn_tensor_release(dyt);
+    vn_tensor_release(lists);
     return dx;
 }
 
@@ -267,9 +274,12 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
                 vn_tensor_data(node->saved[SAVED_BLOB]));
     int64_t B = p.R ? vn_tensor_numel(gout) / p.R : 0;
     vn_tensor *dy = plain(gout);
-    /* dYt feeds dX = dY·W, so it is packed only when x wants a gradient. */
-    vn_tensor *dyt = dy && vn__input_needs_grad(node, 0) ? packed(dy, B, p.R, p.R) : NULL;
-    if (!dy || (vn__input_needs_grad(node, 0) && !dyt)) {
+    /* dYt feeds the f32 dX = dY·W, so it is packed only when x wants a
+     * gradient in f32 (the bf16 dX reads dY; the SDDMM packs its own when
+     * it needs one). */
+    bool want_dyt = vn__input_needs_grad(node, 0) && !vnm__dx_in_bf16(&p);
+    vn_tensor *dyt = dy && want_dyt ? packed(dy, B, p.R, p.R) : NULL;
+    if (!dy || (want_dyt && !dyt)) {
         vn_tensor_release(dy);
         return VN_ERR_MEMORY;
     }
@@ -290,7 +300,8 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
     }
     if (!s && vn__input_needs_grad(node, 0)) {
         vn_tensor *vc = plain(node->inputs[1]);
-        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), vn_tensor_data(dyt), node->inputs[0], B)
+        vn_tensor *dx = vc ? input_grad(&p, vn_tensor_data(vc), vn_tensor_data(dy),
+                                        dyt ? vn_tensor_data(dyt) : NULL, node->inputs[0], B, NULL)
                            : NULL;
         vn_tensor_release(vc);
         s = vn__accum(node, 0, dx);
@@ -399,7 +410,8 @@ static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
         v2 = plain(node->inputs[MLP_V2]);
         dh = v2 ? panels_new(npanels * p2.Kp * VNM_PANEL) : NULL;
         dhpre = dh ? panels_new(npanels * p1.R * VNM_PANEL) : NULL;
-        s = dhpre ? vnm__spmm_t(&p2, vn_tensor_data(v2), vn_tensor_data(gyt), B, vn_tensor_data(dh))
+        s = dhpre ? vnm__spmm_t(&p2, vn_tensor_data(v2), NULL, vn_tensor_data(gyt), B,
+                                vn_tensor_data(dh), NULL)
                   : VN_ERR_MEMORY;
         if (!s)
             gelu_panels(vn_tensor_data(dhpre), p1.R, vn_tensor_data(dh), hpre, p2.Kp, p1.R, npanels);
@@ -410,8 +422,8 @@ static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
                                                 vn_tensor_data(node->saved[MLP_XT]), B));
     if (!s && want[MLP_X]) {
         vn_tensor *v1 = plain(node->inputs[MLP_V1]);
-        vn_tensor *dx = v1 ? input_grad(&p1, vn_tensor_data(v1), vn_tensor_data(dhpre),
-                                        node->inputs[MLP_X], B)
+        vn_tensor *dx = v1 ? input_grad(&p1, vn_tensor_data(v1), NULL, vn_tensor_data(dhpre),
+                                        node->inputs[MLP_X], B, NULL)
                            : NULL;
         vn_tensor_release(v1);
         s = vn__accum(node, MLP_X, dx);
@@ -560,11 +572,8 @@ static vn_status shadow_linear_backward(vn_node *node, const vn_tensor *gout)
         s = vn__accum(node, 1, dw);
     }
     if (!s && vn__input_needs_grad(node, 0)) {
-        vn_tensor *dyt = packed(dy, B, p.R, p.R);
-        vn_tensor *dx = dyt ? input_grad(&p, vn_tensor_data(node->saved[SHADOW_VALUES]),
-                                         vn_tensor_data(dyt), node->inputs[0], B)
-                            : NULL;
-        vn_tensor_release(dyt);
+        vn_tensor *dx = input_grad(&p, vn_tensor_data(node->saved[SHADOW_VALUES]),
+                                   vn_tensor_data(dy), NULL, node->inputs[0], B, NULL);
         s = vn__accum(node, 0, dx);
     }
     vn_tensor_release(dy);

@@ -170,6 +170,102 @@ static void test_dx(void **state)
     }
 }
 
+/* dX of (s, v) in bf16 must equal, bit for bit, that of a new matrix with
+ * s's pattern (columns and indices) and a copy of v's numbers in a new
+ * tensor: lists built afresh. A stale cached list gives other numbers. */
+static void check_fresh(const vn_vnm *s, int64_t R, int64_t K, int64_t V, int64_t M,
+                        const vn_tensor *v, const vn_tensor *dy, const char *what)
+{
+    vn_tensor *cols = vn_vnm_columns(s), *idx = vn_vnm_indices(s), *copy = vn_clone(v);
+    CHECK_PTR(copy);
+    vn_vnm *fresh = vn_vnm_from_pattern(R, K, V, 2, M, cols, idx, copy);
+    CHECK_PTR(fresh);
+    vn_tensor *got = dx_of(s, v, dy), *want = dx_of(fresh, copy, dy);
+    int64_t n = vn_tensor_numel(got);
+    if (memcmp(vn_tensor_data(got), vn_tensor_data(want), sizeof(float) * (size_t)n))
+        fail_msg("%s: bf16 dX differs from a new matrix's with the same pattern and values", what);
+    GC_RELEASE(cols, idx, copy, got, want);
+    vn_vnm_free(fresh);
+}
+
+/* The pattern's other valid index nibble: (a, b) → the next of the 6 pairs. */
+static uint8_t other_pair(uint8_t nib)
+{
+    static const uint8_t next[16] = {[4] = 8, [8] = 12, [12] = 9, [9] = 13, [13] = 14, [14] = 4};
+    return next[nib & 15];
+}
+
+/* The bf16 dX keeps its pair lists in the matrix for the values tensor at
+ * its storage version (vn_vnm_spmm_t): an in-place write (copy_, fill_), a
+ * different values tensor, a matrix with other indices over the same
+ * values tensor, and a new matrix of the same shape after the old one is
+ * freed must each see the values and pattern of the call. */
+static void test_dx_lists_cache(void **state)
+{
+    (void)state;
+    if (!have_bf16()) skip();
+    const int64_t R = 130, K = 300, V = 64, M = 8, B = 70;
+    vn_tensor *w = trand(2, (int64_t[]){R, K}, -1, 1, 301), *dy = trand(2, (int64_t[]){B, R}, -2, 2, 302);
+    vn_vnm *s = vn_vnm_from_dense(w, V, 2, M);
+    CHECK_PTR(s);
+    vn_tensor *v = vn_vnm_values(s);
+    CHECK_OK(vn_vnm_set_precision(VN_VNM_BF16));
+    vn_tensor *first = dx_of(s, v, dy), *again = dx_of(s, v, dy);
+    /* a hit gives the same bits */
+    assert_memory_equal(vn_tensor_data(first), vn_tensor_data(again), sizeof(float) * (size_t)(B * K));
+    check_fresh(s, R, K, V, M, v, dy, "first call");
+
+    /* values overwritten in place: copy_ from other numbers, then fill_ */
+    vn_tensor *other = trand(2, (int64_t[]){R, 2 * ((K + M - 1) / M)}, -3, 3, 303);
+    CHECK_OK(vn_tensor_copy_(v, other));
+    vn_tensor *after = dx_of(s, v, dy);
+    assert_true(memcmp(vn_tensor_data(first), vn_tensor_data(after), sizeof(float) * (size_t)(B * K)));
+    check_fresh(s, R, K, V, M, v, dy, "after copy_");
+    CHECK_OK(vn_tensor_fill_(v, 0.5));
+    check_fresh(s, R, K, V, M, v, dy, "after fill_");
+
+    /* another values tensor, then the first one again; and two made alike
+     * (the same version): only their storage tells them apart */
+    check_fresh(s, R, K, V, M, other, dy, "another values tensor");
+    check_fresh(s, R, K, V, M, v, dy, "the first values tensor again");
+    vn_tensor *va = trand(2, (int64_t[]){R, 2 * ((K + M - 1) / M)}, -1, 1, 305);
+    vn_tensor *vb = trand(2, (int64_t[]){R, 2 * ((K + M - 1) / M)}, -1, 1, 306);
+    check_fresh(s, R, K, V, M, va, dy, "a values tensor of version 0");
+    check_fresh(s, R, K, V, M, vb, dy, "another of version 0");
+    GC_RELEASE(va, vb);
+
+    /* other indices over the very same values tensor (same storage and
+     * version): a matrix of its own */
+    vn_tensor *cols = vn_vnm_columns(s), *idx = vn_vnm_indices(s);
+    CHECK_PTR(idx);
+    vn_vnm *sa = vn_vnm_from_pattern(R, K, V, 2, M, cols, idx, other);
+    CHECK_PTR(sa);
+    uint8_t *ib = vn_tensor_data(idx);
+    for (int64_t i = 0; i < vn_tensor_numel(idx); i++)
+        ib[i] = (uint8_t)(other_pair(ib[i] & 15) | other_pair(ib[i] >> 4) << 4);
+    vn_vnm *sb = vn_vnm_from_pattern(R, K, V, 2, M, cols, idx, other);
+    CHECK_PTR(sb);
+    vn_tensor *da = dx_of(sa, other, dy), *db = dx_of(sb, other, dy);
+    assert_true(memcmp(vn_tensor_data(da), vn_tensor_data(db), sizeof(float) * (size_t)(B * K)));
+    check_fresh(sb, R, K, V, M, other, dy, "other indices, same values tensor");
+    check_fresh(sa, R, K, V, M, other, dy, "the first indices again");
+
+    /* a new matrix of the same shape once the old one and its values are
+     * gone (its storage may come back at the same address, version 0) */
+    vn_vnm_free(s);
+    GC_RELEASE(v);
+    vn_tensor *w2 = trand(2, (int64_t[]){R, K}, -1, 1, 304);
+    vn_vnm *s2 = vn_vnm_from_dense(w2, V, 2, M);
+    CHECK_PTR(s2);
+    vn_tensor *v2 = vn_vnm_values(s2);
+    check_fresh(s2, R, K, V, M, v2, dy, "a new matrix of the same shape");
+    CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
+    GC_RELEASE(w, dy, first, again, other, after, cols, idx, da, db, w2, v2);
+    vn_vnm_free(sa);
+    vn_vnm_free(sb);
+    vn_vnm_free(s2);
+}
+
 /* With VENOM_NO_AVX512 set after choosing bf16, the portable f32 loops run
  * (bit for bit those of f32), and choosing bf16 again is refused. */
 static void test_portable_fallback(void **state)
@@ -223,6 +319,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_dx),
+        cmocka_unit_test(test_dx_lists_cache),
         cmocka_unit_test(test_portable_fallback),
         cmocka_unit_test(test_errors),
     };
