@@ -35,6 +35,7 @@
 typedef struct {
     int64_t R, K, V, M;
     int64_t G, Kp, nblocks, idx_stride; /* derived: ⌈K/M⌉, G·M, ⌈R/V⌉, ⌈G/2⌉ */
+    int64_t xrows; /* derived: rows per panel of Xt and dXt (vnm__layout) */
     const int32_t *t_start, *t_code;
     const uint16_t *cols;
     const uint8_t *idx;
@@ -89,10 +90,18 @@ static inline int vnm__index(const vnm_pattern *p, int64_t r, int64_t g, int slo
  * columns as rows of VNM_PANEL floats. Element (batch b, column c) of a
  * panelled matrix with `rows` rows per panel sits at
  *   ((b / VNM_PANEL)·rows + c)·VNM_PANEL + b % VNM_PANEL.
- * So Xt has Kp rows per panel (padding columns and batch rows are 0), dYt
- * R rows and dXt Kp rows. A kept column's slice of a panel is then 256
- * contiguous bytes, and all the columns one block reads from a panel sit
- * close together in memory. */
+ * So Xt has xrows ≥ Kp rows per panel (padding columns and batch rows are
+ * 0; rows Kp.. are never read), dYt R rows and dXt xrows rows. A kept
+ * column's slice of a panel is then 256 contiguous bytes, and all the
+ * columns one block reads from a panel sit close together in memory.
+ *
+ * Why xrows and not Kp: with Kp a multiple of 16 (256 or 1024 in a GPT)
+ * consecutive panels lie a multiple of 4 KiB apart, so the same column of
+ * the SDDMM's 4 panels falls in the same sets of the 8-way L1 (and L2), and
+ * the 32 KiB of kept rows it reuses across a block's rows evict each
+ * other. xrows ≡ 4 (mod 16) puts those panels a quarter of the L1's sets
+ * apart: the SDDMM ~10% faster at the GPT's MLP shapes (bench/RESULTS.md),
+ * the other kernels unchanged. */
 #define VNM_PANEL 64
 
 /* dst (panels of `rows` ≥ C rows) = src (B × C, row stride lds), zero-padded. */
