@@ -24,6 +24,7 @@ size_t vnm__layout(vnm_pattern *p, int64_t R, int64_t K, int64_t V, int64_t M, u
     p->R = R, p->K = K, p->V = V, p->M = M;
     p->G = (K + M - 1) / M;
     p->Kp = p->G * M;
+    p->xrows = p->Kp + (20 - p->Kp % 16) % 16; /* ≡ 4 (mod 16): see vnm_internal.h */
     p->nblocks = (R + V - 1) / V;
     p->idx_stride = (p->G + 1) / 2;
     /* int32 arrays first, then uint16, then bytes: each stays aligned. */

@@ -76,7 +76,7 @@ void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off)
 #define PREFETCH_ROWS 4
 
 /* tile (rows of block rb × VNM_PANEL) = the block's rows of (X·Wᵀ)ᵀ for the
- * batch panel xp (Kp rows of VNM_PANEL bf16), from vals (R × G pairs of
+ * batch panel xp (xrows rows of VNM_PANEL bf16), from vals (R × G pairs of
  * bf16 values, a row's pair of a group as one 32-bit word, slot 0 in the
  * low half) and poff (vnm__bf16_pair_offsets). pairs is scratch of
  * VNM_BF16_PAIRS_BYTES.

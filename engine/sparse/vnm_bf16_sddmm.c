@@ -130,7 +130,7 @@ void vnm__sddmm_tile_bf16(const vnm_pattern *p, const uint32_t *dy2, int64_t Vp,
     memset(d4, 0, sizeof(float) * (size_t)(4 * Vp * (g1 - g0)));
     for (int64_t pn = 0; pn < npanels; pn++) {
         /* a column's panel row, 64 bf16, as 32 pairs */
-        const uint32_t *xp = (const uint32_t *)(xt2 + pn * p->Kp * VNM_PANEL);
+        const uint32_t *xp = (const uint32_t *)(xt2 + pn * p->xrows * VNM_PANEL);
         const uint32_t *yp = yb + pn * (VNM_PANEL / 2) * Vp;
         for (int64_t g = g0; g < g1; g++) {
             const uint32_t *xj[4];
@@ -139,7 +139,7 @@ void vnm__sddmm_tile_bf16(const vnm_pattern *p, const uint32_t *dy2, int64_t Vp,
                 /* the same columns of the next panel, a panel's work ahead:
                  * every block reads its own columns of X, from L3 or memory */
                 if (pn + 1 < npanels) {
-                    const char *next = (const char *)(xj[j] + p->Kp * (VNM_PANEL / 2));
+                    const char *next = (const char *)(xj[j] + p->xrows * (VNM_PANEL / 2));
                     __builtin_prefetch(next, 0, 2);
                     __builtin_prefetch(next + 64, 0, 2);
                 }
@@ -192,7 +192,7 @@ vn_status vnm__sddmm_bf16_prepare(const vnm_pattern *p, const float *dy, const f
     /* a block's rows padded to whole vectors */
     *o = (vnm_sddmm_bf16){.Vp = ((p->V < p->R ? p->V : p->R) + 15) / 16 * 16, .npanels = npanels};
     o->dy_bytes = sizeof(uint32_t) * (size_t)(p->nblocks * npanels * VNM_PANEL / 2 * o->Vp);
-    o->xt_bytes = sizeof(uint16_t) * (size_t)(npanels * p->Kp * VNM_PANEL);
+    o->xt_bytes = sizeof(uint16_t) * (size_t)(npanels * p->xrows * VNM_PANEL);
     o->dy2 = vn__mem_alloc(o->dy_bytes);
     o->xt2 = vn__mem_alloc(o->xt_bytes);
     if (!o->dy2 || !o->xt2) {
@@ -201,7 +201,7 @@ vn_status vnm__sddmm_bf16_prepare(const vnm_pattern *p, const float *dy, const f
                        o->dy_bytes + o->xt_bytes);
     }
     vnm__sddmm_bf16_dy(p, dy, dyt, B, o->Vp, o->dy2);
-    vnm__to_bf16(xt, npanels * p->Kp * VNM_PANEL, o->xt2);
+    vnm__to_bf16(xt, npanels * p->xrows * VNM_PANEL, o->xt2);
     return VN_OK;
 }
 

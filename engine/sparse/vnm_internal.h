@@ -35,6 +35,7 @@
 typedef struct {
     int64_t R, K, V, M;
     int64_t G, Kp, nblocks, idx_stride; /* derived: ⌈K/M⌉, G·M, ⌈R/V⌉, ⌈G/2⌉ */
+    int64_t xrows; /* derived: rows per panel of Xt and dXt (vnm__layout) */
     const int32_t *t_start, *t_code;
     const uint16_t *cols;
     const uint8_t *idx;
@@ -96,10 +97,18 @@ static inline int vnm__index(const vnm_pattern *p, int64_t r, int64_t g, int slo
  * columns as rows of VNM_PANEL floats. Element (batch b, column c) of a
  * panelled matrix with `rows` rows per panel sits at
  *   ((b / VNM_PANEL)·rows + c)·VNM_PANEL + b % VNM_PANEL.
- * So Xt has Kp rows per panel (padding columns and batch rows are 0), dYt
- * R rows and dXt Kp rows. A kept column's slice of a panel is then 256
- * contiguous bytes, and all the columns one block reads from a panel sit
- * close together in memory. */
+ * So Xt has xrows ≥ Kp rows per panel (padding columns and batch rows are
+ * 0; rows Kp.. are never read), dYt R rows and dXt xrows rows. A kept
+ * column's slice of a panel is then 256 contiguous bytes, and all the
+ * columns one block reads from a panel sit close together in memory.
+ *
+ * Why xrows and not Kp: with Kp a multiple of 16 (256 or 1024 in a GPT)
+ * consecutive panels lie a multiple of 4 KiB apart, so the same column of
+ * the SDDMM's 4 panels falls in the same sets of the 8-way L1 (and L2), and
+ * the 32 KiB of kept rows it reuses across a block's rows evict each
+ * other. xrows ≡ 4 (mod 16) puts those panels a quarter of the L1's sets
+ * apart: the SDDMM ~10% faster at the GPT's MLP shapes (bench/RESULTS.md),
+ * the other kernels unchanged. */
 #define VNM_PANEL 64
 
 /* dst (panels of `rows` ≥ C rows) = src (B × C, row stride lds), zero-padded. */
@@ -116,7 +125,7 @@ void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t 
  * written straight from the kernel's tiles with no transpose. */
 vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, int64_t B,
                     const float *bias, float *y, int64_t yrows);
-/* dXt = (dY·W)ᵀ in panels of Kp rows, from dYt (panels of R rows) or, with
+/* dXt = (dY·W)ᵀ in panels of xrows rows, from dYt (panels of R rows) or, with
  * dyt NULL, from dY (B × R, row-major: packed here, or under bf16 read
  * straight into the kernel's bf16 layout). lists: the bf16 dX's lists for p
  * and these values (vnm__bf16_lists), or NULL to build them here; unused
@@ -184,7 +193,7 @@ vn_tensor *vnm__bf16_lists(const vnm_pattern *p, const float *values);
  * contiguous data), cached in s until that tensor's storage is written in
  * place (its version). Retained: the caller releases it. */
 vn_tensor *vnm__bf16_lists_of(const vn_vnm *s, const vn_tensor *values, const float *data);
-/* dxp's rows of groups g0..g1−1 (one panel of dXt, Kp rows) = those rows of
+/* dxp's rows of groups g0..g1−1 (one panel of dXt, xrows rows) = those rows of
  * (dY·W)ᵀ from one panel dy2 of vnm__bf16_pair_rows and the lists. */
 void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint16_t *tp,
                            const uint16_t *tcount, int64_t slots, const uint16_t *dy2, int64_t g0,

@@ -187,14 +187,14 @@ static void bf16_free(bf16_operands *o)
     if (o->poff) vn__mem_free(o->poff, o->poff_bytes);
 }
 
-/* Rounds Xt (npanels·Kp·VNM_PANEL floats) and the values (R × 2G) to bf16,
+/* Rounds Xt (npanels·xrows·VNM_PANEL floats) and the values (R × 2G) to bf16,
  * and turns the indices into the kernel's offsets. At each call, so that
  * in-place optimizer updates are always seen: R·3G steps against B·R·2G
  * products. */
 static vn_status bf16_convert(const vnm_pattern *p, const float *values, const float *xt,
                               int64_t npanels, bf16_operands *o)
 {
-    int64_t nx = npanels * p->Kp * VNM_PANEL, nv = p->R * 2 * p->G;
+    int64_t nx = npanels * p->xrows * VNM_PANEL, nv = p->R * 2 * p->G;
     o->xt_bytes = sizeof(uint16_t) * (size_t)nx;
     o->vals_bytes = sizeof(uint16_t) * (size_t)nv;
     o->xt = vn__mem_alloc(o->xt_bytes);
@@ -240,11 +240,11 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
              * writes it in place. */
             float *out = yrows ? y + (pn * yrows + r0) * VNM_PANEL : tile;
             if (bf16)
-                vnm__spmm_tile_bf16(p, (const uint32_t *)o.vals, o.poff, o.xt + pn * p->Kp * VNM_PANEL, rb,
+                vnm__spmm_tile_bf16(p, (const uint32_t *)o.vals, o.poff, o.xt + pn * p->xrows * VNM_PANEL, rb,
                                     (char *)tile + tile_bytes, out);
             else
                 for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
-                    k->spmm_tile(p, values, xt + pn * p->Kp * VNM_PANEL, rb, g0,
+                    k->spmm_tile(p, values, xt + pn * p->xrows * VNM_PANEL, rb, g0,
                                  min64(p->G, g0 + SPMM_GROUPS), g0 == 0, out);
             /* The tile holds Yᵀ for these rows: add the bias along its rows
              * (contiguous, in L1), then write it back transposed in 8 × 8
@@ -358,7 +358,7 @@ static vn_status spmm_t_bf16(const vnm_pattern *p, const float *values, const fl
     for (int64_t w = 0; w < npanels * nchunks; w++) {
         int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
         vnm__spmm_t_tile_bf16(p, l.tv, l.tp, l.tc, slots, dy2 + pn * R2 * 2 * VNM_PANEL, g0,
-                              min64(p->G, g0 + gchunk), dxt + pn * p->Kp * VNM_PANEL);
+                              min64(p->G, g0 + gchunk), dxt + pn * p->xrows * VNM_PANEL);
     }
     vn__mem_free(dy2, y_bytes);
     vn_tensor_release(own);
@@ -402,7 +402,7 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
     for (int64_t w = 0; w < npanels * nchunks; w++) {
         int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
         k->spmm_t_tile(p, vt, dyt + pn * p->R * VNM_PANEL, g0, min64(p->G, g0 + gchunk),
-                       dxt + pn * p->Kp * VNM_PANEL);
+                       dxt + pn * p->xrows * VNM_PANEL);
     }
     vn__mem_free(vt, sizeof(float) * (size_t)nvals);
     if (own) vn__mem_free(own, dyt_bytes);

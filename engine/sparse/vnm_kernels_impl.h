@@ -46,7 +46,7 @@ typedef int VNM_ISA(ivec) __attribute__((vector_size(VNM_VL * 4)));
 
 /* tile (rows of block rb × VNM_PANEL) (+)= the block's rows of (X·Wᵀ)ᵀ over
  * groups g0..g1−1 (g0 even, at most SPMM_GROUPS of them), for the batch
- * panel xp (Kp × VNM_PANEL). `first` overwrites the tile instead of adding
+ * panel xp (xrows × VNM_PANEL). `first` overwrites the tile instead of adding
  * to it. The panel offsets of the block's kept columns are looked up once
  * into `off`; each index byte then serves two groups. */
 static void VNM_ISA(spmm_tile)(const vnm_pattern *p, const float *values, const float *xp,
@@ -189,7 +189,7 @@ static inline int VNM_ISA(bitrev)(int i)
 }
 
 /* dvalues of block rb, groups g0..g0+ng−1 (ng ≤ VNM_VL/2) = dYᵀ·X at the
- * kept positions, from the panels of dYt (R rows) and Xt (Kp rows). xoff is
+ * kept positions, from the panels of dYt (R rows) and Xt (xrows rows). xoff is
  * scratch for V × VNM_VL offsets. */
 static void VNM_ISA(sddmm_tile)(const vnm_pattern *p, const float *dyt, const float *xt,
                                 int64_t npanels, int64_t rb, int64_t g0, int64_t ng,
@@ -218,7 +218,7 @@ static void VNM_ISA(sddmm_tile)(const vnm_pattern *p, const float *dyt, const fl
                 int64_t g = g0 + ci / 4, col = g * p->M + cl[4 * g + ci % 4];
                 for (int64_t pn = pend; pn < pnext; pn++)
                     for (int line = 0; line < VNM_PANEL / 16; line++)
-                        __builtin_prefetch(xt + (pn * p->Kp + col) * VNM_PANEL + line * 16, 0, 2);
+                        __builtin_prefetch(xt + (pn * p->xrows + col) * VNM_PANEL + line * 16, 0, 2);
             }
             VEC acc[DOTS];
             /* Half of the dots at a time: the 8 (or 4) column pointers
@@ -231,7 +231,7 @@ static void VNM_ISA(sddmm_tile)(const vnm_pattern *p, const float *dyt, const fl
                 for (int t = 0; t < DOTS / 2; t++) a[t] = (VEC){0};
                 for (int64_t pn = pg; pn < pend; pn++) {
                     const float *dy = dyt + (pn * p->R + r0 + v) * VNM_PANEL;
-                    const float *xb = xt + pn * p->Kp * VNM_PANEL;
+                    const float *xb = xt + pn * p->xrows * VNM_PANEL;
                     for (int s = 0; s < VNM_PANEL / VNM_VL; s++) {
                         VEC d = LOADV(dy + s * VNM_VL);
                         for (int t = 0; t < DOTS / 2; t++)
@@ -300,7 +300,7 @@ static void VNM_ISA(sddmm_rows)(const vnm_pattern *p, const float *dy, int64_t V
     memset(d4, 0, sizeof(float) * (size_t)(4 * Vp * (g1 - g0)));
     for (int64_t b0 = b_lo; b0 < b_hi; b0 += VNM_PANEL) {
         int64_t nl = b_hi - b0 < VNM_PANEL ? b_hi - b0 : VNM_PANEL;
-        const float *xp = xt + b0 / VNM_PANEL * p->Kp * VNM_PANEL, *dyp = dy + b0 * Vp;
+        const float *xp = xt + b0 / VNM_PANEL * p->xrows * VNM_PANEL, *dyp = dy + b0 * Vp;
         for (int64_t g = g0; g < g1; g++) {
             const float *xj[4];
             for (int j = 0; j < 4; j++) xj[j] = xp + (g * p->M + cl[4 * g + j]) * VNM_PANEL;

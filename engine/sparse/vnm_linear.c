@@ -99,7 +99,7 @@ vn_tensor *vn_vnm_spmm(const vn_vnm *s, const vn_tensor *values, const vn_tensor
     if (cuda) return vnm__cuda_spmm(s, values, x);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *xc = plain(x), *vc = xc ? plain(values) : NULL;
-    vn_tensor *xt = vc ? packed(xc, B, p.K, p.Kp) : NULL;
+    vn_tensor *xt = vc ? packed(xc, B, p.K, p.xrows) : NULL;
     vn_tensor *y = xt ? like_rows(x, p.R) : NULL;
     if (y && vnm__spmm(&p, vn_tensor_data(vc), vn_tensor_data(xt), B, NULL, vn_tensor_data(y), 0)) {
         vn_tensor_release(y);
@@ -117,14 +117,14 @@ static vn_tensor *input_grad(const vnm_pattern *p, const float *values, const fl
                              const float *dyt, const vn_tensor *like, int64_t B,
                              const vn_tensor *lists)
 {
-    int64_t n = (B + VNM_PANEL - 1) / VNM_PANEL * p->Kp * VNM_PANEL;
+    int64_t n = (B + VNM_PANEL - 1) / VNM_PANEL * p->xrows * VNM_PANEL;
     vn_tensor *dxt = vn__new(VN_F32, 1, &n);
     vn_tensor *dx = dxt ? like_rows(like, p->K) : NULL;
     if (dx && vnm__spmm_t(p, values, dy, dyt, B, vn_tensor_data(dxt), lists)) {
         vn_tensor_release(dx);
         dx = NULL;
     }
-    if (dx) vnm__unpack(vn_tensor_data(dxt), p->Kp, vn_tensor_data(dx), B, p->K, p->K);
+    if (dx) vnm__unpack(vn_tensor_data(dxt), p->xrows, vn_tensor_data(dx), B, p->K, p->K);
     vn_tensor_release(dxt);
     return dx;
 }
@@ -186,7 +186,7 @@ vn_tensor *vn_vnm_sddmm(const vn_vnm *s, const vn_tensor *dy, const vn_tensor *x
     if (cuda) return vnm__cuda_sddmm(s, dy, x);
     vnm_pattern p = vnm__pattern_of(s);
     vn_tensor *dyc = plain(dy), *xc = dyc ? plain(x) : NULL;
-    vn_tensor *xt = xc ? packed(xc, B, p.K, p.Kp) : NULL;
+    vn_tensor *xt = xc ? packed(xc, B, p.K, p.xrows) : NULL;
     vn_tensor *dv = xt ? values_grad(NULL, 1, &p, dyc, NULL, vn_tensor_data(xt), B) : NULL;
     vn_tensor_release(dyc);
     vn_tensor_release(xc);
@@ -211,7 +211,7 @@ static vn_tensor *cpu_forward(const vnm_pattern *p, const vn_tensor *x, int64_t 
                               const float *values, const vn_tensor *bias, vn_tensor **xt)
 {
     vn_tensor *xc = plain(x), *bc = xc && bias ? plain(bias) : NULL;
-    *xt = xc && (bc || !bias) ? packed(xc, B, p->K, p->Kp) : NULL;
+    *xt = xc && (bc || !bias) ? packed(xc, B, p->K, p->xrows) : NULL;
     vn_tensor *y = *xt ? like_rows(x, p->R) : NULL;
     if (y && vnm__spmm(p, values, vn_tensor_data(*xt), B, bc ? vn_tensor_data(bc) : NULL,
                        vn_tensor_data(y), 0)) {
@@ -292,7 +292,7 @@ static vn_status vnm_linear_backward(vn_node *node, const vn_tensor *gout)
     if (!s && vn__input_needs_grad(node, 1)) {
         vn_tensor *xc = node->saved[SAVED_XT] ? NULL : plain(node->inputs[0]);
         vn_tensor *xt = node->saved[SAVED_XT] ? vn_tensor_retain(node->saved[SAVED_XT])
-                        : xc ? packed(xc, B, p.K, p.Kp) : NULL;
+                        : xc ? packed(xc, B, p.K, p.xrows) : NULL;
         s = vn__accum(node, 1, xt ? values_grad(node, 1, &p, dy, dyt ? vn_tensor_data(dyt) : NULL,
                                                    vn_tensor_data(xt), B) : NULL);
         vn_tensor_release(xc);
@@ -355,9 +355,9 @@ vn_tensor *vn_vnm_linear(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v
  * or unpacked.
  *
  * Node: inputs x, fc's values, proj's values, fc's bias, proj's bias (the
- * biases may be NULL); saved the two pattern blobs, x packed (fc's Kp rows
+ * biases may be NULL); saved the two pattern blobs, x packed (fc's xrows rows
  * per panel) and one tensor holding the hidden pre-activation H, then
- * GELU(H), each in panels of proj's Kp rows; saved state the two shapes. */
+ * GELU(H), each in panels of proj's xrows rows; saved state the two shapes. */
 enum { MLP_X, MLP_V1, MLP_V2, MLP_B1, MLP_B2 };
 enum { MLP_BLOB1, MLP_BLOB2, MLP_XT, MLP_ACT };
 struct vnm_mlp_saved { int64_t R1, K1, V1, M1, R2, K2, V2, M2; };
@@ -395,7 +395,7 @@ static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
         want[i] = i < node->ninputs && node->inputs[i] && vn__input_needs_grad(node, i);
     int64_t B = vn_tensor_numel(gout) / p2.R, npanels = (B + VNM_PANEL - 1) / VNM_PANEL;
     const float *hpre = vn_tensor_data(node->saved[MLP_ACT]);
-    const float *h = hpre + npanels * p2.Kp * VNM_PANEL;
+    const float *h = hpre + npanels * p2.xrows * VNM_PANEL;
     vn_tensor *gy = plain(gout), *gyt = gy ? packed(gy, B, p2.R, p2.R) : NULL;
     vn_status s = gyt ? VN_OK : VN_ERR_MEMORY;
     /* proj's bias and values, then fc's, then dX: the order of
@@ -405,16 +405,16 @@ static vn_status vnm_mlp_backward(vn_node *node, const vn_tensor *gout)
         s = vn__accum(node, MLP_V2, values_grad(node, MLP_V2, &p2, gy, vn_tensor_data(gyt), h, B));
     vn_tensor *v2 = NULL, *dh = NULL, *dhpre = NULL;
     if (!s && (want[MLP_X] || want[MLP_V1] || want[MLP_B1])) {
-        /* dH = dY·W2 in panels of proj's Kp rows, then dH ⊙ gelu'(H) in
+        /* dH = dY·W2 in panels of proj's xrows rows, then dH ⊙ gelu'(H) in
          * panels of fc's R rows: the dYt of fc's kernels */
         v2 = plain(node->inputs[MLP_V2]);
-        dh = v2 ? panels_new(npanels * p2.Kp * VNM_PANEL) : NULL;
+        dh = v2 ? panels_new(npanels * p2.xrows * VNM_PANEL) : NULL;
         dhpre = dh ? panels_new(npanels * p1.R * VNM_PANEL) : NULL;
         s = dhpre ? vnm__spmm_t(&p2, vn_tensor_data(v2), NULL, vn_tensor_data(gyt), B,
                                 vn_tensor_data(dh), NULL)
                   : VN_ERR_MEMORY;
         if (!s)
-            gelu_panels(vn_tensor_data(dhpre), p1.R, vn_tensor_data(dh), hpre, p2.Kp, p1.R, npanels);
+            gelu_panels(vn_tensor_data(dhpre), p1.R, vn_tensor_data(dh), hpre, p2.xrows, p1.R, npanels);
     }
     if (!s && want[MLP_B1]) s = bias_grad(node, MLP_B1, dhpre, true, B, p1.R);
     if (!s && want[MLP_V1])
@@ -472,19 +472,19 @@ vn_tensor *vn_vnm_mlp(const vn_tensor *x, const vn_vnm *fc, const vn_tensor *fc_
         return y;
     }
     vnm_pattern p1 = vnm__pattern_of(fc), p2 = vnm__pattern_of(proj);
-    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, hn = npanels * p2.Kp * VNM_PANEL;
+    int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, hn = npanels * p2.xrows * VNM_PANEL;
     vn_tensor *xc = plain(x), *v1 = xc ? plain(fc_values) : NULL, *v2 = v1 ? plain(proj_values) : NULL;
     vn_tensor *b1 = v2 && fc_bias ? plain(fc_bias) : NULL, *b2 = v2 && proj_bias ? plain(proj_bias) : NULL;
     bool ok = v2 && (b1 || !fc_bias) && (b2 || !proj_bias);
-    vn_tensor *xt = ok ? packed(xc, B, p1.K, p1.Kp) : NULL;
+    vn_tensor *xt = ok ? packed(xc, B, p1.K, p1.xrows) : NULL;
     vn_tensor *act = xt ? panels_new(2 * hn) : NULL; /* H, then GELU(H) */
     vn_tensor *y = act ? like_rows(x, p2.R) : NULL;
     if (y) {
         float *hpre = vn_tensor_data(act), *h = hpre + hn;
         vn_status s = vnm__spmm(&p1, vn_tensor_data(v1), vn_tensor_data(xt), B,
-                                b1 ? vn_tensor_data(b1) : NULL, hpre, p2.Kp);
+                                b1 ? vn_tensor_data(b1) : NULL, hpre, p2.xrows);
         if (!s) {
-            gelu_panels(h, p2.Kp, NULL, hpre, p2.Kp, p1.R, npanels);
+            gelu_panels(h, p2.xrows, NULL, hpre, p2.xrows, p1.R, npanels);
             s = vnm__spmm(&p2, vn_tensor_data(v2), h, B, b2 ? vn_tensor_data(b2) : NULL,
                           vn_tensor_data(y), 0);
         }
