@@ -567,22 +567,32 @@ static void repl(lua_State *L)
 
 /* ---- main ------------------------------------------------------------------------ */
 
-/* OpenMP's idle threads spin by default; on a small machine they take the
- * cores OpenBLAS's threads need, and each sgemm runs ~10x slower (measured:
- * 12.5 s vs 1.4 s for the same 100 training steps). libgomp reads
- * OMP_WAIT_POLICY once, when it is loaded, so when the user has not chosen
- * a policy we set "passive" and re-execute ourselves before any work. */
-static void ensure_passive_omp_wait(char **argv)
+/* How OpenMP's idle thread waits between parallel regions. A training step
+ * runs hundreds of them, with short serial stretches (Lua, small ops)
+ * between. libgomp's threads spin GOMP_SPINCOUNT times (one `pause` each,
+ * ~30 ns on Zen 4) before sleeping in the kernel:
+ *  - OMP_WAIT_POLICY=passive (0 spins) makes every region wake a sleeping
+ *    thread, which on a VM means waking a halted vCPU;
+ *  - libgomp's default (300,000 spins, ~9 ms) was slower than that too;
+ *  - 30,000 (~1 ms) was the fastest on the MLP epoch and on the GPT at both
+ *    sizes, dense and 2:8 (bench/RESULTS.md, "How the executable's OpenMP
+ *    threads wait").
+ * (Passive was needed while OpenBLAS had threads of its own that the
+ * spinning starved; it now runs single-threaded, engine/blas.c.) libgomp
+ * reads the variables once, when it is loaded, so when the user has set
+ * neither we set the count and re-execute ourselves before any work. (With
+ * more threads than CPUs libgomp spins far less by itself.) */
+static void set_omp_wait(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    setenv("GOMP_SPINCOUNT", "30000", 1);
     execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with the spinning default */
+    /* exec failed (no /proc): carry on with libgomp's default */
 }
 
 int main(int argc, char **argv)
 {
-    ensure_passive_omp_wait(argv);
+    set_omp_wait(argv);
     lua_State *L = luaL_newstate();
     if (!L) {
         fputs("venom: cannot create a Lua state (out of memory)\n", stderr);

@@ -84,11 +84,12 @@
  *        thread for repeatable runs.
  *      - The caching allocator is shared behind a lock; vn_memory_stats and
  *        vn_empty_cache count and free the blocks of all threads.
- *    Large ops also use OpenMP threads and OpenBLAS threads internally. Run
- *    the host program with OMP_WAIT_POLICY=passive in its environment (the
- *    venom executable sets it itself): with OpenMP's default spin-waiting,
- *    idle OpenMP threads and OpenBLAS threads starve each other and GEMMs
- *    run several times slower on small machines.
+ *    Large ops also use OpenMP threads internally (OpenBLAS is set to one
+ *    thread and the engine splits products over OpenMP's). Run the host
+ *    program with GOMP_SPINCOUNT=30000 in its environment (the venom
+ *    executable sets it itself): an idle thread then spins ~1 ms before it
+ *    sleeps, which was measured faster than both OMP_WAIT_POLICY=passive
+ *    and libgomp's default (bench/RESULTS.md).
  */
 #ifndef VENOM_H
 #define VENOM_H
