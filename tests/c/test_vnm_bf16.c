@@ -5,31 +5,12 @@
  * shapes that do not divide by V, M, the kernel's chunk of groups or the
  * batch panel; the f32 path bit for bit the same before and after a bf16
  * call; dX likewise, also for odd V (row pairs across blocks); bad input. The bf16 checks skip on a CPU without avx512_bf16. */
+#include "bf16_ref.h"
 #include "gradcheck.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* bf16(x) as a float: round to nearest even (no NaN or overflow here). */
-static double bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1);
-    u &= 0xffff0000u;
-    float r;
-    memcpy(&r, &u, 4);
-    return r;
-}
-
-/* Whether this machine runs the bf16 path; leaves the precision at f32. */
-static bool have_bf16(void)
-{
-    bool ok = vn_vnm_set_precision(VN_VNM_BF16) == VN_OK;
-    CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
-    return ok;
-}
 
 /* y (B × R) of vn_vnm_linear at the current precision. */
 static vn_tensor *forward(const vn_tensor *x, const vn_vnm *s, const vn_tensor *v, const vn_tensor *b)

@@ -9,6 +9,7 @@
  * from rows, with junk past the batch ignored; NaN and Inf in dY where f32
  * has them; the gradients of vn_vnm_linear and vn_vnm_mlp through autograd.
  * Skips on a CPU without avx512_bf16. */
+#include "bf16_ref.h"
 #include "gradcheck.h"
 #include "vnm_internal.h"
 
@@ -16,26 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* bf16(x) as a float: round to nearest even (no NaN or overflow here). */
-static double bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1);
-    u &= 0xffff0000u;
-    float r;
-    memcpy(&r, &u, 4);
-    return r;
-}
-
-/* Whether this machine runs the bf16 path; leaves the precision at f32. */
-static bool have_bf16(void)
-{
-    bool ok = vn_vnm_set_precision(VN_VNM_BF16) == VN_OK;
-    CHECK_OK(vn_vnm_set_precision(VN_VNM_F32));
-    return ok;
-}
 
 /* The kept column of value `slot` of group g in row r, from the mask (kept
  * columns in ascending order), or -1 when that value sits in padding. */
