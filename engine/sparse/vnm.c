@@ -277,13 +277,42 @@ void vn_vnm_free(vn_vnm *s)
     vn_tensor_release(s->blob);
     vn_tensor_release(s->values);
     vn_tensor_release(atomic_load(&s->device_pattern));
-    vn_tensor_release(s->packed);
-    vn_tensor_release(s->packed_from);
+    vn_tensor_release(s->packed.value);
+    vn_tensor_release(s->packed.from);
     vn_tensor_release(s->dense);
     vn_tensor_release(s->dense_of);
-    vn_tensor_release(s->lists);
-    vn_tensor_release(s->lists_from);
+    vn_tensor_release(s->lists.value);
+    vn_tensor_release(s->lists.from);
     free(s);
+}
+
+static void derived_lock(vnm_derived *d)
+{
+    while (atomic_flag_test_and_set_explicit(&d->lock, memory_order_acquire)) {}
+}
+static void derived_unlock(vnm_derived *d) { atomic_flag_clear_explicit(&d->lock, memory_order_release); }
+
+vn_tensor *vnm__derived_get(vnm_derived *d, const vn_tensor *values, uint32_t version)
+{
+    derived_lock(d);
+    const vn_tensor *from = d->from;
+    bool hit = d->value && from->storage == values->storage && from->offset == values->offset &&
+               !memcmp(from->strides, values->strides, sizeof from->strides) && d->version == version;
+    vn_tensor *value = hit ? vn_tensor_retain(d->value) : NULL;
+    derived_unlock(d);
+    return value;
+}
+
+void vnm__derived_put(vnm_derived *d, const vn_tensor *values, uint32_t version, vn_tensor *value)
+{
+    derived_lock(d);
+    vn_tensor *old = d->value, *old_from = d->from;
+    d->value = vn_tensor_retain(value);
+    d->from = vn_tensor_retain((vn_tensor *)values);
+    d->version = version;
+    derived_unlock(d);
+    vn_tensor_release(old); /* outside the lock: a release may free */
+    vn_tensor_release(old_from);
 }
 
 vn_tensor *vn_vnm_values(const vn_vnm *s)

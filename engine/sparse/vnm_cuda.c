@@ -139,11 +139,11 @@ static vn_tensor *pack_values(const vn_vnm *s, const vn_tensor *pat, const vn_te
 
 static void lock_packed(const vn_vnm *s)
 {
-    while (atomic_flag_test_and_set_explicit(&((vn_vnm *)s)->packed_lock, memory_order_acquire)) {}
+    while (atomic_flag_test_and_set_explicit(&((vn_vnm *)s)->packed.lock, memory_order_acquire)) {}
 }
 static void unlock_packed(const vn_vnm *s)
 {
-    atomic_flag_clear_explicit(&((vn_vnm *)s)->packed_lock, memory_order_release);
+    atomic_flag_clear_explicit(&((vn_vnm *)s)->packed.lock, memory_order_release);
 }
 
 /* pack_values, cached in s: the values tensor of the last pack (same
@@ -155,24 +155,11 @@ static vn_tensor *packed_values(const vn_vnm *s, const vn_tensor *pat, const vn_
 {
     vn_vnm *m = (vn_vnm *)s; /* the cache is the only part of s that changes */
     uint32_t version = values->storage->version;
-    lock_packed(s);
-    const vn_tensor *from = m->packed_from;
-    bool hit = m->packed && from->storage == values->storage && from->offset == values->offset &&
-               !memcmp(from->strides, values->strides, sizeof from->strides) &&
-               m->packed_version == version && m->packed->dtype == dtype;
-    vn_tensor *packed = hit ? vn_tensor_retain(m->packed) : NULL;
-    unlock_packed(s);
-    if (hit) return packed;
+    vn_tensor *packed = vnm__derived_get(&m->packed, values, version);
+    if (packed && packed->dtype == dtype) return packed;
+    vn_tensor_release(packed);
     packed = pack_values(s, pat, values, dtype);
-    if (!packed) return NULL;
-    lock_packed(s);
-    vn_tensor *old = m->packed, *old_from = m->packed_from;
-    m->packed = vn_tensor_retain(packed);
-    m->packed_from = vn_tensor_retain((vn_tensor *)values);
-    m->packed_version = version;
-    unlock_packed(s);
-    vn_tensor_release(old);
-    vn_tensor_release(old_from);
+    if (packed) vnm__derived_put(&m->packed, values, version, packed);
     return packed;
 }
 

@@ -41,6 +41,17 @@ typedef struct {
     const uint8_t *idx;
 } vnm_pattern;
 
+/* A tensor made from a matrix's values (the CUDA kernels' packed values,
+ * the bf16 dX's pair lists) with what it was made from: the values tensor,
+ * kept alive so that its storage cannot be reused under the key, and that
+ * storage's version. Valid until an in-place write (an optimizer step)
+ * bumps the version. `lock` is held only to read or swap the fields. */
+typedef struct {
+    atomic_flag lock;
+    vn_tensor *value, *from;
+    uint32_t version;
+} vnm_derived;
+
 struct vn_vnm {
     int64_t R, K, V, M;
     vn_tensor *blob;   /* u8: the pattern arrays, laid out by vnm__layout */
@@ -49,27 +60,24 @@ struct vn_vnm {
      * (vnm_cuda.c): built on first CUDA use and then only read, so threads
      * sharing the matrix set it once with a compare-and-swap. */
     _Atomic(vn_tensor *) device_pattern;
-    /* The values packed for those kernels and what they were packed from
-     * (the values tensor, kept alive so that its storage cannot be reused
-     * under the key, and that storage's version): reused until an in-place
-     * write (an optimizer step) bumps the version. Guarded by packed_lock,
-     * held only to read or swap the three fields. */
-    atomic_flag packed_lock;
-    vn_tensor *packed, *packed_from;
-    uint32_t packed_version;
+    /* The values packed for those kernels (vnm_cuda.c). */
+    vnm_derived packed;
     /* The dense 16-bit W (R × K) of the cuBLAS dX path, built from the
      * packed tensor dense_of (kept alive, so the pointer stays a valid
      * key): rebuilt when the packed values are, i.e. once per optimizer
-     * step. Guarded by packed_lock too. */
+     * step. Guarded by packed.lock. */
     vn_tensor *dense, *dense_of;
-    /* The bf16 dX's pair lists (vnm__bf16_lists) of the values tensor
-     * lists_from (kept alive, as packed_from) at lists_version: a plain
-     * vn_vnm_spmm_t reuses them until the values are written in place.
-     * Guarded by lists_lock, held only to read or swap the three fields. */
-    atomic_flag lists_lock;
-    vn_tensor *lists, *lists_from;
-    uint32_t lists_version;
+    /* The bf16 dX's pair lists (vnm__bf16_lists): a plain vn_vnm_spmm_t
+     * reuses them until the values are written in place. */
+    vnm_derived lists;
 };
+
+/* The derived tensor in d, retained, when it was made from `values` (same
+ * storage, offset and strides) at `version`; else NULL. */
+vn_tensor *vnm__derived_get(vnm_derived *d, const vn_tensor *values, uint32_t version);
+/* Keeps `value`, made from `values` at `version`, in d (retained; the
+ * tensors it replaces are released). */
+void vnm__derived_put(vnm_derived *d, const vn_tensor *values, uint32_t version, vn_tensor *value);
 
 /* Fills the derived sizes of p from R, K, V, M and returns the blob's size
  * in bytes; with `blob` non-NULL also points p's arrays into it. */

@@ -306,34 +306,14 @@ vn_tensor *vnm__bf16_lists(const vnm_pattern *p, const float *values)
     return t;
 }
 
-static void lock_lists(vn_vnm *s)
-{
-    while (atomic_flag_test_and_set_explicit(&s->lists_lock, memory_order_acquire)) {}
-}
-static void unlock_lists(vn_vnm *s) { atomic_flag_clear_explicit(&s->lists_lock, memory_order_release); }
-
 vn_tensor *vnm__bf16_lists_of(const vn_vnm *s, const vn_tensor *values, const float *data)
 {
     vn_vnm *m = (vn_vnm *)s; /* the cache is the only part of s that changes */
     uint32_t version = values->storage->version;
-    lock_lists(m);
-    const vn_tensor *from = m->lists_from;
-    bool hit = m->lists && from->storage == values->storage && from->offset == values->offset &&
-               !memcmp(from->strides, values->strides, sizeof from->strides) &&
-               m->lists_version == version;
-    vn_tensor *lists = hit ? vn_tensor_retain(m->lists) : NULL;
-    unlock_lists(m);
-    if (hit) return lists;
+    vn_tensor *lists = vnm__derived_get(&m->lists, values, version);
+    if (lists) return lists;
     vnm_pattern p = vnm__pattern_of(s);
-    if (!(lists = vnm__bf16_lists(&p, data))) return NULL;
-    lock_lists(m);
-    vn_tensor *old = m->lists, *old_from = m->lists_from;
-    m->lists = vn_tensor_retain(lists);
-    m->lists_from = vn_tensor_retain((vn_tensor *)values);
-    m->lists_version = version;
-    unlock_lists(m);
-    vn_tensor_release(old);
-    vn_tensor_release(old_from);
+    if ((lists = vnm__bf16_lists(&p, data))) vnm__derived_put(&m->lists, values, version, lists);
     return lists;
 }
 
