@@ -131,11 +131,11 @@ static void test_dy_from_panels(void **state)
         CHECK_PTR(s);
         vnm_pattern p = vnm__pattern_of(s);
         int64_t npanels = (B + VNM_PANEL - 1) / VNM_PANEL, n = 2 * p.R * p.G;
-        float *xt = calloc((size_t)(npanels * p.Kp * VNM_PANEL), sizeof(float));
+        float *xt = calloc((size_t)(npanels * p.xrows * VNM_PANEL), sizeof(float));
         float *dyt = calloc((size_t)(npanels * p.R * VNM_PANEL), sizeof(float));
         float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
         assert_true(xt && dyt && a && b);
-        vnm__pack(vn_tensor_data(x), B, K, K, xt, p.Kp);
+        vnm__pack(vn_tensor_data(x), B, K, K, xt, p.xrows);
         vnm__pack(vn_tensor_data(dy), B, R, R, dyt, R);
         for (int64_t r = 0; r < R; r++) /* junk in the last panel's lanes past B */
             for (int64_t l = B % VNM_PANEL; l > 0 && l < VNM_PANEL; l++)
