@@ -28,7 +28,9 @@ static inline void die(const char *what)
 }
 
 /* Runs the program again with OMP_WAIT_POLICY=passive unless it is set:
- * spinning OpenMP threads starve OpenBLAS's. Call first in main. */
+ * the benchmarks time work, also in process CPU time, which an idle thread
+ * spinning between regions (as `venom` lets it, lua/main.c) would inflate.
+ * Call first in main. */
 static inline void passive_omp(char **argv)
 {
     if (!getenv("OMP_WAIT_POLICY")) {

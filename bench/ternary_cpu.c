@@ -27,7 +27,6 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define MAX_LIST BENCH_MAX_LIST
 #define MAX_REPS 101
@@ -142,10 +141,7 @@ static void bench(int64_t N, int64_t K, const int64_t *batches, int nb, int reps
 
 int main(int argc, char **argv)
 {
-    if (!getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);
-    }
+    passive_omp(argv);
     int reps = 15;
     int64_t shapes[MAX_LIST][2], batches[MAX_LIST];
     int ns = parse_list("4096x4096,11008x4096", NULL, shapes, "--shapes");

@@ -300,7 +300,8 @@ vn_status vn__accum_all(vn_node *node, int n, vn_tensor **d);
 /* A pass that streams memory at about one operation per element (add, mul,
  * relu, a bias row, column sums) stays on one thread below this many
  * elements: waking the sleeping second thread (OMP_WAIT_POLICY=passive, as
- * `venom` runs) costs more than the pass. On the 2-core Zen 4 VM, relu over
+ * `venom` ran when this was measured; it now spins ~1 ms first, lua/main.c,
+ * so the limit may be on the safe side) costs more than the pass. On the 2-core Zen 4 VM, relu over
  * 131,072 floats took 12 µs on one thread and 20-25 µs on two. */
 #define VN_OMP_MIN_STREAM 262144
 

@@ -69,8 +69,8 @@ segment_block(int W, int64_t lo, int64_t hi, int64_t end, int64_t F, const int64
 }
 
 /* Multiply-adds below which a segment sum runs on one thread. Waking the
- * second, sleeping OpenMP thread (OMP_WAIT_POLICY=passive, as `venom` sets)
- * and joining it costs ~70 µs on the 2-core VMs we measure on, about what
+ * second, sleeping OpenMP thread (OMP_WAIT_POLICY=passive, as `venom` set
+ * until it spun ~1 ms instead: lua/main.c) and joining it costs ~70 µs on the 2-core VMs we measure on, about what
  * one thread does in 0.5M multiply-adds: on Cora (13k entries) F = 64 took
  * 0.12 ms on one thread against 0.18–0.22 ms on two (bench/spmm, RESULTS.md). */
 #define CSR_PARALLEL_MIN_WORK ((int64_t)1 << 21)
