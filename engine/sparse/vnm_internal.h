@@ -145,7 +145,7 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
  * vnm__spmm_tile_bf16 instead of the f32 spmm_tile. */
 #define VNM_BF16_GROUPS 16 /* groups per chunk of the pair buffer (24 KiB) */
 #define VNM_BF16_PAIRS_BYTES (VNM_BF16_GROUPS * 6 * 4 * 64)
-_Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_pair_offsets stores offsets into it as uint16");
+_Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_chunk_rows stores offsets into it as uint16");
 /* vnm__transpose in 16 × 16 blocks of AVX-512 shuffles (the same bits):
  * the bf16 forward's write-back of its tiles. AVX-512 CPUs only. */
 void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc);
@@ -153,14 +153,28 @@ void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, in
 bool vnm__have_bf16(void);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void vnm__to_bf16(const float *src, int64_t n, uint16_t *dst);
-/* off (R × G) = for each row and group, the byte offset in the tile's pair
- * buffer of the interleaved pair of X columns that the row's two values
- * multiply (the group's place in its chunk and which of the 6 pairs). */
-void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off);
+/* Where row r's word of group g sits in the forward's chunk-major order:
+ * block, then chunk of VNM_BF16_GROUPS groups, then the block's rows, then
+ * the group in its chunk. A block's rows read a chunk's values one after
+ * the other, so this is one stream per tile; row-major order made it V
+ * streams G words apart, which at K = 4096 (G = 512 at M = 8: 2 KiB) fell
+ * into 2 of the L1's 64 sets. nchunks = ⌈G / VNM_BF16_GROUPS⌉; the buffers
+ * hold nblocks·nchunks·V·VNM_BF16_GROUPS entries (tails unused). */
+static inline int64_t vnm__bf16_chunk_at(const vnm_pattern *p, int64_t nchunks, int64_t r, int64_t g)
+{
+    return ((r / p->V * nchunks + g / VNM_BF16_GROUPS) * p->V + r % p->V) * VNM_BF16_GROUPS +
+           g % VNM_BF16_GROUPS;
+}
+/* cvals, off (chunk-major, vnm__bf16_chunk_at) = for each row and group,
+ * the row's bf16 value pair from vals (R × G words, row-major) and the byte
+ * offset in the tile's pair buffer of the interleaved pair of X columns
+ * that the two values multiply (the group's place in its chunk and which
+ * of the 6 pairs). */
+void vnm__bf16_chunk_rows(const vnm_pattern *p, const uint32_t *vals, uint32_t *cvals, uint16_t *off);
 /* tile (the rows of block rb × VNM_PANEL) = those rows of (X·Wᵀ)ᵀ for one
- * batch panel xp of bf16 Xt, from vals (R × G words: a row's two bf16
- * values of a group, slot 0 in the low half) and poff (from
- * vnm__bf16_pair_offsets); pairs: VNM_BF16_PAIRS_BYTES of scratch, 64-byte
+ * batch panel xp of bf16 Xt, from vals (words: a row's two bf16 values of
+ * a group, slot 0 in the low half) and poff, both from
+ * vnm__bf16_chunk_rows; pairs: VNM_BF16_PAIRS_BYTES of scratch, 64-byte
  * aligned. */
 void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint16_t *poff,
                          const uint16_t *xp, int64_t rb, void *pairs, float *tile);
