@@ -291,7 +291,7 @@ void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots,
     for (int64_t rb = 0; rb < p->nblocks; rb++) {
         int64_t r0 = rb * p->V, r1 = p->R < r0 + p->V ? p->R : r0 + p->V;
         for (int64_t g = 0; g < p->G; g++) {
-            int64_t bg = rb * p->G + g;
+            int64_t bg = vnm__bf16_t_at(p, rb, g);
             uint16_t *cnt = tcount + bg * 16;
             memset(cnt, 0, 16 * sizeof *cnt);
             /* two passes over the pairs: count each mask, then place the
@@ -357,11 +357,11 @@ void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint1
     for (int64_t rb = 0; rb < p->nblocks; rb++) {
         const uint16_t *yb = dy2 + rb * p->V / 2 * 2 * VNM_PANEL; /* the block's first row pair */
         for (int64_t g = g0; g < g1; g++) {
-            int64_t bg = rb * p->G + g;
+            int64_t bg = vnm__bf16_t_at(p, rb, g);
             float *out[4];
             __m512 acc[4][4];
             for (int j = 0; j < 4; j++) {
-                out[j] = dxp + (g * p->M + p->cols[bg * 4 + j]) * VNM_PANEL;
+                out[j] = dxp + (g * p->M + p->cols[(rb * p->G + g) * 4 + j]) * VNM_PANEL;
                 for (int q = 0; q < 4; q++) acc[j][q] = _mm512_loadu_ps(out[j] + 16 * q);
             }
             const uint16_t *cnt = tcount + bg * 16;

@@ -188,7 +188,20 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2);
 /* The same dy2 from dY (B × R, row-major) instead of dYt, bit for bit. */
 void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2);
-/* For each block and group bg = block·G + g: the row pairs of the block
+/* The bf16 dX's unit of work is one batch panel and a chunk of
+ * vnm__bf16_t_chunk(p) groups (64 columns of dXt, or one group when M ≥ 64)
+ * for all blocks, so the lists are stored in that order: chunk, block, group
+ * in the chunk (vnm__bf16_t_at). A work item then reads its lists as one
+ * stream; block-major order made it nblocks runs G lists apart, which at
+ * K = 4096 (20 MiB of lists at 4096 × 4096, 2:8, read again for every panel)
+ * the hardware prefetcher followed poorly. */
+static inline int64_t vnm__bf16_t_chunk(const vnm_pattern *p) { return p->M >= 64 ? 1 : 64 / p->M; }
+static inline int64_t vnm__bf16_t_at(const vnm_pattern *p, int64_t rb, int64_t g)
+{
+    int64_t gc = vnm__bf16_t_chunk(p), c0 = g / gc * gc, n = p->G - c0 < gc ? p->G - c0 : gc;
+    return c0 * p->nblocks + rb * n + g - c0;
+}
+/* For each block and group, bg = vnm__bf16_t_at(p, block, g): the row pairs of the block
  * (tp: the pair's index minus the block's first pair, r0/2) with, for each
  * of the group's 4 kept columns j, the two rows' bf16 values there (tv[4·e
  * + j], row 2i in the low half, 0 for a row that does not use j or lies

@@ -360,7 +360,7 @@ static vn_status spmm_t_bf16(const vnm_pattern *p, const float *values, const fl
     else
         vnm__bf16_pair_rows_of(dy, B, p->R, dy2);
     bf16_lists l = lists_in(p, lists ? lists : own);
-    int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+    int64_t gchunk = vnm__bf16_t_chunk(p), nchunks = (p->G + gchunk - 1) / gchunk;
 #pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t w = 0; w < npanels * nchunks; w++) {
         int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
@@ -404,7 +404,7 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
     /* A work item owns the rows of dXt of some groups in one batch panel:
      * about 64 rows (16 KiB), so they stay in L1 while every block of dY
      * adds into them. */
-    int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+    int64_t gchunk = vnm__bf16_t_chunk(p), nchunks = (p->G + gchunk - 1) / gchunk;
 #pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t w = 0; w < npanels * nchunks; w++) {
         int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
