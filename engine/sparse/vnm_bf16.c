@@ -59,13 +59,16 @@ static const uint8_t pair_cols[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, 
 static const uint8_t pair_of[16] = {[0 | 1 << 2] = 0, [0 | 2 << 2] = 1, [0 | 3 << 2] = 2,
                                     [1 | 2 << 2] = 3, [1 | 3 << 2] = 4, [2 | 3 << 2] = 5};
 
-void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off)
+void vnm__bf16_chunk_rows(const vnm_pattern *p, const uint32_t *vals, uint32_t *cvals, uint16_t *off)
 {
+    int64_t nchunks = (p->G + VNM_BF16_GROUPS - 1) / VNM_BF16_GROUPS;
 #pragma omp parallel for schedule(static) if (p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t r = 0; r < p->R; r++)
         for (int64_t g = 0; g < p->G; g++) {
             int nib = (p->idx[r * p->idx_stride + g / 2] >> (g & 1) * 4) & 15;
-            off[r * p->G + g] = (uint16_t)(((g % VNM_BF16_GROUPS) * 6 + pair_of[nib]) * 4 * 64);
+            int64_t e = vnm__bf16_chunk_at(p, nchunks, r, g);
+            cvals[e] = vals[r * p->G + g];
+            off[e] = (uint16_t)(((g % VNM_BF16_GROUPS) * 6 + pair_of[nib]) * 4 * 64);
         }
 }
 
@@ -76,10 +79,10 @@ void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off)
 #define PREFETCH_ROWS 4
 
 /* tile (rows of block rb × VNM_PANEL) = the block's rows of (X·Wᵀ)ᵀ for the
- * batch panel xp (xrows rows of VNM_PANEL bf16), from vals (R × G pairs of
- * bf16 values, a row's pair of a group as one 32-bit word, slot 0 in the
- * low half) and poff (vnm__bf16_pair_offsets). pairs is scratch of
- * VNM_BF16_PAIRS_BYTES.
+ * batch panel xp (xrows rows of VNM_PANEL bf16), from vals (pairs of bf16
+ * values, a row's pair of a group as one 32-bit word, slot 0 in the low
+ * half) and poff, both in the chunk-major order of vnm__bf16_chunk_rows.
+ * pairs is scratch of VNM_BF16_PAIRS_BYTES.
  *
  * For each chunk of VNM_BF16_GROUPS groups the 6 pairs of each group are
  * built for the whole panel (24 KiB, in L1), then every row of the block
@@ -99,6 +102,7 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
     const char *pb = pairs;
     int64_t r0 = rb * p->V, rows = p->R - r0 < p->V ? p->R - r0 : p->V;
     const uint16_t *cl = p->cols + rb * p->G * 4;
+    int64_t nchunks = (p->G + VNM_BF16_GROUPS - 1) / VNM_BF16_GROUPS;
     for (int64_t g0 = 0; g0 < p->G; g0 += VNM_BF16_GROUPS) {
         int64_t ng = p->G - g0 < VNM_BF16_GROUPS ? p->G - g0 : VNM_BF16_GROUPS;
         for (int64_t k = 0; k < ng; k++) {
@@ -119,15 +123,15 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
             }
         }
         for (int64_t v = 0; v < rows; v++) {
-            const uint32_t *w = vals + (r0 + v) * p->G + g0;
-            const uint16_t *po = poff + (r0 + v) * p->G + g0;
+            int64_t e = vnm__bf16_chunk_at(p, nchunks, r0 + v, g0);
+            const uint32_t *w = vals + e;
+            const uint16_t *po = poff + e;
             float *out = tile + v * VNM_PANEL;
-            /* A row's values and offsets of a chunk are 48 bytes, its next
-             * ones G words further: too many streams for the hardware
-             * prefetcher once G is large, so fetch a later row's ahead. */
+            /* The block's rows' values and offsets of this chunk follow
+             * each other (VNM_BF16_GROUPS words per row): one stream. */
             if (v + PREFETCH_ROWS < rows) {
-                __builtin_prefetch(w + PREFETCH_ROWS * p->G);
-                __builtin_prefetch(po + PREFETCH_ROWS * p->G);
+                __builtin_prefetch(w + PREFETCH_ROWS * VNM_BF16_GROUPS);
+                __builtin_prefetch(po + PREFETCH_ROWS * VNM_BF16_GROUPS);
             }
             __m512 acc[SETS][4];
             for (int i = 0; i < SETS; i++)
@@ -287,7 +291,7 @@ void vnm__bf16_t_lists(const vnm_pattern *p, const float *values, int64_t slots,
     for (int64_t rb = 0; rb < p->nblocks; rb++) {
         int64_t r0 = rb * p->V, r1 = p->R < r0 + p->V ? p->R : r0 + p->V;
         for (int64_t g = 0; g < p->G; g++) {
-            int64_t bg = rb * p->G + g;
+            int64_t bg = vnm__bf16_t_at(p, rb, g);
             uint16_t *cnt = tcount + bg * 16;
             memset(cnt, 0, 16 * sizeof *cnt);
             /* two passes over the pairs: count each mask, then place the
@@ -353,11 +357,11 @@ void vnm__spmm_t_tile_bf16(const vnm_pattern *p, const uint32_t *tv, const uint1
     for (int64_t rb = 0; rb < p->nblocks; rb++) {
         const uint16_t *yb = dy2 + rb * p->V / 2 * 2 * VNM_PANEL; /* the block's first row pair */
         for (int64_t g = g0; g < g1; g++) {
-            int64_t bg = rb * p->G + g;
+            int64_t bg = vnm__bf16_t_at(p, rb, g);
             float *out[4];
             __m512 acc[4][4];
             for (int j = 0; j < 4; j++) {
-                out[j] = dxp + (g * p->M + p->cols[bg * 4 + j]) * VNM_PANEL;
+                out[j] = dxp + (g * p->M + p->cols[(rb * p->G + g) * 4 + j]) * VNM_PANEL;
                 for (int q = 0; q < 4; q++) acc[j][q] = _mm512_loadu_ps(out[j] + 16 * q);
             }
             const uint16_t *cnt = tcount + bg * 16;
@@ -392,7 +396,10 @@ void vnm__to_bf16(const float *src, int64_t n, uint16_t *dst)
 {
     for (int64_t i = 0; i < n; i++) dst[i] = vn__f32_to_bf16(src[i]);
 }
-void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off) { (void)p, (void)off; }
+void vnm__bf16_chunk_rows(const vnm_pattern *p, const uint32_t *vals, uint32_t *cvals, uint16_t *off)
+{
+    (void)p, (void)vals, (void)cvals, (void)off;
+}
 void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint16_t *poff,
                          const uint16_t *xp, int64_t rb, void *pairs, float *tile)
 {

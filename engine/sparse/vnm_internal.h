@@ -153,7 +153,7 @@ vn_status vnm__sddmm(const vnm_pattern *p, const float *dy, const float *dyt, co
  * vnm__spmm_tile_bf16 instead of the f32 spmm_tile. */
 #define VNM_BF16_GROUPS 16 /* groups per chunk of the pair buffer (24 KiB) */
 #define VNM_BF16_PAIRS_BYTES (VNM_BF16_GROUPS * 6 * 4 * 64)
-_Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_pair_offsets stores offsets into it as uint16");
+_Static_assert(VNM_BF16_PAIRS_BYTES <= 65536, "vnm__bf16_chunk_rows stores offsets into it as uint16");
 /* vnm__transpose in 16 × 16 blocks of AVX-512 shuffles (the same bits):
  * the bf16 forward's write-back of its tiles. AVX-512 CPUs only. */
 void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc);
@@ -161,14 +161,28 @@ void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, in
 bool vnm__have_bf16(void);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void vnm__to_bf16(const float *src, int64_t n, uint16_t *dst);
-/* off (R × G) = for each row and group, the byte offset in the tile's pair
- * buffer of the interleaved pair of X columns that the row's two values
- * multiply (the group's place in its chunk and which of the 6 pairs). */
-void vnm__bf16_pair_offsets(const vnm_pattern *p, uint16_t *off);
+/* Where row r's word of group g sits in the forward's chunk-major order:
+ * block, then chunk of VNM_BF16_GROUPS groups, then the block's rows, then
+ * the group in its chunk. A block's rows read a chunk's values one after
+ * the other, so this is one stream per tile; row-major order made it V
+ * streams G words apart, which at K = 4096 (G = 512 at M = 8: 2 KiB) fell
+ * into 2 of the L1's 64 sets. nchunks = ⌈G / VNM_BF16_GROUPS⌉; the buffers
+ * hold nblocks·nchunks·V·VNM_BF16_GROUPS entries (tails unused). */
+static inline int64_t vnm__bf16_chunk_at(const vnm_pattern *p, int64_t nchunks, int64_t r, int64_t g)
+{
+    return ((r / p->V * nchunks + g / VNM_BF16_GROUPS) * p->V + r % p->V) * VNM_BF16_GROUPS +
+           g % VNM_BF16_GROUPS;
+}
+/* cvals, off (chunk-major, vnm__bf16_chunk_at) = for each row and group,
+ * the row's bf16 value pair from vals (R × G words, row-major) and the byte
+ * offset in the tile's pair buffer of the interleaved pair of X columns
+ * that the two values multiply (the group's place in its chunk and which
+ * of the 6 pairs). */
+void vnm__bf16_chunk_rows(const vnm_pattern *p, const uint32_t *vals, uint32_t *cvals, uint16_t *off);
 /* tile (the rows of block rb × VNM_PANEL) = those rows of (X·Wᵀ)ᵀ for one
- * batch panel xp of bf16 Xt, from vals (R × G words: a row's two bf16
- * values of a group, slot 0 in the low half) and poff (from
- * vnm__bf16_pair_offsets); pairs: VNM_BF16_PAIRS_BYTES of scratch, 64-byte
+ * batch panel xp of bf16 Xt, from vals (words: a row's two bf16 values of
+ * a group, slot 0 in the low half) and poff, both from
+ * vnm__bf16_chunk_rows; pairs: VNM_BF16_PAIRS_BYTES of scratch, 64-byte
  * aligned. */
 void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint16_t *poff,
                          const uint16_t *xp, int64_t rb, void *pairs, float *tile);
@@ -182,7 +196,20 @@ void vnm__spmm_tile_bf16(const vnm_pattern *p, const uint32_t *vals, const uint1
 void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t *dy2);
 /* The same dy2 from dY (B × R, row-major) instead of dYt, bit for bit. */
 void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2);
-/* For each block and group bg = block·G + g: the row pairs of the block
+/* The bf16 dX's unit of work is one batch panel and a chunk of
+ * vnm__bf16_t_chunk(p) groups (64 columns of dXt, or one group when M ≥ 64)
+ * for all blocks, so the lists are stored in that order: chunk, block, group
+ * in the chunk (vnm__bf16_t_at). A work item then reads its lists as one
+ * stream; block-major order made it nblocks runs G lists apart, which at
+ * K = 4096 (20 MiB of lists at 4096 × 4096, 2:8, read again for every panel)
+ * the hardware prefetcher followed poorly. */
+static inline int64_t vnm__bf16_t_chunk(const vnm_pattern *p) { return p->M >= 64 ? 1 : 64 / p->M; }
+static inline int64_t vnm__bf16_t_at(const vnm_pattern *p, int64_t rb, int64_t g)
+{
+    int64_t gc = vnm__bf16_t_chunk(p), c0 = g / gc * gc, n = p->G - c0 < gc ? p->G - c0 : gc;
+    return c0 * p->nblocks + rb * n + g - c0;
+}
+/* For each block and group, bg = vnm__bf16_t_at(p, block, g): the row pairs of the block
  * (tp: the pair's index minus the block's first pair, r0/2) with, for each
  * of the group's 4 kept columns j, the two rows' bf16 values there (tv[4·e
  * + j], row 2i in the low half, 0 for a row that does not use j or lies

@@ -173,11 +173,14 @@ void vnm__unpack(const float *src, int64_t rows, float *dst, int64_t B, int64_t 
 
 /* ---- forward: Y = X·Wᵀ + b ------------------------------------------------------------ */
 
-/* The bf16 operands of the forward: Xt and the values rounded to bf16 in
- * the same layouts (the values' pairs read as one 32-bit word per group). */
+/* The bf16 operands of the forward: Xt rounded to bf16 in its layout, the
+ * values rounded to bf16 (vals, R × 2G, read as one 32-bit word per row and
+ * group) and then put in chunk-major order with their pair offsets (cvals,
+ * poff: vnm__bf16_chunk_rows). */
 typedef struct {
-    uint16_t *xt, *vals, *poff; /* poff: vnm__bf16_pair_offsets */
-    size_t xt_bytes, vals_bytes, poff_bytes;
+    uint16_t *xt, *vals, *poff;
+    uint32_t *cvals;
+    size_t xt_bytes, vals_bytes, poff_bytes, cvals_bytes;
 } bf16_operands;
 
 static void bf16_free(bf16_operands *o)
@@ -185,6 +188,7 @@ static void bf16_free(bf16_operands *o)
     if (o->xt) vn__mem_free(o->xt, o->xt_bytes);
     if (o->vals) vn__mem_free(o->vals, o->vals_bytes);
     if (o->poff) vn__mem_free(o->poff, o->poff_bytes);
+    if (o->cvals) vn__mem_free(o->cvals, o->cvals_bytes);
 }
 
 /* Rounds Xt (npanels·xrows·VNM_PANEL floats) and the values (R × 2G) to bf16,
@@ -195,20 +199,23 @@ static vn_status bf16_convert(const vnm_pattern *p, const float *values, const f
                               int64_t npanels, bf16_operands *o)
 {
     int64_t nx = npanels * p->xrows * VNM_PANEL, nv = p->R * 2 * p->G;
+    int64_t nc = p->nblocks * ((p->G + VNM_BF16_GROUPS - 1) / VNM_BF16_GROUPS) * p->V * VNM_BF16_GROUPS;
     o->xt_bytes = sizeof(uint16_t) * (size_t)nx;
     o->vals_bytes = sizeof(uint16_t) * (size_t)nv;
+    o->poff_bytes = sizeof(uint16_t) * (size_t)nc;
+    o->cvals_bytes = sizeof(uint32_t) * (size_t)nc;
     o->xt = vn__mem_alloc(o->xt_bytes);
-    o->poff_bytes = sizeof(uint16_t) * (size_t)(p->R * p->G);
     o->vals = vn__mem_alloc(o->vals_bytes);
     o->poff = vn__mem_alloc(o->poff_bytes);
-    if (!o->xt || !o->vals || !o->poff) {
+    o->cvals = vn__mem_alloc(o->cvals_bytes);
+    if (!o->xt || !o->vals || !o->poff || !o->cvals) {
         bf16_free(o);
         return vn__err(VN_ERR_MEMORY, "vnm_linear: out of memory for %zu bytes of bf16 operands",
-                       o->xt_bytes + o->vals_bytes + o->poff_bytes);
+                       o->xt_bytes + o->vals_bytes + o->poff_bytes + o->cvals_bytes);
     }
     vnm__to_bf16(xt, nx, o->xt);
     vnm__to_bf16(values, nv, o->vals);
-    vnm__bf16_pair_offsets(p, o->poff);
+    vnm__bf16_chunk_rows(p, (const uint32_t *)o->vals, o->cvals, o->poff);
     return VN_OK;
 }
 
@@ -240,7 +247,7 @@ vn_status vnm__spmm(const vnm_pattern *p, const float *values, const float *xt, 
              * writes it in place. */
             float *out = yrows ? y + (pn * yrows + r0) * VNM_PANEL : tile;
             if (bf16)
-                vnm__spmm_tile_bf16(p, (const uint32_t *)o.vals, o.poff, o.xt + pn * p->xrows * VNM_PANEL, rb,
+                vnm__spmm_tile_bf16(p, o.cvals, o.poff, o.xt + pn * p->xrows * VNM_PANEL, rb,
                                     (char *)tile + tile_bytes, out);
             else
                 for (int64_t g0 = 0; g0 < p->G; g0 += SPMM_GROUPS)
@@ -333,7 +340,7 @@ static vn_status spmm_t_bf16(const vnm_pattern *p, const float *values, const fl
     else
         vnm__bf16_pair_rows_of(dy, B, p->R, dy2);
     bf16_lists l = lists_in(p, lists ? lists : own);
-    int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+    int64_t gchunk = vnm__bf16_t_chunk(p), nchunks = (p->G + gchunk - 1) / gchunk;
 #pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t w = 0; w < npanels * nchunks; w++) {
         int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
@@ -377,7 +384,7 @@ vn_status vnm__spmm_t(const vnm_pattern *p, const float *values, const float *dy
     /* A work item owns the rows of dXt of some groups in one batch panel:
      * about 64 rows (16 KiB), so they stay in L1 while every block of dY
      * adds into them. */
-    int64_t gchunk = p->M >= 64 ? 1 : 64 / p->M, nchunks = (p->G + gchunk - 1) / gchunk;
+    int64_t gchunk = vnm__bf16_t_chunk(p), nchunks = (p->G + gchunk - 1) / gchunk;
 #pragma omp parallel for schedule(dynamic) if (B * p->R * p->G > VN_OMP_MIN_WORK)
     for (int64_t w = 0; w < npanels * nchunks; w++) {
         int64_t pn = w / nchunks, g0 = (w % nchunks) * gchunk;
