@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <locale.h>
 #include <poll.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <wchar.h>
 
@@ -582,12 +584,41 @@ static void repl(lua_State *L)
  * reads the variables once, when it is loaded, so when the user has set
  * neither we set the count and re-execute ourselves before any work. (With
  * more threads than CPUs libgomp spins far less by itself.) */
+static bool self_exe_is_us(void);
+
 static void set_omp_wait(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || !self_exe_is_us()) return;
     setenv("GOMP_SPINCOUNT", "30000", 1);
     execv("/proc/self/exe", argv);
-    /* exec failed (no /proc): carry on with libgomp's default */
+    /* exec failed: carry on with libgomp's default */
+}
+
+/* Whether /proc/self/exe is the file this code was loaded from. It is not
+ * when a loader or an emulator started us (`ld.so build/venom ...`,
+ * valgrind): exec'ing it would then run that program without ours. So the
+ * file mapped at this function's address must be /proc/self/exe's. */
+static bool self_exe_is_us(void)
+{
+    struct stat exe, mapped;
+    FILE *f = stat("/proc/self/exe", &exe) == 0 ? fopen("/proc/self/maps", "r") : NULL;
+    if (!f) return false;
+    uintptr_t here = (uintptr_t)&self_exe_is_us, lo, hi;
+    char line[4096];
+    bool same = false;
+    while (fgets(line, sizeof line, f)) {
+        int path_at = 0; /* "lo-hi perms offset dev inode   path" */
+        if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %*s %*s %*s %*s %n", &lo, &hi, &path_at) < 2 ||
+            here < lo || here >= hi)
+            continue;
+        char *path = line + path_at;
+        path[strcspn(path, "\n")] = '\0';
+        same = path_at > 0 && path[0] == '/' && stat(path, &mapped) == 0 &&
+               mapped.st_dev == exe.st_dev && mapped.st_ino == exe.st_ino;
+        break;
+    }
+    fclose(f);
+    return same;
 }
 
 int main(int argc, char **argv)

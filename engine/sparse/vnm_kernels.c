@@ -298,7 +298,7 @@ static bf16_lists lists_in(const vnm_pattern *p, const vn_tensor *t)
 bool vnm__dx_in_bf16(const vnm_pattern *p)
 {
     /* a list's row pairs are stored as uint16 offsets in their block, so
-     * blocks of more than 131070 rows stay in f32 */
+     * blocks of 131070 rows or more stay in f32 */
     return precision == VN_VNM_BF16 && pick() != &generic && list_slots(p) <= UINT16_MAX;
 }
 

@@ -153,15 +153,17 @@ venom.after_backward = core.after_backward
 -- run (an error) rather than read a written weight; decoder:free() lets go of the tensors. Errors name the bad field.
 venom.gpt_decoder = core.gpt_decoder
 
---- venom.set_vnm_precision(p): the precision of the V:N:M forward product
--- (nn.SparseLinear, venom.vnm_linear, venom.vnm_spmm, the pruning shadow's
--- forward) and of the input gradient dx = dy·W (their backward,
--- venom.vnm_spmm_t) on the CPU, for the whole process: "f32" (default) or
--- "bf16", where x (dy) and the kept values are rounded to bf16 (round to
--- nearest even) and multiplied in pairs by AVX-512 BF16's vdpbf16ps with
--- f32 sums: each output within about 2^-7·Σ|w·x| (2^-7·Σ|dy·w|) of the f32
--- one. The values stay f32 (the trained copy); the values' gradient stays
--- f32; CUDA is not affected. venom.vnm_precision() says
+--- venom.set_vnm_precision(p): the precision of the V:N:M products on the
+-- CPU, for the whole process: the forward y = x·Wᵀ (nn.SparseLinear,
+-- venom.vnm_linear, venom.vnm_spmm, the GPT's fused sparse MLP, the pruning shadow's
+-- forward), the input gradient dx = dy·W (their backward, venom.vnm_spmm_t)
+-- and the values' gradient dvalues = dyᵀ·x at the kept positions (their
+-- backward, venom.vnm_sddmm). "f32" (default) or "bf16", where the
+-- operands (x, dy, the kept values) are rounded to bf16 (round to nearest
+-- even) and multiplied in pairs by AVX-512 BF16's vdpbf16ps with f32 sums:
+-- each output within about 2^-7 times the sum of the absolute products
+-- (Σ|w·x|, Σ|dy·w|, Σ|dy·x|) of the f32 one. The values stay f32 (the
+-- trained copy, rounded at each call); CUDA is not affected. venom.vnm_precision() says
 -- which is set. Errors: a string that is neither; "bf16" on a CPU without
 -- avx512_bf16 or with VENOM_NO_AVX512 set (the message says which).
 -- C: vn_vnm_set_precision (venom/sparse.h).

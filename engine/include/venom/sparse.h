@@ -104,7 +104,7 @@ const char *vn_vnm_isa(void);
  *                f32 one. dx likewise: dY and the values rounded to bf16,
  *                products of row pairs of W summed in f32, each output
  *                within about 2^-7·Σ_r |dy_r·w_r| of the f32 one (in f32
- *                still for V:N:M blocks of more than 131070 rows). The
+ *                still for V:N:M blocks of 131070 rows or more). The
  *                values stay f32 (the master copy) and are rounded at each
  *                call, so optimizer updates are always seen. The values'
  *                gradient (dvalues = dYᵀ·x at the kept positions: the
