@@ -190,8 +190,10 @@ static int l_vnm_isa(lua_State *L)
  * (default) or "bf16" (AVX-512 BF16; see vn_vnm_set_precision). */
 static int l_set_vnm_precision(lua_State *L)
 {
+    if (lua_type(L, 1) != LUA_TSTRING && lua_type(L, 1) != LUA_TNUMBER)
+        return lv_argfail(L, 1, "precision must be \"f32\" or \"bf16\", found %s", luaL_typename(L, 1));
     size_t len;
-    const char *s = luaL_checklstring(L, 1, &len);
+    const char *s = lua_tolstring(L, 1, &len);
     vn_vnm_precision p;
     /* the length too: "bf16\0x" is not "bf16" */
     if (len == 3 && strcmp(s, "f32") == 0) p = VN_VNM_F32;

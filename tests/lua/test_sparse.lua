@@ -370,8 +370,10 @@ do
   tap.is(venom.vnm_precision(), "f32", "vnm_precision: f32 by default")
   tap.error_like(function() venom.set_vnm_precision("fp16") end,
     'precision must be "f32" or "bf16", found "fp16"', "set_vnm_precision: a bad string names both")
-  tap.error_like(function() venom.set_vnm_precision() end, "string expected",
-    "set_vnm_precision: no argument")
+  tap.error_like(function() venom.set_vnm_precision() end,
+    'precision must be "f32" or "bf16", found no value', "set_vnm_precision: no argument")
+  tap.error_like(function() venom.set_vnm_precision({}) end,
+    'precision must be "f32" or "bf16", found table', "set_vnm_precision: a table names both")
   tap.error_like(function() venom.set_vnm_precision("bf16\0x") end, "precision must be",
     "set_vnm_precision: a string with a NUL after bf16 is not bf16")
   tap.is(venom.vnm_precision(), "f32", "set_vnm_precision: a refused call changes nothing")
