@@ -12,14 +12,18 @@
  * between forward and backward). The forward saves each query row's max
  * score and 1/Σ exp; the backward recomputes the scores with the same GEMM
  * and turns them into the same probabilities, bit for bit, from those two
- * numbers (the exp is vec_math.c's polynomial, 8 lanes at a time).
+ * numbers (the exp is vec_math.c's polynomial, 8 lanes at a time). Heads
+ * with T <= 256 and Dh a multiple of 16 go, where the CPU has AVX-512, to
+ * attention_cpu.c's register tiles instead (the same saved stats; the
+ * GEMMs' per-call costs and packing were most of the time there).
  *
  * CUDA: the FlashAttention-2 kernels of kernels/attention.cu, through the
  * same layouts. */
 #include "internal.h"
 
-#include "blas.h"     /* vn__sgemm */
-#include "vec_math.h" /* the softmax's exp, vectorized */
+#include "attention_cpu.h" /* the AVX-512 kernel for small heads */
+#include "blas.h"          /* vn__sgemm */
+#include "vec_math.h"      /* the softmax's exp, vectorized */
 
 #include <limits.h>
 #include <omp.h>
@@ -153,7 +157,8 @@ static bool forward_cpu(float *O, float *stats, const float *Q, const float *K, 
 {
     float scale = attn_scale(Dh);
     int nt = attn_threads(B * H, T, Dh);
-    size_t per = (size_t)(T * T);
+    bool fast = vn__attention_cpu_fast(T, Dh);
+    size_t per = fast ? vn__attention_cpu_scratch(T, Dh, false) : (size_t)(T * T);
     vn_tensor *scr = scores_scratch(nt, per);
     if (!scr) return false;
     float *scratch = vn_tensor_data(scr);
@@ -161,6 +166,12 @@ static bool forward_cpu(float *O, float *stats, const float *Q, const float *K, 
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t i = att_head_offset(in, (int)bh, (int)H);
         float *P = scratch + per * (size_t)omp_get_thread_num();
+        if (fast) {
+            vn__attention_cpu_forward(O + att_head_offset(ol, (int)bh, (int)H), ol.row,
+                                      stats + 2 * bh * T, Q + i, K + i, V + i, in.row, T, Dh,
+                                      scale, P);
+            continue;
+        }
         causal_scores(P, Q + i, in.row, K + i, in.row, T, Dh, scale);
         causal_softmax(P, T, stats + 2 * bh * T);
         causal_pv(O + att_head_offset(ol, (int)bh, (int)H), ol.row, P, V + i, in.row, T, Dh, 1.0f);
@@ -183,7 +194,9 @@ static bool backward_cpu(float *dQ, float *dK, float *dV, const float *Q, const 
     int64_t ld = in.row, ldo = ol.row;
     float scale = attn_scale(Dh);
     int nt = attn_threads(B * H, T, Dh);
-    size_t per = (size_t)(2 * T * T); /* P and dP of one (batch, head) */
+    bool fast = vn__attention_cpu_fast(T, Dh);
+    /* P and dP of one (batch, head) */
+    size_t per = fast ? vn__attention_cpu_scratch(T, Dh, true) : (size_t)(2 * T * T);
     vn_tensor *scr = scores_scratch(nt, per);
     if (!scr) return false;
     float *scratch = vn_tensor_data(scr);
@@ -191,6 +204,12 @@ static bool backward_cpu(float *dQ, float *dK, float *dV, const float *Q, const 
     for (int64_t bh = 0; bh < B * H; bh++) {
         int64_t i = att_head_offset(in, (int)bh, (int)H), o = att_head_offset(ol, (int)bh, (int)H);
         float *P = scratch + per * (size_t)omp_get_thread_num(), *dP = P + T * T;
+        if (fast) {
+            vn__attention_cpu_backward(dQ ? dQ + i : NULL, dK ? dK + i : NULL, dV ? dV + i : NULL,
+                                       Q + i, K + i, V + i, ld, G + o, ldo, stats + 2 * bh * T, T,
+                                       Dh, scale, P);
+            continue;
+        }
         causal_scores(P, Q + i, ld, K + i, ld, T, Dh, scale);
         causal_probs(P, T, stats + 2 * bh * T);
         if (dV) causal_ptb(dV + i, ld, P, G + o, ldo, T, Dh, 1.0f);
