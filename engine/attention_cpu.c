@@ -31,28 +31,37 @@ static int64_t padded(int64_t T) { return (T + 15) / 16 * 16; }
 /* Lanes 0..n−1 of a vector (n in 1..16). */
 static __mmask16 first_lanes(int64_t n) { return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
+/* Unrolled early, so that GCC keeps a tile's array in registers only (left
+ * to its later unrolling, it kept a copy on the stack as well). */
+#define UNROLL _Pragma("GCC unroll 8")
+
 /* O[r, 0:16·NV) = alpha · Σ_{k0 <= k < k1} A[r·rs + k·ks] · B[k·ldb + 0:16·NV)
- * for r < R (O's rows ldo apart). R and NV are constants at each call
- * (the instances below), so the tile lives in R·NV registers. */
+ * for r < R (O's rows ldo apart), k1 > k0. R and NV are constants at each
+ * call (the instances below), so the tile lives in R·NV registers. */
 static inline __attribute__((always_inline)) void
 mac(int R, int NV, float *O, int64_t ldo, const float *A, int64_t rs, int64_t ks, int64_t k0,
     int64_t k1, const float *B, int64_t ldb, float alpha)
 {
     __m512 acc[8][4];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_ps();
-    for (int64_t k = k0; k < k1; k++) {
+    /* the first step sets the tile, the others add to it */
+    UNROLL for (int v = 0; v < NV; v++) {
+        __m512 b = _mm512_loadu_ps(B + k0 * ldb + 16 * v);
+        UNROLL for (int r = 0; r < R; r++)
+            acc[r][v] = _mm512_mul_ps(_mm512_set1_ps(A[k0 * ks + r * rs]), b);
+    }
+    for (int64_t k = k0 + 1; k < k1; k++) {
         __m512 b[4];
-        for (int v = 0; v < NV; v++) b[v] = _mm512_loadu_ps(B + k * ldb + 16 * v);
+        UNROLL for (int v = 0; v < NV; v++) b[v] = _mm512_loadu_ps(B + k * ldb + 16 * v);
         const float *a = A + k * ks;
-        for (int r = 0; r < R; r++) {
+        UNROLL for (int r = 0; r < R; r++) {
             __m512 ar = _mm512_set1_ps(a[r * rs]);
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(ar, b[v], acc[r][v]);
+            UNROLL for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(ar, b[v], acc[r][v]);
         }
     }
     __m512 al = _mm512_set1_ps(alpha);
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++) _mm512_storeu_ps(O + r * ldo + 16 * v, _mm512_mul_ps(al, acc[r][v]));
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int v = 0; v < NV; v++)
+            _mm512_storeu_ps(O + r * ldo + 16 * v, _mm512_mul_ps(al, acc[r][v]));
 }
 
 typedef void mac_fn(float *, int64_t, const float *, int64_t, int64_t, int64_t, int64_t,
@@ -81,8 +90,8 @@ static mac_fn *mac_for(int R, int64_t nv)
 /* Rows per tile for a tile nv vectors wide (mac_for's choice). */
 static int tile_rows(int64_t nv) { return nv <= 2 ? 8 : 4; }
 
-/* S (T × Tp, row stride Tp) = alpha · A·Btᵀᵀ, i.e. S[i, j] = alpha ·
- * Σ_d A[i, d]·Bt[d, j], A (T × Dh, row stride lda), Bt (Dh × Tp). A block of
+/* S (T × Tp, row stride Tp): S[i, j] = alpha · Σ_d A[i, d]·Bt[d, j], A
+ * (T × Dh, row stride lda), Bt (Dh × Tp) (a transposed K or V). A block of
  * rows r0..r1−1 gets the 16-column vectors that hold keys 0..r1−1; the rest
  * of its rows are left unwritten (above the diagonal). */
 static void scores(float *S, int64_t Tp, const float *A, int64_t lda, const float *Bt, int64_t T,
@@ -215,7 +224,8 @@ static void softmax(float *S, int64_t T, int64_t Tp, float *stats)
         __mmask16 last = first_lanes(t + 1 - 16 * (nv - 1));
         __m512 mv = _mm512_set1_ps(-INFINITY), sv = _mm512_setzero_ps();
         for (int64_t v = 0; v < nv; v++) /* NaN scores are passed over, as the scalar max does */
-            mv = _mm512_mask_max_ps(mv, v == nv - 1 ? last : 0xFFFF, _mm512_loadu_ps(row + 16 * v), mv);
+            mv = _mm512_mask_max_ps(mv, v == nv - 1 ? last : 0xFFFF, _mm512_loadu_ps(row + 16 * v),
+                                    mv);
         float m = _mm512_reduce_max_ps(mv);
         for (int64_t v = 0; v < nv; v++) {
             __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), _mm512_set1_ps(m)));
