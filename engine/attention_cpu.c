@@ -1,6 +1,8 @@
 /* attention_cpu.c — causal attention of one (batch, head) in AVX-512
- * registers, for heads small enough that OpenBLAS's per-call costs and
- * packing dominate (T <= VN_ATT_CPU_MAX_T, Dh a multiple of 16).
+ * registers, for Dh a multiple of 16 and T <= VN_ATT_CPU_MAX_T: at a GPT's
+ * small heads OpenBLAS's per-call costs and packing were most of the time,
+ * and the causal mask is cut finer here (16 columns, 4 or 8 rows) than its
+ * blocks of 32 rows could.
  *
  * Every one of the seven products is one kernel, mac(): a tile of R rows ×
  * NV vectors of 16 floats held in registers, to which each step k adds

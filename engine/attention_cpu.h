@@ -11,10 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The longest sequence the kernel takes: its per-thread scratch (the
- * backward's P and dP, T × T each, and Kᵀ, Vᵀ) stays within a core's L2
- * (1 MiB on Zen 4) up to here. */
-#define VN_ATT_CPU_MAX_T 256
+/* The longest sequence the kernel takes. Measured on one Zen 4 core
+ * (bench/RESULTS.md, issue 16): 1.8–2.5× OpenBLAS's forward and 1.4–1.8×
+ * its backward from T 64 to 1024; at 2048, where the backward's P and dP
+ * (T × T each, per thread) are 32 MiB, its backward was no faster. */
+#define VN_ATT_CPU_MAX_T 1024
 
 /* True when the kernel serves (T, Dh): the CPU has AVX-512F, Dh is a
  * multiple of 16 (whole vectors per row), 1 <= T <= VN_ATT_CPU_MAX_T, and

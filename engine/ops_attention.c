@@ -13,7 +13,7 @@
  * score and 1/Σ exp; the backward recomputes the scores with the same GEMM
  * and turns them into the same probabilities, bit for bit, from those two
  * numbers (the exp is vec_math.c's polynomial, 8 lanes at a time). Heads
- * with T <= 256 and Dh a multiple of 16 go, where the CPU has AVX-512, to
+ * with T <= 1024 and Dh a multiple of 16 go, where the CPU has AVX-512, to
  * attention_cpu.c's register tiles instead (the same saved stats; the
  * GEMMs' per-call costs and packing were most of the time there).
  *

@@ -1,5 +1,5 @@
 /* The CPU causal attention's two paths (engine/attention_cpu.c's AVX-512
- * register tiles for T <= 256 and Dh a multiple of 16, OpenBLAS for the
+ * register tiles for T <= 1024 and Dh a multiple of 16, OpenBLAS for the
  * rest, and for everything when VENOM_NO_AVX512 is set): output and all
  * three gradients against a double-precision reference, at sequence
  * lengths around the kernel's 16-column vectors and 4/8-row tiles and head
@@ -167,6 +167,14 @@ static void all_shapes(bool forced_off)
             heads_case(B, 3, T, Dh, fast);
             fused_case(B, 2, T, Dh, fast);
         }
+    /* at the kernel's longest T and one past it, one head of Dh 16 */
+    for (int64_t T = VN_ATT_CPU_MAX_T; T <= VN_ATT_CPU_MAX_T + 1; T++) {
+        bool fast = vn__attention_cpu_fast(T, 16);
+        if (fast != expect_fast(T, 16, forced_off))
+            fail_msg("T %lld Dh 16: dispatch says %d", (long long)T, fast);
+        heads_case(1, 1, T, 16, fast);
+        fused_case(1, 1, T, 16, fast);
+    }
     unsetenv("VENOM_NO_AVX512");
 }
 
