@@ -195,7 +195,7 @@ static bool backward_cpu(float *dQ, float *dK, float *dV, const float *Q, const 
     float scale = attn_scale(Dh);
     int nt = attn_threads(B * H, T, Dh);
     bool fast = vn__attention_cpu_fast(T, Dh);
-    /* P and dP of one (batch, head) */
+    /* P and dP of one (batch, head); the kernel's Kᵀ and Vᵀ too */
     size_t per = fast ? vn__attention_cpu_scratch(T, Dh, true) : (size_t)(2 * T * T);
     vn_tensor *scr = scores_scratch(nt, per);
     if (!scr) return false;
