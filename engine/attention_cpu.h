@@ -12,9 +12,10 @@
 #include <stdint.h>
 
 /* The longest sequence the kernel takes. Measured on one Zen 4 core
- * (bench/RESULTS.md, issue 16): 1.8–2.5× OpenBLAS's forward and 1.4–1.8×
- * its backward from T 64 to 1024; at 2048, where the backward's P and dP
- * (T × T each, per thread) are 32 MiB, its backward was no faster. */
+ * (bench/RESULTS.md, issue 16): 1.6–2.5× OpenBLAS's forward and 1.2–1.8×
+ * its backward from T 64 to 1024 (Dh 32 and 64); at 2048, where the
+ * backward's P and dP (T × T each, per thread) are 32 MiB, its backward was
+ * no faster. */
 #define VN_ATT_CPU_MAX_T 1024
 
 /* True when the kernel serves (T, Dh): the CPU has AVX-512F, Dh is a
