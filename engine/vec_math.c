@@ -71,6 +71,12 @@ VEC_CLONES void vn__gelu_backward_f32(float *restrict out, const float *restrict
     for (int64_t i = 0; i < n; i++) out[i] = g[i] * gelu_grad_poly(x[i]);
 }
 
+VEC_CLONES void vn__gelu_backward_inplace_f32(float *restrict g, const float *restrict x,
+                                              int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] * gelu_grad_poly(x[i]);
+}
+
 void vn__bias_gelu_f32(float *restrict out, const float *restrict x, const float *restrict b,
                        int64_t rows, int64_t D)
 {

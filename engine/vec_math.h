@@ -13,6 +13,10 @@
 void vn__gelu_f32(float *out, const float *x, int64_t n);
 /* out[i] = g[i] · gelu'(x[i]). */
 void vn__gelu_backward_f32(float *out, const float *g, const float *x, int64_t n);
+/* The same written over g (g[i] = g[i] · gelu'(x[i])), bit for bit:
+ * a backward rule that may overwrite its incoming gradient saves a new
+ * array and its first writes. */
+void vn__gelu_backward_inplace_f32(float *g, const float *x, int64_t n);
 
 /* The same with a bias added first, row by row: x (rows, D), b (D);
  * out = gelu(x + b), and its backward out = g ⊙ gelu'(x + b). Bit for bit

@@ -1,14 +1,16 @@
 /* Gradients that backward passes on without a copy (engine/autograd.c:
  * a slot adopts the gradient the walk handed to a rule when nothing else
  * holds it): add, sub, dropout at p = 0 or in eval mode, clone and reshape
- * pass theirs on. Each graph sends a gradient to two places and then adds
+ * pass theirs on, and gelu computes its own in the handed gradient. Each graph sends a gradient to two places and then adds
  * more into them in place; if the two places shared memory, each one's
  * gradient would change with the other's. Every gradient is checked against
  * its formula, worked out here in double. */
 #include "gradcheck.h"
+#include "vec_math.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const int64_t S34[] = {3, 4};
 
@@ -159,6 +161,31 @@ static void test_leaf_owns_its_gradient(void **state)
     GC_RELEASE(x, G, y, y2, l);
 }
 
+/* gelu's rule computes in the gradient it is handed, split over the
+ * threads: x.grad of Σ gelu(x) ⊙ w is vn__gelu_backward_f32(w, x) bit for
+ * bit (tests/c/test_vec_math.c checks that loop against gelu' in double).
+ * 513 columns: the threads' ranges do not fall on vector boundaries. */
+static void test_gelu_in_place(void **state)
+{
+    (void)state;
+    const int64_t s[] = {256, 513};
+    int64_t n = s[0] * s[1];
+    vn_tensor *x = gc_param(2, s, -4, 4, 12), *w = trand(2, s, -1, 1, 13);
+    vn_tensor *y = vn_gelu(x), *loss = dot(y, w);
+    CHECK_PTR(loss);
+    CHECK_OK(vn_backward(loss, NULL));
+    float *want = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(want);
+    vn__gelu_backward_f32(want, vn_tensor_data(w), vn_tensor_data(x), n);
+    const float *got = vn_tensor_data(vn_tensor_grad(x));
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            fail_msg("gelu gradient[%lld] = %.9g, expected %.9g", (long long)i, (double)got[i],
+                     (double)want[i]);
+    free(want);
+    GC_RELEASE(x, w, y, loss);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -167,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_identity_rules),
         cmocka_unit_test(test_reshape_view),
         cmocka_unit_test(test_leaf_owns_its_gradient),
+        cmocka_unit_test(test_gelu_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

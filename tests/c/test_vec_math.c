@@ -2,6 +2,7 @@
  * double (tanh form), and against kernels/scalar.h's float formulas (what
  * the strided path and the CUDA kernels compute): within a few float ulps
  * over [-12, 12] on a fine grid, lengths that leave a vector tail, NaN kept;
+ * the backward written over its gradient bit for bit as into a new array;
  * the softmax's shifted exp against exp in double. */
 #include "gradcheck.h"
 #include "scalar.h"
@@ -9,6 +10,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define N 24001 /* x = -12 .. 12 in steps of 1e-3: odd, so the loops have a tail */
 
@@ -62,6 +64,15 @@ static void test_gelu(void **state)
     /* gelu' crosses 0 near x = -0.75: there an absolute bound */
     check("gelu'", dy, want, x, 2e-6, 1e-7);
     check("gelu' vs scalar.h", dy, scal, x, 4e-6, 1e-6);
+    /* written over g: the same bits, at every length of vector tail */
+    for (int len = N - 16; len <= N; len++) {
+        memcpy(y, g, sizeof(float) * N);
+        vn__gelu_backward_inplace_f32(y, x, len);
+        for (int i = 0; i < N; i++)
+            if (memcmp(&y[i], i < len ? &dy[i] : &g[i], sizeof(float)))
+                fail_msg("in place, length %d: [%d] = %.9g, expected %.9g", len, i, (double)y[i],
+                         (double)(i < len ? dy[i] : g[i]));
+    }
     free(x);
     free(want);
 }
