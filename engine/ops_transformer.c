@@ -189,32 +189,44 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
      * afterwards (deterministic for a given thread count). */
     int nt = rows * D > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
     int64_t pshape[3] = {nt, 2, D};
-    vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
+    /* dx is computed in g's memory, row by row after the row is read: in
+     * gout itself when the rule may overwrite it (no new array), else in a
+     * copy. */
+    vn_tensor *x = vn__plain_contiguous(xin), *g = NULL;
+    if (x && want_x && vn__grad_writable(gout)) {
+        g = vn_tensor_retain((vn_tensor *)gout);
+    } else if (x && want_x) {
+        g = vn__new(VN_F32, gout->ndim, gout->shape);
+        if (g && vn_tensor_copy_(g, gout)) vn_tensor_release(g), g = NULL;
+    } else if (x) {
+        g = vn__plain_contiguous(gout);
+    }
     vn_tensor *gamma = g && node->inputs[1] ? vn__plain_contiguous(node->inputs[1]) : NULL;
-    vn_tensor *dx = g && want_x ? vn__new(VN_F32, xin->ndim, xin->shape) : NULL;
+    vn_tensor *dx = g && want_x ? vn_tensor_retain(g) : NULL;
     vn_tensor *dgamma = g && want_g ? vn__new(VN_F32, 1, &D) : NULL;
     vn_tensor *dbeta = g && want_b ? vn__new(VN_F32, 1, &D) : NULL;
     vn_tensor *part = g && (want_g || want_b) ? vn_zeros(VN_F32, 3, pshape) : NULL;
     bool ok = g && (!node->inputs[1] || gamma) && (!want_x || dx) && (!want_g || dgamma) &&
               (!want_b || dbeta) && (!(want_g || want_b) || part);
     if (ok) {
-        const float *px = vn_tensor_data(x), *pg = vn_tensor_data(g),
-                    *stats = vn_tensor_data(node->saved[0]),
+        const float *px = vn_tensor_data(x), *stats = vn_tensor_data(node->saved[0]),
                     *pgam = gamma ? vn_tensor_data(gamma) : NULL;
-        float *pdx = dx ? vn_tensor_data(dx) : NULL, *ppart = part ? vn_tensor_data(part) : NULL;
+        float *pg = vn_tensor_data(g), *ppart = part ? vn_tensor_data(part) : NULL;
+        bool write_dx = dx != NULL;
 #pragma omp parallel num_threads(nt) if (nt > 1)
         {
             int t = omp_get_thread_num(), n = omp_get_num_threads();
             float *pdg = ppart ? ppart + 2 * D * t : NULL, *pdb = pdg ? pdg + D : NULL;
             for (int64_t r = rows * t / n; r < rows * (t + 1) / n; r++) {
-                const float *xr = px + r * D, *gr = pg + r * D;
+                const float *xr = px + r * D;
+                float *gr = pg + r * D;
                 float mean = stats[2 * r], rstd = stats[2 * r + 1];
                 if (pdg)
                     for (int64_t j = 0; j < D; j++) {
                         pdg[j] += gr[j] * ((xr[j] - mean) * rstd);
                         pdb[j] += gr[j];
                     }
-                if (!pdx) continue;
+                if (!write_dx) continue;
                 /* Σ ĝ and Σ ĝ ⊙ x̂ over lanes, as row_stats does */
                 float a1[LN_LANES] = {0}, a2[LN_LANES] = {0}, t1 = 0, t2 = 0;
                 int64_t body = D - D % LN_LANES, j;
@@ -233,7 +245,7 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
                 float m1 = lanes_total(a1, t1) / (float)D, m2 = lanes_total(a2, t2) / (float)D;
                 for (int64_t j = 0; j < D; j++) {
                     float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                    pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
+                    gr[j] = (gh - m1 - xh * m2) * rstd;
                 }
             }
         }
