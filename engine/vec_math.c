@@ -6,7 +6,11 @@
 #include "vec_math.h"
 #include "internal.h" /* VN_OMP_MIN_WORK */
 
+#include <math.h>
 #include <string.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 /* Each loop compiled twice, for AVX-512 (x86-64-v4) and for the build's
  * baseline, the CPU picking one when the library loads (GCC's ifunc
@@ -93,6 +97,30 @@ void vn__bias_gelu_backward_f32(float *restrict out, const float *restrict g,
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < D; j++)
             out[r * D + j] = g[r * D + j] * gelu_grad_poly(x[r * D + j] + b[j]);
+}
+
+float vn__max_f32(const float *x, int64_t n)
+{
+    float a[16], m = -INFINITY;
+    int64_t body = n - n % 16, j = 0;
+#ifdef __AVX__
+    /* _mm256_max_ps(v, a) is v > a ? v : a in each lane: the rule of the
+     * loop below, which GCC does not vectorize */
+    __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+    for (; j < body; j += 16) {
+        lo = _mm256_max_ps(_mm256_loadu_ps(x + j), lo);
+        hi = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), hi);
+    }
+    _mm256_storeu_ps(a, lo);
+    _mm256_storeu_ps(a + 8, hi);
+#else
+    for (int l = 0; l < 16; l++) a[l] = -INFINITY;
+    for (; j < body; j += 16)
+        for (int l = 0; l < 16; l++) a[l] = x[j + l] > a[l] ? x[j + l] : a[l];
+#endif
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    for (int l = 0; l < 16; l++) m = a[l] > m ? a[l] : m;
+    return m;
 }
 
 VEC_CLONES void vn__exp_shift_f32(float *restrict x, int64_t n, float shift, float scale)

@@ -25,6 +25,11 @@ void vn__bias_gelu_f32(float *out, const float *x, const float *b, int64_t rows,
 void vn__bias_gelu_backward_f32(float *out, const float *g, const float *x, const float *b,
                                 int64_t rows, int64_t D);
 
+/* The largest of x[0..n): NaNs are skipped, −inf if there is nothing else,
+ * the value of the plain left-to-right loop m = x > m ? x : m, except that
+ * of a +0 and a −0 either may come out (16 lanes, combined at the end). */
+float vn__max_f32(const float *x, int64_t n);
+
 /* x[i] = e^(x[i] − shift) · scale, in place: the rows of a softmax (shift
  * the row's max, so every exponent is <= 0). The exponent is clamped to
  * [VN_EXP_MIN, 88.3] (to about 2 ulp; NaN stays NaN): below VN_EXP_MIN the

@@ -3,7 +3,8 @@
  * the strided path and the CUDA kernels compute): within a few float ulps
  * over [-12, 12] on a fine grid, lengths that leave a vector tail, NaN kept;
  * the backward written over its gradient bit for bit as into a new array;
- * the softmax's shifted exp against exp in double. */
+ * the softmax's shifted exp against exp in double; the row max against the
+ * plain loop. */
 #include "gradcheck.h"
 #include "scalar.h"
 #include "vec_math.h"
@@ -111,10 +112,39 @@ static void test_exp_shift(void **state)
     free(x);
 }
 
+/* vn__max_f32 against the plain left-to-right loop at every length up to 70
+ * (vector bodies and tails), NaNs skipped, −inf for none; zeros compare
+ * equal whatever their sign (either may come out). */
+static void test_max(void **state)
+{
+    (void)state;
+    float x[70];
+    unsigned r = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < 70; i++) {
+            r = r * 1103515245u + 12345u;
+            int kind = (int)((r >> 16) % 16);
+            x[i] = kind == 0 ? NAN : kind == 1 ? -INFINITY : kind == 2 ? -0.0f : kind == 3 ? 0.0f
+                 : (float)((int)((r >> 8) % 2001) - 1800) * 0.01f; /* mostly negative */
+        }
+        for (int n = 0; n <= 70; n++) {
+            float want = -INFINITY;
+            for (int i = 0; i < n; i++) want = x[i] > want ? x[i] : want;
+            float got = vn__max_f32(x, n);
+            if (!(got == want))
+                fail_msg("trial %d, length %d: max %.9g, expected %.9g", trial, n, (double)got,
+                         (double)want);
+        }
+    }
+    float nans[20];
+    for (int i = 0; i < 20; i++) nans[i] = NAN;
+    assert_true(vn__max_f32(nans, 20) == -INFINITY);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_gelu), cmocka_unit_test(test_gelu_special),
-                                       cmocka_unit_test(test_exp_shift)};
+                                       cmocka_unit_test(test_exp_shift), cmocka_unit_test(test_max)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
