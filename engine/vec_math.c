@@ -94,7 +94,9 @@ VEC_CLONES static void gelu_backward_inplace_loop(float *restrict g, const float
 #define SPLAT(v) _mm512_set1_ps(v)
 
 /* exp_poly on 16 lanes: its operations in its order, with the multiply-adds
- * GCC fuses in exp_poly, so every lane gets exp_poly's bits. The clamps are
+ * GCC fuses in exp_poly when it optimizes, so every lane gets exp_poly's
+ * bits (an unoptimized build fuses none: there the two paths differ in the
+ * last bits). The clamps are
  * vmaxps / vminps (x > a ? x : a is what vmaxps computes; GCC's compares and
  * blends cost more); a NaN lane comes out finite here, not NaN: the gelu
  * formulas below still give NaN (x's), as gelu_poly's do. */
