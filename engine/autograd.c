@@ -96,6 +96,37 @@ bool vn__input_needs_grad(const vn_node *n, int i)
     return t && (t->requires_grad || t->grad_fn || t->lost_grad_fn);
 }
 
+/* The gradient vn_backward is handing to the rule running now, when the walk
+ * holds the only reference to it and to its storage; else NULL. The walk
+ * drops that reference right after the rule and reads the gradient no more,
+ * so the rule may pass it on whole (adopted below, not copied) or compute
+ * into it (vn__grad_writable). */
+static _Thread_local const vn_tensor *handed;
+
+/* Whether a gradient slot may take g itself instead of a copy: nothing but
+ * g can see its storage once the walk has dropped `handed`. So g's holders
+ * are the caller (one reference) and at most the walk: g is the handed
+ * gradient passed on (the walk's reference, the rule's), or a view of it
+ * covering all of it (a reshape) while the walk's reference is its only one.
+ * Sharing a storage between two slots would let one slot's in-place sums
+ * change the other's gradient. */
+static bool adoptable(const vn_tensor *g)
+{
+    if (!vn_tensor_is_contiguous(g) || g->grad_fn || g->offset != 0) return false;
+    if (g->refcount == 1 && g->storage->refcount == 1) return true;
+    if (!handed) return false;
+    if (g == handed) return g->refcount == 2 && g->storage->refcount == 1;
+    return g->storage == handed->storage && handed->refcount == 1 && g->refcount == 1 &&
+           g->storage->refcount == 2 && vn_tensor_numel(g) == vn_tensor_numel(handed);
+}
+
+bool vn__grad_writable(const vn_tensor *g)
+{
+    return g && g == handed && g->refcount == 1 && g->storage->refcount == 1 &&
+           !g->storage->on_cuda && g->dtype == VN_F32 && g->offset == 0 &&
+           vn_tensor_is_contiguous(g);
+}
+
 /* *slot += g, where *slot may be NULL (then it takes g). Takes g. */
 static vn_status add_into(vn_tensor **slot, vn_tensor *g)
 {
@@ -104,9 +135,7 @@ static vn_status add_into(vn_tensor **slot, vn_tensor *g)
         *slot = NULL;
     }
     if (!*slot) {
-        /* Adopt g only when nothing else can see its storage. */
-        if (vn_tensor_is_contiguous(g) && g->refcount == 1 && g->storage->refcount == 1 &&
-            !g->grad_fn && g->offset == 0) {
+        if (adoptable(g)) {
             *slot = g;
             return VN_OK;
         }
@@ -390,7 +419,9 @@ vn_status vn_backward(vn_tensor *root, const vn_tensor *grad)
             bool prof = vn__profiling;
             double start = prof ? vn__profile_now() : 0;
             vn__profiling = false;
+            handed = g->refcount == 1 && g->storage && g->storage->refcount == 1 ? g : NULL;
             s = n->backward(n, g);
+            handed = NULL;
             vn__profiling = prof;
             if (prof) vn__profile_backward(n->name, start);
             if (s) s = vn__err(s, "%s", vn_last_error());

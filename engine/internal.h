@@ -292,6 +292,13 @@ vn_status vn__accum(vn_node *n, int i, vn_tensor *g);
 /* vn__accum of d[i] into input i for i < n, skipping NULLs (gradients not
  * wanted); after a failure the remaining ones are released. */
 vn_status vn__accum_all(vn_node *node, int n, vn_tensor **d);
+/* Whether the rule running now may overwrite gout, the gradient the walk
+ * handed it: nothing else holds gout or its storage, and it is contiguous f32
+ * on the CPU from offset 0. A rule computing its input's gradient element by
+ * element (or row by row) from gout can then write it into gout and pass
+ * gout on (vn__accum(n, i, vn_tensor_retain(gout))): no new tensor, no
+ * copy, the same numbers. */
+bool vn__grad_writable(const vn_tensor *gout);
 
 /* ---- loops --------------------------------------------------------------- */
 

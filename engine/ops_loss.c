@@ -3,7 +3,7 @@
  * contiguous tensor; another dim is first swapped to the end. Every exp is
  * taken of x − max(x), so large logits cannot overflow. */
 #include "internal.h"
-#include "vec_math.h" /* vn__exp_shift_f32: the vectorised exp */
+#include "vec_math.h" /* vn__exp_shift_f32, vn__max_f32: vectorised exp and max */
 
 #include <stdlib.h>
 
@@ -365,8 +365,46 @@ static vn_tensor *nll_loss_cuda(const vn_tensor *logp, const vn_tensor *target,
     return out;
 }
 
-/* The forward's exps go through a stack buffer of this many floats. */
+/* The forward's exps go through a stack buffer of this many floats per row. */
 #define CE_CHUNK 256
+/* Rows done side by side: each row's Σ exp is a serial chain in column order
+ * (so a row's sum has the same bits however the rows are grouped or split
+ * over threads), and one row's chain alone would leave the core waiting on
+ * each add's latency. */
+#define CE_ROWS 8
+
+/* Rows n0 .. n0 + CE_ROWS − 1 of x (N, C), the missing ones past N−1
+ * computed as copies of row N−1 and not stored: lse[n] = log Σ exp(x) and
+ * per[n] = the loss of row n. */
+static void ce_rows(const float *px, const vn_tensor *target, int64_t N, int64_t C, int64_t n0,
+                    float *lse, double *per)
+{
+    const float *xr[CE_ROWS];
+    float m[CE_ROWS], s[CE_ROWS], e[CE_ROWS][CE_CHUNK];
+    for (int r = 0; r < CE_ROWS; r++) {
+        xr[r] = px + (n0 + r < N ? n0 + r : N - 1) * C;
+        m[r] = -INFINITY;
+        s[r] = 0;
+    }
+    /* A row whose max is 0 may get either zero: the same numbers below (x − m
+     * is ±0 for a zero x, whose exp is 1; log s >= +0 is added to m and m − x_t). */
+    for (int r = 0; r < CE_ROWS; r++) m[r] = vn__max_f32(xr[r], C);
+    /* Σ exp(x − m) in row order, the exps vectorised a chunk at a time */
+    for (int64_t c0 = 0; c0 < C; c0 += CE_CHUNK) {
+        int64_t len = C - c0 < CE_CHUNK ? C - c0 : CE_CHUNK;
+        for (int r = 0; r < CE_ROWS; r++) {
+            memcpy(e[r], xr[r] + c0, sizeof(float) * (size_t)len);
+            vn__exp_shift_f32(e[r], len, m[r], 1.0f);
+        }
+        for (int64_t c = 0; c < len; c++)
+            for (int r = 0; r < CE_ROWS; r++) s[r] += e[r][c];
+    }
+    for (int r = 0; r < CE_ROWS && n0 + r < N; r++) {
+        lse[n0 + r] = m[r] + logf(s[r]);
+        /* (m − x_t) + log s in double keeps its digits when x_t ≈ m is large */
+        per[n0 + r] = (double)(m[r] - xr[r][target_at(target, n0 + r)]) + log((double)s[r]);
+    }
+}
 
 vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
                             vn_reduction reduction)
@@ -382,22 +420,7 @@ vn_tensor *vn_cross_entropy(const vn_tensor *logits, const vn_tensor *target,
         const float *px = vn_tensor_data(x);
         float *pl = vn_tensor_data(lse);
 #pragma omp parallel for schedule(static) if (N * C > VN_OMP_MIN_WORK)
-        for (int64_t n = 0; n < N; n++) {
-            const float *xr = px + n * C;
-            float m = -INFINITY, s = 0;
-            for (int64_t c = 0; c < C; c++) m = xr[c] > m ? xr[c] : m;
-            /* Σ exp(x − m) in row order, the exps vectorised a chunk at a time */
-            float e[CE_CHUNK];
-            for (int64_t c0 = 0; c0 < C; c0 += CE_CHUNK) {
-                int64_t len = C - c0 < CE_CHUNK ? C - c0 : CE_CHUNK;
-                memcpy(e, xr + c0, sizeof(float) * (size_t)len);
-                vn__exp_shift_f32(e, len, m, 1.0f);
-                for (int64_t c = 0; c < len; c++) s += e[c];
-            }
-            pl[n] = m + logf(s);
-            /* (m − x_t) + log s in double keeps its digits when x_t ≈ m is large */
-            per[n] = (double)(m - xr[target_at(target, n)]) + log((double)s);
-        }
+        for (int64_t n0 = 0; n0 < N; n0 += CE_ROWS) ce_rows(px, target, N, C, n0, pl, per);
         out = reduce_losses(per, N, reduction);
     } else if (lse) {
         vn__err(VN_ERR_MEMORY, "cross_entropy: out of memory");

@@ -553,7 +553,28 @@ static void k_gelu_b(KARGS)
     else RUN2(float, float, float, a * gelu_grad(b));
 }
 static const pw_op OP_GELU_B = {.name = "gelu_b", .cpu = k_gelu_b, .cuda = VNK_GELU_B, .cost = 25};
-UNARY_BACKWARD(gelu, OP_GELU_B)
+
+/* When the rule may overwrite g (vn__grad_writable) and x is contiguous on
+ * the CPU, dx is computed in g's memory and g passed on: the same numbers
+ * without a new array, whose first writes would fetch memory the cache does
+ * not hold (an MLP's hidden gradient is 4 MB at tutorial 3's size). */
+static vn_status gelu_backward(vn_node *node, const vn_tensor *g)
+{
+    const vn_tensor *x = node->inputs[0];
+    if (!vn__input_needs_grad(node, 0) || !vn__grad_writable(g) || vn__is_cuda(x) ||
+        !vn_tensor_is_contiguous(x))
+        return unary_backward(node, g, &OP_GELU_B);
+    float *pg = vn_tensor_data(g);
+    const float *px = vn_tensor_data(x);
+    int64_t n = vn_tensor_numel(g);
+    int nt = n * OP_GELU_B.cost >= VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
+#pragma omp parallel for if (nt > 1)
+    for (int c = 0; c < nt; c++) {
+        int64_t lo = n * c / nt, hi = n * (c + 1) / nt;
+        vn__gelu_backward_inplace_f32(pg + lo, px + lo, hi - lo);
+    }
+    return vn__accum(node, 0, vn_tensor_retain((vn_tensor *)g));
+}
 static const pw_op OP_GELU = {.name = "gelu", .cpu = k_gelu, .cuda = VNK_GELU, .cost = 20,
                               .f32_only = true, .backward = gelu_backward};
 vn_tensor *vn_gelu(const vn_tensor *t) { return unary(&OP_GELU, t, 0, 0); }

@@ -146,29 +146,13 @@ static vn_status check_affine(const vn_tensor *p, const char *name, int64_t D, c
  * every run. f32 is enough at these widths: the rows are centred before
  * the squares are summed. */
 #define LN_LANES 16
+/* Rows whose serial chains run side by side (ln_rows). */
+#define LN_ROWS 4
 
 static float lanes_total(const float *a, float tail)
 {
     for (int l = 0; l < LN_LANES; l++) tail += a[l];
     return tail;
-}
-
-/* Σ x_j and then Σ (x_j − mean)²: the row's mean and 1/sqrt(var + eps). */
-static void row_stats(const float *restrict x, int64_t D, double eps, float *mean, float *rstd)
-{
-    float a[LN_LANES] = {0}, tail = 0;
-    int64_t body = D - D % LN_LANES, j;
-    for (j = 0; j < body; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) a[l] += x[j + l];
-    for (; j < D; j++) tail += x[j];
-    float m = lanes_total(a, tail) / (float)D;
-    float b[LN_LANES] = {0};
-    tail = 0;
-    for (j = 0; j < body; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) b[l] += (x[j + l] - m) * (x[j + l] - m);
-    for (; j < D; j++) tail += (x[j] - m) * (x[j] - m);
-    *mean = m;
-    *rstd = (float)(1.0 / sqrt((double)lanes_total(b, tail) / (double)D + eps));
 }
 
 /* From the saved per-row (mean, 1/σ) and x̂ = (x − mean)/σ, with
@@ -189,33 +173,45 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
      * afterwards (deterministic for a given thread count). */
     int nt = rows * D > VN_OMP_MIN_WORK ? omp_get_max_threads() : 1;
     int64_t pshape[3] = {nt, 2, D};
-    vn_tensor *x = vn__plain_contiguous(xin), *g = x ? vn__plain_contiguous(gout) : NULL;
+    /* dx is computed in g's memory, row by row after the row is read: in
+     * gout itself when the rule may overwrite it (no new array), else in a
+     * copy. */
+    vn_tensor *x = vn__plain_contiguous(xin), *g = NULL;
+    if (x && want_x && vn__grad_writable(gout)) {
+        g = vn_tensor_retain((vn_tensor *)gout);
+    } else if (x && want_x) {
+        g = vn__new(VN_F32, gout->ndim, gout->shape);
+        if (g && vn_tensor_copy_(g, gout)) vn_tensor_release(g), g = NULL;
+    } else if (x) {
+        g = vn__plain_contiguous(gout);
+    }
     vn_tensor *gamma = g && node->inputs[1] ? vn__plain_contiguous(node->inputs[1]) : NULL;
-    vn_tensor *dx = g && want_x ? vn__new(VN_F32, xin->ndim, xin->shape) : NULL;
+    vn_tensor *dx = g && want_x ? vn_tensor_retain(g) : NULL;
     vn_tensor *dgamma = g && want_g ? vn__new(VN_F32, 1, &D) : NULL;
     vn_tensor *dbeta = g && want_b ? vn__new(VN_F32, 1, &D) : NULL;
     vn_tensor *part = g && (want_g || want_b) ? vn_zeros(VN_F32, 3, pshape) : NULL;
     bool ok = g && (!node->inputs[1] || gamma) && (!want_x || dx) && (!want_g || dgamma) &&
               (!want_b || dbeta) && (!(want_g || want_b) || part);
     if (ok) {
-        const float *px = vn_tensor_data(x), *pg = vn_tensor_data(g),
-                    *stats = vn_tensor_data(node->saved[0]),
+        const float *px = vn_tensor_data(x), *stats = vn_tensor_data(node->saved[0]),
                     *pgam = gamma ? vn_tensor_data(gamma) : NULL;
-        float *pdx = dx ? vn_tensor_data(dx) : NULL, *ppart = part ? vn_tensor_data(part) : NULL;
+        float *pg = vn_tensor_data(g), *ppart = part ? vn_tensor_data(part) : NULL;
+        bool write_dx = dx != NULL;
 #pragma omp parallel num_threads(nt) if (nt > 1)
         {
             int t = omp_get_thread_num(), n = omp_get_num_threads();
             float *pdg = ppart ? ppart + 2 * D * t : NULL, *pdb = pdg ? pdg + D : NULL;
             for (int64_t r = rows * t / n; r < rows * (t + 1) / n; r++) {
-                const float *xr = px + r * D, *gr = pg + r * D;
+                const float *xr = px + r * D;
+                float *gr = pg + r * D;
                 float mean = stats[2 * r], rstd = stats[2 * r + 1];
                 if (pdg)
                     for (int64_t j = 0; j < D; j++) {
                         pdg[j] += gr[j] * ((xr[j] - mean) * rstd);
                         pdb[j] += gr[j];
                     }
-                if (!pdx) continue;
-                /* Σ ĝ and Σ ĝ ⊙ x̂ over lanes, as row_stats does */
+                if (!write_dx) continue;
+                /* Σ ĝ and Σ ĝ ⊙ x̂ over lanes, as ln_rows sums */
                 float a1[LN_LANES] = {0}, a2[LN_LANES] = {0}, t1 = 0, t2 = 0;
                 int64_t body = D - D % LN_LANES, j;
                 for (j = 0; j < body; j += LN_LANES)
@@ -233,7 +229,7 @@ static vn_status layer_norm_backward(vn_node *node, const vn_tensor *gout)
                 float m1 = lanes_total(a1, t1) / (float)D, m2 = lanes_total(a2, t2) / (float)D;
                 for (int64_t j = 0; j < D; j++) {
                     float xh = (xr[j] - mean) * rstd, gh = gr[j] * (pgam ? pgam[j] : 1.0f);
-                    pdx[r * D + j] = (gh - m1 - xh * m2) * rstd;
+                    gr[j] = (gh - m1 - xh * m2) * rstd;
                 }
             }
         }
@@ -298,21 +294,58 @@ static vn_status layer_norm_backward_cuda(vn_node *node, const vn_tensor *gout)
     return vn__accum_all(node, 3, d);
 }
 
-/* One row: two passes, so var = mean((x − mean)²) stays exact for rows with
- * a large mean, where E[x²] − mean² would cancel. Not inlined: the one copy
- * of the loop serves vn_layer_norm and the fused decoder (decode.c), so the
- * two give the same bits (FMA contraction may differ between copies). */
-__attribute__((noinline)) void vn__layer_norm_row(const float *x, const float *g, const float *b,
-                                                  int64_t D, double eps, float *y, float *stats)
+/* LN_ROWS rows x[r] (D values each) → y[r] = (x[r] − mean)/σ ⊙ g + b (g, b
+ * may be NULL), stats[r] = {mean, 1/σ}. Two passes per row (sums over
+ * LN_LANES lanes), so var = mean((x − mean)²) stays exact for rows with a
+ * large mean, where E[x²] − mean² would cancel. The rows go side by side:
+ * a row's lane totals and 1/sqrt are one serial chain, which alone would
+ * leave the core waiting on each operation; four chains overlap. A row may
+ * be listed again right after itself (a last group, the decoder's one row):
+ * it gets the same values and is written once. Not inlined: the one copy of
+ * the arithmetic serves vn_layer_norm and the fused decoder (decode.c, via
+ * vn__layer_norm_row), so the two give the same bits (FMA contraction may
+ * differ between copies). */
+static __attribute__((noinline)) void ln_rows(const float *const *x, const float *g,
+                                              const float *b, int64_t D, double eps,
+                                              float *const *y, float *const *stats)
 {
-    float m, rstd;
-    row_stats(x, D, eps, &m, &rstd);
-    stats[0] = m;
-    stats[1] = rstd;
-    for (int64_t j = 0; j < D; j++) {
-        float v = (x[j] - m) * rstd;
-        y[j] = (g ? v * g[j] : v) + (b ? b[j] : 0.0f);
+    float m[LN_ROWS], rstd[LN_ROWS];
+    int64_t body = D - D % LN_LANES;
+    /* one phase for all rows, then the next: each row's chain stays close to
+     * the others' in the instruction stream, where the core overlaps them */
+    for (int r = 0; r < LN_ROWS; r++) {
+        float a[LN_LANES] = {0}, tail = 0;
+        int64_t j;
+        for (j = 0; j < body; j += LN_LANES)
+            for (int l = 0; l < LN_LANES; l++) a[l] += x[r][j + l];
+        for (; j < D; j++) tail += x[r][j];
+        m[r] = lanes_total(a, tail) / (float)D;
     }
+    for (int r = 0; r < LN_ROWS; r++) {
+        float a[LN_LANES] = {0}, tail = 0;
+        int64_t j;
+        for (j = 0; j < body; j += LN_LANES)
+            for (int l = 0; l < LN_LANES; l++) a[l] += (x[r][j + l] - m[r]) * (x[r][j + l] - m[r]);
+        for (; j < D; j++) tail += (x[r][j] - m[r]) * (x[r][j] - m[r]);
+        rstd[r] = (float)(1.0 / sqrt((double)lanes_total(a, tail) / (double)D + eps));
+    }
+    for (int r = 0; r < LN_ROWS; r++) {
+        if (r && x[r] == x[r - 1]) continue;
+        stats[r][0] = m[r];
+        stats[r][1] = rstd[r];
+        for (int64_t j = 0; j < D; j++) {
+            float v = (x[r][j] - m[r]) * rstd[r];
+            y[r][j] = (g ? v * g[j] : v) + (b ? b[j] : 0.0f);
+        }
+    }
+}
+
+void vn__layer_norm_row(const float *x, const float *g, const float *b, int64_t D, double eps,
+                        float *y, float *stats)
+{
+    const float *xs[LN_ROWS] = {x, x, x, x};
+    float *ys[LN_ROWS] = {y, y, y, y}, *ss[LN_ROWS] = {stats, stats, stats, stats};
+    ln_rows(xs, g, b, D, eps, ys, ss);
 }
 
 vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_tensor *beta,
@@ -352,8 +385,15 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
                     *pb = bc ? vn_tensor_data(bc) : NULL;
         float *po = vn_tensor_data(out), *ps = vn_tensor_data(stats);
 #pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
-        for (int64_t r = 0; r < rows; r++)
-            vn__layer_norm_row(px + r * D, pg, pb, D, eps, po + r * D, ps + 2 * r);
+        for (int64_t r0 = 0; r0 < rows; r0 += LN_ROWS) {
+            const float *xs[LN_ROWS];
+            float *ys[LN_ROWS], *ss[LN_ROWS];
+            for (int r = 0; r < LN_ROWS; r++) { /* past the last row: the last row again */
+                int64_t k = r0 + r < rows ? r0 + r : rows - 1;
+                xs[r] = px + k * D, ys[r] = po + k * D, ss[r] = ps + 2 * k;
+            }
+            ln_rows(xs, pg, pb, D, eps, ys, ss);
+        }
     }
     vn_tensor_release(xc);
     vn_tensor_release(gc);

@@ -6,7 +6,13 @@
 #include "vec_math.h"
 #include "internal.h" /* VN_OMP_MIN_WORK */
 
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 /* Each loop compiled twice, for AVX-512 (x86-64-v4) and for the build's
  * baseline, the CPU picking one when the library loads (GCC's ifunc
@@ -60,15 +66,151 @@ static inline float gelu_grad_poly(float x)
     return s + 2.0f * 0.7978845608028654f * x * s * (1.0f - s) * (1.0f + 3.0f * 0.044715f * x2);
 }
 
-VEC_CLONES void vn__gelu_f32(float *restrict out, const float *restrict x, int64_t n)
+/* The portable loops; on a CPU with AVX-512 the functions below run the
+ * intrinsics of gelu16 and gelu_grad16 instead, which give the same bits. */
+VEC_CLONES static void gelu_loop(float *restrict out, const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) out[i] = gelu_poly(x[i]);
 }
 
-VEC_CLONES void vn__gelu_backward_f32(float *restrict out, const float *restrict g,
-                           const float *restrict x, int64_t n)
+VEC_CLONES static void gelu_backward_loop(float *restrict out, const float *restrict g,
+                                          const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) out[i] = g[i] * gelu_grad_poly(x[i]);
+}
+
+VEC_CLONES static void gelu_backward_inplace_loop(float *restrict g, const float *restrict x,
+                                                  int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] * gelu_grad_poly(x[i]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define VEC_AVX512 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma") /* fma: a Debug build has no -march */
+#include <immintrin.h>
+
+#define SPLAT(v) _mm512_set1_ps(v)
+
+/* exp_poly on 16 lanes: its operations in its order, with the multiply-adds
+ * GCC fuses in exp_poly when it optimizes, so every lane gets exp_poly's
+ * bits (an unoptimized build fuses none: there the two paths differ in the
+ * last bits). The clamps are
+ * vmaxps / vminps (x > a ? x : a is what vmaxps computes; GCC's compares and
+ * blends cost more); a NaN lane comes out finite here, not NaN: the gelu
+ * formulas below still give NaN (x's), as gelu_poly's do. */
+static inline __m512 exp16(__m512 v)
+{
+    __m512 c = _mm512_min_ps(_mm512_max_ps(v, SPLAT(VN_EXP_MIN)), SPLAT(88.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(c, SPLAT(1.44269504088896341f), SPLAT(0.5f)),
+                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, SPLAT(2.12194440e-4f), _mm512_fnmadd_ps(n, SPLAT(0.693359375f), c));
+    __m512 p = _mm512_fmadd_ps(SPLAT(1.9875691500e-4f), r, SPLAT(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, SPLAT(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, SPLAT(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, SPLAT(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, SPLAT(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), SPLAT(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* −2u = −2·(k·t) from t = x + c·x³ (the two formulas round c·x³ apart) */
+static inline __m512 minus_2u(__m512 t)
+{
+    return _mm512_mul_ps(_mm512_mul_ps(t, SPLAT(0.7978845608028654f)), SPLAT(-2.0f));
+}
+
+/* gelu_poly: x / (1 + e^(−2u)), c·x³ as ((c·x)·x)·x */
+static inline __m512 gelu16(__m512 x)
+{
+    __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(SPLAT(0.044715f), x), x), x, x);
+    return _mm512_div_ps(x, _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
+}
+
+/* gelu_grad_poly: s + ((2k·x·s)·(1 − s))·(1 + 3c·x²), c·x³ as (c·x²)·x */
+static inline __m512 gelu_grad16(__m512 x)
+{
+    __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(SPLAT(0.044715f), x2), x, x);
+    __m512 s = _mm512_div_ps(SPLAT(1.0f), _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
+    __m512 a = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(SPLAT(2.0f * 0.7978845608028654f), x), s),
+                             _mm512_sub_ps(SPLAT(1.0f), s));
+    return _mm512_fmadd_ps(a, _mm512_fmadd_ps(SPLAT(3.0f * 0.044715f), x2, SPLAT(1.0f)), s);
+}
+
+/* the lanes of x[i..n) that exist, at most 16 */
+static inline __mmask16 lanes(int64_t i, int64_t n)
+{
+    return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+}
+
+static void gelu_avx512(float *out, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(i, n);
+        _mm512_mask_storeu_ps(out + i, m, gelu16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* out may be g: each block of g is read before out's is written */
+static void gelu_backward_avx512(float *out, const float *g, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(i, n);
+        __m512 d = gelu_grad16(_mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, g + i), d));
+    }
+}
+
+#undef SPLAT
+#pragma GCC pop_options
+#endif
+
+/* The AVX-512 loops when the CPU has AVX-512, unless VENOM_NO_AVX512 is set
+ * (non-empty), which forces the portable ones (as for the V:N:M kernels). */
+static bool use_avx512(void)
+{
+#ifdef VEC_AVX512
+    const char *off = getenv("VENOM_NO_AVX512");
+    return __builtin_cpu_supports("avx512f") && !(off && *off);
+#else
+    return false;
+#endif
+}
+
+void vn__gelu_f32(float *out, const float *x, int64_t n)
+{
+#ifdef VEC_AVX512
+    if (use_avx512()) {
+        gelu_avx512(out, x, n);
+        return;
+    }
+#endif
+    gelu_loop(out, x, n);
+}
+
+void vn__gelu_backward_f32(float *out, const float *g, const float *x, int64_t n)
+{
+#ifdef VEC_AVX512
+    if (use_avx512()) {
+        gelu_backward_avx512(out, g, x, n);
+        return;
+    }
+#endif
+    gelu_backward_loop(out, g, x, n);
+}
+
+void vn__gelu_backward_inplace_f32(float *g, const float *x, int64_t n)
+{
+#ifdef VEC_AVX512
+    if (use_avx512()) {
+        gelu_backward_avx512(g, g, x, n);
+        return;
+    }
+#endif
+    gelu_backward_inplace_loop(g, x, n);
 }
 
 void vn__bias_gelu_f32(float *restrict out, const float *restrict x, const float *restrict b,
@@ -87,6 +229,30 @@ void vn__bias_gelu_backward_f32(float *restrict out, const float *restrict g,
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < D; j++)
             out[r * D + j] = g[r * D + j] * gelu_grad_poly(x[r * D + j] + b[j]);
+}
+
+float vn__max_f32(const float *x, int64_t n)
+{
+    float a[16], m = -INFINITY;
+    int64_t body = n - n % 16, j = 0;
+#ifdef __AVX__
+    /* _mm256_max_ps(v, a) is v > a ? v : a in each lane: the rule of the
+     * loop below, which GCC does not vectorize */
+    __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+    for (; j < body; j += 16) {
+        lo = _mm256_max_ps(_mm256_loadu_ps(x + j), lo);
+        hi = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), hi);
+    }
+    _mm256_storeu_ps(a, lo);
+    _mm256_storeu_ps(a + 8, hi);
+#else
+    for (int l = 0; l < 16; l++) a[l] = -INFINITY;
+    for (; j < body; j += 16)
+        for (int l = 0; l < 16; l++) a[l] = x[j + l] > a[l] ? x[j + l] : a[l];
+#endif
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
+    for (int l = 0; l < 16; l++) m = a[l] > m ? a[l] : m;
+    return m;
 }
 
 VEC_CLONES void vn__exp_shift_f32(float *restrict x, int64_t n, float shift, float scale)

@@ -13,6 +13,10 @@
 void vn__gelu_f32(float *out, const float *x, int64_t n);
 /* out[i] = g[i] · gelu'(x[i]). */
 void vn__gelu_backward_f32(float *out, const float *g, const float *x, int64_t n);
+/* The same written over g (g[i] = g[i] · gelu'(x[i])), bit for bit:
+ * a backward rule that may overwrite its incoming gradient saves a new
+ * array and its first writes. */
+void vn__gelu_backward_inplace_f32(float *g, const float *x, int64_t n);
 
 /* The same with a bias added first, row by row: x (rows, D), b (D);
  * out = gelu(x + b), and its backward out = g ⊙ gelu'(x + b). Bit for bit
@@ -20,6 +24,11 @@ void vn__gelu_backward_f32(float *out, const float *g, const float *x, int64_t n
 void vn__bias_gelu_f32(float *out, const float *x, const float *b, int64_t rows, int64_t D);
 void vn__bias_gelu_backward_f32(float *out, const float *g, const float *x, const float *b,
                                 int64_t rows, int64_t D);
+
+/* The largest of x[0..n): NaNs are skipped, −inf if there is nothing else,
+ * the value of the plain left-to-right loop m = x > m ? x : m, except that
+ * of a +0 and a −0 either may come out (16 lanes, combined at the end). */
+float vn__max_f32(const float *x, int64_t n);
 
 /* x[i] = e^(x[i] − shift) · scale, in place: the rows of a softmax (shift
  * the row's max, so every exponent is <= 0). The exponent is clamped to

@@ -55,8 +55,10 @@ vn_tensor *lv_optcheck(lua_State *L, int i)
 }
 
 /* Engine bytes in use after our last full collection, or the lowest count
- * seen since (see lv_gc_nudge). */
-static _Thread_local size_t lv_gc_base; /* per thread: states may run on several */
+ * seen since (see lv_gc_nudge); and how many full collections in a row
+ * freed little. Per thread: states may run on several. */
+static _Thread_local size_t lv_gc_base;
+static _Thread_local int lv_gc_idle;
 
 /* Lua's collector sees a few bytes per tensor userdata while the storage may
  * be megabytes, so left alone it lets garbage tensors pile up. Run a full
@@ -65,18 +67,28 @@ static _Thread_local size_t lv_gc_base; /* per thread: states may run on several
  * a training loop then keeps a flat resident size, and its garbage buffers
  * come back through the allocator's cache while still warm. (With a slack of
  * 256 MB instead, a 784-1024-1024-10 MLP training loop held twice the
- * memory; a full collection of a script's small Lua heap is cheap.) */
+ * memory; a full collection of a script's small Lua heap is cheap.)
+ * A collection that freed less than a quarter of that growth found the
+ * memory live (a forward pass's activations, which its graph holds): each
+ * such one in a row doubles the growth the next waits for, up to 256 MB,
+ * until one frees more or memory falls to a new low point (the end of a
+ * training step), which start again from the eighth. (A step of tutorial 3's
+ * GPT grows by ~70 MB of live activations: two fruitless full collections
+ * of ~0.5 ms each in every step with a fixed slack, one now.) */
 static void lv_gc_nudge(lua_State *L)
 {
     const size_t lo = (size_t)32 << 20, hi = (size_t)256 << 20;
     size_t in_use, cached;
     vn_memory_stats(&in_use, &cached);
-    if (in_use < lv_gc_base) lv_gc_base = in_use;
+    if (in_use < lv_gc_base) lv_gc_base = in_use, lv_gc_idle = 0;
     size_t slack = lv_gc_base / 8 < lo ? lo : lv_gc_base / 8 > hi ? hi : lv_gc_base / 8;
+    for (int i = 0; i < lv_gc_idle && slack < hi; i++) slack = 2 * slack < hi ? 2 * slack : hi;
     if (in_use > lv_gc_base + slack) {
         lua_gc(L, LUA_GCCOLLECT, 0);
-        vn_memory_stats(&in_use, &cached);
-        lv_gc_base = in_use;
+        size_t after;
+        vn_memory_stats(&after, &cached);
+        lv_gc_idle = in_use - after < slack / 4 ? lv_gc_idle + (slack < hi) : 0;
+        lv_gc_base = after;
     }
 }
 

@@ -256,6 +256,48 @@ static void test_cross_entropy_grad_formula(void **state)
     RELEASE(x, t, loss);
 }
 
+/* Rows in blocks, columns beyond one chunk of exps, rows over the threads:
+ * 301 × 300 random logits (a last block of 5 rows; the target of each row
+ * its own), every row's loss and the gradient of the mean against
+ * log Σ exp and softmax − onehot in double; rows 7 and 300 have their max
+ * at a column past the first chunk. */
+static void test_cross_entropy_large(void **state)
+{
+    (void)state;
+    const int64_t N = 301, C = 300;
+    vn_tensor *x = param(2, (int64_t[]){N, C}, -6, 6, 40);
+    int64_t *tv = malloc(sizeof(int64_t) * (size_t)N);
+    assert_non_null(tv);
+    for (int64_t n = 0; n < N; n++) tv[n] = (n * 37) % C;
+    float *px = vn_tensor_data(x);
+    px[7 * C + 290] = 9;
+    px[300 * C + 299] = 9;
+    vn_tensor *t = vn_from_data(VN_I64, 1, &N, tv);
+    vn_tensor *none = vn_cross_entropy(x, t, VN_REDUCE_NONE);
+    vn_tensor *mean = vn_cross_entropy(x, t, VN_REDUCE_MEAN);
+    CHECK_PTR(none);
+    CHECK_PTR(mean);
+    CHECK_OK(vn_backward(mean, NULL));
+    const float *pn = vn_tensor_data(none), *pg = vn_tensor_data(vn_tensor_grad(x));
+    for (int64_t n = 0; n < N; n++) {
+        const float *xr = px + n * C;
+        double mx = -INFINITY, s = 0;
+        for (int64_t c = 0; c < C; c++) mx = xr[c] > mx ? xr[c] : mx;
+        for (int64_t c = 0; c < C; c++) s += exp(xr[c] - mx);
+        double lse = mx + log(s), want = lse - xr[tv[n]];
+        if (fabs(pn[n] - want) > 2e-6 * (1 + fabs(want)))
+            fail_msg("loss[%lld] = %.9g, expected %.9g", (long long)n, (double)pn[n], want);
+        for (int64_t c = 0; c < C; c++) {
+            double g = (exp(xr[c] - lse) - (c == tv[n])) / (double)N;
+            if (fabs(pg[n * C + c] - g) > 1e-8 + 2e-6 * fabs(g))
+                fail_msg("grad[%lld, %lld] = %.9g, expected %.9g", (long long)n, (long long)c,
+                         (double)pg[n * C + c], g);
+        }
+    }
+    free(tv);
+    RELEASE(x, t, none, mean);
+}
+
 int main(void)
 {
     cmocka_set_message_output(CM_OUTPUT_TAP);
@@ -264,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_cross_entropy_values), cmocka_unit_test(test_nll_mse_values),
         cmocka_unit_test(test_target_errors),      cmocka_unit_test(test_softmax_grad),
         cmocka_unit_test(test_loss_grads),         cmocka_unit_test(test_cross_entropy_grad_formula),
+        cmocka_unit_test(test_cross_entropy_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
