@@ -164,6 +164,27 @@ static void gelu_backward_avx512(float *out, const float *g, const float *x, int
     }
 }
 
+/* one row of gelu(x + b) and of g ⊙ gelu'(x + b), n = the row's length */
+static void bias_gelu_row_avx512(float *out, const float *x, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(i, n);
+        __m512 u = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, b + i));
+        _mm512_mask_storeu_ps(out + i, m, gelu16(u));
+    }
+}
+
+static void bias_gelu_backward_row_avx512(float *out, const float *g, const float *x,
+                                          const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lanes(i, n);
+        __m512 u = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, b + i));
+        _mm512_mask_storeu_ps(out + i, m,
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, g + i), gelu_grad16(u)));
+    }
+}
+
 #undef SPLAT
 #pragma GCC pop_options
 #endif
@@ -213,22 +234,46 @@ void vn__gelu_backward_inplace_f32(float *g, const float *x, int64_t n)
     gelu_backward_inplace_loop(g, x, n);
 }
 
+/* The bias-gelu rows through the same kernels as vn__gelu_f32 and its
+ * backward (gelu16 / gelu_grad16 or the portable loops' formulas), so that
+ * gelu(x + bias) has the bits of gelu applied to the sum in any build. */
 void vn__bias_gelu_f32(float *restrict out, const float *restrict x, const float *restrict b,
                        int64_t rows, int64_t D)
 {
+    bool wide = use_avx512();
 #pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < D; j++) out[r * D + j] = gelu_poly(x[r * D + j] + b[j]);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * D;
+        float *o = out + r * D;
+#ifdef VEC_AVX512
+        if (wide) {
+            bias_gelu_row_avx512(o, xr, b, D);
+            continue;
+        }
+#endif
+        for (int64_t j = 0; j < D; j++) o[j] = gelu_poly(xr[j] + b[j]);
+    }
+    (void)wide;
 }
 
 void vn__bias_gelu_backward_f32(float *restrict out, const float *restrict g,
                                 const float *restrict x, const float *restrict b, int64_t rows,
                                 int64_t D)
 {
+    bool wide = use_avx512();
 #pragma omp parallel for schedule(static) if (rows * D > VN_OMP_MIN_WORK)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < D; j++)
-            out[r * D + j] = g[r * D + j] * gelu_grad_poly(x[r * D + j] + b[j]);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * D, *gr = g + r * D;
+        float *o = out + r * D;
+#ifdef VEC_AVX512
+        if (wide) {
+            bias_gelu_backward_row_avx512(o, gr, xr, b, D);
+            continue;
+        }
+#endif
+        for (int64_t j = 0; j < D; j++) o[j] = gr[j] * gelu_grad_poly(xr[j] + b[j]);
+    }
+    (void)wide;
 }
 
 float vn__max_f32(const float *x, int64_t n)
