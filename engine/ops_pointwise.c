@@ -561,8 +561,9 @@ static const pw_op OP_GELU_B = {.name = "gelu_b", .cpu = k_gelu_b, .cuda = VNK_G
 static vn_status gelu_backward(vn_node *node, const vn_tensor *g)
 {
     const vn_tensor *x = node->inputs[0];
+    /* (one element: the map's scalar formula, as the forward took) */
     if (!vn__input_needs_grad(node, 0) || !vn__grad_writable(g) || vn__is_cuda(x) ||
-        !vn_tensor_is_contiguous(x))
+        !vn_tensor_is_contiguous(x) || vn_tensor_numel(x) < 2)
         return unary_backward(node, g, &OP_GELU_B);
     float *pg = vn_tensor_data(g);
     const float *px = vn_tensor_data(x);

@@ -52,6 +52,7 @@ static inline float exp_poly(float x)
  * gelu(x) = x / (1 + e^(−2u)), u = k·(x + c·x³). */
 static inline float gelu_poly(float x)
 {
+    if (x < -VN_GELU_FLAT) return 0.0f; /* kernels/scalar.h says why */
     float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
     return x / (1.0f + exp_poly(-2.0f * u));
 }
@@ -61,6 +62,8 @@ static inline float gelu_poly(float x)
  * 0.5·(1 − tanh² u) = 2s(1 − s)). */
 static inline float gelu_grad_poly(float x)
 {
+    if (x < -VN_GELU_FLAT) return 0.0f;
+    if (x > VN_GELU_FLAT) return 1.0f;
     float x2 = x * x, u = 0.7978845608028654f * (x + 0.044715f * x2 * x);
     float s = 1.0f / (1.0f + exp_poly(-2.0f * u));
     return s + 2.0f * 0.7978845608028654f * x * s * (1.0f - s) * (1.0f + 3.0f * 0.044715f * x2);
@@ -126,7 +129,9 @@ static inline __m512 minus_2u(__m512 t)
 static inline __m512 gelu16(__m512 x)
 {
     __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(SPLAT(0.044715f), x), x), x, x);
-    return _mm512_div_ps(x, _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
+    __m512 y = _mm512_div_ps(x, _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SPLAT(-VN_GELU_FLAT), _CMP_LT_OQ),
+                              _mm512_setzero_ps());
 }
 
 /* gelu_grad_poly: s + ((2k·x·s)·(1 − s))·(1 + 3c·x²), c·x³ as (c·x²)·x */
@@ -137,7 +142,11 @@ static inline __m512 gelu_grad16(__m512 x)
     __m512 s = _mm512_div_ps(SPLAT(1.0f), _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
     __m512 a = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(SPLAT(2.0f * 0.7978845608028654f), x), s),
                              _mm512_sub_ps(SPLAT(1.0f), s));
-    return _mm512_fmadd_ps(a, _mm512_fmadd_ps(SPLAT(3.0f * 0.044715f), x2, SPLAT(1.0f)), s);
+    __m512 d = _mm512_fmadd_ps(a, _mm512_fmadd_ps(SPLAT(3.0f * 0.044715f), x2, SPLAT(1.0f)), s);
+    d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(x, SPLAT(-VN_GELU_FLAT), _CMP_LT_OQ),
+                           _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(x, SPLAT(VN_GELU_FLAT), _CMP_GT_OQ),
+                              SPLAT(1.0f));
 }
 
 /* the lanes of x[i..n) that exist, at most 16 */

@@ -47,15 +47,23 @@ static inline VN_HD float tanh_f(float x)
  * y' = (1 + tanh u)/2 + x/2·(1 − tanh² u)·k·(1 + 3c·x²). */
 #define VN_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define VN_GELU_C 0.044715f
+/* Beyond ±VN_GELU_FLAT gelu is 0 or x and its derivative 0 or 1 to float
+ * precision (|y| < 2e-37 below −10), and the formulas are not usable far out:
+ * c·x³ overflows (past ~1.9e12), and x times a vanishing factor gave
+ * −960 for gelu'(−1e14), NaN for gelu'(+inf), −inf for gelu(−inf). */
+#define VN_GELU_FLAT 10.0f
 
 static inline VN_HD float gelu_f(float x)
 {
+    if (x < -VN_GELU_FLAT) return 0.0f;
     float t = tanh_f(VN_GELU_K * (x + VN_GELU_C * x * x * x));
     return 0.5f * x * (1.0f + t);
 }
 
 static inline VN_HD float gelu_grad(float x)
 {
+    if (x < -VN_GELU_FLAT) return 0.0f;
+    if (x > VN_GELU_FLAT) return 1.0f;
     float t = tanh_f(VN_GELU_K * (x + VN_GELU_C * x * x * x));
     return 0.5f * (1.0f + t) +
            0.5f * x * (1.0f - t * t) * VN_GELU_K * (1.0f + 3.0f * VN_GELU_C * x * x);

@@ -59,4 +59,37 @@ tap.error_like(function() venom.bias_gelu(xb, venom.randn(4)) end, "bias_gelu.*%
   "bias_gelu: a bias of the wrong width")
 tap.error_like(function() venom.bias_gelu(xb) end, "#2.*expected a tensor", "bias_gelu: missing bias")
 
+-- gelu far out (kernels/scalar.h, VN_GELU_FLAT): 0 below −10 and x above 10,
+-- gradients 0 and 1, on the vectorized path (contiguous), the map's strided
+-- path (a transposed view) and one element; the cubic overflowed there before
+-- (gelu'(−1e14) was −960, gelu'(inf) NaN, gelu(−inf) −inf).
+local far = { -math.huge, -2 ^ 127, -2 ^ 46, -11, 11, 2 ^ 66, math.huge }
+local want_y = { 0, 0, 0, 0, 11, 2 ^ 66, math.huge }
+local want_d = { 0, 0, 0, 0, 1, 1, 1 }
+local function far_case(make, label)
+  local ok = true
+  for i, v in ipairs(far) do
+    local leaf, x = make(v)
+    local y = x:gelu()
+    y:sum():backward()
+    local yv, dv = y:reshape({ -1 }):totable()[1], leaf.grad:reshape({ -1 }):totable()[1]
+    if yv ~= want_y[i] or dv ~= want_d[i] then
+      ok = false
+      tap.diag(("%s: x = %g gave gelu %g, gelu' %g"):format(label, v, yv, dv))
+    end
+  end
+  tap.ok(ok, "gelu far out: 0 / x and gradients 0 / 1, " .. label)
+end
+far_case(function(v)
+  local l = venom.full({ 3, 40 }, v):requires_grad_(true); return l, l
+end, "contiguous")
+far_case(function(v)
+  local l = venom.full({ 40, 3 }, v):requires_grad_(true); return l, l:transpose(1, 2)
+end, "strided")
+far_case(function(v)
+  local l = venom.full({ 1 }, v):requires_grad_(true); return l, l
+end, "one element")
+tap.ok(venom.tensor({ 0 / 0 }):gelu():item() ~= venom.tensor({ 0 / 0 }):gelu():item(),
+  "gelu: NaN stays NaN")
+
 tap.done()
