@@ -30,6 +30,8 @@ static int64_t padded(int64_t T) { return (T + 15) / 16 * 16; }
 #pragma GCC target("avx512f,fma")
 #include <immintrin.h>
 
+#include "avx512_inline.h" /* vn__transpose16, vn__exp16 */
+
 /* Lanes 0..n−1 of a vector (n in 1..16). */
 static __mmask16 first_lanes(int64_t n) { return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1); }
 
@@ -145,63 +147,17 @@ static void ptb(float *O, int64_t ldo, const float *P, int64_t Tp, const float *
 }
 
 /* Bt (Dh × Tp) = Bᵀ, B (T × Dh, row stride ldb), the columns T..Tp−1 zero:
- * 16 × 16 blocks, each transposed in registers (pairs of rows interleaved,
- * then groups of four, then the 128-bit quarters exchanged). */
+ * 16 × 16 blocks, each transposed in registers. */
 static void transpose(float *Bt, int64_t Tp, const float *B, int64_t ldb, int64_t T, int64_t Dh)
 {
     for (int64_t t0 = 0; t0 < Tp; t0 += 16)
         for (int64_t d0 = 0; d0 < Dh; d0 += 16) {
-            __m512 r[16], t[16];
+            __m512 r[16];
             for (int i = 0; i < 16; i++)
                 r[i] = t0 + i < T ? _mm512_loadu_ps(B + (t0 + i) * ldb + d0) : _mm512_setzero_ps();
-            /* t[2k], t[2k+1]: rows 2k and 2k+1 interleaved, columns 0, 1 and
-             * 2, 3 of each quarter */
-            for (int k = 0; k < 8; k++) {
-                t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-                t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-            }
-            /* r[4k + c]: in quarter q, column 4q + c of rows 4k..4k+3 */
-            for (int k = 0; k < 4; k++) {
-                r[4 * k] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
-                r[4 * k + 1] = _mm512_shuffle_ps(t[4 * k], t[4 * k + 2], 0xEE);
-                r[4 * k + 2] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
-                r[4 * k + 3] = _mm512_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xEE);
-            }
-            /* column 4q + c: quarter q of r[c], r[4 + c], r[8 + c], r[12 + c] */
-            for (int c = 0; c < 4; c++) {
-                __m512 a = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);
-                __m512 b = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
-                __m512 e = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
-                __m512 f = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
-                float *o = Bt + (d0 + c) * Tp + t0;
-                _mm512_storeu_ps(o, _mm512_shuffle_f32x4(a, e, 0x88));
-                _mm512_storeu_ps(o + 4 * Tp, _mm512_shuffle_f32x4(a, e, 0xDD));
-                _mm512_storeu_ps(o + 8 * Tp, _mm512_shuffle_f32x4(b, f, 0x88));
-                _mm512_storeu_ps(o + 12 * Tp, _mm512_shuffle_f32x4(b, f, 0xDD));
-            }
+            vn__transpose16(r);
+            for (int k = 0; k < 16; k++) _mm512_storeu_ps(Bt + (d0 + k) * Tp + t0, r[k]);
         }
-}
-
-/* e^x lane by lane: vec_math.c's exp_poly (the same clamps, Cephes'
- * polynomial, NaN kept), with 2^n applied by scalef. */
-static __m512 exp16(__m512 x)
-{
-    __m512 c = _mm512_max_ps(x, _mm512_set1_ps(-87.3f)); /* NaN x → the bound, as exp_poly */
-    c = _mm512_min_ps(c, _mm512_set1_ps(88.3f));
-    __m512 n = _mm512_roundscale_ps(
-        _mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    __m512 y = _mm512_scalef_ps(p, n);
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
 /* Row t of S (Tp wide) becomes e^(S − m)·inv on keys 0..t and 0 on t+1..Tp−1. */
@@ -211,7 +167,7 @@ static void probs_row(float *row, int64_t t, int64_t Tp, float m, float inv)
     __m512 mv = _mm512_set1_ps(m), iv = _mm512_set1_ps(inv);
     for (int64_t v = 0; v < nv; v++) {
         __mmask16 k = v == nv - 1 ? first_lanes(t + 1 - 16 * v) : 0xFFFF;
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), mv));
+        __m512 e = vn__exp16(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), mv));
         _mm512_storeu_ps(row + 16 * v, _mm512_maskz_mul_ps(k, e, iv));
     }
     for (int64_t v = nv; v < Tp / 16; v++) _mm512_storeu_ps(row + 16 * v, _mm512_setzero_ps());
@@ -230,7 +186,7 @@ static void softmax(float *S, int64_t T, int64_t Tp, float *stats)
                                     mv);
         float m = _mm512_reduce_max_ps(mv);
         for (int64_t v = 0; v < nv; v++) {
-            __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), _mm512_set1_ps(m)));
+            __m512 e = vn__exp16(_mm512_sub_ps(_mm512_loadu_ps(row + 16 * v), _mm512_set1_ps(m)));
             sv = _mm512_mask_add_ps(sv, v == nv - 1 ? last : 0xFFFF, sv, e);
             _mm512_storeu_ps(row + 16 * v, e);
         }

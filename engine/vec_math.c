@@ -94,30 +94,9 @@ VEC_CLONES static void gelu_backward_inplace_loop(float *restrict g, const float
 #pragma GCC target("avx512f,fma") /* fma: a Debug build has no -march */
 #include <immintrin.h>
 
-#define SPLAT(v) _mm512_set1_ps(v)
+#include "avx512_inline.h" /* vn__exp16 */
 
-/* exp_poly on 16 lanes: its operations in its order, with the multiply-adds
- * GCC fuses in exp_poly when it optimizes, so every lane gets exp_poly's
- * bits (an unoptimized build fuses none: there the two paths differ in the
- * last bits). The clamps are
- * vmaxps / vminps (x > a ? x : a is what vmaxps computes; GCC's compares and
- * blends cost more); a NaN lane comes out finite here, not NaN: the gelu
- * formulas below still give NaN (x's), as gelu_poly's do. */
-static inline __m512 exp16(__m512 v)
-{
-    __m512 c = _mm512_min_ps(_mm512_max_ps(v, SPLAT(VN_EXP_MIN)), SPLAT(88.3f));
-    __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(c, SPLAT(1.44269504088896341f), SPLAT(0.5f)),
-                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, SPLAT(2.12194440e-4f), _mm512_fnmadd_ps(n, SPLAT(0.693359375f), c));
-    __m512 p = _mm512_fmadd_ps(SPLAT(1.9875691500e-4f), r, SPLAT(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, SPLAT(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), SPLAT(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
+#define SPLAT(v) _mm512_set1_ps(v)
 
 /* −2u = −2·(k·t) from t = x + c·x³ (the two formulas round c·x³ apart) */
 static inline __m512 minus_2u(__m512 t)
@@ -129,7 +108,7 @@ static inline __m512 minus_2u(__m512 t)
 static inline __m512 gelu16(__m512 x)
 {
     __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(SPLAT(0.044715f), x), x), x, x);
-    __m512 y = _mm512_div_ps(x, _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
+    __m512 y = _mm512_div_ps(x, _mm512_add_ps(SPLAT(1.0f), vn__exp16(minus_2u(t))));
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SPLAT(-VN_GELU_FLAT), _CMP_LT_OQ),
                               _mm512_setzero_ps());
 }
@@ -139,7 +118,7 @@ static inline __m512 gelu_grad16(__m512 x)
 {
     __m512 x2 = _mm512_mul_ps(x, x);
     __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(SPLAT(0.044715f), x2), x, x);
-    __m512 s = _mm512_div_ps(SPLAT(1.0f), _mm512_add_ps(SPLAT(1.0f), exp16(minus_2u(t))));
+    __m512 s = _mm512_div_ps(SPLAT(1.0f), _mm512_add_ps(SPLAT(1.0f), vn__exp16(minus_2u(t))));
     __m512 a = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(SPLAT(2.0f * 0.7978845608028654f), x), s),
                              _mm512_sub_ps(SPLAT(1.0f), s));
     __m512 d = _mm512_fmadd_ps(a, _mm512_fmadd_ps(SPLAT(3.0f * 0.044715f), x2, SPLAT(1.0f)), s);

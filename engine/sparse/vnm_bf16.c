@@ -26,6 +26,8 @@
  * is within about 2^-7·Σ_k |w_k·x_k| of the f32 result. */
 #include "vnm_internal.h"
 
+#include "avx512_inline.h" /* vn__transpose16 */
+
 _Static_assert(VNM_PANEL == 64, "the bf16 tile reads a panel row as 4 vectors of 16 lanes");
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -209,33 +211,6 @@ void vnm__bf16_pair_rows(const float *dyt, int64_t npanels, int64_t R, uint16_t 
     }
 }
 
-/* The 16 × 16 words of r transposed in place: r[k] becomes column k. The
- * three rounds of the usual in-lane unpack, in-lane shuffle and 128-bit
- * lane shuffles; they move bits and never look at them as floats. */
-static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
-{
-    __m512 t[16], q[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* per 128-bit lane: a0 b0 a1 b1 */
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
-    }
-    for (int i = 0; i < 16; i += 4) { /* column c, c+4, c+8, c+12 of rows i..i+3 per lane */
-        q[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        q[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        q[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        q[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int h = 0; h < 16; h += 8) /* 0x88: lanes 0, 2 of each; 0xdd: lanes 1, 3 */
-        for (int j = 0; j < 4; j++) {
-            t[h + j] = _mm512_shuffle_f32x4(q[h + j], q[h + j + 4], 0x88);
-            t[h + j + 4] = _mm512_shuffle_f32x4(q[h + j], q[h + j + 4], 0xdd);
-        }
-    for (int k = 0; k < 8; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
-        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
-    }
-}
-
 void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t nb, int64_t nc)
 {
     int64_t nb16 = nb / 16 * 16, nc16 = nc / 16 * 16;
@@ -243,7 +218,7 @@ void vnm__transpose16(const float *src, int64_t lds, float *dst, int64_t ldd, in
         for (int64_t c = 0; c < nc16; c += 16) {
             __m512 r[16];
             for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + (l + i) * lds + c);
-            transpose16(r);
+            vn__transpose16(r);
             for (int k = 0; k < 16; k++) _mm512_storeu_ps(dst + (c + k) * ldd + l, r[k]);
         }
     /* the ragged edges: rows past nb16 (all columns), columns past nc16 */
@@ -278,7 +253,7 @@ void vnm__bf16_pair_rows_of(const float *dy, int64_t B, int64_t R, uint16_t *dy2
                                                      _mm512_maskz_loadu_ps(mlo, src));
                     r[l] = (__m512)h;
                 }
-                transpose16(r);
+                vn__transpose16(r);
                 for (int64_t k = 0; k < np; k++)
                     _mm512_storeu_ps(dy2 + ((pn * R2 + i0 + k) * VNM_PANEL + l0) * 2, r[k]);
             }
