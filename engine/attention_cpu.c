@@ -113,35 +113,24 @@ static void scores(float *S, int64_t Tp, const float *A, int64_t lda, const floa
     }
 }
 
-/* O (T × Dh, row stride ldo) = alpha · P·B, P (T × Tp) zero above the
- * diagonal, B (T × Dh, row stride ldb): rows r0..r1−1 sum over keys
- * 0..r1−1. */
-static void pv(float *O, int64_t ldo, const float *P, int64_t Tp, const float *B, int64_t ldb,
-               int64_t T, int64_t Dh, float alpha)
+/* O (T × Dh, row stride ldo) = alpha · op(P)·B, P (T × Tp) zero above the
+ * diagonal, B (T × Dh, row stride ldb). op(P) = P (P·V, dS·K): rows r0..r1−1 sum
+ * over keys 0..r1−1; op(P) = Pᵀ (Pᵀ·dY, dSᵀ·Q): rows (keys) r0..r1−1 sum over
+ * queries r0..T−1, P read down its columns through the broadcasts' stride. */
+static void p_times(bool trans, float *O, int64_t ldo, const float *P, int64_t Tp, const float *B,
+                    int64_t ldb, int64_t T, int64_t Dh, float alpha)
 {
     for (int64_t c0 = 0; c0 < Dh / 16; c0 += 4) {
         int64_t nc = Dh / 16 - c0 < 4 ? Dh / 16 - c0 : 4;
         for (int64_t r0 = 0; r0 < T;) {
             int R = T - r0 >= tile_rows(nc) ? tile_rows(nc) : 1;
-            mac_for(R, nc)(O + r0 * ldo + 16 * c0, ldo, P + r0 * Tp, Tp, 1, 0, r0 + R,
-                           B + 16 * c0, ldb, alpha);
+            if (trans)
+                mac_for(R, nc)(O + r0 * ldo + 16 * c0, ldo, P + r0, 1, Tp, r0, T, B + 16 * c0,
+                               ldb, alpha);
+            else
+                mac_for(R, nc)(O + r0 * ldo + 16 * c0, ldo, P + r0 * Tp, Tp, 1, 0, r0 + R,
+                               B + 16 * c0, ldb, alpha);
             r0 += R;
-        }
-    }
-}
-
-/* O (T × Dh, row stride ldo) = alpha · Pᵀ·B, P (T × Tp) zero above the
- * diagonal: rows (keys) j0..j1−1 sum over queries j0..T−1. */
-static void ptb(float *O, int64_t ldo, const float *P, int64_t Tp, const float *B, int64_t ldb,
-                int64_t T, int64_t Dh, float alpha)
-{
-    for (int64_t c0 = 0; c0 < Dh / 16; c0 += 4) {
-        int64_t nc = Dh / 16 - c0 < 4 ? Dh / 16 - c0 : 4;
-        for (int64_t j0 = 0; j0 < T;) {
-            int R = T - j0 >= tile_rows(nc) ? tile_rows(nc) : 1;
-            mac_for(R, nc)(O + j0 * ldo + 16 * c0, ldo, P + j0, 1, Tp, j0, T, B + 16 * c0, ldb,
-                           alpha);
-            j0 += R;
         }
     }
 }
@@ -234,7 +223,7 @@ void vn__attention_cpu_forward(float *O, int64_t ldo, float *stats, const float 
     transpose(Kt, Tp, K, ld, T, Dh);
     scores(S, Tp, Q, ld, Kt, T, Dh, scale);
     softmax(S, T, Tp, stats);
-    pv(O, ldo, S, Tp, V, ld, T, Dh, 1.0f);
+    p_times(false, O, ldo, S, Tp, V, ld, T, Dh, 1.0f);
 }
 
 void vn__attention_cpu_backward(float *dQ, float *dK, float *dV, const float *Q, const float *K,
@@ -247,13 +236,13 @@ void vn__attention_cpu_backward(float *dQ, float *dK, float *dV, const float *Q,
     transpose(Kt, Tp, K, ld, T, Dh);
     scores(P, Tp, Q, ld, Kt, T, Dh, scale); /* the forward's scores, the same kernel */
     for (int64_t t = 0; t < T; t++) probs_row(P + t * Tp, t, Tp, stats[2 * t], stats[2 * t + 1]);
-    if (dV) ptb(dV, ld, P, Tp, G, ldo, T, Dh, 1.0f);
+    if (dV) p_times(true, dV, ld, P, Tp, G, ldo, T, Dh, 1.0f);
     if (!dQ && !dK) return;
     transpose(Vt, Tp, V, ld, T, Dh);
     scores(dP, Tp, G, ldo, Vt, T, Dh, 1.0f);
     softmax_grad(dP, P, T, Tp);
-    if (dQ) pv(dQ, ld, dP, Tp, K, ld, T, Dh, scale);
-    if (dK) ptb(dK, ld, dP, Tp, Q, ld, T, Dh, scale);
+    if (dQ) p_times(false, dQ, ld, dP, Tp, K, ld, T, Dh, scale);
+    if (dK) p_times(true, dK, ld, dP, Tp, Q, ld, T, Dh, scale);
 }
 
 #pragma GCC pop_options
