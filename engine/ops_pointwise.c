@@ -543,12 +543,14 @@ vn_tensor *vn_relu(const vn_tensor *t) { return unary(&OP_RELU, t, 0, 0); }
 /* contiguous: vec_math.c's vectorized loops; strided: the scalar formula */
 static void k_gelu(KARGS)
 {
-    if (st[0] == 1) vn__gelu_f32((float *)out, (const float *)in[0], n);
+    /* one element: the vector kernel too (its stride may read 0), so that
+     * every path of gelu and its backward shares one formula */
+    if (st[0] == 1 || n == 1) vn__gelu_f32((float *)out, (const float *)in[0], n);
     else RUN1(float, float, gelu_f(a));
 }
 static void k_gelu_b(KARGS)
 {
-    if (st[0] == 1 && st[1] == 1)
+    if ((st[0] == 1 && st[1] == 1) || n == 1)
         vn__gelu_backward_f32((float *)out, (const float *)in[0], (const float *)in[1], n);
     else RUN2(float, float, float, a * gelu_grad(b));
 }
@@ -561,9 +563,8 @@ static const pw_op OP_GELU_B = {.name = "gelu_b", .cpu = k_gelu_b, .cuda = VNK_G
 static vn_status gelu_backward(vn_node *node, const vn_tensor *g)
 {
     const vn_tensor *x = node->inputs[0];
-    /* (one element: the map's scalar formula, as the forward took) */
     if (!vn__input_needs_grad(node, 0) || !vn__grad_writable(g) || vn__is_cuda(x) ||
-        !vn_tensor_is_contiguous(x) || vn_tensor_numel(x) < 2)
+        !vn_tensor_is_contiguous(x))
         return unary_backward(node, g, &OP_GELU_B);
     float *pg = vn_tensor_data(g);
     const float *px = vn_tensor_data(x);

@@ -92,4 +92,15 @@ end, "one element")
 tap.ok(venom.tensor({ 0 / 0 }):gelu():item() ~= venom.tensor({ 0 / 0 }):gelu():item(),
   "gelu: NaN stays NaN")
 
+do -- one element takes the vector kernels too: the same bits as a row of them
+  local same = true
+  for _, v in ipairs({ -9.5, -0.7, 0.3, 3 }) do
+    local a = venom.tensor({ v }):requires_grad_(true)
+    local ya = a:gelu(); ya:sum():backward()
+    local b = venom.full({ 1, 32 }, v):requires_grad_(true)
+    local yb = b:gelu(); yb:sum():backward()
+    same = same and ya:item() == yb:totable()[1][1] and a.grad:item() == b.grad:totable()[1][1]
+  end
+  tap.ok(same, "gelu of one element and its gradient: the bits of a contiguous row")
+end
 tap.done()
