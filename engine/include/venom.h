@@ -449,7 +449,9 @@ vn_tensor *vn_sqrt(const vn_tensor *t);
 vn_tensor *vn_pow_scalar(const vn_tensor *t, double p);
 vn_tensor *vn_relu(const vn_tensor *t);
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016):
- * 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). */
+ * 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), computed as x / (1 + e^(−2u))
+ * (no cancelling for negative x). Below −10 it is 0 and above 10 x (its
+ * gradient 0 and 1), so gelu(−inf) = 0, gelu(inf) = inf; NaN stays NaN. */
 vn_tensor *vn_gelu(const vn_tensor *t);
 vn_tensor *vn_tanh(const vn_tensor *t);
 vn_tensor *vn_sigmoid(const vn_tensor *t);
@@ -586,9 +588,13 @@ vn_tensor *vn_layer_norm(const vn_tensor *x, const vn_tensor *gamma, const vn_te
  * general (..., T, Dh) with ≥ 2 dims, the leading dims being independent
  * batches — → out of that shape. The softmax is fused with the mask (the
  * masked scores are never materialised) and taken of score − row max, so
- * it cannot overflow. CPU: parallel over the leading dims, each (batch,
- * head) with single-threaded GEMMs on a T × T score matrix of its thread;
- * only each row's max and 1/Σ exp, (..., T, 2), are kept for backward,
+ * it cannot overflow. The mask is exact for finite inputs; a NaN or inf in
+ * a later position's k or v can still reach earlier rows (as 0 · NaN in
+ * the products over a block of rows, as in a masked matmul). CPU: parallel
+ * over the leading dims; each (batch, head) in AVX-512 register tiles where
+ * the CPU has it, T ≤ 1024 and Dh a multiple of 16 (VENOM_NO_AVX512 set:
+ * never), else with single-threaded GEMMs on a T × T score matrix of its
+ * thread; only each row's max and 1/Σ exp, (..., T, 2), are kept for backward,
  * which recomputes the probabilities from them (as FlashAttention, Dao et
  * al. 2022, does) to give the gradients of q, k and v. CUDA:
  * FlashAttention-2 (Dao 2023) on bf16 tensor cores with f32 accumulation
